@@ -1,0 +1,17 @@
+"""ode_ref: the NumPy specification of ODE attention. Its outputs are the golden truth."""
+
+from .attention import Prepared as Prepared, SelfAttention as SelfAttention
+from .attention import causal_mask as causal_mask, softmax as softmax
+from .bitlinear import quantize_activation as quantize_activation
+from .bitlinear import quantize_weight as quantize_weight, ternarize_weight as ternarize_weight
+from .block import check_input as check_input, ode_block as ode_block, ode_func as ode_func
+from .config import MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
+from .norms import NORM_PARAMS as NORM_PARAMS, NORM_TYPES as NORM_TYPES, apply_norm as apply_norm
+from .params import check_params as check_params, init_params as init_params
+from .params import load_params as load_params, param_shapes as param_shapes, save_params as save_params
+from .rk import integrate as integrate, rk_step as rk_step
+from .tableaus import TABLEAUS as TABLEAUS, ButcherTableau as ButcherTableau
+from .variants import LocalWindowAttention as LocalWindowAttention
+from .variants import ScaledQueryAttention as ScaledQueryAttention
+
+__version__ = "0.1.0"

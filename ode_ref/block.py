@@ -1,0 +1,69 @@
+"""The ODE attention block: z(1) = z(0) + integral_0^1 f(t, z) dt, by a fixed-step explicit RK.
+
+    ode_func(params, t, x, config)   f evaluated once
+    ode_block(params, x, config)     z(1), or (z(1), trajectory) with return_trajectory=True
+
+x is (batch, seq, d_model); float64 in gives float64 math (the golden mode), float32 in gives
+float32 math. The same parameters serve every step and stage. This is evaluation: no dropout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import SelfAttention
+from .config import ODEConfig
+from .params import check_params
+from .rk import integrate
+from .tableaus import TABLEAUS
+
+FLOAT_DTYPES = (np.float32, np.float64)
+
+
+def check_input(x, config, padding_mask=None) -> None:
+    """Raise ValueError/TypeError unless x is (batch, seq, d_model) float and the mask fits it."""
+    cfg = ODEConfig.from_any(config)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x: expected a numpy.ndarray; got {type(x).__name__}")
+    if x.ndim != 3 or x.shape[-1] != cfg.hidden_size or 0 in x.shape:
+        raise ValueError(
+            f"x: expected shape (batch, seq, {cfg.hidden_size}) with batch, seq >= 1; got {x.shape}"
+        )
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"x: expected dtype float32 or float64; got {x.dtype}")
+    if padding_mask is not None:
+        if not isinstance(padding_mask, np.ndarray) or padding_mask.dtype != np.bool_:
+            got = padding_mask.dtype if isinstance(padding_mask, np.ndarray) else type(padding_mask).__name__
+            raise TypeError(f"padding_mask: expected a bool numpy.ndarray (True = real token); got {got}")
+        if padding_mask.shape != x.shape[:2]:
+            raise ValueError(f"padding_mask: expected shape {x.shape[:2]} (batch, seq); got {padding_mask.shape}")
+
+
+def _setup(params, x, config, padding_mask, attention):
+    cfg = ODEConfig.from_any(config)
+    check_params(params, cfg)
+    check_input(x, cfg, padding_mask)
+    attention = SelfAttention(cfg) if attention is None else attention
+    if attention.config != cfg:
+        raise ValueError(f"attention: its config {attention.config} differs from config {cfg}")
+    return cfg, attention, attention.prepare(params, x, padding_mask)
+
+
+def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
+    """f(t, x): (batch, seq, d_model) -> (batch, seq, d_model), one evaluation."""
+    _, attention, prepared = _setup(params, x, config, padding_mask, attention)
+    return attention(prepared, t, x)
+
+
+def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False):
+    """z(1) for z(0) = x: (batch, seq, d_model) -> (batch, seq, d_model).
+
+    With return_trajectory=True, returns (z1, trajectory) where trajectory is
+    (ode_steps + 1, batch, seq, d_model): z at t = 0, 1/steps, ..., 1.
+    attention: a SelfAttention (or a subclass: a variant) built with the same config.
+    """
+    cfg, attention, prepared = _setup(params, x, config, padding_mask, attention)
+    states = integrate(lambda t, z: attention(prepared, t, z), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)
+    if return_trajectory:
+        return states[-1], np.stack(states)
+    return states[-1]

@@ -1,0 +1,102 @@
+"""ODEConfig: the one configuration object of an ODE attention block.
+
+The field names are the seed module's config attribute names, so a seed config object converts
+with ``ODEConfig.from_any(obj)``. The defaults are odeattn's, not the seed's: the seed defaults to
+a 2048-wide BitNet block with dropout 0.1 and dynamic_tanh, a training configuration; ours default
+to the plain float block (layer_norm, no BitLinear, no dropout) that a reader checks by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .norms import NORM_TYPES
+from .tableaus import TABLEAUS
+
+SOLVERS: tuple[str, ...] = tuple(TABLEAUS)
+MODES: tuple[str, ...] = ("encoder", "decoder")
+
+
+def _choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{field}: expected one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def _positive_int(field: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field}: expected an integer >= {minimum}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class ODEConfig:
+    hidden_size: int  # d_model, the width of every token state
+    num_heads: int  # heads; head_dim = hidden_size // num_heads must be exact
+    dropout: float = 0.0  # on attention weights, training only; the spec is evaluation (no dropout)
+    use_bitnet: bool = False  # BitLinear (BitNet b1.58) in place of both projections
+    norm_type: str = "layer_norm"  # pre-norm applied at every evaluation of f
+    ode_solver: str = "rk4"  # a Butcher tableau name; "rk4" is classical RK4, "rk38" the 3/8 rule
+    ode_steps: int = 2  # fixed steps over t in [0, 1]; h = 1 / ode_steps
+    mode: str = "encoder"  # "decoder" adds the causal mask j <= i
+
+    def __post_init__(self) -> None:
+        _positive_int("hidden_size", self.hidden_size)
+        _positive_int("num_heads", self.num_heads)
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size: expected a multiple of num_heads={self.num_heads}; "
+                f"got {self.hidden_size}"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
+            0.0 <= self.dropout < 1.0
+        ):
+            raise ValueError(f"dropout: expected a number in [0, 1); got {self.dropout!r}")
+        if not isinstance(self.use_bitnet, bool):
+            raise ValueError(f"use_bitnet: expected True or False; got {self.use_bitnet!r}")
+        _choice("norm_type", self.norm_type, NORM_TYPES)
+        if self.norm_type == "dynamic_tanh" and self.hidden_size < 2:
+            raise ValueError(
+                "hidden_size: dynamic_tanh divides by the unbiased std (n - 1), so it needs "
+                f"hidden_size >= 2; got {self.hidden_size}"
+            )
+        _choice("ode_solver", self.ode_solver, SOLVERS)
+        _positive_int("ode_steps", self.ode_steps)
+        _choice("mode", self.mode, MODES)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim**-0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_any(cls, obj: Any) -> "ODEConfig":
+        """An ODEConfig from an ODEConfig, a dict, or any object with the fields as attributes.
+
+        A dict must hold only field names (an unknown key is refused, it is likely a typo); an
+        object (the seed's config classes) is read by attribute and may carry other attributes.
+        A missing ``hidden_size`` or ``num_heads`` is an error; other missing fields take the
+        defaults above.
+        """
+        if isinstance(obj, cls):
+            return obj
+        names = [f.name for f in dataclasses.fields(cls)]
+        if isinstance(obj, Mapping):
+            unknown = sorted(set(obj) - set(names))
+            if unknown:
+                raise ValueError(
+                    f"config: unknown key(s) {unknown}; expected a subset of {names}"
+                )
+            values = dict(obj)
+        else:
+            values = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+        for required in ("hidden_size", "num_heads"):
+            if required not in values:
+                raise ValueError(f"{required}: required, but the config {type(obj).__name__} has none")
+        return cls(**values)

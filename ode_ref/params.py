@@ -1,0 +1,121 @@
+"""Parameters: names, shapes, initialisation, checking, and pickle-free files.
+
+Names are the seed module's state_dict keys, so a seed checkpoint converts by copying:
+
+    ode_func.qkv.weight       (3 d_model, d_model)
+    ode_func.out_proj.weight  (d_model, d_model)
+    ode_func.norm.<name>      per norm type, see norms.NORM_PARAMS ((d_model,) or ())
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .config import ODEConfig
+from .norms import NORM_PARAMS
+
+QKV = "ode_func.qkv.weight"
+OUT_PROJ = "ode_func.out_proj.weight"
+NORM_PREFIX = "ode_func.norm."
+
+
+def param_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Every parameter name of the config with its shape, in the seed's state_dict order."""
+    cfg = ODEConfig.from_any(config)
+    d = cfg.hidden_size
+    shapes = {QKV: (3 * d, d), OUT_PROJ: (d, d)}
+    for name, (kind, _) in NORM_PARAMS[cfg.norm_type].items():
+        shapes[NORM_PREFIX + name] = (d,) if kind == "vector" else ()
+    return shapes
+
+
+def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.float64) -> dict:
+    """Deterministic parameters for a config (same values on every platform for a seed).
+
+    Distributions (NumPy's PCG64 generator seeded with `seed`, drawn in name order):
+      - qkv and out_proj weights: U(-1/sqrt(d_model), 1/sqrt(d_model)), torch.nn.Linear's default.
+      - norm parameters: their identity values (weights and gains 1, biases and shifts 0).
+        With perturb_norms=True each gets identity + U(-0.5, 0.5) instead, so that a test or a
+        golden case exercises every norm parameter.
+    """
+    cfg = ODEConfig.from_any(config)
+    rng = np.random.default_rng(seed)
+    bound = 1.0 / np.sqrt(cfg.hidden_size)
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        if name in (QKV, OUT_PROJ):
+            value = rng.uniform(-bound, bound, size=shape)
+        else:
+            identity = NORM_PARAMS[cfg.norm_type][name[len(NORM_PREFIX):]][1]
+            value = np.full(shape, identity)
+            if perturb_norms:
+                value = value + rng.uniform(-0.5, 0.5, size=shape)
+        params[name] = np.asarray(value, dtype=dtype)
+    return params
+
+
+def check_params(params, config) -> None:
+    """Raise ValueError unless params has exactly the config's names, shapes and float dtypes."""
+    expected = param_shapes(config)
+    if not hasattr(params, "keys"):
+        raise ValueError(f"params: expected a dict of arrays; got {type(params).__name__}")
+    missing = [k for k in expected if k not in params]
+    extra = sorted(k for k in params if k not in expected)
+    if missing or extra:
+        cfg = ODEConfig.from_any(config)
+        raise ValueError(
+            f"params: for norm_type={cfg.norm_type!r} expected exactly {list(expected)}; "
+            f"missing {missing}, unexpected {extra}"
+        )
+    for name, shape in expected.items():
+        got = tuple(np.shape(params[name]))
+        if got != shape:
+            raise ValueError(f"params[{name!r}]: expected shape {shape}; got {got}")
+        kind = np.asarray(params[name]).dtype.kind
+        if kind != "f":
+            raise ValueError(f"params[{name!r}]: expected a floating dtype; got {np.asarray(params[name]).dtype}")
+
+
+def norm_params_of(params: dict, norm_type: str) -> dict:
+    """The norm's parameters by short name ('weight', 'alpha', ...)."""
+    return {name: np.asarray(params[NORM_PREFIX + name]) for name in NORM_PARAMS[norm_type]}
+
+
+def save_params(params: dict, path) -> None:
+    """Write params to .safetensors (needs the safetensors package) or .npz (NumPy only)."""
+    arrays = {k: np.asarray(v, order="C") for k, v in params.items()}  # keeps 0-d shapes
+    ext = _extension(path)
+    if ext == ".npz":
+        np.savez(path, **arrays)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file(arrays, os.fspath(path))
+
+
+def load_params(path) -> dict:
+    """Read params from .safetensors or .npz; never unpickles (allow_pickle=False)."""
+    ext = _extension(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"params file: no such file {os.fspath(path)!r}")
+    if ext == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            try:
+                return {k: data[k] for k in data.files}
+            except ValueError as err:  # an object array: NumPy would need to unpickle it
+                raise ValueError(f"params file {os.fspath(path)!r}: holds pickled objects, refused ({err})") from err
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(os.fspath(path))
+    except Exception as err:  # safetensors raises its own error types for corrupt headers
+        raise ValueError(f"params file {os.fspath(path)!r}: not a readable safetensors file ({err})") from err
+
+
+def _extension(path) -> str:
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext not in (".safetensors", ".npz"):
+        raise ValueError(f"params file: expected a name ending in .safetensors or .npz; got {os.fspath(path)!r}")
+    return ext

@@ -1,0 +1,148 @@
+import numpy as np
+import pytest
+
+import ode_ref as R
+
+
+def make(rng, **kw):
+    cfg = R.ODEConfig(**{**dict(hidden_size=12, num_heads=3), **kw})
+    return cfg, R.init_params(cfg, seed=2, perturb_norms=True), rng.normal(size=(2, 6, 12))
+
+
+def test_euler_one_step_is_x_plus_f(rng):
+    cfg, p, x = make(rng, ode_solver="euler", ode_steps=1)
+    np.testing.assert_array_equal(R.ode_block(p, x, cfg), x + 1.0 * R.ode_func(p, 0.0, x, cfg))
+
+
+def test_classical_rk4_matches_the_seed_formula(rng):
+    cfg, p, x = make(rng, ode_solver="rk4", ode_steps=2)
+    f = lambda z: R.ode_func(p, 0.0, z, cfg)  # noqa: E731  (f ignores t)
+    z, dt = x, 0.5
+    for _ in range(2):
+        k1 = f(z)
+        k2 = f(z + dt / 2 * k1)
+        k3 = f(z + dt / 2 * k2)
+        k4 = f(z + dt * k3)
+        z = z + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    np.testing.assert_allclose(R.ode_block(p, x, cfg), z, rtol=1e-14, atol=1e-14)
+
+
+def test_trajectory_and_dtypes(rng):
+    cfg, p, x = make(rng, ode_steps=3)
+    z1, traj = R.ode_block(p, x, cfg, return_trajectory=True)
+    assert traj.shape == (4, 2, 6, 12) and np.array_equal(traj[0], x) and np.array_equal(traj[-1], z1)
+    z32 = R.ode_block(p, x.astype(np.float32), cfg)
+    assert z32.dtype == np.float32 and z1.dtype == np.float64
+    assert np.abs(z32 - z1).max() < 1e-5  # float32 math, not float64 math rounded at the end
+    assert np.abs(z32 - z1).max() > 0
+
+
+@pytest.mark.parametrize("norm", R.NORM_TYPES)
+@pytest.mark.parametrize("bitnet", [False, True])
+@pytest.mark.parametrize("mode", R.MODES)
+def test_padded_positions_keep_their_state_and_no_nan(rng, norm, bitnet, mode):
+    cfg, p, x = make(rng, norm_type=norm, use_bitnet=bitnet, mode=mode)
+    pm = np.array([[False, False, True, True, True, False], [True] * 6])  # left and right padding
+    z = R.ode_block(p, x, cfg, pm)
+    assert np.isfinite(z).all()
+    np.testing.assert_array_equal(z[~pm], x[~pm])
+    # padded keys are never attended: changing a padded token changes no real token's output
+    x2 = x.copy()
+    x2[0, 0] += 100.0
+    x2[0, 5] -= 50.0
+    np.testing.assert_array_equal(R.ode_block(p, x2, cfg, pm)[pm], z[pm])
+
+
+@pytest.mark.parametrize("norm", R.NORM_TYPES)
+@pytest.mark.parametrize("bitnet", [False, True])
+def test_decoder_causality(rng, norm, bitnet):
+    cfg, p, x = make(rng, norm_type=norm, use_bitnet=bitnet, mode="decoder")
+    z = R.ode_block(p, x, cfg)
+    for j in range(1, 6):
+        x2 = x.copy()
+        x2[:, j:] = rng.normal(size=x2[:, j:].shape) * 10
+        np.testing.assert_array_equal(R.ode_block(p, x2, cfg)[:, :j], z[:, :j])
+    enc = R.ODEConfig(**{**cfg.to_dict(), "mode": "encoder"})
+    assert not np.array_equal(R.ode_block(p, x2, enc)[:, :1], R.ode_block(p, x, enc)[:, :1])
+
+
+def test_large_inputs_stay_finite(rng):
+    for norm in R.NORM_TYPES:
+        cfg, p, x = make(rng, norm_type=norm)
+        assert np.isfinite(R.ode_block(p, x * 1e4, cfg)).all()
+        s = np.full((1, 1, 1, 3), 1e4)  # softmax inputs of magnitude 1e4 directly
+        assert np.isfinite(R.softmax(s)).all()
+
+
+def test_single_token_single_head_odd_width(rng):
+    cfg = R.ODEConfig(hidden_size=7, num_heads=1, mode="decoder", norm_type="prms_norm")
+    x = rng.normal(size=(1, 1, 7))
+    z = R.ode_block(R.init_params(cfg), x, cfg)
+    assert z.shape == (1, 1, 7) and np.isfinite(z).all()
+
+
+# ---- errors name the field, the expectation and what was received ----------------------------
+
+def test_config_errors():
+    with pytest.raises(ValueError, match=r"ode_solver: expected one of 'euler', .*'rk38'; got 'rk5'"):
+        R.ODEConfig(hidden_size=4, num_heads=2, ode_solver="rk5")
+    with pytest.raises(ValueError, match=r"norm_type: expected one of 'layer_norm'.*; got 'batch_norm'"):
+        R.ODEConfig(hidden_size=4, num_heads=2, norm_type="batch_norm")
+    with pytest.raises(ValueError, match=r"mode: expected one of 'encoder', 'decoder'; got 'both'"):
+        R.ODEConfig(hidden_size=4, num_heads=2, mode="both")
+    with pytest.raises(ValueError, match=r"ode_steps: expected an integer >= 1; got 0"):
+        R.ODEConfig(hidden_size=4, num_heads=2, ode_steps=0)
+    with pytest.raises(ValueError, match=r"hidden_size: expected a multiple of num_heads=3; got 8"):
+        R.ODEConfig(hidden_size=8, num_heads=3)
+    with pytest.raises(ValueError, match=r"dropout: expected a number in \[0, 1\); got 1.5"):
+        R.ODEConfig(hidden_size=4, num_heads=2, dropout=1.5)
+    with pytest.raises(ValueError, match=r"use_bitnet: expected True or False; got 1"):
+        R.ODEConfig(hidden_size=4, num_heads=2, use_bitnet=1)
+    with pytest.raises(ValueError, match=r"dynamic_tanh .* hidden_size >= 2; got 1"):
+        R.ODEConfig(hidden_size=1, num_heads=1, norm_type="dynamic_tanh")
+
+
+def test_from_any_accepts_dicts_and_seed_style_objects():
+    class SeedConfig:  # the seed's config object has more attributes than ours
+        hidden_size, num_heads, dropout, use_bitnet = 8, 2, 0.1, True
+        norm_type, ode_solver, ode_steps, mode, vocab_size = "dynamic_tanh", "euler", 3, "decoder", 100
+
+    c = R.ODEConfig.from_any(SeedConfig())
+    assert (c.hidden_size, c.use_bitnet, c.norm_type, c.ode_steps, c.mode) == (8, True, "dynamic_tanh", 3, "decoder")
+    assert R.ODEConfig.from_any({"hidden_size": 8, "num_heads": 2}) == R.ODEConfig(8, 2)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['hiden_size'\]"):
+        R.ODEConfig.from_any({"hiden_size": 8, "num_heads": 2})
+    with pytest.raises(ValueError, match="hidden_size: required"):
+        R.ODEConfig.from_any({"num_heads": 2})
+
+
+def test_input_errors(rng):
+    cfg, p, x = make(rng)
+    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 12\) .*; got \(6, 12\)"):
+        R.ode_block(p, x[0], cfg)
+    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 12\) .*; got \(2, 6, 10\)"):
+        R.ode_block(p, x[..., :10], cfg)
+    with pytest.raises(TypeError, match="x: expected dtype float32 or float64; got int64"):
+        R.ode_block(p, x.astype(np.int64), cfg)
+    with pytest.raises(TypeError, match="x: expected a numpy.ndarray; got list"):
+        R.ode_block(p, x.tolist(), cfg)
+    with pytest.raises(ValueError, match=r"padding_mask: expected shape \(2, 6\) \(batch, seq\); got \(2, 5\)"):
+        R.ode_block(p, x, cfg, np.ones((2, 5), bool))
+    with pytest.raises(TypeError, match="padding_mask: expected a bool numpy.ndarray .*; got int64"):
+        R.ode_block(p, x, cfg, np.ones((2, 6), np.int64))
+
+
+def test_param_errors(rng):
+    cfg, p, x = make(rng)
+    missing = {k: v for k, v in p.items() if k != "ode_func.norm.bias"}
+    with pytest.raises(ValueError, match=r"missing \['ode_func.norm.bias'\], unexpected \[\]"):
+        R.ode_block(missing, x, cfg)
+    with pytest.raises(ValueError, match=r"unexpected \['ode_func.qkv.bias'\]"):
+        R.ode_block({**p, "ode_func.qkv.bias": np.zeros(36)}, x, cfg)
+    with pytest.raises(ValueError, match=r"params\['ode_func.out_proj.weight'\]: expected shape \(12, 12\); got \(12, 11\)"):
+        R.ode_block({**p, "ode_func.out_proj.weight": np.zeros((12, 11))}, x, cfg)
+    with pytest.raises(ValueError, match=r"params\['ode_func.norm.weight'\]: expected a floating dtype; got int64"):
+        R.ode_block({**p, "ode_func.norm.weight": np.ones(12, np.int64)}, x, cfg)
+    with pytest.raises(ValueError, match="attention: its config"):
+        other = R.ODEConfig(hidden_size=12, num_heads=4)
+        R.ode_block(p, x, cfg, attention=R.SelfAttention(other))

@@ -1,0 +1,60 @@
+"""Measured convergence order of every solver on the ODE attention block itself.
+
+The oracle is independent of our stepper: scipy's DOP853 at rtol = atol = 1e-13, whose own error
+(checked below against a second run at 1e-12) is far under the smallest error we fit.
+"""
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import ode_ref as R
+
+CFG = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1)
+STEPS = {1: [8, 16, 32, 64], 2: [4, 8, 16, 32], 4: [2, 4, 8, 16]}  # by order: errors stay >> oracle
+
+
+def problem(variant):
+    params = R.init_params(CFG, seed=7, perturb_norms=True)
+    x = np.random.default_rng(5).normal(size=(1, 4, 8))
+    attention = variant(CFG)
+    prepared = attention.prepare(params, x)
+
+    def rhs(t, y):
+        return attention(prepared, t, y.reshape(x.shape)).ravel()
+
+    return params, x, attention, rhs
+
+
+def oracle(rhs, x, rtol):
+    sol = solve_ivp(rhs, (0.0, 1.0), x.ravel(), method="DOP853", rtol=rtol, atol=rtol)
+    return sol.y[:, -1].reshape(x.shape)
+
+
+@pytest.mark.parametrize("variant", [R.SelfAttention, R.ScaledQueryAttention], ids=["autonomous", "time-dependent"])
+@pytest.mark.parametrize("solver", list(R.TABLEAUS))
+def test_measured_convergence_order(solver, variant):
+    params, x, attention, rhs = problem(variant)
+    exact = oracle(rhs, x, 1e-13)
+    oracle_error = np.abs(exact - oracle(rhs, x, 1e-12)).max()  # bounds the 1e-13 run's own error
+    assert oracle_error < 1e-11
+    order = R.TABLEAUS[solver].order
+    steps = STEPS[order]
+    errors = []
+    for n in steps:
+        cfg = R.ODEConfig(**{**CFG.to_dict(), "ode_solver": solver, "ode_steps": n})
+        errors.append(np.abs(R.ode_block(params, x, cfg, attention=variant(cfg)) - exact).max())
+    assert min(errors) > 30 * oracle_error  # far above the oracle's error: the fit measures the solver
+    slope = np.polyfit(np.log(1.0 / np.array(steps)), np.log(errors), 1)[0]
+    assert slope == pytest.approx(order, abs=0.3), f"{solver}: errors {errors}"
+
+
+def test_step_times_are_exact():
+    assert R.rk.step_times(3) == [0.0, 1 / 3, 2 / 3]
+    assert R.rk.step_times(10)[7] == 0.7  # k / steps, not 0.1 + 0.1 + ... (0.1 summed 7 times is 0.7000000000000001)
+
+
+def test_stage_times_passed_to_f():
+    seen = []
+    R.integrate(lambda t, y: seen.append(t) or y, 1.0, R.TABLEAUS["rk4"], 2)
+    assert seen == [0.0, 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0]
