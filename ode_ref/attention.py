@@ -16,8 +16,7 @@ gives a uniform row instead of NaN; postprocess_attn then zeroes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -50,8 +49,7 @@ def masked_fill_min(s, mask):
     return np.where(mask, s, np.finfo(s.dtype).min)
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """What every evaluation of f shares within one block forward (computed once)."""
 
     qkv: np.ndarray  # (3 d_model, d_model), BitLinear-quantised when use_bitnet
@@ -125,7 +123,7 @@ class SelfAttention:
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
 
-    def __call__(self, prepared: Prepared, t, z):
+    def evaluate(self, prepared: Prepared, t, z):
         """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model)."""
         h = self.norm(prepared.norm, z)
         q, k, v = self.project(prepared.qkv, h)
@@ -134,3 +132,4 @@ class SelfAttention:
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, y.reshape(z.shape))
 
+    __call__ = evaluate

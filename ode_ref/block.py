@@ -20,23 +20,30 @@ from .tableaus import TABLEAUS
 FLOAT_DTYPES = (np.float32, np.float64)
 
 
-def check_input(x, config, padding_mask=None) -> None:
-    """Raise ValueError/TypeError unless x is (batch, seq, d_model) float and the mask fits it."""
+def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=FLOAT_DTYPES, bool_dtype=np.bool_):
+    """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.
+
+    array_type, float_dtypes and bool_dtype let a backend run the same checks on its own arrays.
+    """
     cfg = ODEConfig.from_any(config)
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"x: expected a numpy.ndarray; got {type(x).__name__}")
-    if x.ndim != 3 or x.shape[-1] != cfg.hidden_size or 0 in x.shape:
+    kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__}"
+    if not isinstance(x, array_type):
+        raise TypeError(f"x: expected a {kind}; got {type(x).__name__}")
+    if x.ndim != 3 or x.shape[-1] != cfg.hidden_size or 0 in tuple(x.shape):
         raise ValueError(
-            f"x: expected shape (batch, seq, {cfg.hidden_size}) with batch, seq >= 1; got {x.shape}"
+            f"x: expected shape (batch, seq, {cfg.hidden_size}) with batch, seq >= 1; got {tuple(x.shape)}"
         )
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"x: expected dtype float32 or float64; got {x.dtype}")
+    if x.dtype not in float_dtypes:
+        names = " or ".join(getattr(d, "__name__", str(d)) for d in float_dtypes)
+        raise TypeError(f"x: expected dtype {names}; got {x.dtype}")
     if padding_mask is not None:
-        if not isinstance(padding_mask, np.ndarray) or padding_mask.dtype != np.bool_:
-            got = padding_mask.dtype if isinstance(padding_mask, np.ndarray) else type(padding_mask).__name__
-            raise TypeError(f"padding_mask: expected a bool numpy.ndarray (True = real token); got {got}")
-        if padding_mask.shape != x.shape[:2]:
-            raise ValueError(f"padding_mask: expected shape {x.shape[:2]} (batch, seq); got {padding_mask.shape}")
+        if not isinstance(padding_mask, array_type) or padding_mask.dtype != bool_dtype:
+            got = padding_mask.dtype if isinstance(padding_mask, array_type) else type(padding_mask).__name__
+            raise TypeError(f"padding_mask: expected a bool {kind} (True = real token); got {got}")
+        if tuple(padding_mask.shape) != tuple(x.shape[:2]):
+            raise ValueError(
+                f"padding_mask: expected shape {tuple(x.shape[:2])} (batch, seq); got {tuple(padding_mask.shape)}"
+            )
 
 
 def _setup(params, x, config, padding_mask, attention):

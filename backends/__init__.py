@@ -1,0 +1,2 @@
+"""Ports of the spec: backends.torch (PyTorch) and backends.jax (JAX). Each mirrors ode_ref's
+file, function and stage names so that a spec function and its port read side by side."""

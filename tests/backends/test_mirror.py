@@ -1,0 +1,36 @@
+"""Each backend module mirrors its spec module: the spec's public functions and classes exist
+under the same names in the port (a port may add names, never drop or rename one)."""
+
+import importlib
+import inspect
+
+import pytest
+
+MODULES = ["norms", "bitlinear", "attention", "variants"]
+STAGES = ["prepare", "build_mask", "project", "preprocess_qkv", "attn", "postprocess_attn", "output_proj", "evaluate"]
+
+
+def public(module):
+    return {
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == module.__name__
+    }
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("name", MODULES)
+def test_port_has_the_spec_names(backend, name):
+    pytest.importorskip(backend)
+    spec = importlib.import_module(f"ode_ref.{name}")
+    port = importlib.import_module(f"backends.{backend}.{name}")
+    missing = public(spec) - public(port) - {"erf"}  # erf: torch and jax have their own
+    assert not missing, f"backends.{backend}.{name} lacks {sorted(missing)}"
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_stages_have_the_spec_names(backend):
+    pytest.importorskip(backend)
+    spec = importlib.import_module("ode_ref.attention").SelfAttention
+    port = importlib.import_module(f"backends.{backend}.attention").SelfAttention
+    for stage in STAGES:
+        assert callable(getattr(spec, stage)) and callable(getattr(port, stage)), stage

@@ -1,0 +1,180 @@
+"""The PyTorch port against the spec over the pairwise matrix, and its module behaviour."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ode_ref as R  # noqa: E402
+from backends.torch import ODEAttentionBlock, ODEFunc, load_params, state_dict_to_params  # noqa: E402
+from conformance.fixtures import matrix_cases  # noqa: E402
+from conformance.tolerance import relative_error, tolerance  # noqa: E402
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+CASES = matrix_cases()
+
+
+def build(cfg, params, dtype=torch.float64, cls=ODEAttentionBlock):
+    block = cls(cfg).to(dtype)
+    load_params(block, params)
+    return block.eval()
+
+
+def run(block, x, mask=None, dtype=torch.float64, **kw):
+    xt = torch.as_tensor(x).to(dtype)
+    mt = None if mask is None else torch.as_tensor(mask)
+    with torch.no_grad():
+        return block(xt, mt, **kw)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_matches_spec_over_matrix(case, dtype):
+    block = build(case.config, case.params, DTYPES[dtype])
+    _, traj = run(block, case.x, case.padding_mask, DTYPES[dtype], return_trajectory=True)
+    err = relative_error(traj.double().numpy(), case.trajectory)
+    assert err <= tolerance(case.e32, dtype), f"error {err:.2e}, tolerance {tolerance(case.e32, dtype):.2e}"
+    if dtype == "float64":
+        assert err <= 1e-12  # the issue's bar; the derived tolerance is tighter still
+
+
+def test_bfloat16_runs_within_its_stated_bound():
+    """bfloat16: unit roundoff 2^-8, so the derived bound is 32 * 2^-8 = 0.125 relative (measured:
+    0.01 - 0.05 here, BitLinear decisions included)."""
+    for case in CASES[:12]:
+        block = build(case.config, case.params, torch.bfloat16)
+        out = run(block, case.x, case.padding_mask, torch.bfloat16).double().numpy()
+        assert np.isfinite(out).all()
+        assert relative_error(out, case.trajectory[-1]) <= tolerance(case.e32, "bfloat16")
+
+
+def test_checkpoint_of_the_seed_module_loads_strict():
+    """A state_dict with the seed's keys (here written out by hand) loads with strict=True."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="derf", use_bitnet=True)
+    seed_state = {
+        "ode_func.qkv.weight": torch.randn(24, 8),
+        "ode_func.out_proj.weight": torch.randn(8, 8),
+        "ode_func.norm.alpha": torch.tensor(0.7),
+        "ode_func.norm.s": torch.tensor(0.1),
+        "ode_func.norm.gamma": torch.randn(8),
+        "ode_func.norm.beta": torch.randn(8),
+    }
+    block = ODEAttentionBlock(cfg)
+    block.load_state_dict(seed_state, strict=True)
+    assert list(block.state_dict()) == list(seed_state) == list(R.param_shapes(cfg))
+    params = state_dict_to_params(block.state_dict())
+    R.check_params(params, cfg)
+    x = np.random.default_rng(0).normal(size=(1, 3, 8))
+    np.testing.assert_allclose(run(build(cfg, params), x).numpy(), R.ode_block(params, x, cfg), rtol=1e-12, atol=1e-12)
+
+
+def test_seed_attribute_names_and_forwards():
+    cfg = R.ODEConfig(hidden_size=12, num_heads=3, ode_solver="rk38", ode_steps=3, dropout=0.1)
+    block = ODEAttentionBlock(cfg)
+    f = block.ode_func
+    assert isinstance(f, ODEFunc)
+    assert (f.dim, f.num_heads, f.head_dim, f.scale, f.mode) == (12, 3, 4, 0.5, "encoder")
+    assert f.qkv.weight.shape == (36, 12) and f.out_proj.weight.shape == (12, 12) and f.dropout.p == 0.1
+    assert (block.solver, block.steps) == ("rk38", 3)
+    x = torch.randn(2, 4, 12)
+    assert f(0.0, x).shape == x.shape and block(x).shape == x.shape
+
+
+def test_function_forward_equals_spec_ode_func():
+    case = CASES[3]
+    block = build(case.config, case.params)
+    got = block.ode_func(0.25, torch.as_tensor(case.x), None if case.padding_mask is None else torch.as_tensor(case.padding_mask))
+    want = R.ode_func(case.params, 0.25, case.x, case.config, case.padding_mask)
+    assert relative_error(got.detach().numpy(), want) <= 1e-13
+
+
+def test_padded_positions_unchanged_and_decoder_causal():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True, norm_type="dynamic_tanh")
+    params = R.init_params(cfg, 4, perturb_norms=True)
+    block = build(cfg, params)
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    with torch.no_grad():
+        z = block(x, mask)
+        assert torch.equal(z[~mask], x[~mask]) and torch.isfinite(z).all()
+        x2 = x.clone()
+        x2[:, 3:] += 5.0
+        assert torch.equal(block(x2)[:, :3], block(x)[:, :3])
+
+
+def test_gradcheck_float64():
+    for norm in ("layer_norm", "dynamic_tanh", "derf", "prms_norm"):
+        cfg = R.ODEConfig(hidden_size=4, num_heads=2, norm_type=norm, ode_solver="heun", ode_steps=2, mode="decoder")
+        block = build(cfg, R.init_params(cfg, 1, perturb_norms=True))
+        x = torch.randn(1, 3, 4, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x: block(x), (x,), eps=1e-6, atol=1e-7)
+        w = block.ode_func.qkv.weight
+        assert torch.autograd.gradcheck(
+            lambda w: torch.func.functional_call(block, {"ode_func.qkv.weight": w}, (x.detach(),)), (w.detach().requires_grad_(),)
+        )
+
+
+def test_bitlinear_straight_through_gradients_flow():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True)
+    block = ODEAttentionBlock(cfg).double().train()
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    block(x).square().sum().backward()
+    for p in (x, block.ode_func.qkv.weight, block.ode_func.out_proj.weight, block.ode_func.norm.weight):
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+    with torch.no_grad():  # without autograd the forward values are exactly the quantised ones
+        params = state_dict_to_params(block.state_dict())
+        assert relative_error(block(x.detach()).numpy(), R.ode_block(params, x.detach().numpy(), cfg)) <= 1e-13
+
+
+def test_dropout_only_in_training():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, dropout=0.5)
+    block = ODEAttentionBlock(cfg).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    block.eval()
+    assert torch.equal(block(x), block(x))
+    block.train()
+    torch.manual_seed(0)
+    a = block(x)
+    torch.manual_seed(1)
+    assert not torch.allclose(a, block(x))
+
+
+def test_weights_quantised_once_per_forward(monkeypatch):
+    import backends.torch.attention as attention
+
+    calls = []
+    real = attention.quantize_weight
+    monkeypatch.setattr(attention, "quantize_weight", lambda w: calls.append(1) or real(w))
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True, ode_steps=4, ode_solver="rk4")
+    ODEAttentionBlock(cfg)(torch.randn(1, 3, 8))
+    assert len(calls) == 2  # qkv and out_proj, not 2 x 16 evaluations
+
+
+def test_torch_compile_fullgraph_equals_eager():
+    case = next(c for c in CASES if c.config.use_bitnet and c.padding_mask is not None and c.config.mode == "decoder")
+    block = build(case.config, case.params, torch.float32)
+    compiled = torch.compile(block, fullgraph=True)
+    eager = run(block, case.x, case.padding_mask, torch.float32)
+    got = run(compiled, case.x, case.padding_mask, torch.float32)
+    assert relative_error(got.numpy(), eager.numpy()) <= tolerance(case.e32, "float32")
+
+
+def test_errors_match_the_spec():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    block = ODEAttentionBlock(cfg)
+    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(3, 8\)"):
+        block(torch.randn(3, 8))
+    with pytest.raises(TypeError, match=r"x: expected dtype torch.float32 \(the module's parameter dtype"):
+        block(torch.randn(1, 3, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="x: expected dtype torch.float32 or torch.float64 .*; got torch.int64"):
+        block(torch.ones(1, 3, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 4\)"):
+        block(torch.randn(1, 3, 8), torch.ones(1, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="padding_mask: expected a bool torch.Tensor .*; got torch.int64"):
+        block(torch.randn(1, 3, 8), torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="ode_solver: expected one of .*; got 'dopri5'"):
+        ODEAttentionBlock({"hidden_size": 8, "num_heads": 2, "ode_solver": "dopri5"})
+    with pytest.raises(ValueError, match=r"params: .* missing \['ode_func.norm.bias'\]"):
+        load_params(block, {k: v for k, v in R.init_params(cfg).items() if k != "ode_func.norm.bias"})
+    with pytest.raises(ValueError, match="ode_func: its config"):
+        ODEAttentionBlock(cfg, ode_func=ODEFunc(R.ODEConfig(hidden_size=8, num_heads=4)))
