@@ -26,7 +26,7 @@ def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dt
     array_type, float_dtypes and bool_dtype let a backend run the same checks on its own arrays.
     """
     cfg = ODEConfig.from_any(config)
-    kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__}"
+    kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__.rsplit('.', 1)[-1]}"
     if not isinstance(x, array_type):
         raise TypeError(f"x: expected a {kind}; got {type(x).__name__}")
     if x.ndim != 3 or x.shape[-1] != cfg.hidden_size or 0 in tuple(x.shape):

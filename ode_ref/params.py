@@ -73,9 +73,10 @@ def check_params(params, config) -> None:
         got = tuple(np.shape(params[name]))
         if got != shape:
             raise ValueError(f"params[{name!r}]: expected shape {shape}; got {got}")
-        kind = np.asarray(params[name]).dtype.kind
-        if kind != "f":
-            raise ValueError(f"params[{name!r}]: expected a floating dtype; got {np.asarray(params[name]).dtype}")
+        value = params[name]
+        dtype = np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype  # traced arrays too
+        if dtype.kind != "f" and dtype.name != "bfloat16":
+            raise ValueError(f"params[{name!r}]: expected a floating dtype; got {dtype}")
 
 
 def norm_params_of(params: dict, norm_type: str) -> dict:

@@ -1,0 +1,7 @@
+"""JAX port of ode_ref: pure functions over a dict pytree of parameters with the spec's names.
+Importing it changes no global JAX setting (x64 stays as the user set it)."""
+
+from .attention import SelfAttention as SelfAttention
+from .block import ode_block as ode_block, ode_func as ode_func
+from .variants import LocalWindowAttention as LocalWindowAttention
+from .variants import ScaledQueryAttention as ScaledQueryAttention

@@ -1,0 +1,73 @@
+"""The ODE attention block in JAX; port of ode_ref/block.py.
+
+    ode_func(params, t, x, config, padding_mask=None)   f once
+    ode_block(params, x, config, padding_mask=None)     z(1)
+
+The step loop is a lax.scan over the step index, so tracing and compiling cost one step whatever
+ode_steps is; its body is ode_ref.rk.rk_step itself. Weight quantisation and the mask are built
+once, before the scan. jit with the config (and a variant, if any) static:
+
+    jax.jit(ode_block, static_argnames=("config", "attention", "return_trajectory"))
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ode_ref.block import check_input
+from ode_ref.config import ODEConfig
+from ode_ref.params import check_params
+from ode_ref.rk import rk_step
+from ode_ref.tableaus import TABLEAUS
+
+from .attention import SelfAttention
+
+
+def _as_jax(x, name: str):
+    """x as a jax.Array, refusing a float64 input that JAX would silently make float32."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError(
+            f"{name}: got float64 but JAX's x64 mode is off, so JAX would compute in float32; "
+            "pass float32, or run under `with jax.enable_x64(True):`"
+        )
+    return jnp.asarray(x) if isinstance(x, np.ndarray) else x
+
+
+def _float_dtypes():
+    return (jnp.float32, jnp.float64, jnp.bfloat16) if jax.config.jax_enable_x64 else (jnp.float32, jnp.bfloat16)
+
+
+def _setup(params, x, config, padding_mask, attention):
+    cfg = ODEConfig.from_any(config)
+    check_params(params, cfg)
+    x = _as_jax(x, "x")
+    padding_mask = None if padding_mask is None else _as_jax(padding_mask, "padding_mask")
+    check_input(x, cfg, padding_mask, array_type=jax.Array, float_dtypes=_float_dtypes(), bool_dtype=jnp.bool_)
+    attention = SelfAttention(cfg) if attention is None else attention
+    if attention.config != cfg:
+        raise ValueError(f"attention: its config {attention.config} differs from config {cfg}")
+    return cfg, attention, x, attention.prepare(params, x, padding_mask)
+
+
+def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
+    """f(t, x): (batch, seq, d_model) -> (batch, seq, d_model), one evaluation."""
+    _, attention, x, prepared = _setup(params, x, config, padding_mask, attention)
+    return attention(prepared, t, x)
+
+
+def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False):
+    """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model))."""
+    cfg, attention, x, prepared = _setup(params, x, config, padding_mask, attention)
+    tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
+    h = 1.0 / steps
+
+    def step(z, k):
+        z = rk_step(lambda t, y: attention(prepared, t, y), k / steps, h, z, tableau)
+        return z, z
+
+    z1, states = jax.lax.scan(step, x, jnp.arange(steps, dtype=x.dtype))
+    if return_trajectory:
+        return z1, jnp.concatenate([x[None], states])
+    return z1

@@ -1,0 +1,176 @@
+"""The JAX port against the spec over the pairwise matrix, and its transformations."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import ode_ref as R  # noqa: E402
+from backends import jax as J  # noqa: E402
+from conformance.fixtures import matrix_cases  # noqa: E402
+from conformance.tolerance import relative_error, tolerance  # noqa: E402
+
+CASES = matrix_cases()
+block_jit = jax.jit(J.ode_block, static_argnames=("config", "attention", "return_trajectory"))
+
+
+def as32(params):
+    return {k: v.astype(np.float32) for k, v in params.items()}
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_matches_spec_float64(case, x64):
+    _, traj = block_jit(case.params, case.x, case.config, case.padding_mask, return_trajectory=True)
+    assert traj.dtype == jnp.float64
+    err = relative_error(np.asarray(traj), case.trajectory)
+    assert err <= min(tolerance(case.e32, "float64"), 1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_matches_spec_float32(case):
+    _, traj = block_jit(as32(case.params), case.x.astype(np.float32), case.config, case.padding_mask, return_trajectory=True)
+    assert traj.dtype == jnp.float32
+    assert relative_error(np.asarray(traj), case.trajectory) <= tolerance(case.e32, "float32")
+
+
+def test_importing_leaves_x64_alone():
+    assert not jax.config.jax_enable_x64  # the test session never turned it on globally
+
+
+def test_jit_equals_eager(x64):
+    for case in CASES[:6]:
+        eager = J.ode_block(case.params, case.x, case.config, case.padding_mask)
+        jitted = block_jit(case.params, case.x, case.config, case.padding_mask)
+        assert relative_error(np.asarray(jitted), np.asarray(eager)) <= tolerance(case.e32, "float64")
+
+
+def test_ode_func_equals_spec(x64):
+    case = CASES[3]
+    got = J.ode_func(case.params, 0.25, case.x, case.config, case.padding_mask)
+    assert relative_error(np.asarray(got), R.ode_func(case.params, 0.25, case.x, case.config, case.padding_mask)) <= 1e-13
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "dynamic_tanh", "derf", "prms_norm"])
+def test_grad_against_central_differences_of_the_spec(norm, x64):
+    cfg = R.ODEConfig(hidden_size=4, num_heads=2, norm_type=norm, ode_solver="rk4", ode_steps=2, mode="decoder")
+    params = R.init_params(cfg, 1, perturb_norms=True)
+    x = np.random.default_rng(2).normal(size=(1, 3, 4))
+    w = np.random.default_rng(3).normal(size=x.shape)  # loss = sum(w * z(1))
+
+    g_x, g_p = jax.grad(lambda x, p: jnp.sum(w * J.ode_block(p, x, cfg)), argnums=(0, 1))(x, params)
+    eps = 1e-6  # central differences: truncation ~eps^2 * f''' ~1e-12, rounding ~1e-16 / eps = 1e-10
+
+    def fd(fun, a):
+        out = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            d = np.zeros_like(a)
+            d[i] = eps
+            out[i] = (fun(a + d) - fun(a - d)) / (2 * eps)
+        return out
+
+    spec_loss = lambda x, p: float(np.sum(w * R.ode_block(p, x, cfg)))  # noqa: E731
+    np.testing.assert_allclose(np.asarray(g_x), fd(lambda a: spec_loss(a, params), x), rtol=1e-6, atol=1e-8)
+    for name in ("ode_func.out_proj.weight", "ode_func.norm." + next(iter(R.NORM_PARAMS[norm]))):
+        want = fd(lambda a: spec_loss(x, {**params, name: a}), params[name])
+        np.testing.assert_allclose(np.asarray(g_p[name]), want, rtol=1e-6, atol=1e-8)
+
+
+def test_bitlinear_straight_through_gradient(x64):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True)
+    params = R.init_params(cfg, 1)
+    x = np.random.default_rng(0).normal(size=(1, 3, 8))
+    g = jax.grad(lambda p: jnp.sum(J.ode_block(p, x, cfg) ** 2))(params)
+    for v in g.values():
+        assert np.isfinite(np.asarray(v)).all() and np.abs(np.asarray(v)).sum() > 0
+    # the forward is the spec's quantiser exactly (custom_jvp, not x + stop_gradient(q - x))
+    assert relative_error(np.asarray(J.ode_block(params, x, cfg)), R.ode_block(params, x, cfg)) <= 1e-13
+
+
+def test_vmap_over_parameter_sets(x64):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_solver="heun", ode_steps=3)
+    sets = [R.init_params(cfg, s, perturb_norms=True) for s in range(3)]
+    stacked = {k: np.stack([p[k] for p in sets]) for k in sets[0]}
+    x = np.random.default_rng(0).normal(size=(2, 5, 8))
+    out = jax.vmap(lambda p: J.ode_block(p, x, cfg))(stacked)
+    for i, p in enumerate(sets):
+        assert relative_error(np.asarray(out[i]), R.ode_block(p, x, cfg)) <= 1e-13
+
+
+def test_scan_keeps_the_traced_program_independent_of_steps():
+    """Compile time tracks program size; with lax.scan it is the same at 1 and 64 steps."""
+    sizes = []
+    for steps in (1, 64):
+        cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=steps, use_bitnet=True)
+        params = as32(R.init_params(cfg))
+        jaxpr = jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(params, np.zeros((1, 3, 8), np.float32))
+        scan = next(e for e in jaxpr.eqns if e.primitive.name == "scan")
+        sizes.append((len(jaxpr.eqns), len(scan.params["jaxpr"].eqns), scan.params["length"]))
+    assert sizes[0][:2] == sizes[1][:2] and (sizes[0][2], sizes[1][2]) == (1, 64)
+
+
+def count_primitive(jaxpr, name, skip_scan=False):
+    """How many `name` equations a jaxpr holds, nested calls included (optionally not inside scan)."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == name
+        if skip_scan and eqn.primitive.name == "scan":
+            continue
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", value)
+            if hasattr(inner, "eqns"):
+                n += count_primitive(inner, name, skip_scan)
+    return n
+
+
+def test_weight_quantisation_outside_the_loop():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=4, use_bitnet=True, ode_solver="rk4")
+    closed = jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32))
+    scan = next(e for e in closed.jaxpr.eqns if e.primitive.name == "scan")
+    assert count_primitive(closed.jaxpr, "round", skip_scan=True) == 2  # the two weights, once
+    assert count_primitive(scan.params["jaxpr"].jaxpr, "round") == 2 * 4  # activations: 2 per stage, 4 stages
+
+
+def test_padded_positions_unchanged_and_decoder_causal(x64):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True, norm_type="derf")
+    params = R.init_params(cfg, 4, perturb_norms=True)
+    x = np.random.default_rng(1).normal(size=(2, 6, 8))
+    mask = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)
+    z = np.asarray(block_jit(params, x, cfg, mask))
+    np.testing.assert_array_equal(z[~mask], x[~mask])
+    x2 = x.copy()
+    x2[:, 3:] += 5.0
+    np.testing.assert_array_equal(np.asarray(block_jit(params, x2, cfg))[:, :3], np.asarray(block_jit(params, x, cfg))[:, :3])
+
+
+@pytest.mark.parametrize("variant, kwargs", [("ScaledQueryAttention", dict(query_scale=1.5, time_gain=0.75)), ("LocalWindowAttention", dict(window=2))])
+def test_ported_variants_equal_spec_variants(variant, kwargs, x64):
+    for case in CASES[:8]:
+        got = block_jit(case.params, case.x, case.config, case.padding_mask, attention=getattr(J, variant)(case.config, **kwargs))
+        want = R.ode_block(case.params, case.x, case.config, case.padding_mask, attention=getattr(R, variant)(case.config, **kwargs))
+        assert relative_error(np.asarray(got), want) <= 1e-12
+
+
+def test_errors():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    p32 = as32(R.init_params(cfg))
+    with pytest.raises(TypeError, match=r"x: got float64 but JAX's x64 mode is off"):
+        J.ode_block(p32, np.zeros((1, 3, 8)), cfg)
+    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(1, 3, 7\)"):
+        J.ode_block(p32, np.zeros((1, 3, 7), np.float32), cfg)
+    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int32"):
+        J.ode_block(p32, np.zeros((1, 3, 8), np.int32), cfg)
+    with pytest.raises(ValueError, match=r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 2\)"):
+        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), cfg, np.ones((1, 2), bool))
+    with pytest.raises(TypeError, match="padding_mask: expected a bool jax.Array .*; got int32"):
+        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), cfg, np.ones((1, 3), np.int32))
+    with pytest.raises(ValueError, match=r"params\['ode_func.qkv.weight'\]: expected shape \(24, 8\); got \(8, 8\)"):
+        J.ode_block({**p32, "ode_func.qkv.weight": np.zeros((8, 8), np.float32)}, np.zeros((1, 3, 8), np.float32), cfg)
+    with pytest.raises(ValueError, match="mode: expected one of 'encoder', 'decoder'; got 'causal'"):
+        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), {"hidden_size": 8, "num_heads": 2, "mode": "causal"})
