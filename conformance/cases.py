@@ -1,0 +1,118 @@
+"""The conformance cases: a parameter table of seeded block cases, each computed by ode_ref.
+
+A case is named `block_<variant>`; the names are unique (a duplicate raises). build_case runs
+the spec in float64 and records, per quantity, the spec's own float32 error (e32), from which
+every backend's tolerance is derived (tolerance.py). Quantities, in the order a forward computes
+them: f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+import ode_ref as R
+
+from .matrix import FACTORS, config_of, make_inputs, pairwise
+from .tolerance import relative_error
+
+CASES_VERSION = 1  # bump when a case's definition changes; recorded in the manifest
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """How to build one case: a config, the seeds, the input shape and scale."""
+
+    name: str
+    config: R.ODEConfig
+    batch: int
+    seq: int
+    padding: bool
+    param_seed: int
+    input_seed: int
+    scale: float = 1.0  # standard deviation of x
+
+
+@dataclass(frozen=True)
+class Case:
+    """A built case: inputs, parameters and the spec's float64 outputs."""
+
+    name: str
+    config: R.ODEConfig
+    params: dict  # name -> float64 array
+    x: np.ndarray  # float64 (batch, seq, d_model)
+    padding_mask: Optional[np.ndarray]  # bool (batch, seq)
+    f0: np.ndarray  # f(0, x), float64
+    trajectory: np.ndarray  # (steps + 1, batch, seq, d_model); [0] = x, [-1] = z1
+    e32: dict  # quantity -> the spec's own float32 relative error
+    input_seed: int = 0  # the seed of the fair draw actually used
+    param_seed: int = 0
+
+    @property
+    def z1(self) -> np.ndarray:
+        return self.trajectory[-1]
+
+    def quantities(self) -> dict:
+        """name -> float64 golden array, in forward order."""
+        out = {"f0": self.f0}
+        out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
+        out["z1"] = self.z1
+        return out
+
+
+def _matrix_name(row: dict) -> str:
+    b, t, h, d = row["shape"]
+    return (f"block_{row['norm_type']}_{row['ode_solver']}_{row['mode']}_{'bitnet' if row['use_bitnet'] else 'float'}"
+            f"_{'pad' if row['padding'] else 'nopad'}_s{row['ode_steps']}_b{b}t{t}h{h}d{d}")
+
+
+# Chosen edge cases beside the pairwise matrix: (name, config fields, batch, seq, padding, scale)
+EDGE_CASES = [
+    ("block_large_magnitude_layer_norm_bitnet_decoder", dict(hidden_size=8, num_heads=2, use_bitnet=True, mode="decoder"), 2, 5, True, 1e4),
+    ("block_large_magnitude_derf_rk4", dict(hidden_size=8, num_heads=2, norm_type="derf"), 2, 5, False, 1e4),
+    ("block_large_magnitude_flash_norm_rk38", dict(hidden_size=12, num_heads=3, norm_type="flash_norm", ode_solver="rk38"), 1, 6, False, 1e3),
+    ("block_t1_h1_decoder_bitnet", dict(hidden_size=6, num_heads=1, mode="decoder", use_bitnet=True), 3, 1, True, 1.0),
+    ("block_rk4_s8_decoder_bitnet_pad_dyt", dict(hidden_size=10, num_heads=2, mode="decoder", use_bitnet=True, norm_type="dynamic_tanh", ode_steps=8), 3, 9, True, 1.0),
+    ("block_rk4_s8_encoder_prms_wide", dict(hidden_size=40, num_heads=5, norm_type="prms_norm", ode_steps=8), 1, 6, False, 1.0),
+    ("block_small_magnitude_rms_norm", dict(hidden_size=8, num_heads=2, norm_type="rms_norm"), 2, 4, False, 1e-3),
+]
+
+
+def case_specs() -> list[CaseSpec]:
+    specs = []
+    for i, row in enumerate(pairwise(FACTORS)):
+        b, t, _, _ = row["shape"]
+        specs.append(CaseSpec(_matrix_name(row), config_of(row), b, t, row["padding"], param_seed=i, input_seed=1000 * i))
+    for j, (name, fields, b, t, padding, scale) in enumerate(EDGE_CASES):
+        i = 500 + j
+        specs.append(CaseSpec(name, R.ODEConfig(**fields), b, t, padding, param_seed=i, input_seed=1000 * i, scale=scale))
+    seen = set()
+    for s in specs:
+        if s.name in seen:
+            raise ValueError(f"case name {s.name!r} is defined twice")
+        seen.add(s.name)
+    return specs
+
+
+def build_case(spec: CaseSpec) -> Case:
+    cfg = spec.config
+    params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
+    x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding, scale=spec.scale)
+    f0 = R.ode_func(params, 0.0, x, cfg, mask)
+    _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
+    x32 = x.astype(np.float32)
+    f0_32 = R.ode_func(params, 0.0, x32, cfg, mask)
+    _, traj32 = R.ode_block(params, x32, cfg, mask, return_trajectory=True)
+    e32 = {"f0": relative_error(f0_32, f0)}
+    e32.update({f"step_{k}": relative_error(traj32[k], traj[k]) for k in range(1, len(traj))})
+    e32["z1"] = e32[f"step_{len(traj) - 1}"]
+    return Case(spec.name, cfg, params, x, mask, f0, traj, e32, input_seed=used, param_seed=spec.param_seed)
+
+
+@functools.lru_cache(maxsize=None)
+def build_all() -> tuple[Case, ...]:
+    """Every case, built from the spec (kept in memory for the session)."""
+    return tuple(build_case(s) for s in case_specs())

@@ -1,0 +1,1 @@
+"""ONNX export of the unrolled ODE attention block, and inference with ONNX Runtime."""

@@ -1,0 +1,5 @@
+"""`odeattn bench` (filled in by the benchmarks)."""
+
+
+def register(sub) -> None:
+    pass
