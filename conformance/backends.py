@@ -120,7 +120,12 @@ class JaxBackend:
 
 
 BUILTIN = {"spec": SpecBackend, "torch": TorchBackend, "jax": JaxBackend}
-OPTIONAL_BUILTIN = {}  # name -> "module:object", filled by packages that ship with odeattn (export)
+# ours that need optional packages (onnx, onnxruntime): loaded by reference, skipped if missing
+OPTIONAL_BUILTIN = {
+    "onnxruntime": "export.backends:OnnxRuntimeBackend",
+    "onnxruntime-opset23": "export.backends:OnnxRuntimeOpset23Backend",
+    "onnx-reference": "export.backends:OnnxReferenceBackend",
+}
 
 
 def _instantiate(obj):

@@ -150,9 +150,11 @@ def summary(results) -> list[dict]:
 
 
 def format_report(results) -> str:
-    lines = [f"{'backend':<12}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}  {'worst err/tol':>13}  worst case"]
-    for row in summary(results):
-        lines.append(f"{row['backend']:<12}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
+    rows = summary(results)
+    w = max([len("backend")] + [len(r["backend"]) for r in rows]) + 2
+    lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}  {'worst err/tol':>13}  worst case"]
+    for row in rows:
+        lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
                      f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case']}")
     failures = [r for r in results if r.failed]
     if failures:

@@ -1,0 +1,151 @@
+"""The whole ODE attention block as one ONNX model, built from the spec's config and parameters.
+
+    inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq] (unless omitted)
+    output:  z float32 [batch, seq, d_model] = z(1)
+
+Structure: the main graph holds the parameters (initializers, stored once), the mask and the
+weight quantisation (computed once), then one node per step calling the local function
+`ode_step`, whose body is ode_ref.rk.rk_step run on symbolic values: one call of the local
+function `ode_func` per stage, combined with the tableau's coefficients. Every step and stage is
+therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
+once: its size does not grow with ode_steps.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import ode_ref as R
+from ode_ref.bitlinear import ternarize_weight
+from ode_ref.norms import NORM_PARAMS
+from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.rk import rk_step
+from ode_ref.tableaus import TABLEAUS
+
+from .attention import Prepared, SelfAttention
+from .graph import Body, Function, Value
+
+OPSETS = (17, 23)
+DEFAULT_OPSET = 17
+
+
+def _initializers(cfg, params) -> dict:
+    """Initializer name -> float32/int8 array. BitLinear weights: ternary^T int8 and w_s."""
+    out = {}
+    for key, name in ((QKV, "qkv"), (OUT_PROJ, "out_proj")):
+        w = np.asarray(params[key], np.float32)
+        if cfg.use_bitnet:
+            ternary, scale = ternarize_weight(w)  # the spec's function, in float32
+            out[f"ode_func.{name}.ternary_t"] = ternary.T.astype(np.int8)
+            out[f"ode_func.{name}.scale"] = np.asarray(scale, np.float32)
+        else:
+            out[f"ode_func.{name}.weight_t"] = np.ascontiguousarray(w.T)
+    for k in NORM_PARAMS[cfg.norm_type]:
+        out[NORM_PREFIX + k] = np.asarray(params[NORM_PREFIX + k], np.float32)
+    return out
+
+
+def _weights(cfg, main) -> dict:
+    """The prepare stage's view of the initializers (Values in the main graph)."""
+    w = {}
+    for name in ("qkv", "out_proj"):
+        if cfg.use_bitnet:
+            w[name] = Value(main, f"ode_func.{name}.ternary_t")
+            w[f"{name}_scale"] = Value(main, f"ode_func.{name}.scale")
+        else:
+            w[name] = Value(main, f"ode_func.{name}.weight_t")
+    for k in NORM_PARAMS[cfg.norm_type]:
+        w["norm." + k] = Value(main, NORM_PREFIX + k)
+    return w
+
+
+def _shared(prepared: Prepared) -> list:
+    vals = [prepared.qkv, prepared.out_proj, *prepared.norm.values()]
+    return vals + [v for v in (prepared.mask, prepared.keep) if v is not None]
+
+
+def _as_prepared(template: Prepared, values: list) -> Prepared:
+    """The same structure as template, over a function's input Values."""
+    it = iter(values)
+    qkv, out = next(it), next(it)
+    norm = {k: next(it) for k in template.norm}
+    mask = next(it) if template.mask is not None else None
+    keep = next(it) if template.keep is not None else None
+    return Prepared(qkv, out, norm, mask, keep)
+
+
+def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
+                 diagnostics: bool = False) -> onnx.ModelProto:
+    """The block for (config, params) as an onnx.ModelProto (float32).
+
+    diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
+    step), which the conformance suite uses to name the first divergent quantity.
+    """
+    cfg = R.ODEConfig.from_any(config)
+    R.check_params(params, cfg)
+    if opset not in OPSETS:
+        raise ValueError(f"opset: expected one of {OPSETS}; got {opset!r}")
+    if attention is not None and type(attention) is not R.SelfAttention:
+        raise NotImplementedError(
+            f"attention: only the spec's default SelfAttention exports; got the variant {type(attention).__name__}"
+        )
+    att = SelfAttention(cfg, opset)
+    main = Body("", opset)
+    x = Value(main, "x")
+    mask_in = Value(main, "padding_mask") if padding_mask else None
+    prepared = att.prepare(main, _weights(cfg, main), x, mask_in)
+    # short names for what every step call passes, so that a step costs the file a few bytes
+    shared = [Value(main, f"w{i}") for i in range(len(_shared(prepared)))]
+    for v, short in zip(_shared(prepared), shared):
+        main.nodes.append(helper.make_node("Identity", [v.name], [short.name]))
+    names = ["z"] + [f"shared_{i}" for i in range(len(shared))]
+
+    func = Function("ode_func", names, opset)
+    func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[1:]), None, func.inputs[0])]
+    step = Function("ode_step", names, opset)
+    stage = lambda t, y: func.call(step, y, *step.inputs[1:])  # noqa: E731  (default stages ignore t)
+    step.outputs = [rk_step(stage, 0.0, 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver])]
+
+    d = cfg.hidden_size
+    state_info = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq", d])  # noqa: E731
+    extra = []
+    if diagnostics:
+        main.nodes.append(helper.make_node("Identity", [func.call(main, x, *shared).name], ["f0"], name="f0"))
+        extra.append(state_info("f0"))
+    z = x
+    for k in range(1, cfg.ode_steps + 1):
+        z = step.call(main, z, *shared)
+        if diagnostics:
+            main.nodes.append(helper.make_node("Identity", [z.name], [f"step_{k}"], name=f"step_{k}"))
+            extra.append(state_info(f"step_{k}"))
+    main.nodes.append(helper.make_node("Identity", [z.name], ["z"], name="output"))
+
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
+    if padding_mask:
+        inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
+    graph = helper.make_graph(
+        main.nodes, "ode_attention_block", inputs,
+        [state_info("z")] + extra,
+        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params).items()],
+    )
+    model = helper.make_model(
+        graph, functions=[func.proto(), step.proto()], producer_name="odeattn", producer_version=R.__version__,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)],
+    )
+    helper.set_model_props(model, {
+        "odeattn_version": R.__version__,
+        "config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "ode_solver": cfg.ode_solver,
+        "ode_steps": str(cfg.ode_steps),
+        "opset": str(opset),
+    })
+    return model
+
+
+def check(model: onnx.ModelProto) -> None:
+    """onnx.checker with full shape inference (raises onnx.checker.ValidationError)."""
+    onnx.checker.check_model(model, full_check=True)

@@ -1,0 +1,89 @@
+"""Running an exported block: ONNX Runtime sessions, and onnx's reference evaluator.
+
+run() checks the feed against the model's own inputs first, so a wrong name, rank, width or
+dtype is reported by name instead of surfacing as a runtime error deep in a kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+
+
+class ModelError(ValueError):
+    """A model file that is missing or is not a readable ONNX model."""
+
+
+def load_model(path) -> onnx.ModelProto:
+    if not os.path.isfile(path):
+        raise ModelError(f"model: no such file {os.fspath(path)!r}")
+    try:
+        model = onnx.load(os.fspath(path))
+        onnx.checker.check_model(model)
+    except Exception as err:  # protobuf DecodeError, ValidationError, ...
+        raise ModelError(f"model {os.fspath(path)!r}: not a valid ONNX model ({type(err).__name__}: {err})") from err
+    return model
+
+
+def session(model, *, threads: int | None = None):
+    """An onnxruntime InferenceSession on the CPU, every graph optimisation on."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _declared(model: onnx.ModelProto) -> dict:
+    """input name -> (elem_type name, dims: int or symbolic str)."""
+    out = {}
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
+        out[vi.name] = (onnx.helper.tensor_dtype_to_np_dtype(t.elem_type), dims)
+    return out
+
+
+def make_feed(model: onnx.ModelProto, x, padding_mask=None) -> dict:
+    """The feed for a block model, checked: x float32 [batch, seq, d_model]; padding_mask bool
+    [batch, seq] (all True if the model takes one and none is given)."""
+    declared = _declared(model)
+    if "x" not in declared:
+        raise ValueError(f"model inputs: expected 'x'; the model declares {sorted(declared)}")
+    x = np.asarray(x)
+    dtype, dims = declared["x"]
+    if x.dtype != dtype:
+        raise TypeError(f"x: expected dtype {np.dtype(dtype).name}; got {x.dtype}")
+    if x.ndim != len(dims) or (isinstance(dims[-1], int) and x.shape[-1] != dims[-1]):
+        raise ValueError(f"x: expected shape [batch, seq, {dims[-1]}]; got {list(x.shape)}")
+    feed = {"x": x}
+    if "padding_mask" in declared:
+        mask = np.ones(x.shape[:2], bool) if padding_mask is None else np.asarray(padding_mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(f"padding_mask: expected dtype bool; got {mask.dtype}")
+        if mask.shape != x.shape[:2]:
+            raise ValueError(f"padding_mask: expected shape {list(x.shape[:2])} (batch, seq); got {list(mask.shape)}")
+        feed["padding_mask"] = mask
+    elif padding_mask is not None:
+        raise ValueError("padding_mask: this model was exported without a padding_mask input; got one")
+    return feed
+
+
+def run(model: onnx.ModelProto, sess, x, padding_mask=None, outputs=None) -> dict:
+    """name -> array for the requested outputs (default: all) of an onnxruntime session."""
+    names = outputs or [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, make_feed(model, x, padding_mask))))
+
+
+def run_reference(model: onnx.ModelProto, x, padding_mask=None) -> dict:
+    """The same with onnx.reference.ReferenceEvaluator, an independent NumPy runtime."""
+    from onnx.reference import ReferenceEvaluator
+
+    ref = ReferenceEvaluator(model)
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, ref.run(None, make_feed(model, x, padding_mask))))

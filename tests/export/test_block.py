@@ -1,0 +1,181 @@
+"""The exported graph: validity, structure, shapes, masks, and the torch.onnx route.
+(Agreement with the spec on every golden case runs in conformance/test_conformance.py through
+the onnxruntime, onnxruntime-opset23 and onnx-reference backends.)"""
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import ode_ref as R  # noqa: E402
+from conformance.tolerance import relative_error, tolerance  # noqa: E402
+from export.block import check, export_model  # noqa: E402
+from export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
+from odeattn.cli import main  # noqa: E402
+
+
+def cfg(**kw):
+    return R.ODEConfig(**{**dict(hidden_size=12, num_heads=3, mode="decoder", norm_type="dynamic_tanh", ode_steps=3), **kw})
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+@pytest.mark.parametrize("norm", R.NORM_TYPES)
+@pytest.mark.parametrize("bitnet", [False, True])
+@pytest.mark.parametrize("mode", R.MODES)
+def test_checker_with_full_shape_inference(opset, norm, bitnet, mode):
+    c = cfg(norm_type=norm, use_bitnet=bitnet, mode=mode, ode_solver="rk38")
+    model = export_model(c, R.init_params(c, perturb_norms=True), opset=opset)
+    check(model)
+    inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    out = inferred.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in out] == ["batch", "seq", 12]
+    ops = {n.op_type for f in model.functions for n in f.node} | {n.op_type for n in model.graph.node}
+    if opset == 23:
+        assert "Attention" in ops
+        assert ("RMSNormalization" in ops) == (norm in ("rms_norm", "flash_norm"))
+    else:
+        assert "Attention" not in ops and "RMSNormalization" not in ops
+    assert ("LayerNormalization" in ops) == (norm == "layer_norm" or bitnet)
+
+
+def test_metadata_and_weights_stored_once():
+    c = cfg(use_bitnet=True, ode_steps=5)
+    model = export_model(c, R.init_params(c, perturb_norms=True))
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert json.loads(meta["config"]) == c.to_dict() and meta["ode_solver"] == "rk4" and meta["odeattn_version"] == R.__version__
+    inits = {i.name: i for i in model.graph.initializer}
+    assert sorted(inits) == sorted([
+        "ode_func.qkv.ternary_t", "ode_func.qkv.scale", "ode_func.out_proj.ternary_t", "ode_func.out_proj.scale",
+        "ode_func.norm.alpha", "ode_func.norm.beta"])
+    ternary = onnx.numpy_helper.to_array(inits["ode_func.qkv.ternary_t"])
+    assert ternary.dtype == np.int8 and set(np.unique(ternary)) <= {-1, 0, 1} and ternary.shape == (12, 36)
+    assert sum(n.op_type == "ode_step" for n in model.graph.node) == 5
+
+
+def test_file_size_does_not_grow_with_steps():
+    sizes = {}
+    for steps in (1, 16):
+        c = R.ODEConfig(hidden_size=128, num_heads=4, ode_steps=steps)
+        sizes[steps] = len(export_model(c, R.init_params(c)).SerializeToString())
+    assert abs(sizes[16] - sizes[1]) / sizes[1] < 0.01, sizes  # measured: 887 B more on 268 kB (0.33%)
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+def test_one_export_runs_at_every_batch_and_seq(opset):
+    c = cfg(use_bitnet=False, norm_type="layer_norm", ode_solver="rk4")
+    params = R.init_params(c, 3, perturb_norms=True)
+    model = export_model(c, params, opset=opset)
+    sess = session(model)
+    rng = np.random.default_rng(0)
+    for batch in (1, 5):
+        for seq in (1, 37, 300):
+            x = rng.normal(size=(batch, seq, 12))
+            mask = np.ones((batch, seq), bool)
+            mask[0, : seq // 3] = False
+            z = run(model, sess, x.astype(np.float32), mask)["z"]
+            want = R.ode_block(params, x, c, mask)
+            e32 = relative_error(R.ode_block(params, x.astype(np.float32), c, mask), want)
+            assert relative_error(z, want) <= tolerance(e32, "float32"), (batch, seq)
+            np.testing.assert_array_equal(z[~mask], x.astype(np.float32)[~mask])  # padded: unchanged
+
+
+@pytest.mark.parametrize("bitnet", [False, True])
+def test_decoder_causality_in_the_graph(bitnet):
+    c = cfg(use_bitnet=bitnet)
+    model = export_model(c, R.init_params(c, 1, perturb_norms=True), padding_mask=False)
+    sess = session(model)
+    x = np.random.default_rng(1).normal(size=(2, 9, 12)).astype(np.float32)
+    z = run(model, sess, x)["z"]
+    for j in (1, 4, 8):
+        x2 = x.copy()
+        x2[:, j:] += 3.0
+        np.testing.assert_array_equal(run(model, sess, x2)["z"][:, :j], z[:, :j])
+
+
+def test_reference_evaluator_agrees_with_onnxruntime():
+    c = cfg(use_bitnet=False, norm_type="derf", ode_solver="heun")
+    model = export_model(c, R.init_params(c, 2, perturb_norms=True))
+    x = np.random.default_rng(2).normal(size=(2, 5, 12)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], bool)
+    assert relative_error(run_reference(model, x, mask)["z"], run(model, session(model), x, mask)["z"]) < 1e-5
+
+
+def test_torch_route_gives_the_same_outputs():
+    torch = pytest.importorskip("torch")
+    from backends.torch import ODEAttentionBlock, load_params
+    from export.from_torch import export_torch
+
+    c = cfg(use_bitnet=False, norm_type="rms_norm")
+    params = R.init_params(c, 5, perturb_norms=True)
+    block = ODEAttentionBlock(c)
+    load_params(block, params)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        export_torch(block, f"{d}/t.onnx", seq=8)
+        via_torch = onnx.load(f"{d}/t.onnx")
+    direct = export_model(c, params)
+    rng = np.random.default_rng(4)
+    for seq in (1, 8, 37):
+        x = rng.normal(size=(3, seq, 12)).astype(np.float32)
+        mask = np.ones((3, seq), bool)
+        mask[1, -1] = False
+        a = run(via_torch, session(via_torch), x, mask)["z"]
+        b = run(direct, session(direct), x, mask)["z"]
+        e32 = relative_error(R.ode_block(params, x, c, mask), R.ode_block(params, x.astype(np.float64), c, mask))
+        assert relative_error(a, b) <= tolerance(e32, "float32"), seq
+    assert torch.__version__
+
+
+def test_feed_errors_name_the_input():
+    c = cfg()
+    model = export_model(c, R.init_params(c))
+    with pytest.raises(TypeError, match="x: expected dtype float32; got float64"):
+        make_feed(model, np.zeros((1, 2, 12)))
+    with pytest.raises(ValueError, match=r"x: expected shape \[batch, seq, 12\]; got \[1, 2, 10\]"):
+        make_feed(model, np.zeros((1, 2, 10), np.float32))
+    with pytest.raises(ValueError, match=r"padding_mask: expected shape \[1, 2\] \(batch, seq\); got \[1, 3\]"):
+        make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 3), bool))
+    with pytest.raises(TypeError, match="padding_mask: expected dtype bool; got int64"):
+        make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), np.int64))
+    nomask = export_model(c, R.init_params(c), padding_mask=False)
+    with pytest.raises(ValueError, match="exported without a padding_mask input"):
+        make_feed(nomask, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), bool))
+    with pytest.raises(ValueError, match="opset: expected one of \\(17, 23\\); got 19"):
+        export_model(c, R.init_params(c), opset=19)
+    with pytest.raises(NotImplementedError, match="attention: only the spec's default SelfAttention exports; got the variant LocalWindowAttention"):
+        export_model(c, R.init_params(c), attention=R.LocalWindowAttention(c))
+
+
+def test_cli_export_and_run(tmp_path, capsys):
+    c = cfg(use_bitnet=True)
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(R.init_params(c, perturb_norms=True), tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "m.onnx"), "--opset", "23"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes stored" in out and "max relative error vs ode_ref" in out
+    x = np.random.default_rng(0).normal(size=(1, 4, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "x.npy"), "-o", str(tmp_path / "z.npy")]) == 0
+    assert np.load(tmp_path / "z.npy").shape == (1, 4, 12)
+    assert main(["run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "r.npy"), "--batch", "5", "--seq", "3"]) == 0
+    assert np.load(tmp_path / "r.npy").shape == (5, 3, 12)
+    np.save(tmp_path / "bad.npy", x[..., :5])
+    assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "bad.npy")]) == 2
+    assert "x: expected shape [batch, seq, 12]; got [1, 4, 5]" in capsys.readouterr().err
+
+
+def test_missing_and_corrupt_models(tmp_path):
+    with pytest.raises(ModelError, match="no such file"):
+        load_model(tmp_path / "none.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"\x08\x07garbage")
+    with pytest.raises(ModelError, match="not a valid ONNX model"):
+        load_model(tmp_path / "junk.onnx")
+    c = cfg()
+    (tmp_path / "t.onnx").write_bytes(export_model(c, R.init_params(c)).SerializeToString()[:500])
+    with pytest.raises(ModelError, match="not a valid ONNX model"):
+        load_model(tmp_path / "t.onnx")
