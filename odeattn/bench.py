@@ -1,5 +1,287 @@
-"""`odeattn bench` (filled in by the benchmarks)."""
+"""`odeattn bench`: every execution path of the block timed in one run, against this machine's
+own float32 matmul peak, measured in the same run.
+
+Method. Each path is warmed up (compilation, caches), then timed `repeats` times; the table shows
+the median and the spread (min .. max). Times are wall-clock seconds of one block forward.
+FLOPs count the matrix products only (elementwise work is O(B T D + B H T^2), under 2% here):
+
+    per evaluation of f:  qkv 6 B T D^2  +  scores 2 B T^2 D  +  a @ v 2 B T^2 D  +  out 2 B T D^2
+                        = 8 B T D^2 + 4 B T^2 D
+    per block forward:    stages(solver) * ode_steps evaluations
+
+GFLOP/s = FLOPs / median time; "% peak" divides by the float32 matmul peak: the best median
+GFLOP/s of a square float32 matmul (NumPy's BLAS and torch.mm, n = 2048) in this run. Ratios
+to PyTorch eager come from the same run, so machine noise cancels to first order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ode_ref as R
+
+SHAPES = {  # name -> (batch, seq, d_model, heads)
+    "small": (1, 128, 256, 8),
+    "large": (8, 512, 512, 8),
+}
+PATHS = ("spec-f64", "spec-f32", "torch-eager", "torch-compile", "jax-jit", "ort-opset17", "ort-opset23")
+
+
+def flops(batch: int, seq: int, d_model: int, config: R.ODEConfig) -> float:
+    per_eval = 8 * batch * seq * d_model**2 + 4 * batch * seq**2 * d_model
+    return float(per_eval * R.TABLEAUS[config.ode_solver].num_stages * config.ode_steps)
+
+
+def measure(fn, *, warmup: int, repeats: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def matmul_peak(threads: int, repeats: int) -> dict:
+    """Median GFLOP/s of an n = 2048 float32 matmul in NumPy and in torch (if installed)."""
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    out = {"numpy": 2 * n**3 / statistics.median(measure(lambda: a @ a, warmup=1, repeats=repeats)) / 1e9}
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        t = torch.from_numpy(a)
+        out["torch"] = 2 * n**3 / statistics.median(measure(lambda: torch.mm(t, t), warmup=1, repeats=repeats)) / 1e9
+    except ImportError:
+        pass
+    return out
+
+
+def _setup(path: str, config, params, x, threads: int):
+    """A zero-argument callable running one forward on `path`, or raises ImportError."""
+    if path in ("spec-f64", "spec-f32"):
+        xs = x.astype(np.float64 if path == "spec-f64" else np.float32)
+        ps = {k: v.astype(xs.dtype) for k, v in params.items()}
+        return lambda: R.ode_block(ps, xs, config)
+    if path.startswith("torch"):
+        import torch
+
+        from backends.torch import ODEAttentionBlock, load_params
+
+        torch.set_num_threads(threads)
+        block = ODEAttentionBlock(config).eval()
+        load_params(block, params)
+        fn = torch.compile(block, fullgraph=True) if path == "torch-compile" else block
+        xt = torch.from_numpy(x.astype(np.float32))
+
+        def run():
+            with torch.no_grad():
+                return fn(xt)
+
+        return run
+    if path == "jax-jit":
+        import jax
+
+        from backends.jax import ode_block
+
+        f = jax.jit(ode_block, static_argnames=("config",))
+        ps = {k: v.astype(np.float32) for k, v in params.items()}
+        xj = jax.numpy.asarray(x.astype(np.float32))
+        return lambda: f(ps, xj, config).block_until_ready()
+    if path.startswith("ort"):
+        from export.block import export_model
+        from export.runtime import session
+
+        model = export_model(config, params, opset=int(path[-2:]), padding_mask=False)
+        sess = session(model, threads=threads)
+        feed = {"x": x.astype(np.float32)}
+        return lambda: sess.run(None, feed)
+    raise ValueError(f"--paths: unknown path {path!r}; expected some of {', '.join(PATHS)}")
+
+
+def bench_shape(name, shape, paths, *, solver, steps, warmup, repeats, threads, peak, log) -> list[dict]:
+    batch, seq, d_model, heads = shape
+    config = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver, ode_steps=steps)
+    params = R.init_params(config, seed=0)
+    x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
+    total = flops(batch, seq, d_model, config)
+    rows = []
+    for path in paths:
+        try:
+            fn = _setup(path, config, params, x, threads)
+        except ImportError as err:
+            log(f"  {path}: skipped ({err})")
+            continue
+        start = time.perf_counter()
+        fn()  # first call: compilation for the compiled paths, counted apart from the timing
+        first = time.perf_counter() - start
+        times = measure(fn, warmup=warmup, repeats=repeats)
+        med = statistics.median(times)
+        rows.append({"shape": name, "path": path, "median_s": med, "min_s": min(times), "max_s": max(times),
+                     "first_call_s": first, "gflop": total / 1e9, "gflops": total / med / 1e9,
+                     "peak_fraction": total / med / 1e9 / peak})
+        log(f"  {name} {path:<14} median {med * 1e3:9.2f} ms")
+    eager = next((r["median_s"] for r in rows if r["path"] == "torch-eager"), None)
+    for r in rows:
+        r["speedup_vs_torch_eager"] = eager / r["median_s"] if eager else None
+    return rows
+
+
+def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
+    """Time against steps and against seq (PyTorch eager), export time and size against steps,
+    JAX compile time against steps; all on the small shape."""
+    batch, seq, d_model, heads = SHAPES["small"]
+    out = {"time_vs_steps": [], "time_vs_seq": [], "export_vs_steps": [], "jax_compile_vs_steps": []}
+    base = dict(hidden_size=d_model, num_heads=heads, ode_solver="rk4")
+    params = R.init_params(R.ODEConfig(**base), seed=0)
+    x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
+    try:
+        for steps in (1, 2, 4, 8):
+            fn = _setup("torch-eager", R.ODEConfig(**base, ode_steps=steps), params, x, threads)
+            out["time_vs_steps"].append({"steps": steps, "median_s": statistics.median(measure(fn, warmup=warmup, repeats=repeats))})
+        for s in (64, 128, 256, 512):
+            xs = np.random.default_rng(0).normal(size=(batch, s, d_model))
+            fn = _setup("torch-eager", R.ODEConfig(**base, ode_steps=4), params, xs, threads)
+            out["time_vs_seq"].append({"seq": s, "median_s": statistics.median(measure(fn, warmup=warmup, repeats=repeats))})
+    except ImportError as err:
+        log(f"  scaling with torch: skipped ({err})")
+    try:
+        from export.block import export_model
+
+        for steps in (1, 4, 16, 64):
+            cfg = R.ODEConfig(**base, ode_steps=steps)
+            start = time.perf_counter()
+            data = export_model(cfg, params).SerializeToString()
+            out["export_vs_steps"].append({"steps": steps, "export_s": time.perf_counter() - start, "bytes": len(data)})
+    except ImportError as err:
+        log(f"  export scaling: skipped ({err})")
+    try:
+        import jax
+
+        from backends.jax import ode_block
+
+        ps = {k: v.astype(np.float32) for k, v in params.items()}
+        xj = x.astype(np.float32)
+        for steps in (1, 4, 16, 64):
+            cfg = R.ODEConfig(**base, ode_steps=steps)
+            start = time.perf_counter()
+            jax.jit(ode_block, static_argnames=("config",)).lower(ps, xj, cfg).compile()
+            out["jax_compile_vs_steps"].append({"steps": steps, "compile_s": time.perf_counter() - start})
+    except ImportError as err:
+        log(f"  jax compile scaling: skipped ({err})")
+    return out
+
+
+def format_tables(result: dict) -> str:
+    lines = [f"float32 matmul peak (n = 2048): " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in result["peak"].items()),
+             f"threads: {result['threads']}", ""]
+    w = max([6] + [len(r["shape"]) for r in result["paths"]]) + 2
+    lines.append(f"{'shape':<{w}}{'path':<15}{'median ms':>11}{'min..max ms':>19}{'GFLOP':>9}{'GFLOP/s':>9}{'% peak':>8}{'vs eager':>9}")
+    for r in result["paths"]:
+        vs = f"{r['speedup_vs_torch_eager']:.2f}x" if r["speedup_vs_torch_eager"] else "-"
+        lines.append(f"{r['shape']:<{w}}{r['path']:<15}{r['median_s'] * 1e3:>11.2f}"
+                     f"{r['min_s'] * 1e3:>9.1f}..{r['max_s'] * 1e3:<8.1f}{r['gflop']:>9.3g}{r['gflops']:>9.1f}"
+                     f"{100 * r['peak_fraction']:>7.1f}%{vs:>9}")
+    sc = result.get("scaling") or {}
+    if sc.get("time_vs_steps"):
+        lines += ["", "time vs steps (torch eager, small shape): " + ", ".join(
+            f"{e['steps']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_steps"])]
+    if sc.get("time_vs_seq"):
+        lines += ["time vs seq (torch eager, 4 rk4 steps):    " + ", ".join(
+            f"{e['seq']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_seq"])]
+    if sc.get("export_vs_steps"):
+        lines += ["ONNX export vs steps:                      " + ", ".join(
+            f"{e['steps']}: {e['export_s'] * 1e3:.0f} ms / {e['bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
+    if sc.get("jax_compile_vs_steps"):
+        lines += ["JAX compile vs steps:                      " + ", ".join(
+            f"{e['steps']}: {e['compile_s'] * 1e3:.0f} ms" for e in sc["jax_compile_vs_steps"])]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = result["scaling"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    panels = [
+        (axes[0, 0], "time_vs_steps", "steps", "median_s", "forward time (s) vs steps, torch eager"),
+        (axes[0, 1], "time_vs_seq", "seq", "median_s", "forward time (s) vs seq, torch eager"),
+        (axes[1, 0], "export_vs_steps", "steps", "bytes", "ONNX file size (bytes) vs steps"),
+        (axes[1, 1], "jax_compile_vs_steps", "steps", "compile_s", "JAX compile time (s) vs steps"),
+    ]
+    for ax, key, xk, yk, title in panels:
+        data = sc.get(key) or []
+        if data:
+            ax.plot([e[xk] for e in data], [e[yk] for e in data], marker="o")
+            ax.set_xscale("log", base=2)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xk)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_shape(text: str) -> tuple:
+    try:
+        batch, seq, d_model, heads = (int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--shape: expected batch,seq,d_model,heads (four integers); got {text!r}")
+    R.ODEConfig(hidden_size=d_model, num_heads=heads)  # validates divisibility with a clear error
+    return batch, seq, d_model, heads
+
+
+def cmd_bench(args) -> int:
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    threads = args.threads or os.cpu_count() or 1
+    paths = args.paths.split(",") if args.paths else list(PATHS)
+    bad = [p for p in paths if p not in PATHS]
+    if bad:
+        print(f"odeattn bench: --paths: unknown {bad}; expected some of {', '.join(PATHS)}", file=sys.stderr)
+        return 2
+    shapes = {"x".join(map(str, parse_shape(s))): parse_shape(s) for s in args.shape} if args.shape else SHAPES
+    log(f"measuring the float32 matmul peak ({threads} threads)...")
+    peak = matmul_peak(threads, max(3, args.repeats))
+    result = {"threads": threads, "peak": peak, "solver": args.solver, "steps": args.steps, "paths": [],
+              "flop_formula": "stages * steps * (8 B T D^2 + 4 B T^2 D)"}
+    for name, shape in shapes.items():
+        log(f"shape {name} {shape} (batch, seq, d_model, heads):")
+        result["paths"] += bench_shape(name, shape, paths, solver=args.solver, steps=args.steps, warmup=args.warmup,
+                                       repeats=args.repeats, threads=threads, peak=max(peak.values()), log=log)
+    result["scaling"] = None if args.no_scaling else scaling(threads, args.warmup, args.repeats, log)
+    print(format_tables(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.plot and result["scaling"]:
+        plot(result, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
 
 
 def register(sub) -> None:
-    pass
+    p = sub.add_parser("bench", help="time every execution path against this machine's matmul peak",
+                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("--shape", action="append", default=[], metavar="B,T,D,H",
+                   help="benchmark this shape instead of small and large (repeatable)")
+    p.add_argument("--paths", help=f"comma-separated subset of {','.join(PATHS)}")
+    p.add_argument("--solver", default="rk4", choices=list(R.SOLVERS))
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="default: every core")
+    p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--plot", type=Path, help="PNG of the scaling tables")
+    p.set_defaults(func=cmd_bench)
+
