@@ -14,7 +14,7 @@ import numpy as np
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 
-from .bitlinear import bitlinear, linear, quantize_weight
+from .bitlinear import bitlinear, linear, quantize_activation, quantize_weight
 from .graph import Value
 from .norms import apply_norm
 
@@ -39,11 +39,11 @@ def softmax(g, s: Value) -> Value:
 class Prepared(NamedTuple):
     """Values shared by every evaluation (main-graph names, passed to ode_func by name)."""
 
-    qkv: Value  # (d_model, 3 d_model): W_qkv^T, quantised when use_bitnet
+    qkv: tuple  # (W_q^T, W_k^T, W_v^T), each (d_model, d_model): W_qkv's row blocks, quantised when use_bitnet
     out_proj: Value  # (d_model, d_model): W_out^T
     norm: dict  # short name -> Value
     mask: Optional[Value]  # opset 17: bool (batch|1, 1, seq, seq); opset 23: additive float; None = all
-    keep: Optional[Value]  # float (batch, seq, 1, 1): 1 real token, 0 padding; None = no padding
+    keep: Optional[Value]  # float (batch, seq, 1): 1 real token, 0 padding; None = no padding
 
 
 class SelfAttention:
@@ -52,10 +52,11 @@ class SelfAttention:
 
     # ---- once per block, main graph -------------------------------------------------------------
     def prepare(self, g, weights: dict, x: Value, padding_mask: Optional[Value]) -> Prepared:
-        """weights: qkv, out_proj (transposed; with use_bitnet also *_scale) and norm params."""
+        """weights: qkv (three blocks), out_proj (transposed; with use_bitnet ternary, plus *_scale)
+        and norm params."""
         qkv, out = weights["qkv"], weights["out_proj"]
-        if self.config.use_bitnet:
-            qkv = quantize_weight(g, qkv, weights["qkv_scale"])
+        if self.config.use_bitnet:  # one scale for the whole of W_qkv, as the spec quantises it
+            qkv = tuple(quantize_weight(g, w, weights["qkv_scale"]) for w in qkv)
             out = quantize_weight(g, out, weights["out_proj_scale"])
         mask = self.build_mask(g, x, padding_mask)
         if mask is not None and self.opset >= 23:
@@ -63,7 +64,7 @@ class SelfAttention:
             seq = g.op("Shape", x, start=1, end=2)
             mask = g.op("Expand", mask, g.op("Concat", g.ints(1, 1), seq, seq, axis=0))
             mask = g.op("Where", mask, g.const(0.0), g.const(FLOAT_MIN))  # Attention-23 adds a float mask
-        keep = None if padding_mask is None else g.op("Cast", g.op("Unsqueeze", padding_mask, g.ints(2, 3)), to=1)
+        keep = None if padding_mask is None else g.op("Cast", g.op("Unsqueeze", padding_mask, g.ints(2)), to=1)
         norm = {k: weights["norm." + k] for k in NORM_PARAMS[self.config.norm_type]}
         return Prepared(qkv, out, norm, mask, keep)
 
@@ -83,25 +84,35 @@ class SelfAttention:
     def _linear(self, x: Value, w_t: Value) -> Value:
         return bitlinear(x, w_t, width=self.config.hidden_size) if self.config.use_bitnet else linear(x, w_t)
 
-    def project(self, w_qkv_t: Value, h: Value):
+    def project(self, w_qkv_t: tuple, h: Value):
+        """h (batch, seq, d_model) -> q, k, v: (batch, seq, heads, head_dim) at opset 17; at 23,
+        (batch, seq, d_model), the 3D form that Attention-23 splits into heads itself. The three
+        row blocks of W_qkv give the three products directly (the spec's reshape-and-split), and
+        BitLinear quantises h once for all three."""
         g, cfg = h.body, self.config
-        qkv = g.op("Reshape", self._linear(h, w_qkv_t), g.ints(0, 0, 3, cfg.num_heads, cfg.head_dim))
-        return tuple(g.op("Gather", qkv, g.const(i, np.int64), axis=2) for i in range(3))  # (b, seq, heads, hd)
+        x = quantize_activation(h, width=cfg.hidden_size) if cfg.use_bitnet else h
+        out = tuple(linear(x, w) for w in w_qkv_t)
+        if self.opset >= 23:
+            return out
+        return tuple(g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in out)
 
     def preprocess_qkv(self, q, k, v, *, t, positions):
         return q, k, v
 
     def attn(self, q: Value, k: Value, v: Value, mask: Optional[Value]) -> Value:
-        g = q.body
-        q_, v_ = g.op("Transpose", q, perm=[0, 2, 1, 3]), g.op("Transpose", v, perm=[0, 2, 1, 3])  # (b, h, seq, hd)
+        """-> y merged to (batch, seq, d_model): the merge is done here, before postprocess_attn
+        (a per-token factor, so the order changes no value)."""
+        g, cfg = q.body, self.config
         if self.opset >= 23:
-            y = g.op("Attention", q_, g.op("Transpose", k, perm=[0, 2, 1, 3]), v_, mask, scale=self.config.scale)
-        else:
-            s = g.op("MatMul", q_, g.op("Transpose", k, perm=[0, 2, 3, 1])) * self.config.scale  # (b, h, sq, sk)
-            y = g.op("MatMul", softmax(g, s if mask is None else masked_fill_min(g, s, mask)), v_)
-        return g.op("Transpose", y, perm=[0, 2, 1, 3])  # (batch, seq, heads, head_dim)
+            return g.op("Attention", q, k, v, mask, scale=cfg.scale, q_num_heads=cfg.num_heads, kv_num_heads=cfg.num_heads)
+        q_, v_ = g.op("Transpose", q, perm=[0, 2, 1, 3]), g.op("Transpose", v, perm=[0, 2, 1, 3])  # (b, h, seq, hd)
+        s = g.op("MatMul", q_, g.op("Transpose", k, perm=[0, 2, 3, 1])) * cfg.scale  # (b, h, sq, sk)
+        y = g.op("MatMul", softmax(g, s if mask is None else masked_fill_min(g, s, mask)), v_)
+        y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # (batch, seq, heads, head_dim)
+        return g.op("Reshape", y, g.ints(0, 0, cfg.hidden_size))
 
     def postprocess_attn(self, y: Value, keep: Optional[Value]) -> Value:
+        """keep: float (batch, seq, 1), 0 for padded queries."""
         return y if keep is None else y * keep
 
     def output_proj(self, w_out_t: Value, y: Value) -> Value:
@@ -114,4 +125,4 @@ class SelfAttention:
         q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=None)
         y = self.attn(q, k, v, prepared.mask)
         y = self.postprocess_attn(y, prepared.keep)
-        return self.output_proj(prepared.out_proj, g.op("Reshape", y, g.ints(0, 0, self.config.hidden_size)))
+        return self.output_proj(prepared.out_proj, y)

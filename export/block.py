@@ -33,17 +33,26 @@ OPSETS = (17, 23)
 DEFAULT_OPSET = 17
 
 
+BLOCKS = ("q", "k", "v")  # W_qkv's row blocks, in the spec's order
+
+
 def _initializers(cfg, params) -> dict:
-    """Initializer name -> float32/int8 array. BitLinear weights: ternary^T int8 and w_s."""
+    """Initializer name -> float32/int8 array: each weight transposed (in, out); W_qkv split into
+    its q, k, v row blocks. BitLinear weights: ternary^T as int8 and the float32 w_s, computed by
+    the spec's own function on the whole tensor."""
     out = {}
+    d = cfg.hidden_size
     for key, name in ((QKV, "qkv"), (OUT_PROJ, "out_proj")):
         w = np.asarray(params[key], np.float32)
+        kind = "weight_t"
         if cfg.use_bitnet:
-            ternary, scale = ternarize_weight(w)  # the spec's function, in float32
-            out[f"ode_func.{name}.ternary_t"] = ternary.T.astype(np.int8)
+            w, scale = ternarize_weight(w)  # in float32, as the spec does for a float32 input
             out[f"ode_func.{name}.scale"] = np.asarray(scale, np.float32)
+            w, kind = w.astype(np.int8), "ternary_t"
+        if name == "qkv":
+            out.update({f"ode_func.qkv.{b}_{kind}": np.ascontiguousarray(w[i * d:(i + 1) * d].T) for i, b in enumerate(BLOCKS)})
         else:
-            out[f"ode_func.{name}.weight_t"] = np.ascontiguousarray(w.T)
+            out[f"ode_func.out_proj.{kind}"] = np.ascontiguousarray(w.T)
     for k in NORM_PARAMS[cfg.norm_type]:
         out[NORM_PREFIX + k] = np.asarray(params[NORM_PREFIX + k], np.float32)
     return out
@@ -51,27 +60,25 @@ def _initializers(cfg, params) -> dict:
 
 def _weights(cfg, main) -> dict:
     """The prepare stage's view of the initializers (Values in the main graph)."""
-    w = {}
-    for name in ("qkv", "out_proj"):
-        if cfg.use_bitnet:
-            w[name] = Value(main, f"ode_func.{name}.ternary_t")
-            w[f"{name}_scale"] = Value(main, f"ode_func.{name}.scale")
-        else:
-            w[name] = Value(main, f"ode_func.{name}.weight_t")
+    kind = "ternary_t" if cfg.use_bitnet else "weight_t"
+    w = {"qkv": tuple(Value(main, f"ode_func.qkv.{b}_{kind}") for b in BLOCKS),
+         "out_proj": Value(main, f"ode_func.out_proj.{kind}")}
+    if cfg.use_bitnet:
+        w["qkv_scale"], w["out_proj_scale"] = Value(main, "ode_func.qkv.scale"), Value(main, "ode_func.out_proj.scale")
     for k in NORM_PARAMS[cfg.norm_type]:
         w["norm." + k] = Value(main, NORM_PREFIX + k)
     return w
 
 
 def _shared(prepared: Prepared) -> list:
-    vals = [prepared.qkv, prepared.out_proj, *prepared.norm.values()]
+    vals = [*prepared.qkv, prepared.out_proj, *prepared.norm.values()]
     return vals + [v for v in (prepared.mask, prepared.keep) if v is not None]
 
 
 def _as_prepared(template: Prepared, values: list) -> Prepared:
     """The same structure as template, over a function's input Values."""
     it = iter(values)
-    qkv, out = next(it), next(it)
+    qkv, out = (next(it), next(it), next(it)), next(it)
     norm = {k: next(it) for k in template.norm}
     mask = next(it) if template.mask is not None else None
     keep = next(it) if template.keep is not None else None

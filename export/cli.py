@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", required=True, type=Path, help="the .onnx file to write")
-    p.add_argument("--opset", type=int, default=17, choices=[17, 23])
+    p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
+                   help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
     p.add_argument("--no-padding-mask", action="store_true", help="omit the padding_mask input")
     p.add_argument("--route", choices=["direct", "torch"], default="direct",
                    help="direct: built from the spec with onnx's helpers (default); torch: torch.onnx.export")
@@ -62,8 +63,12 @@ def cmd_export(args) -> int:
         return _fail(f"--config/--weights: {err}")
     except (ValueError, TypeError) as err:
         return _fail(str(err))
+    allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
+    opset = args.opset or allowed[0]
+    if opset not in allowed:
+        return _fail(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
     if args.route == "direct":
-        model = export_model(config, params, opset=args.opset, padding_mask=not args.no_padding_mask)
+        model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
         check(model)
         args.output.write_bytes(model.SerializeToString())
     else:
@@ -73,7 +78,9 @@ def cmd_export(args) -> int:
 
         block = ODEAttentionBlock(config)
         load_params(block, params)
-        export_torch(block, args.output, opset=max(args.opset, 18))
+        if args.no_padding_mask:
+            return _fail("--no-padding-mask: the torch route always has a padding_mask input")
+        export_torch(block, args.output, opset=opset)
     import onnx
 
     model = onnx.load(str(args.output))
@@ -84,7 +91,7 @@ def cmd_export(args) -> int:
     want = R.ode_block(params, x, config, mask)
     err = float(np.abs(z - want).max() / np.abs(want).max())
     stored, executed = _node_counts(model)
-    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {args.opset}, "
+    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
           f"max relative error vs ode_ref on a random batch (2 x 8): {err:.2e}")
     return 0

@@ -171,11 +171,15 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
 
         ps = {k: v.astype(np.float32) for k, v in params.items()}
         xj = x.astype(np.float32)
+        def compile_once(cfg):
+            jax.clear_caches()  # else a config compiled earlier in this run is a cache hit
+            jax.jit(ode_block, static_argnames=("config",)).lower(ps, xj, cfg).compile()
+
+        compile_once(R.ODEConfig(**base, ode_steps=2))  # first-use costs of the compiler, not of a config
         for steps in (1, 4, 16, 64):
             cfg = R.ODEConfig(**base, ode_steps=steps)
-            start = time.perf_counter()
-            jax.jit(ode_block, static_argnames=("config",)).lower(ps, xj, cfg).compile()
-            out["jax_compile_vs_steps"].append({"steps": steps, "compile_s": time.perf_counter() - start})
+            times = measure(lambda: compile_once(cfg), warmup=0, repeats=max(3, repeats))
+            out["jax_compile_vs_steps"].append({"steps": steps, "compile_s": statistics.median(times)})
     except ImportError as err:
         log(f"  jax compile scaling: skipped ({err})")
     return out

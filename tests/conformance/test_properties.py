@@ -6,16 +6,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ode_ref as R
-from conformance.backends import JaxBackend, SpecBackend, TorchBackend
+from conformance.backends import JaxBackend, SpecBackend, TorchBackend, make_backend
 from conformance.cases import CaseSpec, build_case
 from conformance.runner import run_case
 
 
 def installed():
     out = [SpecBackend()]
-    for cls in (TorchBackend, JaxBackend):
+    for factory in (TorchBackend, JaxBackend, "export.backends:OnnxRuntimeBackend"):
         try:
-            out.append(cls())
+            out.append(make_backend(factory))
         except ImportError:
             pass
     return out

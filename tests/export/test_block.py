@@ -48,10 +48,12 @@ def test_metadata_and_weights_stored_once():
     assert json.loads(meta["config"]) == c.to_dict() and meta["ode_solver"] == "rk4" and meta["odeattn_version"] == R.__version__
     inits = {i.name: i for i in model.graph.initializer}
     assert sorted(inits) == sorted([
-        "ode_func.qkv.ternary_t", "ode_func.qkv.scale", "ode_func.out_proj.ternary_t", "ode_func.out_proj.scale",
-        "ode_func.norm.alpha", "ode_func.norm.beta"])
-    ternary = onnx.numpy_helper.to_array(inits["ode_func.qkv.ternary_t"])
+        "ode_func.qkv.q_ternary_t", "ode_func.qkv.k_ternary_t", "ode_func.qkv.v_ternary_t", "ode_func.qkv.scale",
+        "ode_func.out_proj.ternary_t", "ode_func.out_proj.scale", "ode_func.norm.alpha", "ode_func.norm.beta"])
+    ternary = np.concatenate([onnx.numpy_helper.to_array(inits[f"ode_func.qkv.{b}_ternary_t"]) for b in "qkv"], axis=1)
     assert ternary.dtype == np.int8 and set(np.unique(ternary)) <= {-1, 0, 1} and ternary.shape == (12, 36)
+    w = R.init_params(c, perturb_norms=True)["ode_func.qkv.weight"].astype(np.float32)
+    np.testing.assert_array_equal(ternary.T, R.ternarize_weight(w)[0])  # the spec's quantisation, whole tensor
     assert sum(n.op_type == "ode_step" for n in model.graph.node) == 5
 
 
@@ -141,6 +143,11 @@ def test_feed_errors_name_the_input():
         make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 3), bool))
     with pytest.raises(TypeError, match="padding_mask: expected dtype bool; got int64"):
         make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), np.int64))
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    renamed.graph.input[0].name = "input"
+    with pytest.raises(ValueError, match=r"model inputs: expected 'x'; the model declares \['input', 'padding_mask'\]"):
+        make_feed(renamed, np.zeros((1, 2, 12), np.float32))
     nomask = export_model(c, R.init_params(c), padding_mask=False)
     with pytest.raises(ValueError, match="exported without a padding_mask input"):
         make_feed(nomask, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), bool))
@@ -167,6 +174,16 @@ def test_cli_export_and_run(tmp_path, capsys):
     np.save(tmp_path / "bad.npy", x[..., :5])
     assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "bad.npy")]) == 2
     assert "x: expected shape [batch, seq, 12]; got [1, 4, 5]" in capsys.readouterr().err
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "n.onnx"), "--opset", "18"]) == 2
+    assert "--opset: the direct route exports opset 17 or 23; got 18" in capsys.readouterr().err
+    assert main(["export", "--config", str(tmp_path / "none.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "n.onnx")]) == 2
+    assert "none.json" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text(json.dumps({**c.to_dict(), "ode_solver": "rk5"}))
+    assert main(["export", "--config", str(tmp_path / "bad.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "n.onnx")]) == 2
+    assert "ode_solver: expected one of" in capsys.readouterr().err
 
 
 def test_missing_and_corrupt_models(tmp_path):
