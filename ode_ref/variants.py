@@ -22,14 +22,18 @@ class ScaledQueryAttention(SelfAttention):
         return q * (self.query_scale + self.time_gain * t), k, v
 
 
+def check_window(window) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window: expected an integer >= 1; got {window!r}")
+    return window
+
+
 class LocalWindowAttention(SelfAttention):
     """build_mask: also hide keys with |i - j| >= window (a sliding window of width 2 window - 1)."""
 
     def __init__(self, config, window: int = 2):
         super().__init__(config)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window: expected an integer >= 1; got {window!r}")
-        self.window = window
+        self.window = check_window(window)
 
     def build_mask(self, seq_len, padding_mask=None):
         i = np.arange(seq_len)

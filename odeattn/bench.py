@@ -230,6 +230,7 @@ def plot(result: dict, path: Path) -> None:
         if data:
             ax.plot([e[xk] for e in data], [e[yk] for e in data], marker="o")
             ax.set_xscale("log", base=2)
+            ax.set_ylim(bottom=0)  # from zero: a flat line must look flat
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xk)
     fig.tight_layout()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ode_ref.variants import check_window
+
 from .attention import SelfAttention
 
 
@@ -19,9 +21,7 @@ class ScaledQueryAttention(SelfAttention):
 class LocalWindowAttention(SelfAttention):
     def __init__(self, config, window: int = 2):
         super().__init__(config)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window: expected an integer >= 1; got {window!r}")
-        self.window = window
+        self.window = check_window(window)
 
     def build_mask(self, seq_len, padding_mask=None, device=None):
         i = torch.arange(seq_len, device=device)

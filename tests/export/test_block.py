@@ -196,3 +196,16 @@ def test_missing_and_corrupt_models(tmp_path):
     (tmp_path / "t.onnx").write_bytes(export_model(c, R.init_params(c)).SerializeToString()[:500])
     with pytest.raises(ModelError, match="not a valid ONNX model"):
         load_model(tmp_path / "t.onnx")
+
+
+def test_weight_work_is_outside_the_steps():
+    """Weights are quantised at export and dequantised once in the main graph; each evaluation of
+    f rounds activations twice (once for q, k and v together, once for out_proj), nothing more."""
+    c = cfg(use_bitnet=True, ode_steps=4)
+    model = export_model(c, R.init_params(c))
+    func = {f.name: f for f in model.functions}
+    main_ops = [n.op_type for n in model.graph.node]
+    assert main_ops.count("Cast") >= 4 and "Round" not in main_ops  # 3 qkv blocks + out_proj, dequantised once
+    assert [n.op_type for n in func["ode_func"].node].count("Round") == 2
+    assert {n.op_type for n in func["ode_step"].node} <= {"ode_func", "Add", "Mul", "Constant"}
+    assert "Cast" not in {n.op_type for n in func["ode_func"].node}

@@ -1,0 +1,21 @@
+"""The README's Python examples run as written."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_python_examples_run(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    pytest.importorskip("onnx")
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    monkeypatch.chdir(tmp_path)  # the example writes block.onnx
+    namespace = {}
+    exec(blocks[0], namespace)  # the quick tour
+    exec(blocks[1].replace("class LocalWindowAttention(R.SelfAttention):", "class _Shown(R.LocalWindowAttention):"), namespace)
+    assert namespace["z1"].shape == namespace["z_jax"].shape == (2, 10, 64)
+    assert (tmp_path / "block.onnx").stat().st_size > 0
