@@ -155,7 +155,7 @@ def format_report(results) -> str:
     lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}  {'worst err/tol':>13}  worst case"]
     for row in rows:
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
-                     f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case']}")
+                     f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case'] if row['worst_ratio'] else '-'}")
     failures = [r for r in results if r.failed]
     if failures:
         lines.append("")
