@@ -41,13 +41,18 @@ def test_matches_spec_over_matrix(case, dtype):
 
 
 def test_bfloat16_runs_within_its_stated_bound():
-    """bfloat16: unit roundoff 2^-8, so the derived bound is 32 * 2^-8 = 0.125 relative (measured:
-    0.01 - 0.05 here, BitLinear decisions included)."""
-    for case in CASES[:12]:
+    """bfloat16 (unit roundoff 2^-8) against the derived tolerance, on every case. Measured: median
+    0.011 relative, up to 0.10 with BitLinear (bfloat16 cannot keep the rounding decisions), up to
+    0.56 on the prms_norm cases whose own float32 error shows they amplify rounding (their derived
+    tolerance is scaled up accordingly)."""
+    errors = []
+    for case in CASES:
         block = build(case.config, case.params, torch.bfloat16)
         out = run(block, case.x, case.padding_mask, torch.bfloat16).double().numpy()
         assert np.isfinite(out).all()
-        assert relative_error(out, case.z1) <= tolerance(case.e32["z1"], "bfloat16")
+        errors.append(relative_error(out, case.z1))
+        assert errors[-1] <= tolerance(case.e32["z1"], "bfloat16"), case.name
+    assert np.median(errors) < 0.05
 
 
 def test_checkpoint_of_the_seed_module_loads_strict():
