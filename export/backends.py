@@ -21,12 +21,10 @@ class _ExportedBackend:
         raise NotImplementedError
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
-        self._last = self._outputs(config, params, x, padding_mask)
-        return self._last["f0"]
+        return self._outputs(config, params, x, padding_mask)["f0"]
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
-        out = getattr(self, "_last", None) or self._outputs(config, params, x, padding_mask)
-        self._last = None
+        out = self._outputs(config, params, x, padding_mask)
         return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
 
     def run_block(self, config, params, x, padding_mask, dtype):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, prms_channels
+from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 from .graph import Value
 
@@ -52,14 +52,7 @@ def derf(x: Value, alpha, s, gamma, beta):
     return gamma * x.body.op("Erf", alpha * x + s) + beta
 
 
-NORMS = {
-    "layer_norm": layer_norm,
-    "rms_norm": rms_norm,
-    "prms_norm": prms_norm,
-    "flash_norm": flash_norm,
-    "dynamic_tanh": dynamic_tanh,
-    "derf": derf,
-}
+NORMS = norm_table(globals())
 NEEDS_WIDTH = ("prms_norm", "dynamic_tanh", "flash_norm")  # the width is static in the graph
 
 

@@ -77,14 +77,12 @@ def derf(x, alpha, s, gamma, beta):
     return gamma * erf(alpha * x + s) + beta
 
 
-NORMS = {
-    "layer_norm": layer_norm,
-    "rms_norm": rms_norm,
-    "prms_norm": prms_norm,
-    "flash_norm": flash_norm,
-    "dynamic_tanh": dynamic_tanh,
-    "derf": derf,
-}
+def norm_table(namespace: dict) -> dict:
+    """norm_type -> the function of that name in a module's namespace (this one, or a port's)."""
+    return {name: namespace[name] for name in NORM_TYPES}
+
+
+NORMS = norm_table(globals())
 
 
 def apply_norm(norm_type: str, norm_params: dict, x):

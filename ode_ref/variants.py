@@ -11,8 +11,9 @@ import numpy as np
 from .attention import SelfAttention
 
 
-class ScaledQueryAttention(SelfAttention):
-    """preprocess_qkv: q * (query_scale + time_gain * t); a non-autonomous f when time_gain != 0."""
+class ScaledQuery:
+    """preprocess_qkv: q * (query_scale + time_gain * t); a non-autonomous f when time_gain != 0.
+    Only * and +, so every port mixes in this same class before its own SelfAttention."""
 
     def __init__(self, config, query_scale: float = 2.0, time_gain: float = 0.5):
         super().__init__(config)
@@ -20,6 +21,10 @@ class ScaledQueryAttention(SelfAttention):
 
     def preprocess_qkv(self, q, k, v, *, t, positions):
         return q * (self.query_scale + self.time_gain * t), k, v
+
+
+class ScaledQueryAttention(ScaledQuery, SelfAttention):
+    """The spec's SelfAttention with the ScaledQuery stage."""
 
 
 def check_window(window) -> int:

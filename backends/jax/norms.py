@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax.scipy.special import erf
 
-from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, prms_channels
+from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
@@ -37,14 +37,7 @@ def derf(x, alpha, s, gamma, beta):
     return gamma * erf(alpha * x + s) + beta
 
 
-NORMS = {
-    "layer_norm": layer_norm,
-    "rms_norm": rms_norm,
-    "prms_norm": prms_norm,
-    "flash_norm": flash_norm,
-    "dynamic_tanh": dynamic_tanh,
-    "derf": derf,
-}
+NORMS = norm_table(globals())
 
 
 def apply_norm(norm_type: str, norm_params: dict, x):

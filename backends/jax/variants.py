@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ode_ref.variants import check_window
+from ode_ref.variants import ScaledQuery, check_window
 
 from .attention import SelfAttention
 
 
-class ScaledQueryAttention(SelfAttention):
-    def __init__(self, config, query_scale: float = 2.0, time_gain: float = 0.5):
-        super().__init__(config)
-        self.query_scale, self.time_gain = float(query_scale), float(time_gain)
-
-    def preprocess_qkv(self, q, k, v, *, t, positions):
-        return q * (self.query_scale + self.time_gain * t), k, v
+class ScaledQueryAttention(ScaledQuery, SelfAttention):
+    """The port's SelfAttention with the spec's ScaledQuery stage."""
 
 
 class LocalWindowAttention(SelfAttention):
