@@ -2,10 +2,11 @@
 
 A backend is any object with these attributes (no base class needed):
 
-    name: str                          shown in reports, e.g. "mylib"
+    name: str                          shown in reports, e.g. "mylib"; not a built-in's name
     dtypes: tuple[str, ...]            the precisions it runs: "float32" and/or "float64"
     supports(config, dtype) -> str | None
                                        None if it runs this config in this dtype, else the reason
+                                       (anything else is reported as an error)
     run_block(config, params, x, padding_mask, dtype) -> z1
                                        the block forward; params: dict name -> array (dtype),
                                        x: (batch, seq, d_model) array of dtype, padding_mask:
@@ -15,15 +16,21 @@ optional, for finer reports:
                                        z at every step (then run_block is not called)
     run_func(config, params, t, x, padding_mask, dtype) -> f(t, x)
 
-config is an ode_ref.ODEConfig; all arrays are NumPy. Register a backend with the entry point
-group "odeattn.backends" (the entry point names an object, a class, or a zero-argument factory),
-or pass `--backend package.module:object` to `odeattn conformance`.
+config is an ode_ref.ODEConfig; all arrays are NumPy, fresh copies for every call. Register a
+backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
+or a zero-argument factory), or pass `--backend package.module:object` to `odeattn conformance`.
+Every backend runs in a worker process of its own (conformance.worker): the run never imports
+a plug-in itself.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -88,7 +95,18 @@ class TorchBackend:
             return self._block(config, params, dtype).ode_func(t, *self._tensors(x, padding_mask)).numpy()
 
 
+def jax_cache_dir() -> str:
+    """Where the JAX backend keeps XLA's persistent compilation cache: the user's cache folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "odeattn", "jax")
+
+
 class JaxBackend:
+    """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
+    (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
+    jit cache). XLA's persistent compilation cache in the user's cache folder makes later runs
+    skip compilation."""
+
     name = "jax"
     dtypes = ("float32", "float64")
 
@@ -97,35 +115,66 @@ class JaxBackend:
 
         from backends import jax as port
 
+        jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         self.jax, self.port = jax, port
-        self._block = jax.jit(port.ode_block, static_argnames=("config", "attention", "return_trajectory"))
+
+        def forward(params, t, x, padding_mask, config):
+            return (port.ode_func(params, t, x, config, padding_mask),
+                    port.ode_block(params, x, config, padding_mask, return_trajectory=True)[1])
+
+        self._forward = jax.jit(forward, static_argnames=("config",))
 
     def supports(self, config, dtype) -> Optional[str]:
         return None
 
-    def _x64(self, dtype):
-        return self.jax.enable_x64(dtype == "float64")
+    def _run(self, config, params, t, x, padding_mask, dtype):
+        with self.jax.enable_x64(dtype == "float64"):
+            return [np.asarray(a) for a in self._forward(params, t, x, padding_mask, config=config)]
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
-        with self._x64(dtype):
-            return np.asarray(self._block(params, x, config, padding_mask, return_trajectory=True)[1])
+        return self._run(config, params, 0.0, x, padding_mask, dtype)[1]
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        with self._x64(dtype):
-            return np.asarray(self._block(params, x, config, padding_mask))
+        return self._run(config, params, 0.0, x, padding_mask, dtype)[1][-1]
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
-        with self._x64(dtype):
-            return np.asarray(self.port.ode_func(params, t, x, config, padding_mask))
+        return self._run(config, params, t, x, padding_mask, dtype)[0]
 
 
-BUILTIN = {"spec": SpecBackend, "torch": TorchBackend, "jax": JaxBackend}
-# ours that need optional packages (onnx, onnxruntime): loaded by reference, skipped if missing
-OPTIONAL_BUILTIN = {
-    "onnxruntime": "export.backends:OnnxRuntimeBackend",
-    "onnxruntime-opset23": "export.backends:OnnxRuntimeOpset23Backend",
-    "onnx-reference": "export.backends:OnnxReferenceBackend",
+@dataclass(frozen=True)
+class Builtin:
+    """A backend that ships with odeattn: where it lives and which packages it needs."""
+
+    reference: str  # 'module:object'
+    requires: tuple[str, ...] = ()  # top-level modules; absent = "not installed", not an error
+
+
+BUILTIN = {
+    "spec": Builtin("conformance.backends:SpecBackend"),
+    "torch": Builtin("conformance.backends:TorchBackend", ("torch",)),
+    "jax": Builtin("conformance.backends:JaxBackend", ("jax", "jaxlib")),
+    "onnxruntime": Builtin("export.backends:OnnxRuntimeBackend", ("onnx", "onnxruntime")),
+    "onnxruntime-opset23": Builtin("export.backends:OnnxRuntimeOpset23Backend", ("onnx", "onnxruntime")),
+    "onnx-reference": Builtin("export.backends:OnnxReferenceBackend", ("onnx",)),
 }
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    """How a worker process finds a backend, without the run importing it.
+
+    label: the name shown before the backend itself reports one (a built-in's or entry point's
+    name, or the reference); reference: 'module:object' or 'entry-point:NAME'."""
+
+    label: str
+    reference: str
+    builtin: bool = False
+
+
+def missing_requirements(name: str) -> list[str]:
+    """The packages a built-in backend needs that are absent (not importable at all)."""
+    return [m for m in BUILTIN[name].requires if importlib.util.find_spec(m) is None]
 
 
 def _instantiate(obj):
@@ -137,43 +186,91 @@ def check_backend(backend) -> None:
     missing = [a for a in ("name", "dtypes", "supports", "run_block") if not hasattr(backend, a)]
     if missing:
         raise TypeError(f"backend {backend!r}: expected attributes name, dtypes, supports, run_block; missing {missing}")
-    bad = [d for d in backend.dtypes if d not in ("float32", "float64")]
-    if bad:
-        raise TypeError(f"backend {backend.name!r}: dtypes must be 'float32' or 'float64'; got {bad}")
+    if not isinstance(backend.name, str) or not backend.name:
+        raise TypeError(f"backend {backend!r}: name must be a non-empty string; got {backend.name!r}")
+    dtypes = backend.dtypes
+    if isinstance(dtypes, str) or not all(d in ("float32", "float64") for d in dtypes) or not dtypes:
+        raise TypeError(f"backend {backend.name!r}: dtypes must be a non-empty tuple of 'float32'/'float64'; got {dtypes!r}")
+
+
+def parse_reference(ref: str) -> tuple[str, str]:
+    """('package.module', 'object.attr') from 'package.module:object.attr', or ValueError."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--backend: expected a backend name or 'package.module:object'; got {ref!r}")
+    return module_name, attr
 
 
 def load_reference(ref: str):
-    """A backend from 'package.module:object'."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--backend: expected 'package.module:object' or a backend name; got {ref!r}")
+    """The object a 'package.module:object' or 'entry-point:NAME' reference names (imports it)."""
+    if ref.startswith("entry-point:"):
+        name = ref[len("entry-point:"):]
+        eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not eps:
+            raise LookupError(f"entry point {name!r}: not found in group {ENTRY_POINT_GROUP!r}")
+        return eps[0].load()
+    module_name, attr = parse_reference(ref)
     obj = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    backend = _instantiate(obj)
+    return obj
+
+
+def make_backend(ref: str):
+    """Import, instantiate and check one backend: what a worker does first."""
+    backend = _instantiate(load_reference(ref))
     check_backend(backend)
     return backend
 
 
-def discover() -> dict:
-    """name -> (factory or None, why unavailable): built-ins, ours that ship optional, entry points."""
-    found = {}
-    for name, cls in BUILTIN.items():
-        found[name] = cls
-    for name, ref in OPTIONAL_BUILTIN.items():
-        found[name] = ref
+def probe_reference(ref: str) -> Optional[str]:
+    """Why ref cannot name an object (a usage error), or None. Imports the plug-in in a
+    throwaway process, so that nothing it does at import time reaches this one."""
+    import subprocess
+
+    parse_reference(ref)  # ValueError for a malformed one
+    code = ("import sys; sys.path[:] = sys.argv[2:]\n"
+            "from conformance.backends import load_reference\n"
+            "try:\n    load_reference(sys.argv[1])\n"
+            "except (ImportError, AttributeError) as err:\n    print(f'{type(err).__name__}: {err}'); raise SystemExit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code, ref, *sys.path], capture_output=True, text=True, timeout=120)
+    if done.returncode == 3:
+        return f"--backend {ref}: cannot be loaded ({done.stdout.strip()})"
+    return None
+
+
+def discover(requested=()) -> tuple[list[BackendRef], list[str], list[str]]:
+    """(backends to run, notes, errors).
+
+    Without `requested`: every built-in whose packages are installed (a missing package is a
+    note), then every entry point of the group (one taking a built-in's name is an error).
+    With it: those names (built-in or entry point) and 'module:object' references only; an
+    unknown name or a reference that cannot be loaded raises ValueError (a usage error)."""
+    entry_points = {}
+    errors = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep)
-    return found
-
-
-def make_backend(name_or_factory):
-    """Instantiate one discovered backend; ImportError (a missing package) propagates."""
-    obj = name_or_factory
-    if isinstance(obj, str):
-        return load_reference(obj)
-    if isinstance(obj, importlib.metadata.EntryPoint):
-        obj = obj.load()
-    backend = _instantiate(obj)
-    check_backend(backend)
-    return backend
+        if ep.name in BUILTIN:
+            errors.append(f"entry point {ep.name!r} ({ep.value}): the name is taken by a built-in backend")
+        else:
+            entry_points.setdefault(ep.name, BackendRef(ep.name, f"entry-point:{ep.name}"))
+    refs, notes = [], []
+    for name in requested or [*BUILTIN, *entry_points]:
+        if name in BUILTIN:
+            missing = missing_requirements(name)
+            if missing:
+                if requested:
+                    raise ValueError(f"--backend {name}: not installed (missing {', '.join(missing)})")
+                notes.append(f"{name}: not installed (missing {', '.join(missing)})")
+                continue
+            refs.append(BackendRef(name, BUILTIN[name].reference, builtin=True))
+        elif name in entry_points:
+            refs.append(entry_points[name])
+        elif ":" in name:
+            why = probe_reference(name)
+            if why:
+                raise ValueError(why)
+            refs.append(BackendRef(name, name))
+        else:
+            known = ", ".join([*BUILTIN, *entry_points])
+            raise ValueError(f"--backend: expected one of {known}, or 'package.module:object'; got {name!r}")
+    return refs, notes, errors if not requested else []

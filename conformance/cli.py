@@ -1,8 +1,14 @@
-"""`odeattn conformance`: run the golden cases on every installed backend (the main job), and
-`odeattn conformance generate`: regenerate the golden files from ode_ref."""
+"""`odeattn conformance`: run the golden cases on every installed backend (the main job);
+`odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
+`odeattn conformance mutants`: run the mutation battery and print its kill table.
+
+Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
+suite file. Every usage error is found before any case runs.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,19 +16,49 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
                        description=__doc__)
-    p.add_argument("action", nargs="?", choices=["run", "generate"], default="run",
-                   help="run (default) the suite, or generate the golden files from ode_ref")
-    p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged one)")
+    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
+                   help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
+    p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
+    p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:object",
                    help="a backend to run (repeatable); default: every installed one")
     p.add_argument("-k", dest="include", action="append", default=[], metavar="REGEX", help="only cases matching (repeatable, OR)")
     p.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="skip cases matching (repeatable)")
     p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
-                   help="expected failures, matched against 'backend/dtype/case' (repeatable)")
+                   help="expected failures, matched against 'backend/dtype/case' (repeatable); an unexpected pass fails")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    p.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+                   help="worker processes at once (default: the core count)")
+    p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S", help="per-case timeout in seconds (default 120)")
+    p.add_argument("--float64-bound", type=_positive_float, default=None, metavar="E",
+                   help="also fail a float64 quantity whose relative error exceeds E (e.g. 1e-12)")
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
     p.set_defaults(func=main)
+
+
+def _positive_int(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {text!r}")
+    return value
+
+
+def _positive_float(text):
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number; got {text!r}")
+    return value
 
 
 def _progress():
@@ -33,64 +69,90 @@ def _progress():
     return lambda total: tqdm(total=total, unit="case", file=sys.stderr, disable=None, leave=False)
 
 
+def check_output_path(option: str, path: Path | None) -> None:
+    """ValueError unless `path` can be written: its folder exists and is writable, and it is not a folder."""
+    if path is None:
+        return
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"{option}: expected a file path; got the folder {os.fspath(path)!r}")
+    if not folder.is_dir():
+        raise ValueError(f"{option}: the folder {os.fspath(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{option}: {os.fspath(path)!r} is not writable")
+
+
 def _generate(args) -> int:
+    from .cases import case_specs
     from .golden import GOLDEN_DIR, write_golden
 
     directory = args.golden or GOLDEN_DIR
     progress = _progress()
-    from .cases import case_specs
-
-    bar = progress(len(case_specs())) if progress else None
-    path = write_golden(directory, progress=(lambda name: bar.update(1)) if bar else None)
+    try:
+        specs = case_specs()
+        bar = progress(len(specs)) if progress else None
+        path = write_golden(directory, progress=(lambda name: bar.update(1)) if bar else None)
+    except (PermissionError, OSError) as err:
+        print(f"odeattn conformance generate: {err}", file=sys.stderr)
+        return 2
     if bar:
         bar.close()
     files = sorted(Path(directory).glob("*.safetensors"))
     size = sum(f.stat().st_size for f in files) + path.stat().st_size
-    print(f"wrote {len(files)} cases and {path.name} to {directory} ({size / 1e6:.2f} MB)")
+    from .golden import digest
+
+    print(f"wrote {len(files)} cases and {path.name} to {directory} ({size / 1e6:.2f} MB), digest {digest(directory)}")
     return 0
 
 
-def resolve_backends(requested):
-    """(backends, notes): instances to run, and a line per backend that could not be loaded."""
-    from .backends import discover, make_backend
+def _prepare(args):
+    """(cases, backend refs, notes, header) or ValueError for any usage error or bad suite file."""
+    from .backends import BUILTIN, discover
+    from .golden import GOLDEN_DIR, digest, load_cases
+    from .runner import compile_patterns, select
 
-    available = discover()
-    chosen = requested or list(available)
-    backends, notes = [], []
-    for name in chosen:
-        source = available.get(name, name)  # a name, or a 'module:object' reference
-        try:
-            backends.append(make_backend(source))
-        except ImportError as err:
-            if requested:
-                raise SystemExit(f"--backend {name}: cannot be loaded ({err})")
-            notes.append(f"{name}: not installed ({err})")
-    return backends, notes
+    compile_patterns("--xfail", args.xfail)
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit)
+    directory = args.golden or GOLDEN_DIR
+    if args.golden is not None and not args.golden.is_dir():
+        raise ValueError(f"--golden: expected a folder; got {os.fspath(args.golden)!r}")
+    cases = select(load_cases(directory), args.include, args.exclude)  # GoldenError is a ValueError
+    if not cases:
+        raise ValueError("-k/--exclude: no case matches the patterns")
+    set_digest = digest(directory)
+    if args.expect_digest and args.expect_digest != set_digest:
+        raise ValueError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
+    refs, notes, errors = discover(args.backend)
+    header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
+              "cases": len(cases)}
+    return cases, refs, notes, errors, header, set(BUILTIN)
 
 
 def main(args) -> int:
     if args.action == "generate":
         return _generate(args)
-    from .golden import GOLDEN_DIR, load_cases
-    from .runner import format_report, run_suite, select, write_json, write_junit
+    if args.action == "mutants":
+        from .mutants import main as mutants
+
+        return mutants(args)
+    from .runner import BackendError, format_report, run_suite, write_json, write_junit
 
     try:
-        cases = select(load_cases(args.golden or GOLDEN_DIR), args.include, args.exclude)
-        backends, notes = resolve_backends(args.backend)
-    except (ValueError, TypeError) as err:
-        print(f"odeattn conformance: {err}", file=sys.stderr)
+        cases, refs, notes, errors, header, taken = _prepare(args)
+    except ValueError as err:
+        for line in str(err).splitlines():
+            print(f"odeattn conformance: {line}", file=sys.stderr)
         return 2
-    if not cases:
-        print("odeattn conformance: no case matches the -k/--exclude patterns", file=sys.stderr)
-        return 2
-    names = ", ".join(f"{b.name} ({'/'.join(b.dtypes)})" for b in backends)
-    print(f"{len(cases)} cases x {names}")
-    results = run_suite(backends, cases, xfail=args.xfail, fail_fast=args.fail_fast, progress=_progress())
-    print(format_report(results))
-    for note in notes:
-        print(f"skipped backend {note}")
+    print(f"golden set: {header['golden']}, {len(cases)} cases, digest {header['digest']}")
+    print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})")
+    report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,
+                       float64_bound=args.float64_bound, progress=_progress(), taken=taken)
+    report.notes += notes
+    report.errors += [BackendError(e.split("'")[1], e) for e in errors]
+    print(format_report(report))
     if args.json:
-        write_json(results, args.json)
+        write_json(report, args.json, header)
     if args.junit:
-        write_junit(results, args.junit)
-    return 1 if any(r.failed for r in results) else 0
+        write_junit(report, args.junit, header)
+    return report.exit_code

@@ -1,16 +1,26 @@
-"""Frozen golden cases on disk: one safetensors file per case plus manifest.json.
+"""Frozen golden cases on disk: one safetensors file per case plus manifest.json, sealed.
 
-    golden/manifest.json     {"format": 1, "cases_version", "spec_version", "cases": [...]}
+    golden/manifest.json       {"format", "cases_version", "spec_version", "cases": [...]}
     golden/<case>.safetensors  x, padding_mask (if any), the parameters under their names,
-                               f0, trajectory (steps + 1, batch, seq, d_model), z1 — float64
+                               f0, trajectory (steps + 1, batch, seq, d_model), float64
 
-Each manifest entry holds the case's config, seeds, shapes, per-quantity e32 and tolerances
-(per dtype, see tolerance.py), the file name and its sha256. Both formats are readable from C++
-or Rust; nothing here unpickles or executes code. load_cases verifies every checksum first.
+Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
+defaults), shape, padding flag, per-quantity e32 (tolerances derive from it, tolerance.py), the
+file name and its sha256. Everything stored is read: the versions are checked against this
+code, the shape and padding against the file, the checksums against the bytes.
+
+Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
+sha256, so it covers every byte. The packaged set's digest, and each entry's, are recorded in
+code (seal.py, written by `odeattn conformance generate`); a run on the packaged set refuses any
+difference, naming the case. A team's own set (--golden DIR) is validated the same way and its
+digest printed, so a CI can pin it with --expect-digest.
+
+Both formats are readable from C++ or Rust; nothing here unpickles or executes code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,24 +31,72 @@ import numpy as np
 import ode_ref as R
 
 from .cases import CASES_VERSION, Case, build_all
-from .tolerance import UNIT_ROUNDOFF, tolerance
 
-FORMAT = 1
+FORMAT = 2
 GOLDEN_DIR = Path(__file__).parent / "golden"
+SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
-DTYPES = ("float64", "float32")  # tolerances stored for these (others derive from e32 alike)
+
+_NUMBER = {"type": "number", "minimum": 0}
+SCHEMA = {
+    "type": "object",
+    "required": ["format", "cases_version", "spec_version", "cases"],
+    "additionalProperties": False,
+    "properties": {
+        "format": {"const": FORMAT},
+        "cases_version": {"const": CASES_VERSION},
+        "spec_version": {"const": R.__version__},
+        "cases": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["name", "config", "shape", "padding", "file", "sha256", "e32"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+                    "config": {"type": "object", "required": ["hidden_size", "num_heads"]},
+                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 3, "maxItems": 3},
+                    "padding": {"type": "boolean"},
+                    "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
+                    "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    "e32": {"type": "object", "required": ["f0", "step_1"], "additionalProperties": _NUMBER},
+                },
+            },
+        },
+    },
+}
 
 
 class GoldenError(ValueError):
-    """A golden file or manifest that is missing, tampered with, truncated or malformed."""
+    """A golden set that is missing, tampered with, truncated or malformed: one line a defect."""
+
+    def __init__(self, defects):
+        self.defects = [defects] if isinstance(defects, str) else list(defects)
+        super().__init__("\n".join(self.defects))
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def entry_digest(entry: dict) -> str:
+    return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def config_fields(config: R.ODEConfig) -> dict:
+    """The config as stored: the required fields and those that differ from the defaults, so
+    that a field added to ODEConfig later (with a default) leaves existing entries unchanged."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.default is dataclasses.MISSING or value != f.default:
+            out[f.name] = value
+    return out
+
+
 def _tensors(case: Case) -> dict:
-    t = {"x": case.x, "f0": case.f0, "trajectory": case.trajectory, "z1": case.z1}
+    t = {"x": case.x, "f0": case.f0, "trajectory": case.trajectory}
     if case.padding_mask is not None:
         t["padding_mask"] = case.padding_mask
     t.update(case.params)
@@ -48,24 +106,30 @@ def _tensors(case: Case) -> dict:
 def _entry(case: Case, file: str, sha: str) -> dict:
     return {
         "name": case.name,
-        "config": case.config.to_dict(),
-        "param_seed": case.param_seed,
-        "input_seed": case.input_seed,
+        "config": config_fields(case.config),
         "shape": list(case.x.shape),
         "padding": case.padding_mask is not None,
         "file": file,
         "sha256": sha,
-        "quantities": {
-            q: {"e32": e, "tolerance": {d: tolerance(e, d) for d in DTYPES}} for q, e in case.e32.items()
-        },
+        "e32": dict(case.e32),
     }
 
 
+def _writable(directory: Path) -> None:
+    probe = directory
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise PermissionError(f"golden directory {os.fspath(directory)!r}: {os.fspath(probe)!r} is not a writable folder")
+
+
 def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
-    """Write every case and the manifest; returns the manifest path. Deterministic bytes."""
+    """Write every case and the manifest; returns the manifest path. Deterministic bytes.
+    Writing the packaged folder also rewrites the seal (seal.py)."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
+    _writable(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cases = build_all() if cases is None else cases
     entries = []
@@ -75,54 +139,135 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
         entries.append(_entry(case, file, _sha256(directory / file)))
         if progress:
             progress(case.name)
-    manifest = {
-        "format": FORMAT,
-        "cases_version": CASES_VERSION,
-        "spec_version": R.__version__,
-        "tolerance_model": {"safety": 32.0, "floor_ulps": 1.0, "unit_roundoff": UNIT_ROUNDOFF},
-        "cases": entries,
-    }
+    manifest = {"format": FORMAT, "cases_version": CASES_VERSION, "spec_version": R.__version__, "cases": entries}
     path = directory / MANIFEST
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if directory.resolve() == GOLDEN_DIR.resolve():
+        write_seal(path)
     return path
 
 
+def write_seal(manifest_path: Path, seal_file: Path = SEAL_FILE) -> None:
+    manifest = json.loads(manifest_path.read_text())
+    lines = [
+        '"""The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""',
+        "",
+        f'DIGEST = "{_sha256(manifest_path)}"  # sha256 of golden/manifest.json',
+        "ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)",
+        *[f'    "{e["name"]}": "{entry_digest(e)}",' for e in manifest["cases"]],
+        "}",
+    ]
+    seal_file.write_text("\n".join(lines) + "\n")
+
+
+def digest(directory=GOLDEN_DIR) -> str:
+    """The set's digest: sha256 of its manifest.json."""
+    return _sha256(Path(directory) / MANIFEST)
+
+
+def _where(path) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def validate_manifest(manifest, directory: Path) -> list[str]:
+    """Every defect of a parsed manifest, one line each, naming the file and the field."""
+    import jsonschema
+
+    where = os.fspath(Path(directory) / MANIFEST)
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    defects = [f"{where}: {_where(e.absolute_path)}: {e.message}"
+               for e in sorted(validator.iter_errors(manifest), key=lambda e: list(map(str, e.absolute_path)))]
+    if defects or not isinstance(manifest, dict):
+        return defects
+    names, files = set(), set()
+    for i, e in enumerate(manifest["cases"]):
+        field = f"{where}: $.cases[{i}]"
+        if e["name"] in names:
+            defects.append(f"{field}.name: {e['name']!r} is listed twice")
+        if e["file"] in files:
+            defects.append(f"{field}.file: {e['file']!r} is listed twice")
+        names.add(e["name"])
+        files.add(e["file"])
+        try:
+            config = R.ODEConfig.from_any(e["config"])
+        except (TypeError, ValueError) as err:
+            defects.append(f"{field}.config: {err}")
+            continue
+        steps = [f"step_{k}" for k in range(1, config.ode_steps + 1)]
+        if set(e["e32"]) != {"f0", *steps}:
+            defects.append(f"{field}.e32: expected the quantities f0, step_1 .. step_{config.ode_steps}; got {sorted(e['e32'])}")
+        if e["shape"][2] != config.hidden_size:
+            defects.append(f"{field}.shape: expected d_model {config.hidden_size} last; got {e['shape']}")
+    present = {p.name for p in Path(directory).iterdir()} - {MANIFEST}
+    for extra in sorted(present - files):
+        defects.append(f"{os.fspath(Path(directory) / extra)}: not listed in {MANIFEST}; a golden folder holds only its cases")
+    return defects
+
+
+def check_seal(manifest: dict, directory: Path) -> list[str]:
+    """Differences between the packaged manifest and the seal in code, one line a case."""
+    from . import seal
+
+    where = os.fspath(Path(directory) / MANIFEST)
+    got = {e["name"]: entry_digest(e) for e in manifest["cases"]}
+    defects = [f"{where}: case {n!r} is missing from the packaged set (sealed)" for n in seal.ENTRIES if n not in got]
+    defects += [f"{where}: case {n!r} is not in the sealed set" for n in got if n not in seal.ENTRIES]
+    defects += [f"{where}: case {n!r} differs from the sealed set (config, e32 or file checksum)"
+                for n, d in got.items() if n in seal.ENTRIES and d != seal.ENTRIES[n]]
+    if not defects and digest(directory) != seal.DIGEST:
+        defects.append(f"{where}: the file differs from the sealed set (digest {digest(directory)[:16]}..., sealed "
+                       f"{seal.DIGEST[:16]}...)")
+    return defects
+
+
 def read_manifest(directory=GOLDEN_DIR) -> dict:
-    path = Path(directory) / MANIFEST
+    """The parsed, validated manifest (sealed, for the packaged folder); GoldenError otherwise."""
+    directory = Path(directory)
+    path = directory / MANIFEST
     if not path.is_file():
-        raise GoldenError(f"golden manifest: no file {os.fspath(path)!r}; run `odeattn conformance generate`")
+        raise GoldenError(f"{os.fspath(path)}: no such file; run `odeattn conformance generate`")
     try:
         manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise GoldenError(f"golden manifest {os.fspath(path)!r}: not valid JSON ({err})") from err
-    if manifest.get("format") != FORMAT:
-        raise GoldenError(f"golden manifest: expected format {FORMAT}; got {manifest.get('format')!r}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GoldenError(f"{os.fspath(path)}: not valid JSON ({err})") from err
+    defects = validate_manifest(manifest, directory)
+    if not defects and directory.resolve() == GOLDEN_DIR.resolve():
+        defects = check_seal(manifest, directory)
+    if defects:
+        raise GoldenError(defects)
     return manifest
 
 
 def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
-    """One case from its manifest entry, after verifying the file's sha256."""
+    """One case from its (validated) manifest entry, after verifying the file's sha256."""
     from safetensors.numpy import load_file
 
     path = Path(directory) / entry["file"]
     if not path.is_file():
-        raise GoldenError(f"golden case {entry['name']!r}: file {entry['file']!r} is missing")
+        raise GoldenError(f"{os.fspath(path)}: missing (case {entry['name']!r})")
     sha = _sha256(path)
     if sha != entry["sha256"]:
-        raise GoldenError(
-            f"golden case {entry['name']!r}: {entry['file']} has sha256 {sha[:16]}..., the manifest "
-            f"says {entry['sha256'][:16]}...: the file was modified or truncated; regenerate it"
-        )
-    t = load_file(str(path))
+        raise GoldenError(f"{os.fspath(path)}: sha256 {sha[:16]}..., the manifest says {entry['sha256'][:16]}...: "
+                          "the file was modified or truncated; regenerate it")
+    try:
+        t = load_file(str(path))
+    except Exception as err:  # a file that matches its checksum but is not safetensors
+        raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = R.ODEConfig.from_any(entry["config"])
-    params = {k: t[k] for k in R.param_shapes(config)}
+    steps = config.ode_steps
+    expected = {"x": tuple(entry["shape"]), "f0": tuple(entry["shape"]), "trajectory": (steps + 1, *entry["shape"]),
+                **R.param_shapes(config)}
+    if entry["padding"]:
+        expected["padding_mask"] = tuple(entry["shape"][:2])
+    if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
+        got = {k: list(v.shape) for k, v in t.items()}
+        raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
     return Case(
-        name=entry["name"], config=config, params=params, x=t["x"], padding_mask=t.get("padding_mask"),
-        f0=t["f0"], trajectory=t["trajectory"], e32={q: v["e32"] for q, v in entry["quantities"].items()},
-        input_seed=entry["input_seed"], param_seed=entry["param_seed"],
+        name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
+        padding_mask=t.get("padding_mask"), f0=t["f0"], trajectory=t["trajectory"], e32=dict(entry["e32"]),
     )
 
 
 def load_cases(directory=GOLDEN_DIR) -> list[Case]:
-    """Every frozen case, each verified against its checksum."""
+    """Every frozen case, the manifest validated (and sealed) and each file checked."""
     return [load_case(e, directory) for e in read_manifest(directory)["cases"]]

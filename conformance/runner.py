@@ -5,11 +5,16 @@ dtype, its shape, finiteness, then every quantity the backend provides (f0, step
 z1) against its tolerance. The first quantity over tolerance is the divergence reported: a
 failure at f0 points at ODEFunc, a failure first at step k points at the solver or at error
 growth over steps.
+
+run_suite runs every backend in worker processes (conformance.pool, conformance.worker) and
+compares in this process; run_case runs one backend object in this process (for a backend
+under development, and for the tests of the comparison itself).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -20,6 +25,10 @@ import numpy as np
 
 from .cases import Case
 from .tolerance import relative_error, tolerance
+from .worker import check_supports, collect_outputs
+
+STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+FAILING = ("failed", "error", "xpassed")
 
 
 @dataclass
@@ -38,26 +47,66 @@ class CaseResult:
     backend: str
     dtype: str
     case: str
-    status: str  # passed | failed | error | skipped | xfailed | xpassed
+    status: str  # one of STATUSES
     message: str = ""
     worst_ratio: float = 0.0  # max error / tolerance over the quantities checked
     quantities: list = field(default_factory=list)
     seconds: float = 0.0
+    traceback: str = ""
 
     @property
     def failed(self) -> bool:
-        return self.status in ("failed", "error")
+        return self.status in FAILING
+
+
+@dataclass
+class BackendError:
+    """A backend that could not run at all: not constructible, a taken name, a broken import."""
+
+    backend: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass
+class Report:
+    results: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # BackendError
+    notes: list = field(default_factory=list)  # str: backends not installed
+
+    @property
+    def exit_code(self) -> int:
+        """0: everything passed; 1: any failure, error or unexpected pass."""
+        return 1 if self.errors or any(r.failed for r in self.results) else 0
 
 
 def _step_time(case: Case, quantity: str) -> str:
     if quantity.startswith("step_"):
-        k = int(quantity[5:])
-        return f" (t = {k}/{case.config.ode_steps})"
+        return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     return ""
 
 
-def compare(case: Case, dtype: str, outputs: dict) -> tuple[str, str, list]:
-    """(status, message, quantity results) for a backend's outputs: quantity -> array."""
+def split_outputs(case: Case, outputs: dict) -> dict:
+    """A backend's raw outputs (f0, trajectory or z1) as quantity -> array, in forward order."""
+    out = {}
+    if "f0" in outputs:
+        out["f0"] = outputs["f0"]
+    if "trajectory" in outputs:
+        traj = np.asarray(outputs["trajectory"])
+        if traj.shape[:1] != (case.config.ode_steps + 1,):
+            raise ValueError(f"run_trajectory: expected {case.config.ode_steps + 1} states; got shape {traj.shape}")
+        out.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
+        out["z1"] = traj[-1]
+    elif "z1" in outputs:
+        out["z1"] = outputs["z1"]
+    return out
+
+
+def compare(case: Case, dtype: str, outputs: dict, *, float64_bound: Optional[float] = None) -> tuple[str, str, list]:
+    """(status, message, quantity results) for a backend's outputs: quantity -> array.
+
+    float64_bound: in float64, also fail a quantity whose relative error exceeds this absolute
+    bound (a port that claims float64 agreement to ~1e-14, say)."""
     golden = case.quantities()
     results = []
     for name, got in outputs.items():
@@ -68,7 +117,10 @@ def compare(case: Case, dtype: str, outputs: dict) -> tuple[str, str, list]:
             return "failed", f"{name}: expected shape {golden[name].shape}; got {got.shape}", results
         if not np.isfinite(got).all():
             return "failed", f"{name}: non-finite values (NaN or inf) at {np.argwhere(~np.isfinite(got))[0].tolist()}", results
-        results.append(QuantityResult(name, relative_error(got, golden[name]), tolerance(case.e32[name], dtype)))
+        tol = tolerance(case.e32_of(name), dtype)
+        if float64_bound is not None and dtype == "float64":
+            tol = min(tol, float64_bound)
+        results.append(QuantityResult(name, relative_error(got, golden[name]), tol))
     bad = next((r for r in results if r.error > r.tolerance), None)
     if bad is None:
         return "passed", "", results
@@ -78,62 +130,133 @@ def compare(case: Case, dtype: str, outputs: dict) -> tuple[str, str, list]:
                       f"{bad.tolerance:.2e} ({bad.ratio:.0f}x)"), results
 
 
-def run_case(backend, case: Case, dtype: str) -> CaseResult:
-    """Run one case on one backend in one dtype."""
+def judge(result: CaseResult, case: Case, reply: dict, outputs: dict, float64_bound=None) -> CaseResult:
+    """Fill result from a backend's reply ({"status": ran|skipped|error, ...}) and outputs."""
+    status = reply.get("status")
+    if status == "skipped":
+        result.status, result.message = "skipped", reply.get("message", "")
+    elif status == "ran":
+        try:
+            result.status, result.message, result.quantities = compare(
+                case, result.dtype, split_outputs(case, outputs), float64_bound=float64_bound)
+        except ValueError as err:
+            result.status, result.message = "error", str(err)
+    else:
+        result.status, result.message = "error", reply.get("message", "error")
+        result.traceback = reply.get("traceback", "")
+    result.worst_ratio = max((q.ratio for q in result.quantities), default=0.0)
+    return result
+
+
+def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResult:
+    """Run one case on one backend object in this process (no isolation)."""
+    import traceback
+
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
-    reason = backend.supports(case.config, dtype)
-    if reason:
-        result.status, result.message = "skipped", reason
-        return result
-    params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
-    x = case.x.astype(dtype)
     try:
-        outputs = {}
-        if hasattr(backend, "run_func"):
-            outputs["f0"] = backend.run_func(case.config, params, 0.0, x, case.padding_mask, dtype)
-        if hasattr(backend, "run_trajectory"):
-            traj = np.asarray(backend.run_trajectory(case.config, params, x, case.padding_mask, dtype))
-            if traj.shape[:1] != (case.config.ode_steps + 1,):
-                raise ValueError(f"run_trajectory: expected {case.config.ode_steps + 1} states; got shape {traj.shape}")
-            outputs.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
-            outputs["z1"] = traj[-1]
+        reason = check_supports(backend.supports(case.config, dtype))
+        if reason is not None:
+            reply, outputs = {"status": "skipped", "message": reason}, {}
         else:
-            outputs["z1"] = backend.run_block(case.config, params, x, case.padding_mask, dtype)
-        result.status, result.message, result.quantities = compare(case, dtype, outputs)
+            params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
+            outputs = collect_outputs(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype)
+            reply = {"status": "ran"}
     except Exception as err:  # a backend's crash is its result, reported, not raised
-        result.status, result.message = "error", f"{type(err).__name__}: {err}"
-    result.worst_ratio = max((q.ratio for q in result.quantities), default=0.0)
+        reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
+    judge(result, case, reply, outputs, float64_bound)
     result.seconds = time.perf_counter() - start
     return result
 
 
+def compile_patterns(option: str, patterns) -> list:
+    """re.compile each pattern; ValueError naming the option and the pattern if one is invalid."""
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except re.error as err:
+            raise ValueError(f"{option}: invalid regular expression {p!r} ({err})") from None
+    return out
+
+
 def select(cases, include=(), exclude=()):
     """Cases whose name matches any include regex (all if none) and no exclude regex."""
+    inc, exc = compile_patterns("-k", include), compile_patterns("--exclude", exclude)
     return [c for c in cases
-            if (not include or any(re.search(p, c.name) for p in include))
-            and not any(re.search(p, c.name) for p in exclude)]
+            if (not inc or any(p.search(c.name) for p in inc)) and not any(p.search(c.name) for p in exc)]
 
 
-def run_suite(backends, cases, *, xfail=(), fail_fast=False, progress=None) -> list[CaseResult]:
-    """Every case on every backend in every dtype it declares; xfail patterns match
-    'backend/dtype/case' and turn a failure into xfailed (and a pass into xpassed)."""
-    jobs = [(b, d, c) for b in backends for d in b.dtypes for c in cases]
-    bar = progress(total=len(jobs)) if progress else None
-    results = []
-    for backend, dtype, case in jobs:
-        r = run_case(backend, case, dtype)
-        if any(re.search(p, f"{backend.name}/{dtype}/{case.name}") for p in xfail):
-            r.status = "xfailed" if r.failed else ("xpassed" if r.status == "passed" else r.status)
-        results.append(r)
+def apply_xfail(result: CaseResult, patterns) -> CaseResult:
+    """A failure matching 'backend/dtype/case' becomes xfailed, a pass xpassed (a failure too)."""
+    if any(p.search(f"{result.backend}/{result.dtype}/{result.case}") for p in patterns):
+        if result.status in ("failed", "error"):
+            result.status = "xfailed"
+        elif result.status == "passed":
+            result.status = "xpassed"
+            result.message = "unexpected pass: the case matches an --xfail pattern but passed"
+    return result
+
+
+def _request(case: Case, dtype: str) -> tuple[dict, dict]:
+    arrays = {"x": case.x.astype(dtype), **{f"param/{k}": np.asarray(v, dtype=dtype) for k, v in case.params.items()}}
+    if case.padding_mask is not None:
+        arrays["padding_mask"] = case.padding_mask
+    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict()}, arrays
+
+
+def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
+              progress=None, taken=()) -> Report:
+    """Every case on every backend (conformance.backends.BackendRef) in every dtype it declares,
+    each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
+
+    xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
+    besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row)."""
+    from .pool import run_workers
+
+    xfail = compile_patterns("--xfail", xfail)
+    jobs = jobs or os.cpu_count() or 1
+    report = Report()
+    names = {}
+    bar = progress(total=0) if progress else None
+    stop = [False]
+
+    def on_init(i, name, dtypes):
+        ref = refs[i]
+        if name in names.values() or (name in taken and not (ref.builtin and name == ref.label)):
+            report.errors.append(BackendError(ref.label, f"reports the name {name!r}, which another backend has taken"))
+            return False
+        names[i] = name
+        if bar:
+            bar.total += len(dtypes) * len(cases)
+            bar.refresh()
+        return True
+
+    def make_jobs(i, name, dtypes):
+        return [((d, c), *_request(c, d)) for d in dtypes for c in cases]
+
+    def on_result(i, job, reply, arrays, seconds):
+        dtype, case = job
+        r = judge(CaseResult(names[i], dtype, case.name, "passed"), case, reply, arrays, float64_bound)
+        r.seconds = seconds
+        report.results.append(apply_xfail(r, xfail))
         if bar:
             bar.update(1)
-            bar.set_postfix_str(f"{backend.name}/{dtype}", refresh=False)
+            bar.set_postfix_str(f"{names[i]}/{dtype}", refresh=False)
         if fail_fast and r.failed:
-            break
+            stop[0] = True
+
+    def on_backend_error(i, message, tb):
+        report.errors.append(BackendError(refs[i].label, message, tb))
+
+    run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
+                should_stop=lambda: stop[0])
     if bar:
         bar.close()
-    return results
+    order = {n: i for i, n in names.items()}
+    case_order = {c.name: i for i, c in enumerate(cases)}
+    report.results.sort(key=lambda r: (order[r.backend], r.dtype != "float32", case_order[r.case]))
+    return report
 
 
 def summary(results) -> list[dict]:
@@ -142,45 +265,56 @@ def summary(results) -> list[dict]:
     for r in results:
         row = rows.setdefault((r.backend, r.dtype), {"backend": r.backend, "dtype": r.dtype, "passed": 0, "failed": 0,
                                                      "skipped": 0, "xfailed": 0, "worst_ratio": 0.0, "worst_case": ""})
-        key = {"error": "failed", "xpassed": "failed"}.get(r.status, r.status)
-        row[key] += 1
+        row[{"error": "failed", "xpassed": "failed"}.get(r.status, r.status)] += 1
         if r.worst_ratio >= row["worst_ratio"] and r.status != "skipped":
             row["worst_ratio"], row["worst_case"] = r.worst_ratio, r.case
     return list(rows.values())
 
 
-def format_report(results) -> str:
-    rows = summary(results)
+def format_report(report: Report) -> str:
+    rows = summary(report.results)
     w = max([len("backend")] + [len(r["backend"]) for r in rows]) + 2
     lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}  {'worst err/tol':>13}  worst case"]
     for row in rows:
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
                      f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case'] if row['worst_ratio'] else '-'}")
-    failures = [r for r in results if r.failed]
+    failures = [r for r in report.results if r.failed]
     if failures:
-        lines.append("")
-        lines.append("failures:")
-        lines += [f"  {r.backend}/{r.dtype}/{r.case}: {r.message}" for r in failures]
+        lines += ["", "failures:"] + [f"  {r.backend}/{r.dtype}/{r.case}: {r.message}" for r in failures]
+    if report.errors:
+        lines += ["", "backend errors (see the JSON report for tracebacks):"]
+        lines += [f"  {e.backend}: {e.message}" for e in report.errors]
+    lines += [f"skipped backend {n}" for n in report.notes]
     return "\n".join(lines)
 
 
-def write_json(results, path) -> None:
-    payload = {"summary": summary(results), "results": [asdict(r) for r in results]}
+def write_json(report: Report, path, header: dict) -> None:
+    payload = {**header, "exit_code": report.exit_code, "summary": summary(report.results),
+               "backend_errors": [asdict(e) for e in report.errors], "notes": report.notes,
+               "results": [asdict(r) for r in report.results]}
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
 
 
-def write_junit(results, path) -> None:
+def write_junit(report: Report, path, header: dict) -> None:
     suites = ET.Element("testsuites")
-    for row in summary(results):
-        members = [r for r in results if (r.backend, r.dtype) == (row["backend"], row["dtype"])]
+    props = ET.SubElement(suites, "properties")
+    for k, v in header.items():
+        ET.SubElement(props, "property", name=k, value=str(v))
+    for row in summary(report.results):
+        members = [r for r in report.results if (r.backend, r.dtype) == (row["backend"], row["dtype"])]
         suite = ET.SubElement(suites, "testsuite", name=f"{row['backend']}-{row['dtype']}", tests=str(len(members)),
                               failures=str(row["failed"]), skipped=str(row["skipped"] + row["xfailed"]))
         for r in members:
             tc = ET.SubElement(suite, "testcase", classname=f"conformance.{r.backend}.{r.dtype}", name=r.case,
                                time=f"{r.seconds:.4f}")
             if r.failed:
-                ET.SubElement(tc, "failure", message=r.message).text = r.message
+                ET.SubElement(tc, "failure", message=r.message, type=r.status).text = r.traceback or r.message
             elif r.status in ("skipped", "xfailed"):
                 ET.SubElement(tc, "skipped", message=r.message or r.status)
+    if report.errors:
+        suite = ET.SubElement(suites, "testsuite", name="backends", tests=str(len(report.errors)), failures=str(len(report.errors)))
+        for e in report.errors:
+            tc = ET.SubElement(suite, "testcase", classname="conformance.backends", name=e.backend)
+            ET.SubElement(tc, "failure", message=e.message, type="error").text = e.traceback or e.message
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

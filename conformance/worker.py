@@ -1,0 +1,149 @@
+"""The worker process that runs one backend, so nothing it does reaches another backend's verdict.
+
+The run (conformance.pool) starts `python -m conformance.worker IN OUT` with two pipe file
+descriptors. Messages are frames: an 8-byte header (JSON length, payload length, little-endian
+uint32), a UTF-8 JSON object, and an optional safetensors payload of arrays. Nothing is pickled.
+
+    init  {"op": "init", "reference", "sys_path"}   -> {"name", "dtypes"} or {"error", "traceback"}
+    run   {"op": "run", "case", "dtype", "config"} + x, padding_mask, param/<name>
+          -> {"status": "skipped", "message"} | {"status": "ran"} + f0, trajectory or z1
+             | {"status": "error", "message", "traceback"}
+    exit  {"op": "exit"}
+
+The worker only runs the backend: it never sees a golden output, and the comparison happens in
+the run's process. Every call gets fresh arrays, so a backend writing into its inputs changes
+nothing but its own result. The backend's prints go to stderr; any exception, SystemExit
+included, is its result for that call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+HEADER = struct.Struct("<II")
+
+
+def encode(message: dict, arrays: dict | None = None) -> bytes:
+    from safetensors.numpy import save
+
+    payload = save({k: np.asarray(v, order="C") for k, v in arrays.items()}) if arrays else b""
+    body = json.dumps(message).encode()
+    return HEADER.pack(len(body), len(payload)) + body + payload
+
+
+def decode(body: bytes, payload: bytes) -> tuple[dict, dict]:
+    from safetensors.numpy import load
+
+    return json.loads(body), (load(payload) if payload else {})
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> tuple[dict, dict]:
+    n_body, n_payload = HEADER.unpack(_read_exact(fd, HEADER.size))
+    return decode(_read_exact(fd, n_body), _read_exact(fd, n_payload))
+
+
+def write_frame(fd: int, message: dict, arrays: dict | None = None) -> None:
+    data = memoryview(encode(message, arrays))
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _failure(err: BaseException) -> dict:
+    return {"message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+
+
+def collect_outputs(backend, config, params, x, padding_mask, dtype) -> dict:
+    """quantity -> array from one backend: f0 and the trajectory if it provides them, else z1.
+    Each call gets its own copies of the inputs."""
+    def fresh():
+        return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
+
+    out = {}
+    if hasattr(backend, "run_func"):
+        p, xx, m = fresh()
+        out["f0"] = np.asarray(backend.run_func(config, p, 0.0, xx, m, dtype))
+    if hasattr(backend, "run_trajectory"):
+        p, xx, m = fresh()
+        out["trajectory"] = np.asarray(backend.run_trajectory(config, p, xx, m, dtype))
+    else:
+        p, xx, m = fresh()
+        out["z1"] = np.asarray(backend.run_block(config, p, xx, m, dtype))
+    return out
+
+
+def check_supports(reason) -> str | None:
+    """supports() must return None or a string; anything else is the backend's error."""
+    if reason is None or isinstance(reason, str):
+        return reason
+    raise TypeError(f"supports() must return None or a reason string; got {reason!r}")
+
+
+def serve(fd_in: int, fd_out: int) -> None:
+    import ode_ref as R
+
+    from .backends import make_backend
+
+    backend = None
+    while True:
+        try:
+            message, arrays = read_frame(fd_in)
+        except EOFError:
+            return
+        op = message["op"]
+        if op == "exit":
+            return
+        if op == "init":
+            sys.path[:] = message["sys_path"]
+            try:
+                backend = make_backend(message["reference"])
+                reply = {"name": backend.name, "dtypes": list(backend.dtypes)}
+            except BaseException as err:  # noqa: B036 -- SystemExit from a plug-in is its error
+                reply = {"error": _failure(err)["message"], "traceback": traceback.format_exc()}
+            write_frame(fd_out, reply)
+            continue
+        # op == "run"
+        out = {}
+        try:
+            config = R.ODEConfig.from_any(message["config"])
+            dtype = message["dtype"]
+            reason = check_supports(backend.supports(config, dtype))
+            if reason is not None:
+                reply = {"status": "skipped", "message": reason}
+            else:
+                params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
+                out = collect_outputs(backend, config, params, arrays["x"], arrays.get("padding_mask"), dtype)
+                reply = {"status": "ran"}
+                try:
+                    encode(reply, out)
+                except Exception as err:  # an output safetensors cannot hold (object dtype, ...)
+                    out, reply = {}, {"status": "error", **_failure(err)}
+        except BaseException as err:  # noqa: B036 -- a backend's crash is its result
+            out, reply = {}, {"status": "error", **_failure(err)}
+        write_frame(fd_out, reply, out)
+
+
+def main() -> None:
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    serve(fd_in, fd_out)
+    os._exit(0)  # skip interpreter teardown: a backend's threads cannot hold the worker open
+
+
+if __name__ == "__main__":
+    main()
