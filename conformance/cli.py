@@ -70,7 +70,8 @@ def _progress():
 
 
 def check_output_path(option: str, path: Path | None) -> None:
-    """ValueError unless `path` can be written: its folder exists and is writable, and it is not a folder."""
+    """ValueError unless `path` can be written: not a folder, in a folder that exists and takes a
+    file (tried by opening it, so a read-only file system counts too; nothing is left behind)."""
     if path is None:
         return
     folder = path.parent if str(path.parent) else Path(".")
@@ -78,8 +79,14 @@ def check_output_path(option: str, path: Path | None) -> None:
         raise ValueError(f"{option}: expected a file path; got the folder {os.fspath(path)!r}")
     if not folder.is_dir():
         raise ValueError(f"{option}: the folder {os.fspath(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{option}: {os.fspath(path)!r} is not writable")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option}: {os.fspath(path)!r} is not writable ({err.strerror})") from None
+    if not existed:
+        path.unlink()
 
 
 def _generate(args) -> int:

@@ -116,11 +116,16 @@ def _entry(case: Case, file: str, sha: str) -> dict:
 
 
 def _writable(directory: Path) -> None:
-    probe = directory
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise PermissionError(f"golden directory {os.fspath(directory)!r}: {os.fspath(probe)!r} is not a writable folder")
+    """PermissionError unless files can be created in directory (made if missing); tried, not
+    guessed from permission bits, so a read-only file system counts too."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise PermissionError(f"golden directory {os.fspath(directory)!r}: not writable ({err.strerror or err})") from None
 
 
 def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
@@ -130,7 +135,6 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
 
     directory = Path(directory)
     _writable(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     cases = build_all() if cases is None else cases
     entries = []
     for case in cases:
@@ -177,8 +181,13 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
     validator = jsonschema.Draft202012Validator(SCHEMA)
     defects = [f"{where}: {_where(e.absolute_path)}: {e.message}"
                for e in sorted(validator.iter_errors(manifest), key=lambda e: list(map(str, e.absolute_path)))]
-    if defects or not isinstance(manifest, dict):
-        return defects
+    cases = manifest.get("cases") if isinstance(manifest, dict) else None
+    listed = {e.get("file") for e in cases if isinstance(e, dict)} if isinstance(cases, list) else set()
+    present = {p.name for p in Path(directory).iterdir()} - {MANIFEST}
+    unlisted = [f"{os.fspath(Path(directory) / extra)}: not listed in {MANIFEST}; a golden folder holds only its cases"
+                for extra in sorted(present - listed)]
+    if defects:
+        return defects + unlisted
     names, files = set(), set()
     for i, e in enumerate(manifest["cases"]):
         field = f"{where}: $.cases[{i}]"
@@ -198,10 +207,7 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
             defects.append(f"{field}.e32: expected the quantities f0, step_1 .. step_{config.ode_steps}; got {sorted(e['e32'])}")
         if e["shape"][2] != config.hidden_size:
             defects.append(f"{field}.shape: expected d_model {config.hidden_size} last; got {e['shape']}")
-    present = {p.name for p in Path(directory).iterdir()} - {MANIFEST}
-    for extra in sorted(present - files):
-        defects.append(f"{os.fspath(Path(directory) / extra)}: not listed in {MANIFEST}; a golden folder holds only its cases")
-    return defects
+    return defects + unlisted
 
 
 def check_seal(manifest: dict, directory: Path) -> list[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 
 import ode_ref as R
+from ode_ref.norms import NORM_PARAMS
+from ode_ref.tableaus import TABLEAUS
 
 # Frozen: do not edit. New values belong in ode_ref (they are picked up by factors()).
 BASE_FACTORS = {
@@ -29,7 +31,8 @@ BASE_FACTORS = {
 def factors() -> dict:
     """The current factors: the base ones with every value ode_ref now registers appended."""
     current = {k: list(v) for k, v in BASE_FACTORS.items()}
-    for name, values in (("norm_type", R.NORM_TYPES), ("ode_solver", R.SOLVERS), ("mode", R.MODES)):
+    registered = (("norm_type", NORM_PARAMS), ("ode_solver", TABLEAUS), ("mode", R.MODES))  # read live
+    for name, values in registered:
         current[name] += [v for v in values if v not in current[name]]
     return current
 

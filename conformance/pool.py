@@ -34,6 +34,14 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
+def _stderr_fd() -> int:
+    """Where a worker's prints go: this process's stderr (fd 2 when stderr is not a real file)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        return 2
+
+
 def thread_env(threads: int) -> dict:
     """Environment that keeps a worker's math libraries to its share of the cores."""
     n = str(threads)
@@ -49,7 +57,7 @@ class Worker:
         self.from_child, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "conformance.worker", str(to_child_r), str(from_child_w)],
-            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=_stderr_fd(),
             start_new_session=True, env={**os.environ, **thread_env(threads)},
         )
         os.close(to_child_r)

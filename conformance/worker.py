@@ -70,16 +70,16 @@ def _failure(err: BaseException) -> dict:
 
 
 def collect_outputs(backend, config, params, x, padding_mask, dtype) -> dict:
-    """quantity -> array from one backend: f0 and the trajectory if it provides them, else z1.
-    Each call gets its own copies of the inputs."""
+    """quantity -> array from one backend: f0 and the trajectory if it provides them (an attribute
+    set to None counts as absent), else z1. Each call gets its own copies of the inputs."""
     def fresh():
         return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
 
     out = {}
-    if hasattr(backend, "run_func"):
+    if getattr(backend, "run_func", None) is not None:
         p, xx, m = fresh()
         out["f0"] = np.asarray(backend.run_func(config, p, 0.0, xx, m, dtype))
-    if hasattr(backend, "run_trajectory"):
+    if getattr(backend, "run_trajectory", None) is not None:
         p, xx, m = fresh()
         out["trajectory"] = np.asarray(backend.run_trajectory(config, p, xx, m, dtype))
     else:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .norms import NORM_TYPES
+from .norms import NORM_PARAMS
 from .tableaus import TABLEAUS
 
 SOLVERS: tuple[str, ...] = tuple(TABLEAUS)
@@ -54,13 +54,13 @@ class ODEConfig:
             raise ValueError(f"dropout: expected a number in [0, 1); got {self.dropout!r}")
         if not isinstance(self.use_bitnet, bool):
             raise ValueError(f"use_bitnet: expected True or False; got {self.use_bitnet!r}")
-        _choice("norm_type", self.norm_type, NORM_TYPES)
+        _choice("norm_type", self.norm_type, tuple(NORM_PARAMS))  # read live: a registered norm counts
         if self.norm_type == "dynamic_tanh" and self.hidden_size < 2:
             raise ValueError(
                 "hidden_size: dynamic_tanh divides by the unbiased std (n - 1), so it needs "
                 f"hidden_size >= 2; got {self.hidden_size}"
             )
-        _choice("ode_solver", self.ode_solver, SOLVERS)
+        _choice("ode_solver", self.ode_solver, tuple(TABLEAUS))  # likewise a registered tableau
         _positive_int("ode_steps", self.ode_steps)
         _choice("mode", self.mode, MODES)
 

@@ -1,54 +1,21 @@
-"""The runner catches deliberately broken backends and says where they diverge first."""
+"""The runner: what it reports for wrong outputs, and that no plug-in can change another's verdict
+or the run's, whatever it does in its worker process."""
 
-import dataclasses
 import json
 import sys
-import types
+import textwrap
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
 import ode_ref as R
-from conformance import backends as B
+from conformance.backends import BUILTIN, BackendRef
 from conformance.golden import load_cases
 from conformance.runner import format_report, run_case, run_suite, select, write_json, write_junit
-from odeattn.cli import main
 
 CASES = load_cases()
-
-
-class Rk38ForRk4(B.SpecBackend):
-    """The classic confusion: torchdiffeq's 'rk4' is the 3/8 rule."""
-
-    name = "rk38-for-rk4"
-
-    def _swap(self, config):
-        return dataclasses.replace(config, ode_solver="rk38") if config.ode_solver == "rk4" else config
-
-    def run_func(self, config, params, t, x, padding_mask, dtype):
-        return super().run_func(self._swap(config), params, t, x, padding_mask, dtype)
-
-    def run_trajectory(self, config, params, x, padding_mask, dtype):
-        return super().run_trajectory(self._swap(config), params, x, padding_mask, dtype)
-
-
-class StrictCausal(R.SelfAttention):
-    def build_mask(self, seq_len, padding_mask=None):
-        mask = super().build_mask(seq_len, padding_mask)
-        if self.config.mode == "decoder":
-            mask = mask & np.tri(seq_len, k=-1, dtype=bool)  # j < i: the diagonal dropped, off by one
-        return mask
-
-
-class CausalOffByOne(B.SpecBackend):
-    name = "causal-off-by-one"
-
-    def run_func(self, config, params, t, x, padding_mask, dtype):
-        return R.ode_func(params, t, x, config, padding_mask, attention=StrictCausal(config))
-
-    def run_trajectory(self, config, params, x, padding_mask, dtype):
-        return R.ode_block(params, x, config, padding_mask, attention=StrictCausal(config), return_trajectory=True)[1]
+SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1"])
 
 
 class BlockOnly:
@@ -56,108 +23,152 @@ class BlockOnly:
 
     name, dtypes = "block-only", ("float32",)
 
+    def __init__(self, fn=None):
+        self.fn = fn
+
     def supports(self, config, dtype):
         return "no BitLinear here" if config.use_bitnet else None
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        return R.ode_block(params, x, config, padding_mask)
-
-
-def test_rk38_in_place_of_rk4_is_caught_at_the_first_step():
-    # Not the large-magnitude cases: with |x| ~ 1e4 the normalised f hardly changes along the
-    # path, so every fourth-order rule integrates it exactly to within the state's own rounding.
-    rk4 = [c for c in CASES if c.config.ode_solver == "rk4" and "large_magnitude" not in c.name]
-    assert len(rk4) >= 8
-    for case in rk4:
-        r = run_case(Rk38ForRk4(), case, "float64")
-        assert r.status == "failed"
-        assert r.message.startswith(f"diverges first at step_1 (t = 1/{case.config.ode_steps})"), r.message
-        assert r.quantities[0].quantity == "f0" and r.quantities[0].error == 0.0  # f itself is right
-    others = [c for c in CASES if c.config.ode_solver != "rk4"][:5]
-    assert all(run_case(Rk38ForRk4(), c, "float64").status == "passed" for c in others)
-
-
-def test_causal_off_by_one_is_caught_in_f():
-    # seq > 1: with one token the only key is masked, and a fully masked row is uniform by the spec's
-    # rule, which over one key is the unmasked answer; the bug cannot show there.
-    decoder = [c for c in CASES if c.config.mode == "decoder" and c.x.shape[1] > 1]
-    assert len(decoder) >= 8
-    for case in decoder:
-        r = run_case(CausalOffByOne(), case, "float64")
-        assert r.status == "failed" and r.message.startswith("diverges first at f0 = f(0, x)"), (case.name, r.message)
-    encoder = next(c for c in CASES if c.config.mode == "encoder")
-    assert run_case(CausalOffByOne(), encoder, "float64").status == "passed"
+        return self.fn(x) if self.fn else R.ode_block(params, x, config, padding_mask)
 
 
 def test_wrong_dtype_shape_nan_and_crash_are_reported():
-    case = CASES[0]
-
-    class Wrong(BlockOnly):
-        def __init__(self, fn):
-            self.fn = fn
-
-        def run_block(self, config, params, x, padding_mask, dtype):
-            return self.fn(x)
-
-    assert run_case(Wrong(lambda x: x.astype(np.float64)), case, "float32").message == "z1: expected dtype float32; got float64"
-    assert "z1: expected shape" in run_case(Wrong(lambda x: x[:, :1]), case, "float32").message
-    assert "non-finite" in run_case(Wrong(lambda x: x * np.float32("nan")), case, "float32").message
-    r = run_case(Wrong(lambda x: 1 / 0), case, "float32")
-    assert r.status == "error" and r.message == "ZeroDivisionError: division by zero"
+    case = next(c for c in CASES if not c.config.use_bitnet)
+    assert run_case(BlockOnly(lambda x: x.astype(np.float64)), case, "float32").message == "z1: expected dtype float32; got float64"
+    assert "z1: expected shape" in run_case(BlockOnly(lambda x: x[:, :1]), case, "float32").message
+    assert "non-finite" in run_case(BlockOnly(lambda x: x * np.float32("nan")), case, "float32").message
+    r = run_case(BlockOnly(lambda x: 1 / 0), case, "float32")
+    assert r.status == "error" and r.message == "ZeroDivisionError: division by zero" and "1 / 0" in r.traceback
 
 
-def test_minimal_backend_skips_and_passes():
-    results = run_suite([BlockOnly()], CASES)
-    assert {r.status for r in results} == {"passed", "skipped"}
-    assert all(r.quantities[0].quantity == "z1" for r in results if r.status == "passed")
+PLUGINS = '''
+import os, signal, sys, time
+import ode_ref as R
+from conformance.backends import SpecBackend
 
+class Spec32(SpecBackend):
+    dtypes = ("float32",)
 
-def test_select_xfail_and_reports(tmp_path):
-    chosen = select(CASES, include=["rk4"], exclude=["bitnet", "large_magnitude"])
-    assert chosen and all("rk4" in c.name and "bitnet" not in c.name and "large" not in c.name for c in chosen)
-    results = run_suite([Rk38ForRk4()], chosen, xfail=["rk38-for-rk4/float64/.*rk4"])
-    assert {r.status for r in results} == {"xfailed"}
-    report = format_report(results)
-    assert "rk38-for-rk4" in report and "failures:" not in report
-    results = run_suite([Rk38ForRk4()], chosen, fail_fast=True)
-    assert len(results) == 1 and results[0].failed
-    write_json(results, tmp_path / "r.json")
-    assert json.loads((tmp_path / "r.json").read_text())["summary"][0]["failed"] == 1
-    write_junit(results, tmp_path / "r.xml")
-    assert ET.parse(tmp_path / "r.xml").getroot().find(".//failure") is not None
+class Exits(Spec32):
+    name = "exits"
+    def run_block(self, *a): sys.exit(0)
+    run_trajectory = run_func = run_block
+
+class Dies(Spec32):
+    name = "dies"
+    def run_func(self, config, params, t, x, mask, dtype):
+        if config.use_bitnet: os._exit(3)
+        return super().run_func(config, params, t, x, mask, dtype)
+
+class Segfaults(Spec32):
+    name = "segfaults"
+    def run_func(self, *a): os.kill(os.getpid(), signal.SIGSEGV)
+
+class Hangs(Spec32):
+    name = "hangs"
+    def run_func(self, *a): time.sleep(60)
+
+class Writes(Spec32):
+    name = "writes"
+    def run_func(self, config, params, t, x, mask, dtype):
+        x[...] = 0.0
+        for v in params.values(): v[...] = 0.0
+        if mask is not None: mask[...] = False
+        return super().run_func(config, params, t, x, mask, dtype)
+
+class BadInit(Spec32):
+    name = "bad-init"
+    def __init__(self): raise RuntimeError("no device")
+
+class SupportsRaises(Spec32):
+    name = "supports-raises"
+    def supports(self, config, dtype): raise KeyError("norm")
+
+class SupportsTrue(Spec32):
+    name = "supports-true"
+    def supports(self, config, dtype): return True
+
+class CallsItselfSpec(Spec32):
+    name = "spec"
+
+class BlockOnly(Spec32):
+    name = "block-only"
+    run_trajectory = run_func = None
+    def supports(self, config, dtype): return "no BitLinear here" if config.use_bitnet else None
+'''
 
 
 @pytest.fixture
-def plugin_module(monkeypatch):
-    module = types.ModuleType("my_odeattn_plugin")
-    module.broken = CausalOffByOne()
-    module.Good = BlockOnly
-    monkeypatch.setitem(sys.modules, "my_odeattn_plugin", module)
-    return module
+def plugins(tmp_path, monkeypatch):
+    (tmp_path / "odeattn_test_plugins.py").write_text(PLUGINS)
+    (tmp_path / "odeattn_exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers get this process's sys.path
+    return lambda name: BackendRef(name, f"odeattn_test_plugins:{name}")
 
 
-def test_cli_backend_reference_and_exit_codes(plugin_module, tmp_path, capsys):
-    code = main(["conformance", "--backend", "my_odeattn_plugin:Good", "-k", "layer_norm", "--junit", str(tmp_path / "j.xml")])
+def test_no_plugin_changes_another_verdict_or_the_run(plugins):
+    refs = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
+    refs += [plugins(n) for n in ("Exits", "Dies", "Segfaults", "Hangs", "Writes", "BadInit", "SupportsRaises",
+                                  "SupportsTrue", "CallsItselfSpec", "BlockOnly")]
+    refs.append(BackendRef("exits-on-import", "odeattn_exits_on_import:anything"))
+    report = run_suite(refs, SOME, jobs=2, timeout=3.0, taken=set(BUILTIN))
+    by = {}
+    for r in report.results:
+        by.setdefault(r.backend, []).append(r)
+    assert {r.status for r in by["spec"]} == {"passed"} and len(by["spec"]) == len(SOME)  # not blamed, not merged
+    assert all(r.status == "error" and r.message == "SystemExit: 0" for r in by["exits"])
+    dies = {r.case: r for r in by["dies"]}
+    bitnet = [c.name for c in SOME if c.config.use_bitnet]
+    assert bitnet and all(dies[n].message == "the worker exit status 3 while running this case" for n in bitnet)
+    assert all(dies[c.name].status == "passed" for c in SOME if not c.config.use_bitnet)  # a fresh worker went on
+    assert by["segfaults"][0].message == "the worker killed by SIGSEGV while running this case"
+    assert by["hangs"][0].message == "the worker timed out after 3 s while running this case"
+    assert all(r.status == "failed" for r in by["writes"])  # wrong for itself only: spec passed above
+    assert all(r.status == "error" and r.message.startswith("KeyError") for r in by["supports-raises"])
+    assert all(r.message == "TypeError: supports() must return None or a reason string; got True" for r in by["supports-true"])
+    assert {r.status for r in by["block-only"]} == {"passed", "skipped"}
+    errors = {e.backend: e for e in report.errors}
+    assert errors["BadInit"].message == "RuntimeError: no device"
+    assert "raise RuntimeError" in errors["BadInit"].traceback
+    assert errors["CallsItselfSpec"].message == "reports the name 'spec', which another backend has taken"
+    assert errors["exits-on-import"].message == "SystemExit: 0"
+    assert report.exit_code == 1
+    text = format_report(report)
+    assert "backend errors" in text and "bad-init" not in {r.backend for r in report.results}
+
+
+def test_xfail_unexpected_pass_fails_and_reports_agree(tmp_path):
+    refs = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
+    report = run_suite(refs, SOME, xfail=[f"spec/float64/{SOME[0].name}"])
+    statuses = [r.status for r in report.results]
+    assert statuses == ["xpassed", "passed"] and report.exit_code == 1
+    header = {"golden": "packaged (sealed)", "digest": "d" * 64}
+    write_json(report, tmp_path / "r.json", header)
+    payload = json.loads((tmp_path / "r.json").read_text())
+    assert payload["digest"] == "d" * 64 and payload["exit_code"] == 1 and payload["summary"][0]["failed"] == 1
+    write_junit(report, tmp_path / "r.xml", header)
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite.get("failures") == "1" and len(root.findall(".//failure")) == 1
+    assert root.find(".//property[@name='digest']").get("value") == "d" * 64
+
+
+def test_fail_fast_stops_scheduling(plugins):
+    report = run_suite([plugins("Writes")], CASES[:20], fail_fast=True, jobs=1)
+    assert 1 <= len(report.results) < 20 and report.results[0].failed
+
+
+def test_the_worker_never_imports_into_the_run():
+    assert "odeattn_test_plugins" not in sys.modules
+
+
+def test_cli_prints_the_kill_free_summary_and_reports(plugins, tmp_path, capsys):
+    from odeattn.cli import main
+
+    code = main(["conformance", "--backend", "odeattn_test_plugins:BlockOnly", "-k", "layer_norm",
+                 "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml")])
     out = capsys.readouterr().out
-    assert code == 0 and "block-only" in out and (tmp_path / "j.xml").exists()
-    code = main(["conformance", "--backend", "my_odeattn_plugin:broken", "-k", "decoder", "--json", str(tmp_path / "r.json")])
-    out = capsys.readouterr().out
-    assert code == 1 and "diverges first at f0" in out
-    assert main(["conformance", "-k", "no-such-case"]) == 2
-
-
-def test_cli_refuses_bad_backend_references(plugin_module, capsys):
-    assert main(["conformance", "--backend", "no_colon"]) == 2
-    assert "expected 'package.module:object'" in capsys.readouterr().err
-    plugin_module.not_a_backend = object()
-    assert main(["conformance", "--backend", "my_odeattn_plugin:not_a_backend"]) == 2
-    assert "missing ['name', 'dtypes', 'supports', 'run_block']" in capsys.readouterr().err
-
-
-def test_entry_point_backends_are_discovered(monkeypatch, plugin_module):
-    import importlib.metadata as md
-
-    ep = md.EntryPoint(name="mine", value="my_odeattn_plugin:Good", group=B.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(md, "entry_points", lambda group: [ep] if group == B.ENTRY_POINT_GROUP else [])
-    found = B.discover()
-    assert "mine" in found and B.make_backend(found["mine"]).name == "block-only"
+    assert code == 0 and "block-only" in out and "digest" in out
+    assert json.loads((tmp_path / "r.json").read_text())["golden"] == "packaged (sealed)"
+    assert textwrap.dedent(out).splitlines()[0].startswith("golden set: packaged (sealed), ")

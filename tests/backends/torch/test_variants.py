@@ -4,7 +4,7 @@ torch = pytest.importorskip("torch")
 
 import ode_ref as R  # noqa: E402
 from backends import torch as T  # noqa: E402
-from conformance.cases import build_all  # noqa: E402
+from conformance.golden import load_cases  # noqa: E402
 from conformance.tolerance import relative_error  # noqa: E402
 
 VARIANTS = [
@@ -14,7 +14,7 @@ VARIANTS = [
 
 
 @pytest.mark.parametrize("spec_cls, port_cls, kwargs", VARIANTS, ids=["scaled_query", "local_window"])
-@pytest.mark.parametrize("case", build_all()[:8], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", load_cases()[:8], ids=lambda c: c.name)
 def test_ported_variant_equals_spec_variant(case, spec_cls, port_cls, kwargs):
     func = port_cls(case.config, **kwargs)
     block = T.ODEAttentionBlock(case.config, ode_func=func).double().eval()

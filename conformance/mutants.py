@@ -1,0 +1,332 @@
+"""The mutation battery: one-line bugs that real ports make, applied to the spec, run through the
+real runner (worker processes and all). A suite that passes them is too weak: every mutant must
+fail at least one case in float32 and in float64. `odeattn conformance mutants` prints the kill
+table; tests/conformance/test_mutants.py requires every kill.
+
+A mutant is a record: its name, the part of the spec it breaks, the bug in words, and the patch,
+either a stage override (a SelfAttention subclass) or a replacement of one spec function or
+table entry, in place only while the mutant computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import types
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+import ode_ref as R
+from ode_ref import attention as A
+from ode_ref import bitlinear as BL
+from ode_ref import block as BK
+from ode_ref import norms as N
+from ode_ref import rk as RK
+from ode_ref.tableaus import TABLEAUS, ButcherTableau
+
+from .backends import SpecBackend
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    target: str  # the stage, norm, BitLinear part or solver it breaks
+    bug: str
+    stage: Optional[type] = None  # a SelfAttention subclass with the bug in one stage
+    patch: Optional[Callable[[], list]] = None  # -> [(namespace, key, value)], dicts or modules
+
+
+# ---- stages --------------------------------------------------------------------------------------
+class _ScaleByHeadDim(R.SelfAttention):
+    def attn(self, q, k, v, mask):
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(1.0 / self.config.head_dim)  # bug: 1/d, not d^-1/2
+        return (A.softmax(A.masked_fill_min(s, mask)) @ v).transpose(0, 2, 1, 3)
+
+
+class _SoftmaxOverQueries(R.SelfAttention):
+    def attn(self, q, k, v, mask):
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)
+        return (A.softmax(A.masked_fill_min(s, mask), axis=-2) @ v).transpose(0, 2, 1, 3)  # bug: axis -2
+
+
+class _MaskFillZero(R.SelfAttention):
+    def attn(self, q, k, v, mask):
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)
+        return (A.softmax(np.where(mask, s, 0.0)) @ v).transpose(0, 2, 1, 3)  # bug: masked scores 0, not -big
+
+
+class _CausalOffByOne(R.SelfAttention):
+    def build_mask(self, seq_len, padding_mask=None):
+        mask = super().build_mask(seq_len, padding_mask)
+        return mask & np.tri(seq_len, k=-1, dtype=bool) if self.config.mode == "decoder" else mask  # bug: j < i
+
+
+class _CausalTransposed(R.SelfAttention):
+    def build_mask(self, seq_len, padding_mask=None):
+        mask = np.ones((1, 1, seq_len, seq_len), dtype=bool)
+        if self.config.mode == "decoder":
+            mask = mask & A.causal_mask(seq_len).T  # bug: j >= i
+        return mask if padding_mask is None else mask & padding_mask[:, None, None, :]
+
+
+class _PaddedKeysVisible(R.SelfAttention):
+    def build_mask(self, seq_len, padding_mask=None):
+        return super().build_mask(seq_len, None)  # bug: the padding mask never reaches the keys
+
+
+class _PaddedQueriesKept(R.SelfAttention):
+    def postprocess_attn(self, y, padding_mask=None):
+        return y  # bug: padded queries keep their attention output
+
+
+class _SplitHeadsFirst(R.SelfAttention):
+    def project(self, w_qkv, h):
+        b, t, _ = h.shape
+        qkv = self._linear(h, w_qkv).reshape(b, t, self.config.num_heads, 3, self.config.head_dim)  # bug: (H, 3)
+        return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
+
+
+class _MergeHeadsTransposed(R.SelfAttention):
+    def output_proj(self, w_out, y):
+        b, t, d = y.shape
+        y = y.reshape(b, t, self.config.num_heads, self.config.head_dim).transpose(0, 1, 3, 2).reshape(b, t, d)  # bug
+        return self._linear(y, w_out)
+
+
+# ---- norms -----------------------------------------------------------------------------------------
+def _norm(name, fn):
+    return lambda: [(N.NORMS, name, fn)]
+
+
+def _layer_norm_eps(x, weight, bias):
+    return N.layer_norm(x, weight, bias, eps=1e-6)  # bug: eps 1e-6, not 1e-5
+
+
+def _layer_norm_no_bias(x, weight, bias):
+    return N.layer_norm(x, weight, 0.0)  # bug: the bias dropped
+
+
+def _layer_norm_unbiased(x, weight, bias):
+    n = x.shape[-1]
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=-1, keepdims=True) / (n - 1)  # bug: unbiased variance
+    return (x - mean) / np.sqrt(var + N.LAYER_NORM_EPS) * weight + bias
+
+
+def _rms_eps_outside(x, weight):
+    return weight * (x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + N.RMS_EPS))  # bug: eps outside sqrt
+
+
+def _prms_all_channels(x, weight):
+    return N.rms_norm(x, weight)  # bug: the statistic over every channel
+
+
+def _prms_last_channels(x, weight):
+    k = N.prms_channels(x.shape[-1])
+    partial = x[..., -k:]  # bug: the last k channels, not the first
+    return weight * (x / np.sqrt((partial * partial).mean(axis=-1, keepdims=True) + N.RMS_EPS))
+
+
+def _flash_over_seq(x):
+    return x / np.sqrt((x * x).mean(axis=(-2, -1), keepdims=True) + N.RMS_EPS)  # bug: over (seq, d_model)
+
+
+def _dyt_biased(x, alpha, beta):
+    mean = x.mean(axis=-1, keepdims=True)
+    std = x.std(axis=-1, keepdims=True)  # bug: biased std (n)
+    return np.tanh((x - mean) / (std + N.DYT_EPS) * alpha + beta)
+
+
+def _derf_shift_inside(x, alpha, s, gamma, beta):
+    return gamma * N.erf(alpha * (x + s)) + beta  # bug: alpha (x + s)
+
+
+# ---- BitLinear -------------------------------------------------------------------------------------
+def _act_per_tensor(x):
+    x_n = N.layer_norm(x, 1.0, 0.0)
+    scale = BL.ACT_MAX / np.maximum(np.abs(x_n).max(), BL.QUANT_EPS)  # bug: one scale for the tensor
+    return np.clip(np.round(x_n * scale), -128, 127) / scale
+
+
+def _act_truncate(x):
+    x_n = N.layer_norm(x, 1.0, 0.0)
+    scale = BL.ACT_MAX / np.maximum(np.abs(x_n).max(axis=-1, keepdims=True), BL.QUANT_EPS)
+    return np.clip(np.trunc(x_n * scale), -128, 127) / scale  # bug: truncation, not round-half-even
+
+
+def _act_no_norm(x):
+    scale = BL.ACT_MAX / np.maximum(np.abs(x).max(axis=-1, keepdims=True), BL.QUANT_EPS)
+    return np.clip(np.round(x * scale), -128, 127) / scale  # bug: no layer_norm before quantising
+
+
+def _weight_clip_2(w):
+    scale = BL.weight_scale(w)
+    return np.clip(np.round(w * scale), -2, 2) / scale  # bug: clip to [-2, 2]
+
+
+def _weight_scale_per_row(w):
+    scale = w.dtype.type(1.0) / np.maximum(np.abs(w).mean(axis=-1, keepdims=True), w.dtype.type(BL.QUANT_EPS))  # bug
+    return np.clip(np.round(w * scale), -1, 1) / scale
+
+
+# ---- solvers -------------------------------------------------------------------------------------
+def _ralston_heun_weights():
+    t = TABLEAUS["ralston"]
+    return [(TABLEAUS, "ralston", dataclasses.replace(t, b=(0.5, 0.5)))]  # bug: b = (1/2, 1/2), not (1/4, 3/4)
+
+
+def _rk38_for_rk4():
+    return [(TABLEAUS, "rk4", dataclasses.replace(TABLEAUS["rk38"], name="rk4"))]  # torchdiffeq's 'rk4'
+
+
+def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int):
+    h = 1.0 / (steps + 1)  # bug: the grid has steps + 1 points, so h = 1/(steps + 1)
+    states = [y0]
+    for t0 in RK.step_times(steps):
+        states.append(RK.rk_step(f, t0, h, states[-1], tableau))
+    return states
+
+
+def _integrate_reversed(f, y0, tableau, steps):
+    return RK.integrate(f, y0, tableau, steps)[::-1]  # bug: the trajectory newest first
+
+
+MUTANTS = [
+    Mutant("scale_1_over_head_dim", "attn", "scores scaled by 1/head_dim instead of head_dim^-1/2", stage=_ScaleByHeadDim),
+    Mutant("softmax_over_queries", "attn", "softmax over the query axis", stage=_SoftmaxOverQueries),
+    Mutant("masked_scores_zero", "attn", "masked scores filled with 0 instead of the most negative float", stage=_MaskFillZero),
+    Mutant("causal_off_by_one", "build_mask", "causal mask j < i (the diagonal hidden)", stage=_CausalOffByOne),
+    Mutant("causal_transposed", "build_mask", "causal mask transposed (j >= i)", stage=_CausalTransposed),
+    Mutant("padded_keys_visible", "build_mask", "padded keys not hidden", stage=_PaddedKeysVisible),
+    Mutant("padded_queries_kept", "postprocess_attn", "padded queries not zeroed", stage=_PaddedQueriesKept),
+    Mutant("qkv_split_heads_first", "project", "qkv reshaped (heads, 3) instead of (3, heads)", stage=_SplitHeadsFirst),
+    Mutant("heads_merged_transposed", "output_proj", "heads merged as (head_dim, heads)", stage=_MergeHeadsTransposed),
+    Mutant("layer_norm_eps", "layer_norm", "eps 1e-6 instead of 1e-5", patch=_norm("layer_norm", _layer_norm_eps)),
+    Mutant("layer_norm_no_bias", "layer_norm", "bias dropped", patch=_norm("layer_norm", _layer_norm_no_bias)),
+    Mutant("layer_norm_unbiased_var", "layer_norm", "unbiased variance (n - 1)", patch=_norm("layer_norm", _layer_norm_unbiased)),
+    Mutant("rms_norm_eps_outside_sqrt", "rms_norm", "x / (sqrt(mean x^2) + eps)", patch=_norm("rms_norm", _rms_eps_outside)),
+    Mutant("prms_norm_all_channels", "prms_norm", "statistic over every channel", patch=_norm("prms_norm", _prms_all_channels)),
+    Mutant("prms_norm_last_channels", "prms_norm", "statistic over the last k channels", patch=_norm("prms_norm", _prms_last_channels)),
+    Mutant("flash_norm_over_seq", "flash_norm", "statistic over (seq, d_model)", patch=_norm("flash_norm", _flash_over_seq)),
+    Mutant("dynamic_tanh_biased_std", "dynamic_tanh", "biased std (n) instead of unbiased", patch=_norm("dynamic_tanh", _dyt_biased)),
+    Mutant("derf_shift_inside", "derf", "erf(alpha (x + s)) instead of erf(alpha x + s)", patch=_norm("derf", _derf_shift_inside)),
+    Mutant("bitlinear_act_scale_per_tensor", "BitLinear", "activation scale over the whole tensor, not per token",
+           patch=lambda: [(BL, "quantize_activation", _act_per_tensor)]),
+    Mutant("bitlinear_act_truncate", "BitLinear", "activation rounding by truncation", patch=lambda: [(BL, "quantize_activation", _act_truncate)]),
+    Mutant("bitlinear_act_no_layer_norm", "BitLinear", "activation quantised without its layer_norm",
+           patch=lambda: [(BL, "quantize_activation", _act_no_norm)]),
+    Mutant("bitlinear_weight_clip_2", "BitLinear", "ternary clip bounds [-2, 2]", patch=lambda: [(A, "quantize_weight", _weight_clip_2)]),
+    Mutant("bitlinear_weight_scale_per_row", "BitLinear", "weight scale per output row, not per tensor",
+           patch=lambda: [(A, "quantize_weight", _weight_scale_per_row)]),
+    Mutant("ralston_weights", "tableau", "Ralston with Heun's weights b = (1/2, 1/2)", patch=_ralston_heun_weights),
+    Mutant("rk38_for_rk4", "tableau", "the 3/8 rule run for rk4 (torchdiffeq's 'rk4')", patch=_rk38_for_rk4),
+    Mutant("step_size_off_by_one", "step times", "h = 1/(steps + 1): the grid stops short of t = 1",
+           patch=lambda: [(BK, "integrate", _integrate_h_off_by_one)]),
+    Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(BK, "integrate", _integrate_reversed)]),
+]
+
+
+@contextlib.contextmanager
+def applied(mutant: Mutant):
+    """The mutant's replacements in place, undone on exit."""
+    changes = mutant.patch() if mutant.patch else []
+    saved = []
+    for where, key, value in changes:
+        if isinstance(where, dict):
+            saved.append((where, key, where[key]))
+            where[key] = value
+        else:
+            saved.append((where, key, getattr(where, key)))
+            setattr(where, key, value)
+    try:
+        yield
+    finally:
+        for where, key, value in reversed(saved):
+            if isinstance(where, dict):
+                where[key] = value
+            else:
+                setattr(where, key, value)
+
+
+class MutantBackend(SpecBackend):
+    """The spec with one mutant, in float32 and float64."""
+
+    dtypes = ("float32", "float64")
+
+    def __init__(self, mutant: Mutant):
+        self.mutant, self.name = mutant, f"mutant:{mutant.name}"
+
+    def _attention(self, config):
+        return self.mutant.stage(config) if self.mutant.stage else None
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        with applied(self.mutant):
+            return R.ode_block(params, x, config, padding_mask, attention=self._attention(config), return_trajectory=True)[1]
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        with applied(self.mutant):
+            return R.ode_block(params, x, config, padding_mask, attention=self._attention(config))
+
+    def run_func(self, config, params, t, x, padding_mask, dtype):
+        with applied(self.mutant):
+            return R.ode_func(params, t, x, config, padding_mask, attention=self._attention(config))
+
+
+# 'conformance.mutants:battery.<name>' names each mutant's backend for a worker
+battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantBackend(m)) for m in MUTANTS})
+
+
+def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
+    """Run every mutant on every case in both precisions: one row a mutant."""
+    from .backends import BackendRef
+    from .runner import run_suite
+
+    refs = [BackendRef(f"mutant:{m.name}", f"conformance.mutants:battery.{m.name}") for m in MUTANTS]
+    report = run_suite(refs, cases, jobs=jobs, progress=progress)
+    rows = []
+    for m in MUTANTS:
+        mine = [r for r in report.results if r.backend == f"mutant:{m.name}"]
+        killed = {d: [r for r in mine if r.dtype == d and r.failed] for d in ("float32", "float64")}
+        first = killed["float64"][0] if killed["float64"] else (killed["float32"][0] if killed["float32"] else None)
+        rows.append({
+            "mutant": m.name, "target": m.target, "bug": m.bug,
+            "killed_float32": len(killed["float32"]), "killed_float64": len(killed["float64"]), "cases": len(cases),
+            "first_divergence": _quantity(first.message) if first else "-",
+            "errors": [r.message for r in mine if r.status == "error"][:1] + [e.message for e in report.errors if e.backend == f"mutant:{m.name}"],
+        })
+    return rows
+
+
+def _quantity(message: str) -> str:
+    """'f0' or 'step_k' from a runner message ('diverges first at f0 = ...')."""
+    if message.startswith("diverges first at "):
+        return message[len("diverges first at "):].split()[0]
+    return message.split(":")[0]
+
+
+def format_table(rows) -> str:
+    lines = ["| mutant | breaks | cases killing it (float32 / float64) | first divergence |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {r['killed_float32']} / {r['killed_float64']} "
+                     f"of {r['cases']} | {r['first_divergence']} |")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    from .cli import _progress
+    from .golden import GOLDEN_DIR, load_cases
+
+    cases = load_cases(args.golden or GOLDEN_DIR)
+    rows = kill_table(cases, jobs=args.jobs, progress=_progress())
+    print(format_table(rows))
+    survivors = [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"])]
+    if survivors:
+        print(f"survived in float32 or float64: {', '.join(survivors)}", file=sys.stderr)
+    return 1 if survivors else 0
+

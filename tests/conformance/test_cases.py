@@ -1,0 +1,64 @@
+"""Case identity is stable: a case's seeds come from its name, and registering a solver or a norm
+appends cases while every existing file stays byte-identical."""
+
+import numpy as np
+import pytest
+
+import ode_ref as R
+from conformance import golden
+from conformance.cases import build_case, case_specs, name_seed
+from conformance.matrix import BASE_FACTORS, extend_pairwise, pairwise, rows
+from ode_ref import norms as N
+from ode_ref.tableaus import TABLEAUS, ButcherTableau
+
+
+def _scale_norm(x, g):
+    """A norm registered only for this test: g * x / max(||x||, eps) * sqrt(n)."""
+    return g * x / np.maximum(np.sqrt((x * x).sum(axis=-1, keepdims=True)), 1e-6) * np.sqrt(x.shape[-1])
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A third-order tableau (Kutta's) and a norm with one scalar parameter, registered as a user would."""
+    kutta3 = ButcherTableau("kutta3", 3, (0.0, 0.5, 1.0), ((), (0.5,), (-1.0, 2.0)), (1 / 6, 2 / 3, 1 / 6))
+    monkeypatch.setitem(TABLEAUS, "kutta3", kutta3)
+    monkeypatch.setitem(N.NORM_PARAMS, "scale_norm", {"g": ("scalar", 1.0)})
+    monkeypatch.setitem(N.NORMS, "scale_norm", _scale_norm)
+
+
+def test_seeds_derive_from_the_name_alone():
+    for spec in case_specs():
+        assert (spec.param_seed, spec.input_seed) == (name_seed(spec.name, "params"), name_seed(spec.name, "input"))
+    assert name_seed("block_x", "params") == 1488451527  # pinned (sha256sum of "block_x/params", first 4 bytes little-endian)
+
+
+def test_extension_keeps_rows_and_covers_every_new_pair():
+    base = pairwise(BASE_FACTORS)
+    grown = {**BASE_FACTORS, "ode_solver": BASE_FACTORS["ode_solver"] + ["kutta3"], "rope": [False, True]}
+    new = extend_pairwise(base, grown)
+    every = [{**{"rope": False}, **r} for r in base] + new
+    for a in grown:
+        for b in grown:
+            if a < b:
+                assert {(va, vb) for va in grown[a] for vb in grown[b]} <= {(r[a], r[b]) for r in every}, (a, b)
+    assert all(r["ode_solver"] == "kutta3" or r["rope"] for r in new)  # only rows the new values need
+
+
+def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(registered, tmp_path):
+    before = golden.read_manifest()["cases"]
+    specs = case_specs()
+    assert [s.name for s in specs[:len(before) - 7]] == [e["name"] for e in before[:len(before) - 7]]
+    added = specs[len(before) - 7:-7]  # matrix rows appended before the edge cases
+    assert added and all(s.config.ode_solver == "kutta3" or s.config.norm_type == "scale_norm" for s in added)
+    old = [s for s in specs if any(s.name == e["name"] for e in before)]
+    assert len(old) == len(before)
+    golden.write_golden(tmp_path, cases=[build_case(s) for s in old + added[:2]])
+    manifest = {e["name"]: e for e in golden.read_manifest(tmp_path)["cases"]}
+    for e in before:
+        assert manifest[e["name"]] == e, e["name"]  # same entry: config, e32 and the file's sha256
+        assert (tmp_path / e["file"]).read_bytes() == (golden.GOLDEN_DIR / e["file"]).read_bytes()
+
+
+def test_base_rows_are_the_current_matrix_while_nothing_is_registered():
+    assert rows() == pairwise(BASE_FACTORS)
+    assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) and set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"])
