@@ -172,3 +172,32 @@ def test_cli_prints_the_kill_free_summary_and_reports(plugins, tmp_path, capsys)
     assert code == 0 and "block-only" in out and "digest" in out
     assert json.loads((tmp_path / "r.json").read_text())["golden"] == "packaged (sealed)"
     assert textwrap.dedent(out).splitlines()[0].startswith("golden set: packaged (sealed), ")
+
+
+def test_entry_points_are_found_and_cannot_take_a_builtin_name(plugins, tmp_path):
+    """A distribution installed on sys.path (a dist-info folder) registers two entry points."""
+    from conformance import backends as B
+
+    info = tmp_path / "odeattn_test_dist-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: odeattn-test-dist\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[odeattn.backends]\nmine = odeattn_test_plugins:BlockOnly\nspec = odeattn_test_plugins:Spec32\n")
+    refs, notes, errors = B.discover()
+    assert refs[-1] == BackendRef("mine", "entry-point:mine")
+    assert errors == ["entry point 'spec' (odeattn_test_plugins:Spec32): the name is taken by a built-in backend"]
+    report = run_suite([refs[-1]], SOME[:1])
+    assert report.results[0].backend == "block-only" and report.results[0].status == ("skipped" if SOME[0].config.use_bitnet else "passed")
+
+
+def test_not_installed_is_a_note_and_broken_is_an_error(tmp_path, monkeypatch):
+    from conformance import backends as B
+
+    (tmp_path / "odeattn_broken_port.py").write_text("import numpy as np\nfrom ode_ref import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(B, "BUILTIN", {"absent": B.Builtin("odeattn_absent:X", ("odeattn_absent_package",)),
+                                       "broken": B.Builtin("odeattn_broken_port:X", ("numpy",))})
+    refs, notes, errors = B.discover()
+    assert notes == ["absent: not installed (missing odeattn_absent_package)"] and [r.label for r in refs] == ["broken"]
+    report = run_suite(refs, SOME[:1])
+    assert report.errors[0].message.startswith("ImportError: cannot import name 'no_such_name'") and report.exit_code == 1
