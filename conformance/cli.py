@@ -114,7 +114,7 @@ def _generate(args) -> int:
 
 def _prepare(args):
     """(cases, backend refs, notes, header) or ValueError for any usage error or bad suite file."""
-    from .backends import BUILTIN, discover
+    from .adapters import BUILTIN, discover
     from .golden import GOLDEN_DIR, digest, load_cases
     from .runner import compile_patterns, select
 

@@ -27,7 +27,7 @@ from ode_ref import norms as N
 from ode_ref import rk as RK
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
-from .backends import SpecBackend
+from .adapters import SpecAdapter
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def applied(mutant: Mutant):
                 setattr(where, key, value)
 
 
-class MutantBackend(SpecBackend):
+class MutantAdapter(SpecAdapter):
     """The spec with one mutant, in float32 and float64."""
 
     dtypes = ("float32", "float64")
@@ -278,16 +278,16 @@ class MutantBackend(SpecBackend):
             return R.ode_func(params, t, x, config, padding_mask, attention=self._attention(config))
 
 
-# 'conformance.mutants:battery.<name>' names each mutant's backend for a worker
-battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantBackend(m)) for m in MUTANTS})
+# '<this module>:battery.<name>' names each mutant's adapter for a worker
+battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantAdapter(m)) for m in MUTANTS})
 
 
 def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     """Run every mutant on every case in both precisions: one row a mutant."""
-    from .backends import BackendRef
+    from .adapters import BackendRef
     from .runner import run_suite
 
-    refs = [BackendRef(f"mutant:{m.name}", f"conformance.mutants:battery.{m.name}") for m in MUTANTS]
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}") for m in MUTANTS]
     report = run_suite(refs, cases, jobs=jobs, progress=progress)
     rows = []
     for m in MUTANTS:

@@ -56,7 +56,7 @@ class Worker:
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conformance.worker", str(to_child_r), str(from_child_w)],
+            [sys.executable, "-m", "odeattn.conformance.worker", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=_stderr_fd(),
             start_new_session=True, env={**os.environ, **thread_env(threads)},
         )
@@ -130,7 +130,7 @@ class Worker:
 
 @dataclass
 class BackendState:
-    ref: object  # backends.BackendRef
+    ref: object  # adapters.BackendRef
     queue: deque = field(default_factory=deque)
     workers: int = 0
     name: str = ""

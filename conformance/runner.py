@@ -207,7 +207,7 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
               progress=None, taken=()) -> Report:
-    """Every case on every backend (conformance.backends.BackendRef) in every dtype it declares,
+    """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
     xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
@@ -315,6 +315,6 @@ def write_junit(report: Report, path, header: dict) -> None:
     if report.errors:
         suite = ET.SubElement(suites, "testsuite", name="backends", tests=str(len(report.errors)), failures=str(len(report.errors)))
         for e in report.errors:
-            tc = ET.SubElement(suite, "testcase", classname="conformance.backends", name=e.backend)
+            tc = ET.SubElement(suite, "testcase", classname="odeattn.conformance.adapters", name=e.backend)
             ET.SubElement(tc, "failure", message=e.message, type="error").text = e.traceback or e.message
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

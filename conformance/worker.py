@@ -98,7 +98,7 @@ def check_supports(reason) -> str | None:
 def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
-    from .backends import make_backend
+    from .adapters import make_backend
 
     backend = None
     while True:

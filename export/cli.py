@@ -72,7 +72,7 @@ def cmd_export(args) -> int:
         check(model)
         args.output.write_bytes(model.SerializeToString())
     else:
-        from backends.torch import ODEAttentionBlock, load_params
+        from odeattn.backends.torch import ODEAttentionBlock, load_params
 
         from .from_torch import export_torch
 

@@ -75,7 +75,7 @@ def _setup(path: str, config, params, x, threads: int):
     if path.startswith("torch"):
         import torch
 
-        from backends.torch import ODEAttentionBlock, load_params
+        from odeattn.backends.torch import ODEAttentionBlock, load_params
 
         torch.set_num_threads(threads)
         block = ODEAttentionBlock(config).eval()
@@ -91,15 +91,15 @@ def _setup(path: str, config, params, x, threads: int):
     if path == "jax-jit":
         import jax
 
-        from backends.jax import ode_block
+        from odeattn.backends.jax import ode_block
 
         f = jax.jit(ode_block, static_argnames=("config",))
         ps = {k: v.astype(np.float32) for k, v in params.items()}
         xj = jax.numpy.asarray(x.astype(np.float32))
         return lambda: f(ps, xj, config).block_until_ready()
     if path.startswith("ort"):
-        from export.block import export_model
-        from export.runtime import session
+        from odeattn.export.block import export_model
+        from odeattn.export.runtime import session
 
         model = export_model(config, params, opset=int(path[-2:]), padding_mask=False)
         sess = session(model, threads=threads)
@@ -155,7 +155,7 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     except ImportError as err:
         log(f"  scaling with torch: skipped ({err})")
     try:
-        from export.block import export_model
+        from odeattn.export.block import export_model
 
         for steps in (1, 4, 16, 64):
             cfg = R.ODEConfig(**base, ode_steps=steps)
@@ -167,7 +167,7 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     try:
         import jax
 
-        from backends.jax import ode_block
+        from odeattn.backends.jax import ode_block
 
         ps = {k: v.astype(np.float32) for k, v in params.items()}
         xj = x.astype(np.float32)

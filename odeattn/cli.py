@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _registrars():
     """Subcommands that live beside the code they drive, imported lazily by name."""
-    from conformance.cli import register as conformance
-    from export.cli import register as export
+    from odeattn.conformance.cli import register as conformance
+    from odeattn.export.cli import register as export
     from odeattn.bench import register as bench
 
     return (conformance, export, bench)

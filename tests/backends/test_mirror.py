@@ -19,7 +19,7 @@ REPLACED = {
     ("export", "bitlinear"): {"weight_scale"},  # done at export time by the spec's ternarize_weight
     ("export", "attention"): {"positions_from_padding"},  # no exportable stage reads positions
 }
-PORTS = {"torch": "backends.torch", "jax": "backends.jax", "export": "export"}
+PORTS = {"torch": "odeattn.backends.torch", "jax": "odeattn.backends.jax", "export": "odeattn.export"}
 
 
 def public(module, own_only=True):

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from conformance import golden
-from conformance.cases import build_case, case_specs, name_seed
-from conformance.matrix import BASE_FACTORS, extend_pairwise, pairwise, rows
+from odeattn.conformance import golden
+from odeattn.conformance.cases import build_case, case_specs, name_seed
+from odeattn.conformance.matrix import BASE_FACTORS, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conformance import golden
+from odeattn.conformance import golden
 from odeattn.cli import main
 
 
@@ -12,7 +12,7 @@ from odeattn.cli import main
     (["-k", "block_(derf"], "-k: invalid regular expression 'block_(derf'"),
     (["--exclude", "["], "--exclude: invalid regular expression '['"),
     (["--xfail", "spec/("], "--xfail: invalid regular expression 'spec/('"),
-    (["--backend", "conformance.backends:Missing"], "--backend conformance.backends:Missing: cannot be loaded (AttributeError"),
+    (["--backend", "odeattn.conformance.adapters:Missing"], "--backend odeattn.conformance.adapters:Missing: cannot be loaded (AttributeError"),
     (["--backend", "no_such_module_anywhere:Backend"], "--backend no_such_module_anywhere:Backend: cannot be loaded (ModuleNotFoundError"),
     (["--backend", "tensorflow"], "--backend: expected one of spec, torch, jax"),
     (["--json", "{tmp}/missing/r.json"], "--json: the folder '{tmp}/missing' does not exist"),

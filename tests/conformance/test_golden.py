@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conformance import golden, seal
-from conformance.cases import build_all, case_specs
+from odeattn.conformance import golden, seal
+from odeattn.conformance.cases import build_all, case_specs
 
 
 @pytest.fixture(scope="module")

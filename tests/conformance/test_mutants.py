@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.golden import load_cases
-from conformance.mutants import MUTANTS, format_table, kill_table
+from odeattn.conformance.golden import load_cases
+from odeattn.conformance.mutants import MUTANTS, format_table, kill_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ode_ref as R
-from conformance.backends import BUILTIN, make_backend, missing_requirements
-from conformance.cases import CaseSpec, build_case
-from conformance.runner import run_case
+from odeattn.conformance.adapters import BUILTIN, make_backend, missing_requirements
+from odeattn.conformance.cases import CaseSpec, build_case
+from odeattn.conformance.runner import run_case
 
 
 def installed():

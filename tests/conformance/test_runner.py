@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from conformance.backends import BUILTIN, BackendRef
-from conformance.golden import load_cases
-from conformance.runner import format_report, run_case, run_suite, select, write_json, write_junit
+from odeattn.conformance.adapters import BUILTIN, BackendRef
+from odeattn.conformance.golden import load_cases
+from odeattn.conformance.runner import format_report, run_case, run_suite, select, write_json, write_junit
 
 CASES = load_cases()
 SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1"])
@@ -45,9 +45,9 @@ def test_wrong_dtype_shape_nan_and_crash_are_reported():
 PLUGINS = '''
 import os, signal, sys, time
 import ode_ref as R
-from conformance.backends import SpecBackend
+from odeattn.conformance.adapters import SpecAdapter
 
-class Spec32(SpecBackend):
+class Spec32(SpecAdapter):
     dtypes = ("float32",)
 
 class Exits(Spec32):
@@ -176,7 +176,7 @@ def test_cli_prints_the_kill_free_summary_and_reports(plugins, tmp_path, capsys)
 
 def test_entry_points_are_found_and_cannot_take_a_builtin_name(plugins, tmp_path):
     """A distribution installed on sys.path (a dist-info folder) registers two entry points."""
-    from conformance import backends as B
+    from odeattn.conformance import adapters as B
 
     info = tmp_path / "odeattn_test_dist-0.1.dist-info"
     info.mkdir()
@@ -191,7 +191,7 @@ def test_entry_points_are_found_and_cannot_take_a_builtin_name(plugins, tmp_path
 
 
 def test_not_installed_is_a_note_and_broken_is_an_error(tmp_path, monkeypatch):
-    from conformance import backends as B
+    from odeattn.conformance import adapters as B
 
     (tmp_path / "odeattn_broken_port.py").write_text("import numpy as np\nfrom ode_ref import no_such_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))

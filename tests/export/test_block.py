@@ -11,9 +11,9 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from conformance.tolerance import relative_error, tolerance  # noqa: E402
-from export.block import check, export_model  # noqa: E402
-from export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
+from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.export.block import check, export_model  # noqa: E402
+from odeattn.export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
 from odeattn.cli import main  # noqa: E402
 
 
@@ -107,8 +107,8 @@ def test_reference_evaluator_agrees_with_onnxruntime():
 
 def test_torch_route_gives_the_same_outputs():
     torch = pytest.importorskip("torch")
-    from backends.torch import ODEAttentionBlock, load_params
-    from export.from_torch import export_torch
+    from odeattn.backends.torch import ODEAttentionBlock, load_params
+    from odeattn.export.from_torch import export_torch
 
     c = cfg(use_bitnet=False, norm_type="rms_norm")
     params = R.init_params(c, 5, perturb_norms=True)

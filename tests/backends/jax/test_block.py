@@ -7,9 +7,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
-from backends import jax as J  # noqa: E402
-from conformance.golden import load_cases  # noqa: E402
-from conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.backends import jax as J  # noqa: E402
+from odeattn.conformance.golden import load_cases  # noqa: E402
+from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
 
 CASES = load_cases()
 block_jit = jax.jit(J.ode_block, static_argnames=("config", "attention", "return_trajectory"))

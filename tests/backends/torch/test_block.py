@@ -6,9 +6,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ode_ref as R  # noqa: E402
-from backends.torch import ODEAttentionBlock, ODEFunc, load_params, state_dict_to_params  # noqa: E402
-from conformance.golden import load_cases  # noqa: E402
-from conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.backends.torch import ODEAttentionBlock, ODEFunc, load_params, state_dict_to_params  # noqa: E402
+from odeattn.conformance.golden import load_cases  # noqa: E402
+from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 CASES = load_cases()
@@ -134,7 +134,7 @@ def test_dropout_only_in_training():
 
 
 def test_weights_quantised_once_per_forward(monkeypatch):
-    import backends.torch.attention as attention
+    import odeattn.backends.torch.attention as attention
 
     calls = []
     real = attention.quantize_weight

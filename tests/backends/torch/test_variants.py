@@ -3,9 +3,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ode_ref as R  # noqa: E402
-from backends import torch as T  # noqa: E402
-from conformance.golden import load_cases  # noqa: E402
-from conformance.tolerance import relative_error  # noqa: E402
+from odeattn.backends import torch as T  # noqa: E402
+from odeattn.conformance.golden import load_cases  # noqa: E402
+from odeattn.conformance.tolerance import relative_error  # noqa: E402
 
 VARIANTS = [
     (R.ScaledQueryAttention, T.ScaledQueryAttention, dict(query_scale=1.5, time_gain=0.75)),

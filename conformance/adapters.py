@@ -1,6 +1,7 @@
-"""The backend protocol, the built-in backends, and how third-party backends are found.
+"""Adapters: the protocol through which the suite runs a backend, the built-in adapters (the
+spec, our ports, ONNX Runtime), and how third-party adapters are found.
 
-A backend is any object with these attributes (no base class needed):
+An adapter is any object with these attributes (no base class needed):
 
     name: str                          shown in reports, e.g. "mylib"; not a built-in's name
     dtypes: tuple[str, ...]            the precisions it runs: "float32" and/or "float64"
@@ -25,6 +26,7 @@ a plug-in itself.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -40,7 +42,7 @@ import ode_ref as R
 ENTRY_POINT_GROUP = "odeattn.backends"
 
 
-class SpecBackend:
+class SpecAdapter:
     """ode_ref itself; against the frozen files it catches drift in the spec."""
 
     name = "spec"
@@ -59,14 +61,14 @@ class SpecBackend:
         return R.ode_func(params, t, x, config, padding_mask)
 
 
-class TorchBackend:
+class TorchAdapter:
     name = "torch"
     dtypes = ("float32", "float64")
 
     def __init__(self):
         import torch
 
-        from backends import torch as port
+        from odeattn.backends import torch as port
 
         self.torch, self.port = torch, port
 
@@ -101,7 +103,7 @@ def jax_cache_dir() -> str:
     return os.path.join(base, "odeattn", "jax")
 
 
-class JaxBackend:
+class JaxAdapter:
     """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
     (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
     jit cache). XLA's persistent compilation cache in the user's cache folder makes later runs
@@ -113,7 +115,7 @@ class JaxBackend:
     def __init__(self):
         import jax
 
-        from backends import jax as port
+        from odeattn.backends import jax as port
 
         jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -142,21 +144,99 @@ class JaxBackend:
         return self._run(config, params, t, x, padding_mask, dtype)[0]
 
 
+# ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
+# each step) and run in float32 by ONNX Runtime at opset 17 and 23, and by onnx's reference
+# evaluator. run_func and run_trajectory of one case run the same exported model: the last model
+# built is kept, keyed by everything it is built from (config, the parameters' bytes, the mask
+# input), the way a jit cache keys a compiled function; outputs are computed afresh every call.
+def _threads():
+    """Intra-op threads: the conformance worker's share of the cores, if it set one."""
+    return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None
+
+
+class _ExportedAdapter:
+    dtypes = ("float32",)
+    opset = 17
+    _built = (None, None)  # (key, runnable): the last exported model
+
+    def supports(self, config, dtype):
+        return None
+
+    def _build(self, model):
+        raise NotImplementedError
+
+    def _runnable(self, config, params, padding_mask):
+        digest = hashlib.sha256()
+        for k in sorted(params):
+            digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())
+        key = (config, padding_mask is not None, digest.hexdigest())
+        if self._built[0] != key:
+            from odeattn.export.block import export_model
+
+            model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True)
+            self._built = (key, self._build(model))
+        return self._built[1]
+
+    def _outputs(self, config, params, x, padding_mask) -> dict:
+        return self._runnable(config, params, padding_mask)(x, padding_mask)
+
+    def run_func(self, config, params, t, x, padding_mask, dtype):
+        return self._outputs(config, params, x, padding_mask)["f0"]
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        out = self._outputs(config, params, x, padding_mask)
+        return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self._outputs(config, params, x, padding_mask)["z"]
+
+
+class OnnxRuntimeAdapter(_ExportedAdapter):
+    name = "onnxruntime"
+
+    def __init__(self):
+        import onnxruntime  # noqa: F401  (ImportError here means: not installed)
+
+    def _build(self, model):
+        from odeattn.export.runtime import run, session
+
+        sess = session(model, threads=_threads())
+        return lambda x, padding_mask: run(model, sess, x, padding_mask)
+
+
+class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
+    name = "onnxruntime-opset23"
+    opset = 23
+
+
+class OnnxReferenceAdapter(_ExportedAdapter):
+    name = "onnx-reference"
+
+    def _build(self, model):
+        from odeattn.export.runtime import run_reference
+
+        return lambda x, padding_mask: run_reference(model, x, padding_mask)
+
+
 @dataclass(frozen=True)
 class Builtin:
-    """A backend that ships with odeattn: where it lives and which packages it needs."""
+    """An adapter that ships with odeattn, and the packages it needs."""
 
-    reference: str  # 'module:object'
+    reference: str  # how a worker process finds it: 'module:object'
     requires: tuple[str, ...] = ()  # top-level modules; absent = "not installed", not an error
+
+    @classmethod
+    def of(cls, adapter: type, requires: tuple[str, ...] = ()) -> "Builtin":
+        return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires)
 
 
 BUILTIN = {
-    "spec": Builtin("conformance.backends:SpecBackend"),
-    "torch": Builtin("conformance.backends:TorchBackend", ("torch",)),
-    "jax": Builtin("conformance.backends:JaxBackend", ("jax", "jaxlib")),
-    "onnxruntime": Builtin("export.backends:OnnxRuntimeBackend", ("onnx", "onnxruntime")),
-    "onnxruntime-opset23": Builtin("export.backends:OnnxRuntimeOpset23Backend", ("onnx", "onnxruntime")),
-    "onnx-reference": Builtin("export.backends:OnnxReferenceBackend", ("onnx",)),
+    "spec": Builtin.of(SpecAdapter),
+    "torch": Builtin.of(TorchAdapter, ("torch",)),
+    "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
+    "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
+    "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
+    "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
 }
 
 
@@ -230,7 +310,7 @@ def probe_reference(ref: str) -> Optional[str]:
 
     parse_reference(ref)  # ValueError for a malformed one
     code = ("import sys; sys.path[:] = sys.argv[2:]\n"
-            "from conformance.backends import load_reference\n"
+            "from odeattn.conformance.adapters import load_reference\n"
             "try:\n    load_reference(sys.argv[1])\n"
             "except (ImportError, AttributeError) as err:\n    print(f'{type(err).__name__}: {err}'); raise SystemExit(3)\n")
     done = subprocess.run([sys.executable, "-c", code, ref, *sys.path], capture_output=True, text=True, timeout=120)
