@@ -76,9 +76,7 @@ class TorchAdapter:
         return None
 
     def _block(self, config, params, dtype):
-        block = self.port.ODEAttentionBlock(config).to(getattr(self.torch, dtype)).eval()
-        self.port.load_params(block, params)
-        return block
+        return self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype))
 
     def _tensors(self, x, padding_mask):
         t = self.torch
@@ -193,9 +191,6 @@ class _ExportedAdapter:
 
 class OnnxRuntimeAdapter(_ExportedAdapter):
     name = "onnxruntime"
-
-    def __init__(self):
-        import onnxruntime  # noqa: F401  (ImportError here means: not installed)
 
     def _build(self, model):
         from odeattn.export.runtime import run, session

@@ -93,10 +93,8 @@ class _SplitHeadsFirst(R.SelfAttention):
 
 
 class _MergeHeadsTransposed(R.SelfAttention):
-    def output_proj(self, w_out, y):
-        b, t, d = y.shape
-        y = y.reshape(b, t, self.config.num_heads, self.config.head_dim).transpose(0, 1, 3, 2).reshape(b, t, d)  # bug
-        return self._linear(y, w_out)
+    def merge_heads(self, y):
+        return y.transpose(0, 1, 3, 2).reshape(*y.shape[:2], self.config.hidden_size)  # bug: (head_dim, heads)
 
 
 # ---- norms -----------------------------------------------------------------------------------------
@@ -206,7 +204,7 @@ MUTANTS = [
     Mutant("padded_keys_visible", "build_mask", "padded keys not hidden", stage=_PaddedKeysVisible),
     Mutant("padded_queries_kept", "postprocess_attn", "padded queries not zeroed", stage=_PaddedQueriesKept),
     Mutant("qkv_split_heads_first", "project", "qkv reshaped (heads, 3) instead of (3, heads)", stage=_SplitHeadsFirst),
-    Mutant("heads_merged_transposed", "output_proj", "heads merged as (head_dim, heads)", stage=_MergeHeadsTransposed),
+    Mutant("heads_merged_transposed", "merge_heads", "heads merged as (head_dim, heads)", stage=_MergeHeadsTransposed),
     Mutant("layer_norm_eps", "layer_norm", "eps 1e-6 instead of 1e-5", patch=_norm("layer_norm", _layer_norm_eps)),
     Mutant("layer_norm_no_bias", "layer_norm", "bias dropped", patch=_norm("layer_norm", _layer_norm_no_bias)),
     Mutant("layer_norm_unbiased_var", "layer_norm", "unbiased variance (n - 1)", patch=_norm("layer_norm", _layer_norm_unbiased)),
@@ -221,9 +219,9 @@ MUTANTS = [
     Mutant("bitlinear_act_truncate", "BitLinear", "activation rounding by truncation", patch=lambda: [(BL, "quantize_activation", _act_truncate)]),
     Mutant("bitlinear_act_no_layer_norm", "BitLinear", "activation quantised without its layer_norm",
            patch=lambda: [(BL, "quantize_activation", _act_no_norm)]),
-    Mutant("bitlinear_weight_clip_2", "BitLinear", "ternary clip bounds [-2, 2]", patch=lambda: [(A, "quantize_weight", _weight_clip_2)]),
+    Mutant("bitlinear_weight_clip_2", "BitLinear", "ternary clip bounds [-2, 2]", patch=lambda: [(R.SelfAttention, "quantize_weight", staticmethod(_weight_clip_2))]),
     Mutant("bitlinear_weight_scale_per_row", "BitLinear", "weight scale per output row, not per tensor",
-           patch=lambda: [(A, "quantize_weight", _weight_scale_per_row)]),
+           patch=lambda: [(R.SelfAttention, "quantize_weight", staticmethod(_weight_scale_per_row))]),
     Mutant("ralston_weights", "tableau", "Ralston with Heun's weights b = (1/2, 1/2)", patch=_ralston_heun_weights),
     Mutant("rk38_for_rk4", "tableau", "the 3/8 rule run for rk4 (torchdiffeq's 'rk4')", patch=_rk38_for_rk4),
     Mutant("step_size_off_by_one", "step times", "h = 1/(steps + 1): the grid stops short of t = 1",

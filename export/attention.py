@@ -1,16 +1,18 @@
 """ODEFunc as ONNX nodes; port of ode_ref/attention.py with the same stages.
 
-prepare and build_mask add nodes to the main graph once; the other stages add nodes to the body
-of the local function `ode_func`, which every stage of every step calls. Default stages only:
-a variant's Python override has no ONNX form, so exporting one raises NotImplementedError.
+prepare (ode_ref's Stages.prepare) adds nodes to the main graph once; the other stages add nodes to
+the body of the local function `ode_func`, which every stage of every step calls. Default stages
+only: a variant's Python override has no ONNX form, so exporting one raises NotImplementedError.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
+from onnx import TensorProto
 
+from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 
@@ -21,11 +23,21 @@ from .norms import apply_norm
 FLOAT_MIN = float(np.finfo(np.float32).min)
 
 
-def causal_mask(g, x: Value) -> Value:
-    """(seq, seq) bool, True where key j <= query i, for the runtime seq of x."""
-    seq = g.op("Squeeze", g.op("Shape", x, start=1, end=2), g.ints(0))
-    i = g.op("Range", g.const(0, np.int64), seq, g.const(1, np.int64))
+def causal_mask(seq_len: Value) -> Value:
+    """(seq, seq) bool, True where key j <= query i; seq_len: the runtime length, int64 (1,)."""
+    g = seq_len.body
+    i = g.op("Range", g.const(0, np.int64), g.op("Squeeze", seq_len, g.ints(0)), g.const(1, np.int64))
     return g.op("LessOrEqual", g.op("Unsqueeze", i, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))
+
+
+def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> Value:
+    """(batch | 1, seq) int64: cumsum(mask) - 1, or 0 .. seq-1 without a mask."""
+    g = seq_len.body
+    if padding_mask is None:
+        i = g.op("Range", g.const(0, np.int64), g.op("Squeeze", seq_len, g.ints(0)), g.const(1, np.int64))
+        return g.op("Unsqueeze", i, g.ints(0))
+    counts = g.op("CumSum", g.op("Cast", padding_mask, to=TensorProto.INT64), g.const(1, np.int64))
+    return g.op("Sub", counts, g.const(1, np.int64))
 
 
 def masked_fill_min(g, s: Value, mask: Value) -> Value:
@@ -36,62 +48,67 @@ def softmax(g, s: Value) -> Value:
     return g.op("Softmax", s, axis=-1)  # ONNX Softmax subtracts the max: stable
 
 
-class Prepared(NamedTuple):
-    """Values shared by every evaluation (main-graph names, passed to ode_func by name)."""
+class SelfAttention(Stages):
+    """The stages as ONNX nodes; the stage order and prepare are ode_ref's Stages. prepare runs on
+    main-graph Values (once per block); evaluate on the Values of the local function ode_func.
+    Differences, same values: the weights are transposed (in, out) and W_qkv is its three row
+    blocks; at opset 23, q, k, v stay (batch, seq, d_model) and Attention-23 splits and merges
+    the heads, and the mask is additive (0 or the most negative float)."""
 
-    qkv: tuple  # (W_q^T, W_k^T, W_v^T), each (d_model, d_model): W_qkv's row blocks, quantised when use_bitnet
-    out_proj: Value  # (d_model, d_model): W_out^T
-    norm: dict  # short name -> Value
-    mask: Optional[Value]  # opset 17: bool (batch|1, 1, seq, seq); opset 23: additive float; None = all
-    keep: Optional[Value]  # float (batch, seq, 1): 1 real token, 0 padding; None = no padding
-
-
-class SelfAttention:
     def __init__(self, config, opset: int):
         self.config, self.opset = ODEConfig.from_any(config), opset
 
-    # ---- once per block, main graph -------------------------------------------------------------
-    def prepare(self, g, weights: dict, x: Value, padding_mask: Optional[Value]) -> Prepared:
-        """weights: qkv (three blocks), out_proj (transposed; with use_bitnet ternary, plus *_scale)
-        and norm params."""
-        qkv, out = weights["qkv"], weights["out_proj"]
+    # ---- once per block (Stages.prepare), main graph --------------------------------------------
+    def weights(self, params: dict, x: Value):
+        """params: the initializers as Values (export.block): W_qkv^T's three blocks and W_out^T,
+        with use_bitnet their ternary values and scales, and the norm parameters."""
+        norm = {k: params["norm." + k] for k in NORM_PARAMS[self.config.norm_type]}
         if self.config.use_bitnet:  # one scale for the whole of W_qkv, as the spec quantises it
-            qkv = tuple(quantize_weight(g, w, weights["qkv_scale"]) for w in qkv)
-            out = quantize_weight(g, out, weights["out_proj_scale"])
-        mask = self.build_mask(g, x, padding_mask)
-        if mask is not None and self.opset >= 23:
-            # ONNX Runtime's Attention-23 wants the mask's query axis in full: (b|1, 1, seq, seq)
-            seq = g.op("Shape", x, start=1, end=2)
-            mask = g.op("Expand", mask, g.op("Concat", g.ints(1, 1), seq, seq, axis=0))
-            mask = g.op("Where", mask, g.const(0.0), g.const(FLOAT_MIN))  # Attention-23 adds a float mask
-        keep = None if padding_mask is None else g.op("Cast", g.op("Unsqueeze", padding_mask, g.ints(2)), to=1)
-        norm = {k: weights["norm." + k] for k in NORM_PARAMS[self.config.norm_type]}
-        return Prepared(qkv, out, norm, mask, keep)
+            return (params["qkv"], params["qkv_scale"]), (params["out_proj"], params["out_proj_scale"]), norm
+        return params["qkv"], params["out_proj"], norm
 
-    def build_mask(self, g, x: Value, padding_mask: Optional[Value]) -> Optional[Value]:
+    def quantize_weight(self, w):
+        """(ternary^T or W_qkv's three ternary blocks, w_s) -> W_q^T (each block)."""
+        ternary, scale = w
+        if isinstance(ternary, tuple):
+            return tuple(quantize_weight(t, scale) for t in ternary)
+        return quantize_weight(ternary, scale)
+
+    positions_from_padding = staticmethod(positions_from_padding)
+
+    def seq_len(self, x: Value) -> Value:
+        return x.body.op("Shape", x, start=1, end=2)
+
+    def build_mask(self, seq_len: Value, padding_mask: Optional[Value] = None) -> Optional[Value]:
+        """opset 17: bool (batch|1, 1, seq, seq), or None when every key is visible; opset 23: the
+        same as an additive float mask expanded to (batch|1, 1, seq, seq), as Attention-23 wants."""
+        g = seq_len.body
         mask = None
         if self.config.mode == "decoder":
-            mask = g.op("Unsqueeze", causal_mask(g, x), g.ints(0, 1))  # (1, 1, seq, seq)
+            mask = g.op("Unsqueeze", causal_mask(seq_len), g.ints(0, 1))  # (1, 1, seq, seq)
         if padding_mask is not None:
             keys = g.op("Unsqueeze", padding_mask, g.ints(1, 2))  # (batch, 1, 1, seq)
             mask = keys if mask is None else g.op("And", mask, keys)
+        if mask is not None and self.opset >= 23:
+            mask = g.op("Expand", mask, g.op("Concat", g.ints(1, 1), seq_len, seq_len, axis=0))
+            mask = g.op("Where", mask, g.const(0.0), g.const(FLOAT_MIN))
         return mask
 
-    # ---- every evaluation, inside ode_func ---------------------------------------------------
+    # ---- every evaluation (Stages.evaluate), inside ode_func -----------------------------------------
     def norm(self, norm_params: dict, z: Value) -> Value:
         return apply_norm(self.config.norm_type, norm_params, z, width=self.config.hidden_size)
 
     def _linear(self, x: Value, w_t: Value) -> Value:
         return bitlinear(x, w_t, width=self.config.hidden_size) if self.config.use_bitnet else linear(x, w_t)
 
-    def project(self, w_qkv_t: tuple, h: Value):
+    def project(self, w_qkv: tuple, h: Value):
         """h (batch, seq, d_model) -> q, k, v: (batch, seq, heads, head_dim) at opset 17; at 23,
         (batch, seq, d_model), the 3D form that Attention-23 splits into heads itself. The three
         row blocks of W_qkv give the three products directly (the spec's reshape-and-split), and
         BitLinear quantises h once for all three."""
         g, cfg = h.body, self.config
         x = quantize_activation(h, width=cfg.hidden_size) if cfg.use_bitnet else h
-        out = tuple(linear(x, w) for w in w_qkv_t)
+        out = tuple(linear(x, w) for w in w_qkv)  # the three blocks of W_qkv^T
         if self.opset >= 23:
             return out
         return tuple(g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in out)
@@ -100,29 +117,26 @@ class SelfAttention:
         return q, k, v
 
     def attn(self, q: Value, k: Value, v: Value, mask: Optional[Value]) -> Value:
-        """-> y merged to (batch, seq, d_model): the merge is done here, before postprocess_attn
-        (a per-token factor, so the order changes no value)."""
+        """-> (batch, seq, heads, head_dim) at opset 17; (batch, seq, d_model) at 23."""
         g, cfg = q.body, self.config
         if self.opset >= 23:
             return g.op("Attention", q, k, v, mask, scale=cfg.scale, q_num_heads=cfg.num_heads, kv_num_heads=cfg.num_heads)
         q_, v_ = g.op("Transpose", q, perm=[0, 2, 1, 3]), g.op("Transpose", v, perm=[0, 2, 1, 3])  # (b, h, seq, hd)
         s = g.op("MatMul", q_, g.op("Transpose", k, perm=[0, 2, 3, 1])) * cfg.scale  # (b, h, sq, sk)
         y = g.op("MatMul", softmax(g, s if mask is None else masked_fill_min(g, s, mask)), v_)
-        y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # (batch, seq, heads, head_dim)
-        return g.op("Reshape", y, g.ints(0, 0, cfg.hidden_size))
+        return g.op("Transpose", y, perm=[0, 2, 1, 3])  # (batch, seq, heads, head_dim)
 
-    def postprocess_attn(self, y: Value, keep: Optional[Value]) -> Value:
-        """keep: float (batch, seq, 1), 0 for padded queries."""
-        return y if keep is None else y * keep
+    def postprocess_attn(self, y: Value, padding_mask: Optional[Value] = None) -> Value:
+        if padding_mask is None:
+            return y
+        g = y.body
+        axes = g.ints(2) if self.opset >= 23 else g.ints(2, 3)  # y is 3D at opset 23
+        return g.op("Where", g.op("Unsqueeze", padding_mask, axes), y, g.const(0.0))  # y * mask, without a Cast
 
-    def output_proj(self, w_out_t: Value, y: Value) -> Value:
-        return self._linear(y, w_out_t)
+    def merge_heads(self, y: Value) -> Value:
+        """(batch, seq, heads, head_dim) -> (batch, seq, d_model); Attention-23 merged them already."""
+        return y if self.opset >= 23 else y.body.op("Reshape", y, y.body.ints(0, 0, self.config.hidden_size))
 
-    def evaluate(self, prepared: Prepared, t, z: Value) -> Value:
-        g = z.body
-        h = self.norm(prepared.norm, z)
-        q, k, v = self.project(prepared.qkv, h)
-        q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=None)
-        y = self.attn(q, k, v, prepared.mask)
-        y = self.postprocess_attn(y, prepared.keep)
-        return self.output_proj(prepared.out_proj, y)
+    def output_proj(self, w_out: Value, y: Value) -> Value:
+        """w_out: W_out^T, (d_model, d_model)."""
+        return self._linear(y, w_out)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, ternarize_weight  # noqa: F401  (the export uses the spec's)
+from ode_ref.bitlinear import ACT_MAX, QUANT_EPS
 
 from .graph import Value
 from .norms import layer_norm
 
 
-def quantize_weight(body, ternary_t: Value, scale: Value) -> Value:
-    """W_q^T = float(ternary^T) / w_s, (in, out)."""
-    return body.op("Cast", ternary_t, to=1) / scale
+def quantize_weight(ternary_t: Value, scale: Value) -> Value:
+    """W_q^T = float(ternary^T) / w_s, (in, out): the ternary values and w_s come from the spec's
+    ternarize_weight at export time (export.block)."""
+    return ternary_t.body.op("Cast", ternary_t, to=1) / scale
 
 
 def quantize_activation(x: Value, *, width: int) -> Value:

@@ -20,13 +20,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import ode_ref as R
+from ode_ref.attention import Prepared
 from ode_ref.bitlinear import ternarize_weight
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
 from ode_ref.rk import rk_step
 from ode_ref.tableaus import TABLEAUS
 
-from .attention import Prepared, SelfAttention
+from .attention import SelfAttention
 from .graph import Body, Function, Value
 
 OPSETS = (17, 23)
@@ -70,19 +71,28 @@ def _weights(cfg, main) -> dict:
     return w
 
 
-def _shared(prepared: Prepared) -> list:
-    vals = [*prepared.qkv, prepared.out_proj, *prepared.norm.values()]
-    return vals + [v for v in (prepared.mask, prepared.keep) if v is not None]
+def _flatten(prepared: Prepared) -> list:
+    """The Values every evaluation reads, in field order (tuples and dicts opened, None skipped):
+    the inputs of the local functions."""
+    out = []
+    for field in prepared:
+        items = field if isinstance(field, tuple) else field.values() if isinstance(field, dict) else [field]
+        out += [v for v in items if v is not None]
+    return out
 
 
 def _as_prepared(template: Prepared, values: list) -> Prepared:
     """The same structure as template, over a function's input Values."""
     it = iter(values)
-    qkv, out = (next(it), next(it), next(it)), next(it)
-    norm = {k: next(it) for k in template.norm}
-    mask = next(it) if template.mask is not None else None
-    keep = next(it) if template.keep is not None else None
-    return Prepared(qkv, out, norm, mask, keep)
+    fields = []
+    for field in template:
+        if isinstance(field, tuple):
+            fields.append(tuple(next(it) for _ in field))
+        elif isinstance(field, dict):
+            fields.append({k: next(it) for k in field})
+        else:
+            fields.append(None if field is None else next(it))
+    return Prepared(*fields)
 
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
@@ -104,10 +114,10 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     main = Body("", opset)
     x = Value(main, "x")
     mask_in = Value(main, "padding_mask") if padding_mask else None
-    prepared = att.prepare(main, _weights(cfg, main), x, mask_in)
+    prepared = att.prepare(_weights(cfg, main), x, mask_in)
     # short names for what every step call passes, so that a step costs the file a few bytes
-    shared = [Value(main, f"w{i}") for i in range(len(_shared(prepared)))]
-    for v, short in zip(_shared(prepared), shared):
+    shared = [Value(main, f"w{i}") for i in range(len(_flatten(prepared)))]
+    for v, short in zip(_flatten(prepared), shared):
         main.nodes.append(helper.make_node("Identity", [v.name], [short.name]))
     names = ["z"] + [f"shared_{i}" for i in range(len(shared))]
 

@@ -72,12 +72,11 @@ def cmd_export(args) -> int:
         check(model)
         args.output.write_bytes(model.SerializeToString())
     else:
-        from odeattn.backends.torch import ODEAttentionBlock, load_params
+        from odeattn.backends.torch import ODEAttentionBlock
 
         from .from_torch import export_torch
 
-        block = ODEAttentionBlock(config)
-        load_params(block, params)
+        block = ODEAttentionBlock.from_params(config, params)
         if args.no_padding_mask:
             return _fail("--no-padding-mask: the torch route always has a padding_mask input")
         export_torch(block, args.output, opset=opset)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
+from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 from .graph import Value
 
@@ -59,6 +59,3 @@ NEEDS_WIDTH = ("prms_norm", "dynamic_tanh", "flash_norm")  # the width is static
 def apply_norm(norm_type: str, norm_params: dict, x: Value, *, width: int):
     extra = {"width": width} if norm_type in NEEDS_WIDTH else {}
     return NORMS[norm_type](x, **norm_params, **extra)
-
-
-__all__ = ["NORM_PARAMS", "apply_norm", "derf", "dynamic_tanh", "flash_norm", "layer_norm", "prms_norm", "rms_norm"]

@@ -46,13 +46,20 @@ def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dt
             )
 
 
+def attention_for(cfg: ODEConfig, attention=None, default=SelfAttention, *, name: str = "attention"):
+    """The attention to run: the given one (a variant), else default(cfg); every port uses this.
+    ValueError if the variant was built with another config."""
+    attention = default(cfg) if attention is None else attention
+    if attention.config != cfg:
+        raise ValueError(f"{name}: its config {attention.config} differs from config {cfg}")
+    return attention
+
+
 def _setup(params, x, config, padding_mask, attention):
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
     check_input(x, cfg, padding_mask)
-    attention = SelfAttention(cfg) if attention is None else attention
-    if attention.config != cfg:
-        raise ValueError(f"attention: its config {attention.config} differs from config {cfg}")
+    attention = attention_for(cfg, attention)
     return cfg, attention, attention.prepare(params, x, padding_mask)
 
 

@@ -75,11 +75,10 @@ def _setup(path: str, config, params, x, threads: int):
     if path.startswith("torch"):
         import torch
 
-        from odeattn.backends.torch import ODEAttentionBlock, load_params
+        from odeattn.backends.torch import ODEAttentionBlock
 
         torch.set_num_threads(threads)
-        block = ODEAttentionBlock(config).eval()
-        load_params(block, params)
+        block = ODEAttentionBlock.from_params(config, params)
         fn = torch.compile(block, fullgraph=True) if path == "torch-compile" else block
         xt = torch.from_numpy(x.astype(np.float32))
 
@@ -91,9 +90,8 @@ def _setup(path: str, config, params, x, threads: int):
     if path == "jax-jit":
         import jax
 
-        from odeattn.backends.jax import ode_block
+        from odeattn.backends.jax import ode_block_jit as f
 
-        f = jax.jit(ode_block, static_argnames=("config",))
         ps = {k: v.astype(np.float32) for k, v in params.items()}
         xj = jax.numpy.asarray(x.astype(np.float32))
         return lambda: f(ps, xj, config).block_until_ready()
@@ -167,13 +165,13 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     try:
         import jax
 
-        from odeattn.backends.jax import ode_block
+        from odeattn.backends.jax import ode_block_jit
 
         ps = {k: v.astype(np.float32) for k, v in params.items()}
         xj = x.astype(np.float32)
         def compile_once(cfg):
             jax.clear_caches()  # else a config compiled earlier in this run is a cache hit
-            jax.jit(ode_block, static_argnames=("config",)).lower(ps, xj, cfg).compile()
+            ode_block_jit.lower(ps, xj, cfg).compile()
 
         compile_once(R.ODEConfig(**base, ode_steps=2))  # first-use costs of the compiler, not of a config
         for steps in (1, 4, 16, 64):

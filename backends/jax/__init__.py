@@ -2,6 +2,6 @@
 Importing it changes no global JAX setting (x64 stays as the user set it)."""
 
 from .attention import SelfAttention as SelfAttention
-from .block import ode_block as ode_block, ode_func as ode_func
+from .block import ode_block as ode_block, ode_block_jit as ode_block_jit, ode_func as ode_func
 from .variants import LocalWindowAttention as LocalWindowAttention
 from .variants import ScaledQueryAttention as ScaledQueryAttention

@@ -3,17 +3,16 @@
 The staged API JAX users know: project (fused qkv -> q, k, v in [batch, seq, heads, head_dim]),
 preprocess_qkv(q, k, v, t=, positions=), build_mask(seq_len, padding_mask) with boolean masks
 (True = visible), attn(q, k, v, mask), postprocess_attn(y, padding_mask), output_proj(w, y).
-Subclass and override a stage to make a variant. Everything is a pure function of its arrays,
-so jit, vmap and grad go through; instances are static arguments under jit.
+Subclass and override a stage to make a variant. The stage order and prepare are the spec's own
+(ode_ref.attention.Stages). Everything is a pure function of its arrays, so jit, vmap and grad go
+through; instances are static arguments under jit, hashed by their configuration.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
-import jax
 import jax.numpy as jnp
 
+from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
@@ -41,38 +40,36 @@ def masked_fill_min(s, mask):
     return jnp.where(mask, s, jnp.finfo(s.dtype).min)
 
 
-class Prepared(NamedTuple):
-    """What every evaluation of f shares within one block forward (a pytree)."""
+class SelfAttention(Stages):
+    """The staged ODE function. Override a stage to make a variant; keep the signatures. The stage
+    order and prepare are ode_ref's Stages; this class writes the stages in jax.numpy.
 
-    qkv: jax.Array  # (3 d_model, d_model), quantised when use_bitnet
-    out_proj: jax.Array  # (d_model, d_model)
-    norm: dict  # norm parameters by short name, in the state's dtype
-    mask: jax.Array  # bool (batch | 1, 1, seq, seq), True = visible
-    padding_mask: Optional[jax.Array]  # bool (batch, seq)
-    positions: jax.Array  # int (batch | 1, seq)
-
-
-class SelfAttention:
-    """The staged ODE function. Override a stage to make a variant; keep the signatures."""
+    Instances are static arguments under jit, so they hash and compare by their class and their
+    attributes (the config and a variant's settings): equal variants share one compilation."""
 
     def __init__(self, config):
         self.config = ODEConfig.from_any(config)
 
-    # ---- once per block -------------------------------------------------------------------
-    def prepare(self, params: dict, x, padding_mask=None) -> Prepared:
-        cfg, dtype = self.config, x.dtype
-        qkv, out = params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype)
-        if cfg.use_bitnet:
-            qkv, out = quantize_weight(qkv), quantize_weight(out)
-        seq_len = x.shape[1]
-        return Prepared(
-            qkv=qkv,
-            out_proj=out,
-            norm={k: params[NORM_PREFIX + k].astype(dtype) for k in NORM_PARAMS[cfg.norm_type]},
-            mask=self.build_mask(seq_len, padding_mask),
-            padding_mask=padding_mask,
-            positions=positions_from_padding(padding_mask, seq_len),
-        )
+    def _key(self):
+        return (type(self), tuple(sorted(vars(self).items())))
+
+    def __eq__(self, other):
+        return isinstance(other, SelfAttention) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    # ---- once per block (Stages.prepare) --------------------------------------------------
+    def weights(self, params: dict, x):
+        dtype = x.dtype
+        norm = {k: params[NORM_PREFIX + k].astype(dtype) for k in NORM_PARAMS[self.config.norm_type]}
+        return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
+
+    quantize_weight = staticmethod(quantize_weight)
+    positions_from_padding = staticmethod(positions_from_padding)
+
+    def seq_len(self, x) -> int:
+        return x.shape[1]
 
     def build_mask(self, seq_len: int, padding_mask=None):
         mask = jnp.ones((1, 1, seq_len, seq_len), dtype=bool)
@@ -82,7 +79,7 @@ class SelfAttention:
             mask = mask & padding_mask[:, None, None, :]
         return mask
 
-    # ---- every evaluation of f --------------------------------------------------------------
+    # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
     def norm(self, norm_params: dict, z):
         return apply_norm(self.config.norm_type, norm_params, z)
 
@@ -110,16 +107,11 @@ class SelfAttention:
             return y
         return y * padding_mask[:, :, None, None].astype(y.dtype)
 
+    def merge_heads(self, y):
+        """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""
+        return y.reshape(*y.shape[:2], self.config.hidden_size)
+
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
 
-    def evaluate(self, prepared: Prepared, t, z):
-        """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model)."""
-        h = self.norm(prepared.norm, z)
-        q, k, v = self.project(prepared.qkv, h)
-        q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions)
-        y = self.attn(q, k, v, prepared.mask)
-        y = self.postprocess_attn(y, prepared.padding_mask)
-        return self.output_proj(prepared.out_proj, y.reshape(z.shape))
-
-    __call__ = evaluate
+    __call__ = Stages.evaluate

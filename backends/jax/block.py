@@ -5,9 +5,8 @@
 
 The step loop is a lax.scan over the step index, so tracing and compiling cost one step whatever
 ode_steps is; its body is ode_ref.rk.rk_step itself. Weight quantisation and the mask are built
-once, before the scan. jit with the config (and a variant, if any) static:
-
-    jax.jit(ode_block, static_argnames=("config", "attention", "return_trajectory"))
+once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
+(hashed by its configuration) and return_trajectory static.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ode_ref.block import check_input
+from ode_ref.block import attention_for, check_input
 from ode_ref.config import ODEConfig
 from ode_ref.params import check_params
 from ode_ref.rk import rk_step
@@ -45,9 +44,7 @@ def _setup(params, x, config, padding_mask, attention):
     x = _as_jax(x, "x")
     padding_mask = None if padding_mask is None else _as_jax(padding_mask, "padding_mask")
     check_input(x, cfg, padding_mask, array_type=jax.Array, float_dtypes=_float_dtypes(), bool_dtype=jnp.bool_)
-    attention = SelfAttention(cfg) if attention is None else attention
-    if attention.config != cfg:
-        raise ValueError(f"attention: its config {attention.config} differs from config {cfg}")
+    attention = attention_for(cfg, attention, SelfAttention)
     return cfg, attention, x, attention.prepare(params, x, padding_mask)
 
 
@@ -71,3 +68,7 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     if return_trajectory:
         return z1, jnp.concatenate([x[None], states])
     return z1
+
+
+STATIC_ARGNAMES = ("config", "attention", "return_trajectory")
+ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax.scipy.special import erf
 
-from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
+from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
@@ -42,6 +42,3 @@ NORMS = norm_table(globals())
 
 def apply_norm(norm_type: str, norm_params: dict, x):
     return NORMS[norm_type](x, **norm_params)
-
-
-__all__ = ["NORM_PARAMS", "NORMS", "apply_norm", "derf", "dynamic_tanh", "flash_norm", "layer_norm", "prms_norm", "rms_norm"]

@@ -1,8 +1,10 @@
 """ODEFunc as a staged self-attention in PyTorch; port of ode_ref/attention.py.
 
-The stages and their order are the spec's. Differences, each computing the same values:
+The stage order and prepare are the spec's own (ode_ref.attention.Stages); the stages are torch.
+Differences, each computing the same values:
   - the module owns its parameters under the seed's names (qkv, out_proj, norm), so prepare
-    takes no params argument, and the stage `norm` is the module self.norm;
+    takes no params argument, and the stage `norm` is the module self.norm (its forward takes
+    the prepared norm parameters, as the spec's stage does);
   - attn is torch.nn.functional.scaled_dot_product_attention (dropout on the attention weights
     in training mode only); build_mask returns None when every key is visible, which lets SDPA
     pick its fused kernels;
@@ -12,12 +14,11 @@ The stages and their order are the spec's. Differences, each computing the same 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ode_ref.attention import Prepared, Stages
 from ode_ref.block import check_input
 from ode_ref.config import ODEConfig
 
@@ -38,18 +39,9 @@ def positions_from_padding(padding_mask, seq_len: int, device=None):
     return torch.cumsum(padding_mask.long(), dim=-1) - 1
 
 
-class Prepared(NamedTuple):
-    """What every evaluation of f shares within one block forward (computed once)."""
-
-    qkv: torch.Tensor  # (3 d_model, d_model), quantised (with STE) when use_bitnet
-    out_proj: torch.Tensor  # (d_model, d_model)
-    mask: Optional[torch.Tensor]  # bool (batch | 1, 1, seq, seq) True = visible; None = all
-    padding_mask: Optional[torch.Tensor]  # bool (batch, seq)
-    positions: torch.Tensor  # long (batch | 1, seq)
-
-
-class SelfAttention(nn.Module):
-    """The seed's ODEFunc: forward(t, x, padding_mask=None) is f evaluated once."""
+class SelfAttention(Stages, nn.Module):
+    """The seed's ODEFunc: forward(t, x, padding_mask=None) is f evaluated once. The stage order
+    and prepare are ode_ref's Stages; this class writes the stages in torch."""
 
     def __init__(self, config):
         super().__init__()
@@ -63,36 +55,40 @@ class SelfAttention(nn.Module):
         self.norm = Norm(cfg.norm_type, self.dim)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    # ---- once per block -------------------------------------------------------------------
+    # ---- once per block (Stages.prepare) --------------------------------------------------
     def prepare(self, x, padding_mask=None) -> Prepared:
+        """The module owns its parameters, so prepare takes none (Stages.prepare gets the module's)."""
         check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=FLOAT_DTYPES, bool_dtype=torch.bool)
         if x.dtype != self.qkv.weight.dtype:
             raise TypeError(
                 f"x: expected dtype {self.qkv.weight.dtype} (the module's parameter dtype; "
                 f"convert the module with .to(dtype)); got {x.dtype}"
             )
-        qkv, out = self.qkv.weight, self.out_proj.weight
-        if self.config.use_bitnet:
-            qkv, out = quantize_weight(qkv), quantize_weight(out)
-        seq_len = x.shape[1]
-        return Prepared(
-            qkv=qkv,
-            out_proj=out,
-            mask=self.build_mask(seq_len, padding_mask, device=x.device),
-            padding_mask=padding_mask,
-            positions=positions_from_padding(padding_mask, seq_len, device=x.device),
-        )
+        return Stages.prepare(self, None, x, padding_mask)
 
-    def build_mask(self, seq_len: int, padding_mask=None, device=None):
+    def weights(self, params, x):
+        """The module's own parameters (params is None): already in x's dtype, checked above."""
+        return self.qkv.weight, self.out_proj.weight, dict(self.norm.named_parameters())
+
+    quantize_weight = staticmethod(quantize_weight)
+
+    def positions_from_padding(self, padding_mask, seq_len: int):
+        return positions_from_padding(padding_mask, seq_len, device=self.qkv.weight.device)
+
+    def seq_len(self, x) -> int:
+        return x.shape[1]
+
+    def build_mask(self, seq_len: int, padding_mask=None):
+        """bool (batch | 1, 1, seq, seq), or None when every key is visible (SDPA's fast path)."""
         mask = None
         if self.mode == "decoder":
-            mask = causal_mask(seq_len, device)[None, None]
+            mask = causal_mask(seq_len, self.qkv.weight.device)[None, None]
         if padding_mask is not None:
             keys = padding_mask[:, None, None, :]
             mask = keys if mask is None else mask & keys
         return mask
 
-    # ---- every evaluation of f --------------------------------------------------------------
+    # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
     def _linear(self, x, w):
         return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
 
@@ -117,17 +113,12 @@ class SelfAttention(nn.Module):
             return y
         return y * padding_mask[:, :, None, None].to(y.dtype)
 
+    def merge_heads(self, y):
+        """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""
+        return y.reshape(*y.shape[:2], self.dim)
+
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
-
-    def evaluate(self, prepared: Prepared, t, z):
-        """f(t, z) from prepared weights and mask: (batch, seq, d_model) -> same."""
-        h = self.norm(z)
-        q, k, v = self.project(prepared.qkv, h)
-        q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions)
-        y = self.attn(q, k, v, prepared.mask)
-        y = self.postprocess_attn(y, prepared.padding_mask)
-        return self.output_proj(prepared.out_proj, y.reshape(z.shape))
 
     def forward(self, t, x, padding_mask=None):
         return self.evaluate(self.prepare(x, padding_mask), t, x)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ode_ref.block import attention_for
 from ode_ref.config import ODEConfig
 from ode_ref.rk import integrate
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
+from .params import load_params
 
 
 class ODEAttentionBlock(nn.Module):
@@ -25,11 +27,16 @@ class ODEAttentionBlock(nn.Module):
         super().__init__()
         cfg = ODEConfig.from_any(config)
         self.config = cfg
-        self.ode_func = SelfAttention(cfg) if ode_func is None else ode_func
-        if self.ode_func.config != cfg:
-            raise ValueError(f"ode_func: its config {self.ode_func.config} differs from config {cfg}")
+        self.ode_func = attention_for(cfg, ode_func, SelfAttention, name="ode_func")
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps
         self.tableau = TABLEAUS[cfg.ode_solver]
+
+    @classmethod
+    def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None):
+        """A block in evaluation mode with the spec's parameters loaded (checked, strict names)."""
+        block = cls(config, ode_func).to(dtype).eval()
+        load_params(block, params)
+        return block
 
     def forward(self, x, padding_mask=None, *, return_trajectory: bool = False):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""

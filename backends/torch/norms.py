@@ -54,5 +54,6 @@ class Norm(nn.Module):
             shape = (dim,) if kind == "vector" else ()
             self.register_parameter(name, nn.Parameter(torch.full(shape, identity)))
 
-    def forward(self, x):
-        return apply_norm(self.norm_type, dict(self.named_parameters()), x)
+    def forward(self, norm_params: dict, x):
+        """The stage norm(norm_params, z): norm_params are this module's parameters, as prepared."""
+        return apply_norm(self.norm_type, norm_params, x)

@@ -18,8 +18,8 @@ class LocalWindowAttention(SelfAttention):
         super().__init__(config)
         self.window = check_window(window)
 
-    def build_mask(self, seq_len, padding_mask=None, device=None):
-        i = torch.arange(seq_len, device=device)
+    def build_mask(self, seq_len, padding_mask=None):
+        i = torch.arange(seq_len, device=self.qkv.weight.device)
         local = ((i[:, None] - i[None, :]).abs() < self.window)[None, None]
-        mask = super().build_mask(seq_len, padding_mask, device)
+        mask = super().build_mask(seq_len, padding_mask)
         return local if mask is None else mask & local

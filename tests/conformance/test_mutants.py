@@ -19,7 +19,7 @@ def rows():
 def test_the_battery_covers_every_stage_norm_bitlinear_and_the_solver():
     targets = {m.target for m in MUTANTS}
     assert len(MUTANTS) >= 20 and len({m.name for m in MUTANTS}) == len(MUTANTS)
-    assert targets >= {"attn", "build_mask", "project", "postprocess_attn", "output_proj", "layer_norm", "rms_norm",
+    assert targets >= {"attn", "build_mask", "project", "postprocess_attn", "merge_heads", "layer_norm", "rms_norm",
                        "prms_norm", "flash_norm", "dynamic_tanh", "derf", "BitLinear", "tableau", "step times", "trajectory"}
 
 

@@ -107,13 +107,12 @@ def test_reference_evaluator_agrees_with_onnxruntime():
 
 def test_torch_route_gives_the_same_outputs():
     torch = pytest.importorskip("torch")
-    from odeattn.backends.torch import ODEAttentionBlock, load_params
+    from odeattn.backends.torch import ODEAttentionBlock
     from odeattn.export.from_torch import export_torch
 
     c = cfg(use_bitnet=False, norm_type="rms_norm")
     params = R.init_params(c, 5, perturb_norms=True)
-    block = ODEAttentionBlock(c)
-    load_params(block, params)
+    block = ODEAttentionBlock.from_params(c, params)
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:

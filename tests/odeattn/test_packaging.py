@@ -1,5 +1,6 @@
 """What `pip install odeattn` puts on the import path: ode_ref and odeattn, nothing generic."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_has_two_top_level_names_and_the_golden_set(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
+    source = tmp_path / "src"  # a copy, so that the build leaves nothing in the repository
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
                     "-w", str(tmp_path)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("odeattn-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

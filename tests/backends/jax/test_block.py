@@ -12,7 +12,7 @@ from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
 
 CASES = load_cases()
-block_jit = jax.jit(J.ode_block, static_argnames=("config", "attention", "return_trajectory"))
+block_jit = J.ode_block_jit
 
 
 def as32(params):
@@ -159,3 +159,14 @@ def test_errors():
         J.ode_block({**p32, "ode_func.qkv.weight": np.zeros((8, 8), np.float32)}, np.zeros((1, 3, 8), np.float32), cfg)
     with pytest.raises(ValueError, match="mode: expected one of 'encoder', 'decoder'; got 'causal'"):
         J.ode_block(p32, np.zeros((1, 3, 8), np.float32), {"hidden_size": 8, "num_heads": 2, "mode": "causal"})
+
+
+def test_equal_variants_share_one_compilation():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1)
+    a, b = J.LocalWindowAttention(cfg, window=2), J.LocalWindowAttention(cfg, window=2)
+    assert a == b and hash(a) == hash(b) and a != J.LocalWindowAttention(cfg, window=3) and a != J.SelfAttention(cfg)
+    params, x = as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32)
+    J.ode_block_jit._clear_cache()
+    J.ode_block_jit(params, x, cfg, attention=a)
+    J.ode_block_jit(params, x, cfg, attention=b)
+    assert J.ode_block_jit._cache_size() == 1

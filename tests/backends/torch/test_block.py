@@ -138,7 +138,7 @@ def test_weights_quantised_once_per_forward(monkeypatch):
 
     calls = []
     real = attention.quantize_weight
-    monkeypatch.setattr(attention, "quantize_weight", lambda w: calls.append(1) or real(w))
+    monkeypatch.setattr(attention.SelfAttention, "quantize_weight", staticmethod(lambda w: calls.append(1) or real(w)))
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True, ode_steps=4, ode_solver="rk4")
     ODEAttentionBlock(cfg)(torch.randn(1, 3, 8))
     assert len(calls) == 2  # qkv and out_proj, not 2 x 16 evaluations

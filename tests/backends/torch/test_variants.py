@@ -17,8 +17,7 @@ VARIANTS = [
 @pytest.mark.parametrize("case", load_cases()[:8], ids=lambda c: c.name)
 def test_ported_variant_equals_spec_variant(case, spec_cls, port_cls, kwargs):
     func = port_cls(case.config, **kwargs)
-    block = T.ODEAttentionBlock(case.config, ode_func=func).double().eval()
-    T.load_params(block, case.params)
+    block = T.ODEAttentionBlock.from_params(case.config, case.params, dtype=torch.float64, ode_func=func)
     mask = None if case.padding_mask is None else torch.as_tensor(case.padding_mask)
     with torch.no_grad():
         got = block(torch.as_tensor(case.x), mask).numpy()
