@@ -256,16 +256,18 @@ def _instantiate(obj):
     return obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run_block")) else obj
 
 
-def check_backend(backend) -> None:
-    """Raise TypeError naming what a backend object lacks."""
+def check_backend(backend) -> tuple[str, ...]:
+    """Its dtypes as a tuple (read once), or TypeError naming what a backend object lacks."""
     missing = [a for a in ("name", "dtypes", "supports", "run_block") if not hasattr(backend, a)]
     if missing:
         raise TypeError(f"backend {backend!r}: expected attributes name, dtypes, supports, run_block; missing {missing}")
     if not isinstance(backend.name, str) or not backend.name:
         raise TypeError(f"backend {backend!r}: name must be a non-empty string; got {backend.name!r}")
     dtypes = backend.dtypes
-    if isinstance(dtypes, str) or not all(d in ("float32", "float64") for d in dtypes) or not dtypes:
+    if isinstance(dtypes, str) or not isinstance(dtypes, (tuple, list)) or not dtypes \
+            or not all(d in ("float32", "float64") for d in dtypes):
         raise TypeError(f"backend {backend.name!r}: dtypes must be a non-empty tuple of 'float32'/'float64'; got {dtypes!r}")
+    return tuple(dtypes)
 
 
 def parse_reference(ref: str) -> tuple[str, str]:
@@ -298,24 +300,30 @@ def make_backend(ref: str):
     return backend
 
 
-def probe_reference(ref: str) -> Optional[str]:
+def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:
     """Why ref cannot name an object (a usage error), or None. Imports the plug-in in a
     throwaway process, so that nothing it does at import time reaches this one."""
     import subprocess
 
-    parse_reference(ref)  # ValueError for a malformed one
+    module_name, _ = parse_reference(ref)  # ValueError for a malformed one
+    if module_name.startswith("."):
+        return f"--backend {ref}: expected an absolute module name; got the relative {module_name!r}"
     code = ("import sys; sys.path[:] = sys.argv[2:]\n"
             "from odeattn.conformance.adapters import load_reference\n"
             "try:\n    load_reference(sys.argv[1])\n"
             "except (ImportError, AttributeError) as err:\n    print(f'{type(err).__name__}: {err}'); raise SystemExit(3)\n")
-    done = subprocess.run([sys.executable, "-c", code, ref, *sys.path], capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run([sys.executable, "-c", code, ref, *sys.path], capture_output=True, text=True,
+                              timeout=timeout, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return f"--backend {ref}: importing it took longer than the timeout ({timeout:g} s)"
     if done.returncode == 3:
         return f"--backend {ref}: cannot be loaded ({done.stdout.strip()})"
     return None
 
 
-def discover(requested=()) -> tuple[list[BackendRef], list[str], list[str]]:
-    """(backends to run, notes, errors).
+def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], list[str], list[tuple[str, str]]]:
+    """(backends to run, notes, errors as (label, message)).
 
     Without `requested`: every built-in whose packages are installed (a missing package is a
     note), then every entry point of the group (one taking a built-in's name is an error).
@@ -325,10 +333,13 @@ def discover(requested=()) -> tuple[list[BackendRef], list[str], list[str]]:
     errors = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in BUILTIN:
-            errors.append(f"entry point {ep.name!r} ({ep.value}): the name is taken by a built-in backend")
+            errors.append((ep.name, f"entry point {ep.name!r} ({ep.value}): the name is taken by a built-in backend"))
         else:
             entry_points.setdefault(ep.name, BackendRef(ep.name, f"entry-point:{ep.name}"))
     refs, notes = [], []
+    repeated = sorted({n for n in requested if list(requested).count(n) > 1})
+    if repeated:
+        raise ValueError(f"--backend: each backend once; got {', '.join(repeated)} more than once")
     for name in requested or [*BUILTIN, *entry_points]:
         if name in BUILTIN:
             missing = missing_requirements(name)
@@ -341,7 +352,7 @@ def discover(requested=()) -> tuple[list[BackendRef], list[str], list[str]]:
         elif name in entry_points:
             refs.append(entry_points[name])
         elif ":" in name:
-            why = probe_reference(name)
+            why = probe_reference(name, timeout)
             if why:
                 raise ValueError(why)
             refs.append(BackendRef(name, name))

@@ -27,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
                    help="expected failures, matched against 'backend/dtype/case' (repeatable); an unexpected pass fails")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
-    p.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("-j", "--jobs", type=_positive_int, default=None, metavar="N",
                    help="worker processes at once (default: the core count)")
     p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S", help="per-case timeout in seconds (default 120)")
     p.add_argument("--float64-bound", type=_positive_float, default=None, metavar="E",
@@ -130,13 +130,35 @@ def _prepare(args):
     set_digest = digest(directory)
     if args.expect_digest and args.expect_digest != set_digest:
         raise ValueError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
-    refs, notes, errors = discover(args.backend)
+    refs, notes, errors = discover(args.backend, timeout=args.timeout)
     header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
               "cases": len(cases)}
     return cases, refs, notes, errors, header, set(BUILTIN)
 
 
 def main(args) -> int:
+    """The command, with Ctrl-C and SIGTERM ending it in one line (the workers are killed)."""
+    import signal
+
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("odeattn conformance: interrupted; every worker process was stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
+    from .pool import core_count
+
+    args.jobs = args.jobs or core_count()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
     if args.action == "generate":
         return _generate(args)
     if args.action == "mutants":
@@ -156,7 +178,7 @@ def main(args) -> int:
     report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,
                        float64_bound=args.float64_bound, progress=_progress(), taken=taken)
     report.notes += notes
-    report.errors += [BackendError(e.split("'")[1], e) for e in errors]
+    report.errors += [BackendError(label, message) for label, message in errors]
     print(format_report(report))
     if args.json:
         write_json(report, args.json, header)

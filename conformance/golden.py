@@ -137,6 +137,8 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
     _writable(directory)
     cases = build_all() if cases is None else cases
     entries = []
+    for stale in directory.glob("*.safetensors"):  # a renamed or removed case leaves no file behind
+        stale.unlink()
     for case in cases:
         file = f"{case.name}.safetensors"
         save_file(_tensors(case), str(directory / file))
@@ -226,6 +228,10 @@ def check_seal(manifest: dict, directory: Path) -> list[str]:
     return defects
 
 
+def _no_constant(name: str):
+    raise json.JSONDecodeError(f"{name} is not a number JSON allows", name, 0)
+
+
 def read_manifest(directory=GOLDEN_DIR) -> dict:
     """The parsed, validated manifest (sealed, for the packaged folder); GoldenError otherwise."""
     directory = Path(directory)
@@ -233,8 +239,8 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
     if not path.is_file():
         raise GoldenError(f"{os.fspath(path)}: no such file; run `odeattn conformance generate`")
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        manifest = json.loads(path.read_text(), parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise GoldenError(f"{os.fspath(path)}: not valid JSON ({err})") from err
     defects = validate_manifest(manifest, directory)
     if not defects and directory.resolve() == GOLDEN_DIR.resolve():
@@ -254,7 +260,7 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     sha = _sha256(path)
     if sha != entry["sha256"]:
         raise GoldenError(f"{os.fspath(path)}: sha256 {sha[:16]}..., the manifest says {entry['sha256'][:16]}...: "
-                          "the file was modified or truncated; regenerate it")
+                          "the file was modified or truncated")
     try:
         t = load_file(str(path))
     except Exception as err:  # a file that matches its checksum but is not safetensors

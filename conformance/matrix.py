@@ -9,9 +9,11 @@ byte-identical when the spec grows.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import ode_ref as R
+from ode_ref import config as C
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.tableaus import TABLEAUS
 
@@ -28,13 +30,19 @@ BASE_FACTORS = {
 }
 
 
+# Options added since the base: config field -> values, the default first (it is what every
+# existing case has). Adding one appends the rows that cover its pairs.
+EXTRA_FACTORS: dict[str, list] = {}
+
+
 def factors() -> dict:
-    """The current factors: the base ones with every value ode_ref now registers appended."""
+    """The current factors: the base ones with every value ode_ref now registers appended, then
+    the options added since."""
     current = {k: list(v) for k, v in BASE_FACTORS.items()}
-    registered = (("norm_type", NORM_PARAMS), ("ode_solver", TABLEAUS), ("mode", R.MODES))  # read live
+    registered = (("norm_type", NORM_PARAMS), ("ode_solver", TABLEAUS), ("mode", C.MODES))  # read live
     for name, values in registered:
         current[name] += [v for v in values if v not in current[name]]
-    return current
+    return {**current, **{k: list(v) for k, v in EXTRA_FACTORS.items()}}
 
 
 def _pairs(factors: dict, row: dict):
@@ -92,14 +100,16 @@ def rows() -> list[dict]:
 
 
 def config_of(row: dict) -> R.ODEConfig:
+    """The row's config: its shape's width and heads, and every factor that is a config field."""
     batch, seq, heads, d_model = row["shape"]
-    return R.ODEConfig(
-        hidden_size=d_model, num_heads=heads, norm_type=row["norm_type"], ode_solver=row["ode_solver"],
-        mode=row["mode"], use_bitnet=row["use_bitnet"], ode_steps=row["ode_steps"],
-    )
+    fields = {f.name for f in dataclasses.fields(R.ODEConfig)}
+    return R.ODEConfig(hidden_size=d_model, num_heads=heads, **{k: v for k, v in row.items() if k in fields})
 
 
 def row_name(row: dict) -> str:
+    """The base factors always; an option added since, only where it is not its default."""
     b, t, h, d = row["shape"]
-    return (f"block_{row['norm_type']}_{row['ode_solver']}_{row['mode']}_{'bitnet' if row['use_bitnet'] else 'float'}"
+    name = (f"block_{row['norm_type']}_{row['ode_solver']}_{row['mode']}_{'bitnet' if row['use_bitnet'] else 'float'}"
             f"_{'pad' if row['padding'] else 'nopad'}_s{row['ode_steps']}_b{b}t{t}h{h}d{d}")
+    extra = [f"{k}-{row[k]}" for k, values in EXTRA_FACTORS.items() if row[k] != values[0]]
+    return "_".join([name, *extra])

@@ -290,7 +290,7 @@ def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     rows = []
     for m in MUTANTS:
         mine = [r for r in report.results if r.backend == f"mutant:{m.name}"]
-        killed = {d: [r for r in mine if r.dtype == d and r.failed] for d in ("float32", "float64")}
+        killed = {d: [r for r in mine if r.dtype == d and r.status == "failed"] for d in ("float32", "float64")}  # not errors
         first = killed["float64"][0] if killed["float64"] else (killed["float32"][0] if killed["float32"] else None)
         rows.append({
             "mutant": m.name, "target": m.target, "bug": m.bug,
@@ -320,11 +320,21 @@ def main(args) -> int:
     from .cli import _progress
     from .golden import GOLDEN_DIR, load_cases
 
-    cases = load_cases(args.golden or GOLDEN_DIR)
+    unused = [o for o, v in (("--backend", args.backend), ("-k", args.include), ("--exclude", args.exclude),
+                             ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit)) if v]
+    if unused:
+        print(f"odeattn conformance mutants: {', '.join(unused)}: not taken here (only --golden and -j)", file=sys.stderr)
+        return 2
+    try:
+        cases = load_cases(args.golden or GOLDEN_DIR)
+    except ValueError as err:
+        for line in str(err).splitlines():
+            print(f"odeattn conformance mutants: {line}", file=sys.stderr)
+        return 2
     rows = kill_table(cases, jobs=args.jobs, progress=_progress())
     print(format_table(rows))
-    survivors = [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"])]
+    survivors = [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"]) or r["errors"]]
     if survivors:
-        print(f"survived in float32 or float64: {', '.join(survivors)}", file=sys.stderr)
+        print(f"survived in float32 or float64, or errored: {', '.join(survivors)}", file=sys.stderr)
     return 1 if survivors else 0
 

@@ -14,7 +14,6 @@ under development, and for the tests of the comparison itself).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -205,6 +204,13 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
     return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict()}, arrays
 
 
+def reply_limit(case: Case) -> int:
+    """The most bytes a correct reply for case can take: f0, the trajectory and z1 in float64,
+    twice over, plus 1 MB for the message (a traceback). A larger announced reply is refused."""
+    b, t, d = case.x.shape
+    return 2 * 8 * b * t * d * (case.config.ode_steps + 3) + (1 << 20)
+
+
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
               progress=None, taken=()) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
@@ -212,10 +218,10 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
 
     xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row)."""
-    from .pool import run_workers
+    from .pool import core_count, run_workers
 
     xfail = compile_patterns("--xfail", xfail)
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or core_count()
     report = Report()
     names = {}
     bar = progress(total=0) if progress else None
@@ -233,7 +239,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         return True
 
     def make_jobs(i, name, dtypes):
-        return [((d, c), *_request(c, d)) for d in dtypes for c in cases]
+        return [((d, c), *_request(c, d), reply_limit(c)) for d in dtypes for c in cases]
 
     def on_result(i, job, reply, arrays, seconds):
         dtype, case = job
@@ -249,10 +255,16 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     def on_backend_error(i, message, tb):
         report.errors.append(BackendError(refs[i].label, message, tb))
 
-    run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
-                should_stop=lambda: stop[0])
-    if bar:
-        bar.close()
+    try:
+        run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
+                    should_stop=lambda: stop[0])
+    finally:
+        if bar:
+            bar.close()
+    ran = {r.backend for r in report.results if r.status != "skipped"}
+    for i, name in names.items():
+        if name not in ran and not stop[0]:
+            report.errors.append(BackendError(refs[i].label, "ran no case: supports() refused every one"))
     order = {n: i for i, n in names.items()}
     case_order = {c.name: i for i, c in enumerate(cases)}
     report.results.sort(key=lambda r: (order[r.backend], r.dtype != "float32", case_order[r.case]))
@@ -296,6 +308,14 @@ def write_json(report: Report, path, header: dict) -> None:
         json.dump(payload, f, indent=1)
 
 
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    """text without the characters XML 1.0 cannot hold (a backend's ANSI colours, NULs)."""
+    return _NOT_XML.sub("?", text)
+
+
 def write_junit(report: Report, path, header: dict) -> None:
     suites = ET.Element("testsuites")
     props = ET.SubElement(suites, "properties")
@@ -309,12 +329,12 @@ def write_junit(report: Report, path, header: dict) -> None:
             tc = ET.SubElement(suite, "testcase", classname=f"conformance.{r.backend}.{r.dtype}", name=r.case,
                                time=f"{r.seconds:.4f}")
             if r.failed:
-                ET.SubElement(tc, "failure", message=r.message, type=r.status).text = r.traceback or r.message
+                ET.SubElement(tc, "failure", message=_xml_text(r.message), type=r.status).text = _xml_text(r.traceback or r.message)
             elif r.status in ("skipped", "xfailed"):
-                ET.SubElement(tc, "skipped", message=r.message or r.status)
+                ET.SubElement(tc, "skipped", message=_xml_text(r.message or r.status))
     if report.errors:
         suite = ET.SubElement(suites, "testsuite", name="backends", tests=str(len(report.errors)), failures=str(len(report.errors)))
         for e in report.errors:
             tc = ET.SubElement(suite, "testcase", classname="odeattn.conformance.adapters", name=e.backend)
-            ET.SubElement(tc, "failure", message=e.message, type="error").text = e.traceback or e.message
+            ET.SubElement(tc, "failure", message=_xml_text(e.message), type="error").text = _xml_text(e.traceback or e.message)
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

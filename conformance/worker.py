@@ -66,7 +66,11 @@ def write_frame(fd: int, message: dict, arrays: dict | None = None) -> None:
 
 
 def _failure(err: BaseException) -> dict:
-    return {"message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+    try:
+        text = str(err)
+    except BaseException:  # noqa: B036 -- an exception whose __str__ raises
+        text = "<the exception's str() raised>"
+    return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
 
 def collect_outputs(backend, config, params, x, padding_mask, dtype) -> dict:
@@ -98,7 +102,7 @@ def check_supports(reason) -> str | None:
 def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
-    from .adapters import make_backend
+    from .adapters import check_backend, make_backend
 
     backend = None
     while True:
@@ -113,9 +117,10 @@ def serve(fd_in: int, fd_out: int) -> None:
             sys.path[:] = message["sys_path"]
             try:
                 backend = make_backend(message["reference"])
-                reply = {"name": backend.name, "dtypes": list(backend.dtypes)}
+                reply = {"name": backend.name, "dtypes": list(check_backend(backend))}
             except BaseException as err:  # noqa: B036 -- SystemExit from a plug-in is its error
-                reply = {"error": _failure(err)["message"], "traceback": traceback.format_exc()}
+                failure = _failure(err)
+                reply = {"error": failure["message"], "traceback": failure["traceback"]}
             write_frame(fd_out, reply)
             continue
         # op == "run"
@@ -142,6 +147,8 @@ def serve(fd_in: int, fd_out: int) -> None:
 def main() -> None:
     fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
     serve(fd_in, fd_out)
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: a backend's threads cannot hold the worker open
 
 

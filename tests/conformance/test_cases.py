@@ -59,6 +59,19 @@ def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(reg
         assert (tmp_path / e["file"]).read_bytes() == (golden.GOLDEN_DIR / e["file"]).read_bytes()
 
 
+def test_adding_an_option_appends_cases_named_by_it(monkeypatch):
+    """An option (a config field added as a factor, its default first) appends rows; existing
+    names and configs are unchanged. dropout stands in: the spec evaluates without it."""
+    from odeattn.conformance import matrix
+
+    before = case_specs()
+    monkeypatch.setitem(matrix.EXTRA_FACTORS, "dropout", [0.0, 0.25])
+    after = case_specs()
+    assert [(s.name, s.config) for s in after[:len(before) - 7]] == [(s.name, s.config) for s in before[:len(before) - 7]]
+    added = after[len(before) - 7:-7]
+    assert added and all(s.name.endswith("_dropout-0.25") and s.config.dropout == 0.25 for s in added)
+
+
 def test_base_rows_are_the_current_matrix_while_nothing_is_registered():
     assert rows() == pairwise(BASE_FACTORS)
     assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) and set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"])

@@ -21,6 +21,8 @@ from odeattn.cli import main
     (["-k", "no-such-case"], "-k/--exclude: no case matches the patterns"),
     (["--expect-digest", "0" * 64], "--expect-digest: expected " + "0" * 64 + "; the golden set's digest is"),
     (["--golden", "{tmp}/nowhere"], "--golden: expected a folder; got '{tmp}/nowhere'"),
+    (["--backend", "spec", "--backend", "spec"], "--backend: each backend once; got spec more than once"),
+    (["--backend", ".relative:X"], "--backend .relative:X: expected an absolute module name"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, message, tmp_path, capsys):
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -55,3 +57,10 @@ def test_a_team_set_prints_and_pins_its_digest(tmp_path, capsys):
     argv = ["conformance", "--golden", str(tmp_path / "g"), "--backend", "spec", "-k", "derf_euler"]
     assert main([*argv, "--expect-digest", set_digest]) == 0
     assert f"golden set: {tmp_path / 'g'}, 2 cases, digest {set_digest}" in capsys.readouterr().out
+
+
+def test_mutants_refuses_what_it_does_not_take_and_bad_sets(tmp_path, capsys):
+    assert main(["conformance", "mutants", "-k", "derf"]) == 2
+    assert capsys.readouterr().err.strip() == "odeattn conformance mutants: -k: not taken here (only --golden and -j)"
+    assert main(["conformance", "mutants", "--golden", str(tmp_path)]) == 2
+    assert "manifest.json: no such file" in capsys.readouterr().err

@@ -129,6 +129,12 @@ def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expe
     assert any(d.startswith(f"{copy / 'manifest.json'}: ") and expected in d for d in defects), defects
 
 
+def test_non_finite_e32_is_not_json(copy):
+    text = (copy / "manifest.json").read_text()
+    (copy / "manifest.json").write_text(text.replace('"f0": ', '"f0": Infinity, "x": ', 1))
+    assert "Infinity is not a number JSON allows" in _defects(copy)[0]
+
+
 def test_unlisted_files_tampered_truncated_missing_and_malformed(copy):
     (copy / "stray.safetensors").write_bytes(b"x")
     assert _defects(copy) == [f"{copy / 'stray.safetensors'}: not listed in manifest.json; a golden folder holds only its cases"]
