@@ -13,19 +13,20 @@ import numpy as np
 
 from .attention import SelfAttention
 from .config import ODEConfig
-from .params import check_params
+from .params import check_params, require_config
 from .rk import integrate
 from .tableaus import TABLEAUS
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
 
-def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=FLOAT_DTYPES, bool_dtype=np.bool_):
+def check_input(x, cfg: ODEConfig, padding_mask=None, *, array_type=np.ndarray, float_dtypes=FLOAT_DTYPES,
+                bool_dtype=np.bool_):
     """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.
 
     array_type, float_dtypes and bool_dtype let a backend run the same checks on its own arrays.
     """
-    cfg = ODEConfig.from_any(config)
+    require_config(cfg)
     kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__.rsplit('.', 1)[-1]}"
     if not isinstance(x, array_type):
         raise TypeError(f"x: expected a {kind}; got {type(x).__name__}")
@@ -70,7 +71,8 @@ def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
 
 
 def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False):
-    """z(1) for z(0) = x: (batch, seq, d_model) -> (batch, seq, d_model).
+    """z(1) for z(0) = x: (batch, seq, d_model) -> (batch, seq, d_model). config: an ODEConfig,
+    a dict or a seed config object, normalised here once.
 
     With return_trajectory=True, returns (z1, trajectory) where trajectory is
     (ode_steps + 1, batch, seq, d_model): z at t = 0, 1/steps, ..., 1.

@@ -23,7 +23,17 @@ NORM_PREFIX = "ode_func.norm."
 
 def param_shapes(config) -> dict[str, tuple[int, ...]]:
     """Every parameter name of the config with its shape, in the seed's state_dict order."""
-    cfg = ODEConfig.from_any(config)
+    return _shapes(ODEConfig.from_any(config))
+
+
+def require_config(cfg) -> ODEConfig:
+    """cfg itself if it is an ODEConfig; the checks below take a config the public call normalised."""
+    if not isinstance(cfg, ODEConfig):
+        raise TypeError(f"config: expected an ODEConfig (normalise with ODEConfig.from_any); got {type(cfg).__name__}")
+    return cfg
+
+
+def _shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     d = cfg.hidden_size
     shapes = {QKV: (3 * d, d), OUT_PROJ: (d, d)}
     for name, (kind, _) in NORM_PARAMS[cfg.norm_type].items():
@@ -44,7 +54,7 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(cfg.hidden_size)
     params = {}
-    for name, shape in param_shapes(cfg).items():
+    for name, shape in _shapes(cfg).items():
         if name in (QKV, OUT_PROJ):
             value = rng.uniform(-bound, bound, size=shape)
         else:
@@ -56,15 +66,14 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
     return params
 
 
-def check_params(params, config) -> None:
+def check_params(params, cfg: ODEConfig) -> None:
     """Raise ValueError unless params has exactly the config's names, shapes and float dtypes."""
-    expected = param_shapes(config)
+    expected = _shapes(require_config(cfg))
     if not hasattr(params, "keys"):
         raise ValueError(f"params: expected a dict of arrays; got {type(params).__name__}")
     missing = [k for k in expected if k not in params]
     extra = sorted(k for k in params if k not in expected)
     if missing or extra:
-        cfg = ODEConfig.from_any(config)
         raise ValueError(
             f"params: for norm_type={cfg.norm_type!r} expected exactly {list(expected)}; "
             f"missing {missing}, unexpected {extra}"

@@ -146,3 +146,19 @@ def test_param_errors(rng):
     with pytest.raises(ValueError, match="attention: its config"):
         other = R.ODEConfig(hidden_size=12, num_heads=4)
         R.ode_block(p, x, cfg, attention=R.SelfAttention(other))
+
+
+def test_a_public_call_normalises_its_config_once(monkeypatch, rng):
+    seen = []
+    original = R.ODEConfig.from_any.__func__
+
+    def counting(cls, obj):
+        seen.append(type(obj).__name__)
+        return original(cls, obj)
+
+    monkeypatch.setattr(R.ODEConfig, "from_any", classmethod(counting))
+    config = {"hidden_size": 8, "num_heads": 2, "ode_solver": "rk4", "ode_steps": 3}
+    R.ode_block(R.init_params(R.ODEConfig(**config)), rng.normal(size=(1, 4, 8)), config)
+    assert seen.count("dict") == 1  # the dict, once; later calls get the ODEConfig back at once
+    with pytest.raises(TypeError, match="config: expected an ODEConfig"):
+        R.check_params({}, config)
