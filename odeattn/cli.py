@@ -27,11 +27,26 @@ def cmd_info(args) -> int:
     for name in OPTIONAL:
         v = _version(name)
         print(f"  {name:<12} {v if v else 'not installed'}")
+    from odeattn.conformance.adapters import BUILTIN, discover, missing_requirements
+
+    print("backends (odeattn conformance --backend NAME):")
+    for name in BUILTIN:
+        missing = missing_requirements(name)
+        print(f"  {name:<20} {'not installed (missing ' + ', '.join(missing) + ')' if missing else 'installed'}")
+    for ref in discover()[0]:
+        if not ref.builtin:
+            print(f"  {ref.label:<20} entry point")
     return 0
+
+
+# a missing module -> the extra that installs it
+EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
+          "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odeattn", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"odeattn {ode_ref.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="solvers, norms, modes and installed backends").set_defaults(func=cmd_info)
     for register in _registrars():
@@ -50,7 +65,15 @@ def _registrars():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as err:
+        top = (err.name or "").partition(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(f"odeattn {args.command}: needs the package {top!r}, which is not installed; "
+              f"install it with: pip install 'odeattn[{EXTRAS[top]}]'", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ def test_info_lists_choices_and_backends(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "rk38 (order 4, 4 stages)" in out and "dynamic_tanh" in out and "decoder" in out
-    assert "torch" in out and "onnxruntime" in out
 
 
 def test_the_main_job(tmp_path, capsys):
@@ -23,3 +22,35 @@ def test_the_main_job(tmp_path, capsys):
                          ("onnx-reference", "float32")}
     assert all(row["passed"] == report["cases"] and row["failed"] == 0 for row in rows.values())
     assert not report["backend_errors"] and not report["notes"]
+
+
+def test_version_and_python_dash_m():
+    import subprocess
+    import sys
+
+    import ode_ref
+
+    done = subprocess.run([sys.executable, "-m", "odeattn", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"odeattn {ode_ref.__version__}"
+
+
+def test_info_says_which_backends_are_installed(capsys, monkeypatch):
+    from odeattn.conformance import adapters
+
+    monkeypatch.setitem(adapters.BUILTIN, "torch", adapters.Builtin("x:Y", ("odeattn_absent_package",)))
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "  spec                 installed" in out
+    assert "  torch                not installed (missing odeattn_absent_package)" in out
+
+
+def test_a_missing_extra_is_named(capsys, monkeypatch):
+    import odeattn.export.cli as export_cli
+
+    def needs_onnx(args):
+        raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
+
+    monkeypatch.setattr(export_cli, "cmd_run", needs_onnx)
+    assert main(["run", "model.onnx"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "odeattn run: needs the package 'onnx', which is not installed; install it with: pip install 'odeattn[onnx]'")
