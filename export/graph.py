@@ -49,10 +49,9 @@ class Value:
 class Body:
     """Nodes of the main graph or of one local function, with fresh names and constants."""
 
-    _ids = itertools.count()
-
     def __init__(self, prefix: str, opset: int):
         self.prefix, self.opset = prefix, opset
+        self._ids = itertools.count()  # per body: the same export gives the same names, and bytes
         self.nodes: list = []
         self._consts: dict = {}
 

@@ -64,7 +64,9 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
         z = rk_step(lambda t, y: attention(prepared, t, y), k / steps, h, z, tableau)
         return z, z
 
-    z1, states = jax.lax.scan(step, x, jnp.arange(steps, dtype=x.dtype))
+    # k is an integer; k / steps is then in JAX's default float (float64 under x64), never in x's dtype:
+    # bfloat16 would round t = 1/3 to 0.33398
+    z1, states = jax.lax.scan(step, x, jnp.arange(steps))
     if return_trajectory:
         return z1, jnp.concatenate([x[None], states])
     return z1

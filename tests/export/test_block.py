@@ -209,3 +209,11 @@ def test_weight_work_is_outside_the_steps():
     assert [n.op_type for n in func["ode_func"].node].count("Round") == 2
     assert {n.op_type for n in func["ode_step"].node} <= {"ode_func", "Add", "Mul", "Constant"}
     assert "Cast" not in {n.op_type for n in func["ode_func"].node}
+
+
+def test_export_is_deterministic():
+    c = cfg(use_bitnet=True, ode_steps=3)
+    params = R.init_params(c, 1)
+    first = export_model(c, params).SerializeToString()
+    export_model(cfg(), R.init_params(cfg()))  # another export in between
+    assert export_model(c, params).SerializeToString() == first

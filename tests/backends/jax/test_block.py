@@ -170,3 +170,18 @@ def test_equal_variants_share_one_compilation():
     J.ode_block_jit(params, x, cfg, attention=a)
     J.ode_block_jit(params, x, cfg, attention=b)
     assert J.ode_block_jit._cache_size() == 1
+
+
+def test_stage_times_are_not_in_the_state_dtype():
+    """t = k / steps from an integer k: bfloat16 states do not round t = 1/3 to 0.33398."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=3)
+    seen = []
+
+    class Records(J.SelfAttention):
+        def preprocess_qkv(self, q, k, v, *, t, positions):
+            seen.append(jnp.asarray(t).dtype)
+            return q, k, v
+
+    params = {k: v.astype(jnp.bfloat16) for k, v in R.init_params(cfg).items()}
+    jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg, attention=Records(cfg)))(params, jnp.zeros((1, 3, 8), jnp.bfloat16))
+    assert seen and all(d == jnp.float32 for d in seen)
