@@ -31,14 +31,24 @@ def test_bfloat16_runs_within_its_stated_bound():
     """bfloat16 (unit roundoff 2^-8) against the derived tolerance, on every case. Measured: median
     0.009 relative, up to 0.096 with BitLinear (bfloat16 cannot keep the rounding decisions), up to
     0.84 on the prms_norm cases whose own float32 error shows they amplify rounding (their derived
-    tolerance is scaled up accordingly)."""
-    errors = []
+    tolerance is scaled up accordingly).
+
+    A derived bound of 1 or more could not fail (an all-zero output has relative error 1): such a
+    case amplifies rounding so much that bfloat16 cannot compute it, and it is named here, not
+    passed: 5 of the 9 prms_norm cases (their spec float32 error is 6e-7 to 1.4e-5, 10 to 230
+    float32 roundings). Every other case must meet its bound, which is then < 1."""
+    errors, untestable = [], []
     for case in CASES:
+        bound = tolerance(case.e32_of("z1"), "bfloat16")
+        if bound >= 1.0:
+            untestable.append(case.name)
+            continue
         block = build(case.config, case.params, torch.bfloat16)
         out = run(block, case.x, case.padding_mask, torch.bfloat16).double().numpy()
         assert np.isfinite(out).all()
         errors.append(relative_error(out, case.z1))
-        assert errors[-1] <= tolerance(case.e32_of("z1"), "bfloat16"), case.name
+        assert errors[-1] <= bound, case.name
+    assert len(untestable) <= 5 and all("prms_norm" in n for n in untestable), untestable
     assert np.median(errors) < 0.05
 
 
