@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from odeattn.cli import check_output_path, positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
@@ -27,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
                    help="expected failures, matched against 'backend/dtype/case' (repeatable); an unexpected pass fails")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
-    p.add_argument("-j", "--jobs", type=_positive_int, default=None, metavar="N",
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                    help="worker processes at once (default: the core count)")
     p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S", help="per-case timeout in seconds (default 120)")
     p.add_argument("--float64-bound", type=_positive_float, default=None, metavar="E",
@@ -35,18 +37,6 @@ def register(sub) -> None:
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
     p.set_defaults(func=main)
-
-
-def _positive_int(text):
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {text!r}")
-    return value
 
 
 def _positive_float(text):
@@ -67,26 +57,6 @@ def _progress():
     except ImportError:
         return None
     return lambda total: tqdm(total=total, unit="case", file=sys.stderr, disable=None, leave=False)
-
-
-def check_output_path(option: str, path: Path | None) -> None:
-    """ValueError unless `path` can be written: not a folder, in a folder that exists and takes a
-    file (tried by opening it, so a read-only file system counts too; nothing is left behind)."""
-    if path is None:
-        return
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ValueError(f"{option}: expected a file path; got the folder {os.fspath(path)!r}")
-    if not folder.is_dir():
-        raise ValueError(f"{option}: the folder {os.fspath(folder)!r} does not exist")
-    existed = path.exists()
-    try:
-        with open(path, "a"):
-            pass
-    except OSError as err:
-        raise ValueError(f"{option}: {os.fspath(path)!r} is not writable ({err.strerror})") from None
-    if not existed:
-        path.unlink()
 
 
 def _generate(args) -> int:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from odeattn.cli import check_output_path, positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a block (config + weights) to ONNX", description=__doc__)
@@ -26,16 +28,30 @@ def register(sub) -> None:
     r.add_argument("model", type=Path)
     r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model]; default: a random batch")
     r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
-    r.add_argument("--batch", type=int, default=2)
-    r.add_argument("--seq", type=int, default=8)
+    r.add_argument("--batch", type=positive_int, default=2)
+    r.add_argument("--seq", type=positive_int, default=8)
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("-o", "--output", type=Path, default=Path("z.npy"), help="where to save z (.npy)")
+    r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
     r.set_defaults(func=cmd_run)
 
 
 def _fail(message: str) -> int:
     print(f"odeattn: {message}", file=sys.stderr)
     return 2
+
+
+def read_json(option: str, path: Path):
+    """The parsed file; ValueError naming the option and the file if it is not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{option} {str(path)!r}: not valid JSON ({err})") from None
+
+
+def check_finite(params: dict) -> None:
+    for name, value in params.items():
+        if not np.isfinite(value).all():
+            raise ValueError(f"--weights: params[{name!r}] holds NaN or Inf; a block with them computes nothing useful")
 
 
 def _node_counts(model) -> tuple[int, int]:
@@ -56,9 +72,11 @@ def cmd_export(args) -> int:
     from .runtime import run, session
 
     try:
-        config = R.ODEConfig.from_any(json.loads(args.config.read_text()))
+        check_output_path("-o", args.output, ".onnx")
+        config = R.ODEConfig.from_any(read_json("--config", args.config))
         params = R.load_params(args.weights)
         R.check_params(params, config)
+        check_finite(params)
     except FileNotFoundError as err:
         return _fail(f"--config/--weights: {err}")
     except (ValueError, TypeError) as err:
@@ -100,16 +118,37 @@ def cmd_run(args) -> int:
     from .runtime import ModelError, load_model, run, session
 
     try:
+        check_output_path("-o", args.output, ".npy")
         model = load_model(args.model)
-        width = model.graph.input[0].type.tensor_type.shape.dim[-1].dim_value
+        width = block_width(model)
         if args.x:
             x = np.load(args.x, allow_pickle=False)
         else:
             x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
         mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
-        z = run(model, session(model), x, mask)["z"]
+        z = run(model, session(model), x, mask, outputs=["z"])["z"]
     except (ModelError, ValueError, TypeError, FileNotFoundError) as err:
         return _fail(str(err))
-    np.save(args.output, z)
-    print(f"z: shape {list(z.shape)}, dtype {z.dtype}, saved to {args.output}")
+    summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
+    if args.output:
+        np.save(args.output, z)
+        summary += f", saved to {args.output}"
+    print(summary)
     return 0
+
+
+def block_width(model) -> int:
+    """d_model from the model's x input; ModelError unless it is a block: an input x of shape
+    [batch, seq, d_model] (d_model fixed) and an output z."""
+    from .runtime import ModelError
+
+    inputs = {vi.name: vi for vi in model.graph.input}
+    outputs = [o.name for o in model.graph.output]
+    if "x" not in inputs:
+        raise ModelError(f"model: expected an input 'x' [batch, seq, d_model]; it has inputs {sorted(inputs)}")
+    if "z" not in outputs:
+        raise ModelError(f"model: expected an output 'z'; it has outputs {outputs}")
+    dims = inputs["x"].type.tensor_type.shape.dim
+    if len(dims) != 3 or not dims[2].HasField("dim_value"):
+        raise ModelError(f"model: input 'x' must be [batch, seq, d_model] with d_model fixed; it has rank {len(dims)}")
+    return dims[2].dim_value

@@ -59,8 +59,8 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None) -> dict:
     dtype, dims = declared["x"]
     if x.dtype != dtype:
         raise TypeError(f"x: expected dtype {np.dtype(dtype).name}; got {x.dtype}")
-    if x.ndim != len(dims) or (isinstance(dims[-1], int) and x.shape[-1] != dims[-1]):
-        raise ValueError(f"x: expected shape [batch, seq, {dims[-1]}]; got {list(x.shape)}")
+    if x.ndim != len(dims) or (isinstance(dims[-1], int) and x.shape[-1] != dims[-1]) or 0 in x.shape:
+        raise ValueError(f"x: expected shape [batch, seq, {dims[-1]}] with batch, seq >= 1; got {list(x.shape)}")
     feed = {"x": x}
     if "padding_mask" in declared:
         mask = np.ones(x.shape[:2], bool) if padding_mask is None else np.asarray(padding_mask)

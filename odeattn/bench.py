@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import ode_ref as R
+from odeattn.cli import check_output_path, positive_int
 
 SHAPES = {  # name -> (batch, seq, d_model, heads)
     "small": (1, 128, 256, 8),
@@ -237,11 +238,14 @@ def plot(result: dict, path: Path) -> None:
 
 
 def parse_shape(text: str) -> tuple:
+    """(batch, seq, d_model, heads); ValueError naming --shape unless four positive integers with
+    d_model a multiple of heads."""
     try:
         batch, seq, d_model, heads = (int(v) for v in text.split(","))
     except ValueError:
-        raise SystemExit(f"--shape: expected batch,seq,d_model,heads (four integers); got {text!r}")
-    R.ODEConfig(hidden_size=d_model, num_heads=heads)  # validates divisibility with a clear error
+        raise ValueError(f"--shape: expected batch,seq,d_model,heads (four integers); got {text!r}") from None
+    if min(batch, seq, d_model, heads) < 1 or d_model % heads:
+        raise ValueError(f"--shape: expected four positive integers with d_model a multiple of heads; got {text!r}")
     return batch, seq, d_model, heads
 
 
@@ -250,10 +254,17 @@ def cmd_bench(args) -> int:
     threads = args.threads or os.cpu_count() or 1
     paths = args.paths.split(",") if args.paths else list(PATHS)
     bad = [p for p in paths if p not in PATHS]
-    if bad:
-        print(f"odeattn bench: --paths: unknown {bad}; expected some of {', '.join(PATHS)}", file=sys.stderr)
+    try:
+        if bad:
+            raise ValueError(f"--paths: unknown {bad}; expected some of {', '.join(PATHS)}")
+        if args.plot and args.no_scaling:
+            raise ValueError("--plot: the plot shows the scaling tables, which --no-scaling skips; drop one of them")
+        check_output_path("--json", args.json, ".json")
+        check_output_path("--plot", args.plot, ".png")
+        shapes = {"x".join(map(str, parse_shape(s))): parse_shape(s) for s in args.shape} if args.shape else SHAPES
+    except ValueError as err:
+        print(f"odeattn bench: {err}", file=sys.stderr)
         return 2
-    shapes = {"x".join(map(str, parse_shape(s))): parse_shape(s) for s in args.shape} if args.shape else SHAPES
     log(f"measuring the float32 matmul peak ({threads} threads)...")
     peak = matmul_peak(threads, max(3, args.repeats))
     result = {"threads": threads, "peak": peak, "solver": args.solver, "steps": args.steps, "paths": [],
@@ -279,9 +290,9 @@ def register(sub) -> None:
                    help="benchmark this shape instead of small and large (repeatable)")
     p.add_argument("--paths", help=f"comma-separated subset of {','.join(PATHS)}")
     p.add_argument("--solver", default="rk4", choices=list(R.SOLVERS))
-    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--steps", type=positive_int, default=4)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--threads", type=int, default=0, help="default: every core")
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
     p.add_argument("--json", type=Path)

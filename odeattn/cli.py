@@ -39,6 +39,44 @@ def cmd_info(args) -> int:
     return 0
 
 
+def check_output_path(option: str, path, suffix: str | None = None) -> None:
+    """ValueError unless `path` can be written: the expected suffix, not a folder, in a folder that
+    exists and takes a file (tried by opening it, so a read-only file system counts too; nothing
+    is left behind). Every command checks its outputs with this before any work starts."""
+    import os
+    from pathlib import Path
+
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option}: expected a file path; got the folder {os.fspath(path)!r}")
+    if suffix and path.suffix.lower() != suffix:
+        raise ValueError(f"{option}: expected a file ending in {suffix}; got {os.fspath(path)!r}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"{option}: the folder {os.fspath(folder)!r} does not exist")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option}: {os.fspath(path)!r} is not writable ({err.strerror})") from None
+    if not existed:
+        path.unlink()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {text!r}")
+    return value
+
+
 # a missing module -> the extra that installs it
 EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
           "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}

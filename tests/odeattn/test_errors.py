@@ -1,0 +1,88 @@
+"""Bad input on the command line: one line naming the field, exit 2, nothing written, before any
+work starts, for export, run and bench (the conformance command's are in tests/conformance)."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ode_ref as R
+from odeattn.cli import main
+from odeattn.export.block import export_model
+
+CFG = R.ODEConfig(hidden_size=8, num_heads=2)
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps(CFG.to_dict()))
+    R.save_params(R.init_params(CFG), tmp_path / "w.safetensors")
+    (tmp_path / "m.onnx").write_bytes(export_model(CFG, R.init_params(CFG)).SerializeToString())
+    nan = R.init_params(CFG)
+    nan["ode_func.out_proj.weight"][1, 2] = np.nan
+    R.save_params(nan, tmp_path / "nan.safetensors")
+    (tmp_path / "bad.json").write_text("{hidden_size: 8")
+
+    def model(inputs, outputs, name):
+        graph = helper.make_graph([helper.make_node("Identity", [inputs[0].name], [outputs[0].name])], "g", inputs, outputs)
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / name)
+
+    vi = helper.make_tensor_value_info
+    model([vi("x", TensorProto.FLOAT, ["b", "t", 8])], [vi("y", TensorProto.FLOAT, ["b", "t", 8])], "no_z.onnx")
+    model([vi("a", TensorProto.FLOAT, ["b", "t", 8])], [vi("z", TensorProto.FLOAT, ["b", "t", 8])], "no_x.onnx")
+    model([vi("x", TensorProto.FLOAT, [])], [vi("z", TensorProto.FLOAT, [])], "scalar.onnx")
+    np.save(tmp_path / "empty.npy", np.zeros((1, 0, 8), np.float32))
+    return tmp_path
+
+
+EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (EXPORT + ["-o", "{d}/missing/m.onnx"], "-o: the folder '{d}/missing' does not exist"),
+    (EXPORT + ["-o", "{d}"], "-o: expected a file path; got the folder '{d}'"),
+    (EXPORT + ["-o", "/proc/m.onnx"], "-o: '/proc/m.onnx' is not writable"),
+    (EXPORT + ["-o", "{d}/x.json"], "-o: expected a file ending in .onnx; got '{d}/x.json'"),
+    (["export", "--config", "{d}/c.json", "--weights", "{d}/nan.safetensors", "-o", "{d}/n.onnx"],
+     "--weights: params['ode_func.out_proj.weight'] holds NaN or Inf"),
+    (["export", "--config", "{d}/bad.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
+     "--config '{d}/bad.json': not valid JSON"),
+    (["run", "{d}/no_z.onnx"], "model: expected an output 'z'; it has outputs ['y']"),
+    (["run", "{d}/no_x.onnx"], "model: expected an input 'x' [batch, seq, d_model]; it has inputs ['a']"),
+    (["run", "{d}/scalar.onnx"], "model: input 'x' must be [batch, seq, d_model] with d_model fixed; it has rank 0"),
+    (["run", "{d}/m.onnx", "--x", "{d}/empty.npy"], "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [1, 0, 8]"),
+    (["run", "{d}/m.onnx", "-o", "{d}/z.txt"], "-o: expected a file ending in .npy; got '{d}/z.txt'"),
+    (["run", "{d}/m.onnx", "-o", "{d}/missing/z.npy"], "-o: the folder '{d}/missing' does not exist"),
+    (["bench", "--shape", "1,8,15,2"], "--shape: expected four positive integers with d_model a multiple of heads"),
+    (["bench", "--plot", "{d}/p.png", "--no-scaling"], "--plot: the plot shows the scaling tables, which --no-scaling skips"),
+    (["bench", "--json", "{d}/missing/b.json"], "--json: the folder '{d}/missing' does not exist"),
+    (["bench", "--json", "{d}"], "--json: expected a file path; got the folder '{d}'"),
+])
+def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
+    before = sorted(p.name for p in files.iterdir())
+    assert main([a.format(d=files) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message.format(d=files) in err[0], err
+    assert sorted(p.name for p in files.iterdir()) == before
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "m.onnx", "--seq", "0"], "--seq"), (["run", "m.onnx", "--batch", "0"], "--batch"),
+    (["bench", "--steps", "0"], "--steps"), (["bench", "--repeats", "0"], "--repeats"),
+])
+def test_argument_types_exit_2(argv, option, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and f"argument {option}: expected an integer >= 1; got '0'" in capsys.readouterr().err
+
+
+def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
+    monkeypatch.chdir(files)
+    before = sorted(p.name for p in files.iterdir())
+    assert main(["run", str(files / "m.onnx")]) == 0
+    assert capsys.readouterr().out.startswith("z: shape [2, 8, 8], dtype float32, finite True")
+    assert sorted(p.name for p in files.iterdir()) == before
+    assert main(["run", str(files / "m.onnx"), "-o", str(files / "z.npy")]) == 0
+    assert np.load(files / "z.npy").shape == (2, 8, 8) and "saved to" in capsys.readouterr().out
