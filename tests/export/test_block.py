@@ -136,7 +136,7 @@ def test_feed_errors_name_the_input():
     model = export_model(c, R.init_params(c))
     with pytest.raises(TypeError, match="x: expected dtype float32; got float64"):
         make_feed(model, np.zeros((1, 2, 12)))
-    with pytest.raises(ValueError, match=r"x: expected shape \[batch, seq, 12\]; got \[1, 2, 10\]"):
+    with pytest.raises(ValueError, match=r"x: expected shape \[batch, seq, 12\] with batch, seq >= 1; got \[1, 2, 10\]"):
         make_feed(model, np.zeros((1, 2, 10), np.float32))
     with pytest.raises(ValueError, match=r"padding_mask: expected shape \[1, 2\] \(batch, seq\); got \[1, 3\]"):
         make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 3), bool))
@@ -172,7 +172,7 @@ def test_cli_export_and_run(tmp_path, capsys):
     assert np.load(tmp_path / "r.npy").shape == (5, 3, 12)
     np.save(tmp_path / "bad.npy", x[..., :5])
     assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "bad.npy")]) == 2
-    assert "x: expected shape [batch, seq, 12]; got [1, 4, 5]" in capsys.readouterr().err
+    assert "x: expected shape [batch, seq, 12] with batch, seq >= 1; got [1, 4, 5]" in capsys.readouterr().err
     assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
                  "-o", str(tmp_path / "n.onnx"), "--opset", "18"]) == 2
     assert "--opset: the direct route exports opset 17 or 23; got 18" in capsys.readouterr().err
