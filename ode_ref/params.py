@@ -94,15 +94,23 @@ def norm_params_of(params: dict, norm_type: str) -> dict:
 
 
 def save_params(params: dict, path) -> None:
-    """Write params to .safetensors (needs the safetensors package) or .npz (NumPy only)."""
+    """Write params to .safetensors (needs the safetensors package) or .npz (NumPy only).
+    Only numeric arrays: an object array would make the .npz need unpickling, so it is refused."""
     arrays = {k: np.asarray(v, order="C") for k, v in params.items()}  # keeps 0-d shapes
+    for name, value in arrays.items():
+        if value.dtype.kind not in "biuf":
+            raise ValueError(f"params[{name!r}]: expected a numeric array; got dtype {value.dtype}")
     ext = _extension(path)
-    if ext == ".npz":
-        np.savez(path, **arrays)
-    else:
-        from safetensors.numpy import save_file
+    try:
+        if ext == ".npz":
+            np.savez(path, **arrays)
+        else:
+            from safetensors.numpy import save
 
-        save_file(arrays, os.fspath(path))
+            with open(path, "wb") as f:  # errors name this file, not a temporary one
+                f.write(save(arrays))
+    except OSError as err:
+        raise OSError(f"params file {os.fspath(path)!r}: cannot be written ({err.strerror})") from None
 
 
 def load_params(path) -> dict:
@@ -111,17 +119,29 @@ def load_params(path) -> dict:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"params file: no such file {os.fspath(path)!r}")
     if ext == ".npz":
-        with np.load(path, allow_pickle=False) as data:
-            try:
-                return {k: data[k] for k in data.files}
-            except ValueError as err:  # an object array: NumPy would need to unpickle it
-                raise ValueError(f"params file {os.fspath(path)!r}: holds pickled objects, refused ({err})") from err
+        return _load_npz(path)
     from safetensors.numpy import load_file
 
     try:
         return load_file(os.fspath(path))
     except Exception as err:  # safetensors raises its own error types for corrupt headers
         raise ValueError(f"params file {os.fspath(path)!r}: not a readable safetensors file ({err})") from err
+
+
+def _load_npz(path) -> dict:
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            others = [n for n in data.zip.namelist() if not n.endswith(".npy")]
+            if others:
+                raise ValueError(f"params file {os.fspath(path)!r}: member {others[0]!r} is not an .npy array")
+            try:
+                return {k: data[k] for k in data.files}
+            except ValueError as err:  # an object array: NumPy would need to unpickle it
+                raise ValueError(f"params file {os.fspath(path)!r}: holds pickled objects, refused ({err})") from err
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise ValueError(f"params file {os.fspath(path)!r}: not a readable .npz file ({err})") from None
 
 
 def _extension(path) -> str:

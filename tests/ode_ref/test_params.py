@@ -64,3 +64,23 @@ def test_load_refuses_pickles_and_bad_files(tmp_path):
         R.load_params(tmp_path / "w.pt")
     with pytest.raises(FileNotFoundError, match="no such file"):
         R.load_params(tmp_path / "missing.npz")
+
+
+def test_truncated_and_foreign_npz_and_unsavable_params(tmp_path):
+    import zipfile
+
+    params = R.init_params(R.ODEConfig(hidden_size=8, num_heads=2))
+    R.save_params(params, tmp_path / "p.npz")
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "p.npz").read_bytes()[:300])
+    with pytest.raises(ValueError, match=r"'.*cut.npz': not a readable .npz file"):
+        R.load_params(tmp_path / "cut.npz")
+    with zipfile.ZipFile(tmp_path / "odd.npz", "w") as z:
+        z.writestr("readme.txt", "hello")
+    with pytest.raises(ValueError, match=r"member 'readme.txt' is not an .npy array"):
+        R.load_params(tmp_path / "odd.npz")
+    for ext in (".npz", ".safetensors"):
+        with pytest.raises(ValueError, match=r"params\['extra'\]: expected a numeric array; got dtype object"):
+            R.save_params({**params, "extra": np.array([object()], dtype=object)}, tmp_path / f"o{ext}")
+        assert not (tmp_path / f"o{ext}").exists()
+    with pytest.raises(OSError, match=r"params file '.*/missing/w.safetensors': cannot be written"):
+        R.save_params(params, tmp_path / "missing" / "w.safetensors")
