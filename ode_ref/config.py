@@ -9,8 +9,11 @@ to the plain float block (layer_norm, no BitLinear, no dropout) that a reader ch
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+import numpy as np
 
 from .norms import NORM_PARAMS
 from .tableaus import TABLEAUS
@@ -24,9 +27,11 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{field}: expected one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
-def _positive_int(field: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _positive_int(field: str, value: Any, minimum: int = 1) -> int:
+    """value as an int (NumPy integers too, bools not); ValueError naming the field otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{field}: expected an integer >= {minimum}; got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,11 @@ class ODEConfig:
     mode: str = "encoder"  # "decoder" adds the causal mask j <= i
 
     def __post_init__(self) -> None:
-        _positive_int("hidden_size", self.hidden_size)
-        _positive_int("num_heads", self.num_heads)
+        # NumPy integers and booleans (read from arrays or checkpoints) become Python ones
+        for name in ("hidden_size", "num_heads", "ode_steps"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if isinstance(self.use_bitnet, np.bool_):
+            object.__setattr__(self, "use_bitnet", bool(self.use_bitnet))
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size: expected a multiple of num_heads={self.num_heads}; "
@@ -61,7 +69,6 @@ class ODEConfig:
                 f"hidden_size >= 2; got {self.hidden_size}"
             )
         _choice("ode_solver", self.ode_solver, tuple(TABLEAUS))  # likewise a registered tableau
-        _positive_int("ode_steps", self.ode_steps)
         _choice("mode", self.mode, MODES)
 
     @property

@@ -79,6 +79,8 @@ def check_params(params, cfg: ODEConfig) -> None:
             f"missing {missing}, unexpected {extra}"
         )
     for name, shape in expected.items():
+        if not hasattr(params[name], "dtype"):
+            raise ValueError(f"params[{name!r}]: expected an array; got {type(params[name]).__name__}")
         got = tuple(np.shape(params[name]))
         if got != shape:
             raise ValueError(f"params[{name!r}]: expected shape {shape}; got {got}")

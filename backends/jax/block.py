@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ode_ref.block import attention_for, check_input
+from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_input
 from ode_ref.config import ODEConfig
 from ode_ref.params import check_params
 from ode_ref.rk import rk_step
@@ -24,24 +24,30 @@ from ode_ref.tableaus import TABLEAUS
 from .attention import SelfAttention
 
 
-def _as_jax(x, name: str):
-    """x as a jax.Array, refusing a float64 input that JAX would silently make float32."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float64 and not jax.config.jax_enable_x64:
+def _as_jax(x, name: str, allowed=None):
+    """x as a jax.Array, its dtype checked before JAX converts it (JAX would make int64 int32,
+    and float64 float32 with x64 off)."""
+    if not isinstance(x, np.ndarray):
+        return x
+    if x.dtype == np.float64 and not jax.config.jax_enable_x64:
         raise TypeError(
             f"{name}: got float64 but JAX's x64 mode is off, so JAX would compute in float32; "
             "pass float32, or run under `with jax.enable_x64(True):`"
         )
-    return jnp.asarray(x) if isinstance(x, np.ndarray) else x
+    if allowed is not None:
+        check_dtype(name, x.dtype, allowed)
+    return jnp.asarray(x)
 
 
 def _float_dtypes():
-    return (jnp.float32, jnp.float64, jnp.bfloat16) if jax.config.jax_enable_x64 else (jnp.float32, jnp.bfloat16)
+    """INPUT_DTYPES, less float64 while JAX's x64 mode is off."""
+    return tuple(d for d in INPUT_DTYPES if d != "float64" or jax.config.jax_enable_x64)
 
 
 def _setup(params, x, config, padding_mask, attention):
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
-    x = _as_jax(x, "x")
+    x = _as_jax(x, "x", _float_dtypes())
     padding_mask = None if padding_mask is None else _as_jax(padding_mask, "padding_mask")
     check_input(x, cfg, padding_mask, array_type=jax.Array, float_dtypes=_float_dtypes(), bool_dtype=jnp.bool_)
     attention = attention_for(cfg, attention, SelfAttention)

@@ -19,13 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ode_ref.attention import Prepared, Stages
-from ode_ref.block import check_input
+from ode_ref.block import INPUT_DTYPES, check_input
 from ode_ref.config import ODEConfig
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
 
-FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def causal_mask(seq_len: int, device=None):
@@ -58,7 +57,7 @@ class SelfAttention(Stages, nn.Module):
     # ---- once per block (Stages.prepare) --------------------------------------------------
     def prepare(self, x, padding_mask=None) -> Prepared:
         """The module owns its parameters, so prepare takes none (Stages.prepare gets the module's)."""
-        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=FLOAT_DTYPES, bool_dtype=torch.bool)
+        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=INPUT_DTYPES, bool_dtype=torch.bool)
         if x.dtype != self.qkv.weight.dtype:
             raise TypeError(
                 f"x: expected dtype {self.qkv.weight.dtype} (the module's parameter dtype; "

@@ -162,3 +162,14 @@ def test_a_public_call_normalises_its_config_once(monkeypatch, rng):
     assert seen.count("dict") == 1  # the dict, once; later calls get the ODEConfig back at once
     with pytest.raises(TypeError, match="config: expected an ODEConfig"):
         R.check_params({}, config)
+
+
+def test_every_path_takes_the_same_inputs_decided_once():
+    """NumPy integers in a config are integers; parameters must be arrays; float16 is refused."""
+    cfg = R.ODEConfig(hidden_size=np.int64(8), num_heads=np.int32(2), ode_steps=np.int64(2), use_bitnet=np.bool_(False))
+    assert cfg == R.ODEConfig(hidden_size=8, num_heads=2) and type(cfg.hidden_size) is int
+    params = R.init_params(cfg)
+    with pytest.raises(ValueError, match=r"params\['ode_func.qkv.weight'\]: expected an array; got list"):
+        R.ode_block({**params, "ode_func.qkv.weight": params["ode_func.qkv.weight"].tolist()}, np.zeros((1, 2, 8)), cfg)
+    with pytest.raises(TypeError, match="x: expected dtype float32 or float64; got float16"):
+        R.ode_block(params, np.zeros((1, 2, 8), np.float16), cfg)

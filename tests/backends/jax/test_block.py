@@ -185,3 +185,9 @@ def test_stage_times_are_not_in_the_state_dtype():
     params = {k: v.astype(jnp.bfloat16) for k, v in R.init_params(cfg).items()}
     jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg, attention=Records(cfg)))(params, jnp.zeros((1, 3, 8), jnp.bfloat16))
     assert seen and all(d == jnp.float32 for d in seen)
+
+
+def test_an_integer_input_is_named_by_its_own_dtype():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int64"):
+        J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 2, 8), np.int64), cfg)

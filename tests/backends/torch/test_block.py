@@ -169,7 +169,7 @@ def test_errors_match_the_spec():
         block(torch.randn(3, 8))
     with pytest.raises(TypeError, match=r"x: expected dtype torch.float32 \(the module's parameter dtype"):
         block(torch.randn(1, 3, 8, dtype=torch.float64))
-    with pytest.raises(TypeError, match="x: expected dtype torch.float32 or torch.float64 .*; got torch.int64"):
+    with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16; got int64"):
         block(torch.ones(1, 3, 8, dtype=torch.long))
     with pytest.raises(ValueError, match=r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 4\)"):
         block(torch.randn(1, 3, 8), torch.ones(1, 4, dtype=torch.bool))
@@ -181,3 +181,9 @@ def test_errors_match_the_spec():
         load_params(block, {k: v for k, v in R.init_params(cfg).items() if k != "ode_func.norm.bias"})
     with pytest.raises(ValueError, match="ode_func: its config"):
         ODEAttentionBlock(cfg, ode_func=ODEFunc(R.ODEConfig(hidden_size=8, num_heads=4)))
+
+
+def test_float16_is_refused_like_the_spec():
+    block = ODEAttentionBlock(R.ODEConfig(hidden_size=8, num_heads=2)).half()
+    with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16; got float16"):
+        block(torch.zeros(1, 2, 8, dtype=torch.float16))
