@@ -95,6 +95,12 @@ class SelfAttention(Stages):
         return mask
 
     # ---- every evaluation (Stages.evaluate), inside ode_func -----------------------------------------
+    def hide_padding(self, z: Value, padding_mask: Optional[Value] = None) -> Value:
+        if padding_mask is None:
+            return z
+        g = z.body
+        return g.op("Where", g.op("Unsqueeze", padding_mask, g.ints(2)), z, g.const(0.0))
+
     def norm(self, norm_params: dict, z: Value) -> Value:
         return apply_norm(self.config.norm_type, norm_params, z, width=self.config.hidden_size)
 

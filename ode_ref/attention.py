@@ -2,6 +2,7 @@
 
     prepare          once per block: cast parameters, quantise BitLinear weights, build the mask
                      and the positions
+    hide_padding     padded tokens read as 0 (their bits never reach a real token)
     norm             h = norm(z)                                   (batch, seq, d_model)
     project          q, k, v = split(h @ Wqkv^T)                   (batch, seq, heads, head_dim) each
     preprocess_qkv   identity here; a variant may scale or rotate q, k (gets t and positions)
@@ -80,7 +81,7 @@ class Stages:
 
     def evaluate(self, prepared: Prepared, t, z):
         """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model)."""
-        h = self.norm(prepared.norm, z)
+        h = self.norm(prepared.norm, self.hide_padding(z, prepared.padding_mask))
         q, k, v = self.project(prepared.qkv, h)
         q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions)
         y = self.attn(q, k, v, prepared.mask)
@@ -117,6 +118,13 @@ class SelfAttention(Stages):
         return mask
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
+    def hide_padding(self, z, padding_mask=None):
+        """Padded tokens read as 0: whatever bits they hold (NaN, Inf) never reach a real token.
+        For finite inputs nothing changes: padded keys are never attended, padded queries zeroed."""
+        if padding_mask is None:
+            return z
+        return np.where(padding_mask[:, :, None], z, z.dtype.type(0))
+
     def norm(self, norm_params: dict, z):
         return apply_norm(self.config.norm_type, norm_params, z)
 

@@ -80,6 +80,11 @@ class SelfAttention(Stages):
         return mask
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
+    def hide_padding(self, z, padding_mask=None):
+        if padding_mask is None:
+            return z
+        return jnp.where(padding_mask[:, :, None], z, jnp.zeros((), z.dtype))
+
     def norm(self, norm_params: dict, z):
         return apply_norm(self.config.norm_type, norm_params, z)
 

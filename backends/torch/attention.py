@@ -88,6 +88,11 @@ class SelfAttention(Stages, nn.Module):
         return mask
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
+    def hide_padding(self, z, padding_mask=None):
+        if padding_mask is None:
+            return z
+        return torch.where(padding_mask[:, :, None], z, z.new_zeros(()))
+
     def _linear(self, x, w):
         return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
 
