@@ -256,17 +256,17 @@ def _instantiate(obj):
     return obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run_block")) else obj
 
 
-def check_backend(backend) -> tuple[str, ...]:
-    """Its dtypes as a tuple (read once), or TypeError naming what a backend object lacks."""
-    missing = [a for a in ("name", "dtypes", "supports", "run_block") if not hasattr(backend, a)]
+def check_adapter(adapter) -> tuple[str, ...]:
+    """Its dtypes as a tuple (read once), or TypeError naming what an adapter lacks."""
+    missing = [a for a in ("name", "dtypes", "supports", "run_block") if not hasattr(adapter, a)]
     if missing:
-        raise TypeError(f"backend {backend!r}: expected attributes name, dtypes, supports, run_block; missing {missing}")
-    if not isinstance(backend.name, str) or not backend.name:
-        raise TypeError(f"backend {backend!r}: name must be a non-empty string; got {backend.name!r}")
-    dtypes = backend.dtypes
+        raise TypeError(f"adapter {adapter!r}: expected attributes name, dtypes, supports, run_block; missing {missing}")
+    if not isinstance(adapter.name, str) or not adapter.name:
+        raise TypeError(f"adapter {adapter!r}: name must be a non-empty string; got {adapter.name!r}")
+    dtypes = adapter.dtypes
     if isinstance(dtypes, str) or not isinstance(dtypes, (tuple, list)) or not dtypes \
             or not all(d in ("float32", "float64") for d in dtypes):
-        raise TypeError(f"backend {backend.name!r}: dtypes must be a non-empty tuple of 'float32'/'float64'; got {dtypes!r}")
+        raise TypeError(f"adapter {adapter.name!r}: dtypes must be a non-empty tuple of 'float32'/'float64'; got {dtypes!r}")
     return tuple(dtypes)
 
 
@@ -293,11 +293,11 @@ def load_reference(ref: str):
     return obj
 
 
-def make_backend(ref: str):
-    """Import, instantiate and check one backend: what a worker does first."""
-    backend = _instantiate(load_reference(ref))
-    check_backend(backend)
-    return backend
+def make_adapter(ref: str):
+    """Import, instantiate and check one adapter: what a worker does first."""
+    adapter = _instantiate(load_reference(ref))
+    check_adapter(adapter)
+    return adapter
 
 
 def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:

@@ -4,8 +4,8 @@ BitLinear rounds, so it is discontinuous: where x_n * a_s lies within rounding n
 half-integer (or |W * w_s| of 0.5), two correct implementations may round differently. Such near
 ties are not rare: BitLinear's outputs lie on a lattice (integer levels times ternary weights), so
 a decoder's first token, whose attention output is exactly its own v, often lands on one.
-quantisation_margin measures the smallest distance to a tie, in quantisation levels, over every
-rounding a forward makes; the conformance cases are chosen with a margin large enough that any
+check_fair measures the smallest distance to a tie, in quantisation levels, over every rounding
+a forward makes; the conformance cases are chosen with a margin large enough that any
 implementation of the stated precision makes the spec's decisions.
 
 make_inputs() draws a case's input and padding mask and redraws (seed + 1, + 2, ...) until the
@@ -27,7 +27,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.attention import SelfAttention
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, weight_scale
-from ode_ref.block import ode_block, ode_func
+from ode_ref.block import ode_block
 from ode_ref.norms import layer_norm
 
 from .tolerance import UNIT_ROUNDOFF, relative_error
@@ -56,26 +56,16 @@ class _LevelProbe(SelfAttention):
         return super()._linear(x, w)
 
 
-def quantisation_levels(params, x, config, padding_mask=None, *, whole_block: bool = True) -> list:
+def quantisation_levels(params, x, config, padding_mask=None) -> list:
     """Every pre-rounding value of a forward, in order: |W * w_s| of both weights, then the
-    activation levels x_n * a_s of f(0, x) (whole_block=False) or of the whole block (True).
-    Empty without BitLinear."""
+    activation levels x_n * a_s of every evaluation of the block. Empty without BitLinear."""
     probe = _LevelProbe(config)
     if not probe.config.use_bitnet:
         return []
     weights = [params["ode_func.qkv.weight"], params["ode_func.out_proj.weight"]]
     weights = [np.abs(w.astype(x.dtype) * weight_scale(w.astype(x.dtype))) + 0.0 for w in weights]
-    if whole_block:
-        ode_block(params, x, config, padding_mask, attention=probe)
-    else:
-        ode_func(params, 0.0, x, config, padding_mask, attention=probe)
+    ode_block(params, x, config, padding_mask, attention=probe)
     return weights + probe.levels
-
-
-def quantisation_margin(params, x, config, padding_mask=None, *, whole_block: bool = True) -> float:
-    """The smallest distance to a rounding tie, in levels, over quantisation_levels (inf if none)."""
-    levels = quantisation_levels(params, x, config, padding_mask, whole_block=whole_block)
-    return min((float(tie_distance(v).min()) for v in levels), default=float("inf"))
 
 
 def padding_for(batch: int, seq: int, rng) -> np.ndarray:

@@ -73,22 +73,22 @@ def _failure(err: BaseException) -> dict:
     return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
 
-def collect_outputs(backend, config, params, x, padding_mask, dtype) -> dict:
-    """quantity -> array from one backend: f0 and the trajectory if it provides them (an attribute
+def collect_outputs(adapter, config, params, x, padding_mask, dtype) -> dict:
+    """quantity -> array from one adapter: f0 and the trajectory if it provides them (an attribute
     set to None counts as absent), else z1. Each call gets its own copies of the inputs."""
     def fresh():
         return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
 
     out = {}
-    if getattr(backend, "run_func", None) is not None:
+    if getattr(adapter, "run_func", None) is not None:
         p, xx, m = fresh()
-        out["f0"] = np.asarray(backend.run_func(config, p, 0.0, xx, m, dtype))
-    if getattr(backend, "run_trajectory", None) is not None:
+        out["f0"] = np.asarray(adapter.run_func(config, p, 0.0, xx, m, dtype))
+    if getattr(adapter, "run_trajectory", None) is not None:
         p, xx, m = fresh()
-        out["trajectory"] = np.asarray(backend.run_trajectory(config, p, xx, m, dtype))
+        out["trajectory"] = np.asarray(adapter.run_trajectory(config, p, xx, m, dtype))
     else:
         p, xx, m = fresh()
-        out["z1"] = np.asarray(backend.run_block(config, p, xx, m, dtype))
+        out["z1"] = np.asarray(adapter.run_block(config, p, xx, m, dtype))
     return out
 
 
@@ -102,9 +102,9 @@ def check_supports(reason) -> str | None:
 def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
-    from .adapters import check_backend, make_backend
+    from .adapters import check_adapter, make_adapter
 
-    backend = None
+    adapter = None
     while True:
         try:
             message, arrays = read_frame(fd_in)
@@ -116,8 +116,8 @@ def serve(fd_in: int, fd_out: int) -> None:
         if op == "init":
             sys.path[:] = message["sys_path"]
             try:
-                backend = make_backend(message["reference"])
-                reply = {"name": backend.name, "dtypes": list(check_backend(backend))}
+                adapter = make_adapter(message["reference"])
+                reply = {"name": adapter.name, "dtypes": list(check_adapter(adapter))}
             except BaseException as err:  # noqa: B036 -- SystemExit from a plug-in is its error
                 failure = _failure(err)
                 reply = {"error": failure["message"], "traceback": failure["traceback"]}
@@ -128,12 +128,12 @@ def serve(fd_in: int, fd_out: int) -> None:
         try:
             config = R.ODEConfig.from_any(message["config"])
             dtype = message["dtype"]
-            reason = check_supports(backend.supports(config, dtype))
+            reason = check_supports(adapter.supports(config, dtype))
             if reason is not None:
                 reply = {"status": "skipped", "message": reason}
             else:
                 params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
-                out = collect_outputs(backend, config, params, arrays["x"], arrays.get("padding_mask"), dtype)
+                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype)
                 reply = {"status": "ran"}
                 try:
                     encode(reply, out)

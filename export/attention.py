@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-from onnx import TensorProto
 
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
@@ -30,14 +29,10 @@ def causal_mask(seq_len: Value) -> Value:
     return g.op("LessOrEqual", g.op("Unsqueeze", i, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))
 
 
-def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> Value:
-    """(batch | 1, seq) int64: cumsum(mask) - 1, or 0 .. seq-1 without a mask."""
-    g = seq_len.body
-    if padding_mask is None:
-        i = g.op("Range", g.const(0, np.int64), g.op("Squeeze", seq_len, g.ints(0)), g.const(1, np.int64))
-        return g.op("Unsqueeze", i, g.ints(0))
-    counts = g.op("CumSum", g.op("Cast", padding_mask, to=TensorProto.INT64), g.const(1, np.int64))
-    return g.op("Sub", counts, g.const(1, np.int64))
+def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> None:
+    """None: no exportable stage reads positions (the export refuses variants), so the graph
+    carries none; the first stage to read them builds them here (cumsum(mask) - 1)."""
+    return None
 
 
 def masked_fill_min(g, s: Value, mask: Value) -> Value:

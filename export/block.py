@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ode_ref as R
 from ode_ref.attention import Prepared
 from ode_ref.bitlinear import ternarize_weight
+from ode_ref.block import attention_for
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
 from ode_ref.rk import rk_step
@@ -106,7 +107,8 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     R.check_params(params, cfg)
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {OPSETS}; got {opset!r}")
-    if attention is not None and type(attention) is not R.SelfAttention:
+    attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
+    if type(attention) is not R.SelfAttention:
         raise NotImplementedError(
             f"attention: only the spec's default SelfAttention exports; got the variant {type(attention).__name__}"
         )

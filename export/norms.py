@@ -1,30 +1,42 @@
 """The six pre-norms as ONNX nodes; port of ode_ref/norms.py (same names, same formulas).
 
-layer_norm is LayerNormalization (opset 17). At opset 23, rms_norm and flash_norm are
-RMSNormalization; below it they, and prms_norm and dynamic_tanh, are elementary nodes.
+Elementary nodes at every opset, with the statistics on x / s for a per-token power of two s
+(ode_ref.norms.pow2_scale), so that they are exact for every finite float32 input: ONNX's
+LayerNormalization and RMSNormalization take one epsilon for the tensor, not eps / s^2 per token.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 from .graph import Value
 
 
-def layer_norm(x: Value, weight: Value, bias: Value, *, eps=LAYER_NORM_EPS):
-    return x.body.op("LayerNormalization", x, weight, bias, axis=-1, epsilon=eps)
+def pow2_scale(x: Value) -> Value:
+    """A power of two s >= 1 per token near max|x| (see ode_ref.norms.pow2_scale): 2^max(0, floor(log2 m))."""
+    g = x.body
+    k = g.op("Floor", g.op("Log", g.reduce("ReduceMax", g.op("Abs", x))) / math.log(2.0))  # Log(0) = -inf
+    return g.op("Pow", g.const(2.0), g.op("Max", k, g.const(0.0)))
+
+
+def layer_norm(x: Value, weight, bias, *, eps=LAYER_NORM_EPS):
+    g = x.body
+    s = pow2_scale(x)
+    xs = x / s
+    centred = xs - g.reduce("ReduceMean", xs)
+    return centred / g.op("Sqrt", g.reduce("ReduceMean", centred * centred) + eps / s / s) * weight + bias
 
 
 def _rms(x: Value, stat_of: Value, eps):
     g = x.body
-    return x / g.op("Sqrt", g.reduce("ReduceMean", stat_of * stat_of) + eps)
+    s = pow2_scale(stat_of)
+    scaled = stat_of / s
+    return (x / s) / g.op("Sqrt", g.reduce("ReduceMean", scaled * scaled) + eps / s / s)
 
 
 def rms_norm(x: Value, weight: Value, *, eps=RMS_EPS):
-    if x.body.opset >= 23:
-        return x.body.op("RMSNormalization", x, weight, axis=-1, epsilon=eps)
     return weight * _rms(x, x, eps)
 
 
@@ -35,17 +47,17 @@ def prms_norm(x: Value, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION, width=No
     return weight * _rms(x, partial, eps)
 
 
-def flash_norm(x: Value, *, eps=RMS_EPS, width=None):
-    if x.body.opset >= 23:
-        return x.body.op("RMSNormalization", x, x.body.const(np.ones(width)), axis=-1, epsilon=eps)
+def flash_norm(x: Value, *, eps=RMS_EPS):
     return _rms(x, x, eps)
 
 
 def dynamic_tanh(x: Value, alpha, beta, *, eps=DYT_EPS, width=None):
     g = x.body
-    centred = x - g.reduce("ReduceMean", x)
+    s = pow2_scale(x)
+    xs = x / s
+    centred = xs - g.reduce("ReduceMean", xs)
     std = g.op("Sqrt", g.reduce("ReduceSum", centred * centred) / float(width - 1))
-    return g.op("Tanh", centred / (std + eps) * alpha + beta)
+    return g.op("Tanh", centred / (std + eps / s) * alpha + beta)
 
 
 def derf(x: Value, alpha, s, gamma, beta):
@@ -53,7 +65,7 @@ def derf(x: Value, alpha, s, gamma, beta):
 
 
 NORMS = norm_table(globals())
-NEEDS_WIDTH = ("prms_norm", "dynamic_tanh", "flash_norm")  # the width is static in the graph
+NEEDS_WIDTH = ("prms_norm", "dynamic_tanh")  # the width is static in the graph
 
 
 def apply_norm(norm_type: str, norm_params: dict, x: Value, *, width: int):

@@ -13,7 +13,7 @@ import numpy as np
 
 from .attention import SelfAttention
 from .config import ODEConfig
-from .params import check_params, require_config
+from .params import check_params
 from .rk import integrate
 from .tableaus import TABLEAUS
 
@@ -35,14 +35,14 @@ def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
         raise TypeError(f"{name}: expected dtype {' or '.join(allowed)}; got {dtype_name(dtype)}")
 
 
-def check_input(x, cfg: ODEConfig, padding_mask=None, *, array_type=np.ndarray, float_dtypes=SPEC_DTYPES,
+def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=SPEC_DTYPES,
                 bool_dtype=np.bool_):
     """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.
 
     array_type, float_dtypes (names, a subset of INPUT_DTYPES) and bool_dtype let a backend run the
     same checks on its own arrays.
     """
-    require_config(cfg)
+    cfg = ODEConfig.from_any(config)  # an ODEConfig passes through unchanged
     kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__.rsplit('.', 1)[-1]}"
     if not isinstance(x, array_type):
         raise TypeError(f"x: expected a {kind}; got {type(x).__name__}")

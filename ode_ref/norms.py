@@ -28,23 +28,40 @@ NORM_PARAMS: dict[str, dict[str, tuple[str, float]]] = {
 NORM_TYPES: tuple[str, ...] = tuple(NORM_PARAMS)
 
 
+def pow2_scale(x):
+    """s = 2^max(0, floor(log2 max|x|)) per token (last axis): a power of two, so x / s and
+    eps / s^2 are exact, and every statistic below is computed on x / s, where squares cannot
+    overflow. Each norm is written so that, wherever the plain formula does not overflow, it
+    gives the same bits (scaling by a power of two commutes with rounding, sqrt included); for
+    |x| < 2, s = 1. So the norms are exact for every finite input, float32 |x| ~ 1e19 .. 3e38 too.
+    Any power of two >= 1 within a small factor of max|x| does the same: a port may compute it
+    another way (torch and the export: exp2(floor(log2 max|x|)))."""
+    _, exponent = np.frexp(np.abs(x).max(axis=-1, keepdims=True))
+    return np.ldexp(np.ones((), x.dtype), np.maximum(exponent - 1, 0))
+
+
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
     """(x - mean) / sqrt(var + eps) * weight + bias, var biased (divides by n)."""
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
+    var = (centred**2).mean(axis=-1, keepdims=True)  # var / s^2
+    return centred / np.sqrt(var + eps / s / s) * weight + bias
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
     """weight * x / sqrt(mean(x^2) + eps)."""
-    return weight * (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps))
+    return weight * _rms(x, x, eps)
+
+
+def _rms(x, stat_of, eps):
+    """x / sqrt(mean(stat_of^2) + eps), on stat_of / s (s = pow2_scale(stat_of))."""
+    s = pow2_scale(stat_of)
+    return (x / s) / np.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + eps / s / s)
 
 
 def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
     """rms_norm with mean(x^2) over the first k = max(1, ceil(fraction * n)) channels only."""
-    k = prms_channels(x.shape[-1], fraction)
-    partial = x[..., :k]
-    return weight * (x / np.sqrt((partial * partial).mean(axis=-1, keepdims=True) + eps))
+    return weight * _rms(x, x[..., :prms_channels(x.shape[-1], fraction)], eps)
 
 
 def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
@@ -54,14 +71,15 @@ def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
 
 def flash_norm(x, *, eps=RMS_EPS):
     """x / sqrt(mean(x^2) + eps); no parameters."""
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    return _rms(x, x, eps)
 
 
 def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
     """tanh((x - mean) / (std + eps) * alpha + beta), std unbiased (divides by n - 1)."""
-    mean = x.mean(axis=-1, keepdims=True)
-    std = np.sqrt(((x - mean) ** 2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))
-    return np.tanh((x - mean) / (std + eps) * alpha + beta)
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
+    std = np.sqrt((centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))  # std / s
+    return np.tanh(centred / (std + eps / s) * alpha + beta)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

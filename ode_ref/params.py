@@ -26,13 +26,6 @@ def param_shapes(config) -> dict[str, tuple[int, ...]]:
     return _shapes(ODEConfig.from_any(config))
 
 
-def require_config(cfg) -> ODEConfig:
-    """cfg itself if it is an ODEConfig; the checks below take a config the public call normalised."""
-    if not isinstance(cfg, ODEConfig):
-        raise TypeError(f"config: expected an ODEConfig (normalise with ODEConfig.from_any); got {type(cfg).__name__}")
-    return cfg
-
-
 def _shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     d = cfg.hidden_size
     shapes = {QKV: (3 * d, d), OUT_PROJ: (d, d)}
@@ -66,9 +59,11 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
     return params
 
 
-def check_params(params, cfg: ODEConfig) -> None:
-    """Raise ValueError unless params has exactly the config's names, shapes and float dtypes."""
-    expected = _shapes(require_config(cfg))
+def check_params(params, config) -> None:
+    """Raise ValueError unless params has exactly the config's names, shapes and float dtypes.
+    config: anything ODEConfig.from_any takes (an ODEConfig passes through unchanged)."""
+    cfg = ODEConfig.from_any(config)
+    expected = _shapes(cfg)
     if not hasattr(params, "keys"):
         raise ValueError(f"params: expected a dict of arrays; got {type(params).__name__}")
     missing = [k for k in expected if k not in params]

@@ -45,13 +45,21 @@ class SelfAttention(Stages):
     order and prepare are ode_ref's Stages; this class writes the stages in jax.numpy.
 
     Instances are static arguments under jit, so they hash and compare by their class and their
-    attributes (the config and a variant's settings): equal variants share one compilation."""
+    attributes (the config and a variant's settings): equal variants share one compilation. A
+    variant with an unhashable setting (a list, an array) hashes by identity instead."""
 
     def __init__(self, config):
         self.config = ODEConfig.from_any(config)
 
     def _key(self):
-        return (type(self), tuple(sorted(vars(self).items())))
+        """(class, settings) when every setting is hashable; else (class, identity): a variant
+        holding a list or an array then compiles once per instance, as any object would."""
+        items = tuple(sorted(vars(self).items()))
+        try:
+            hash(items)
+        except TypeError:
+            return (type(self), id(self))
+        return (type(self), items)
 
     def __eq__(self, other):
         return isinstance(other, SelfAttention) and self._key() == other._key()

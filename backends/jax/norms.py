@@ -2,35 +2,48 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.special import erf
 
 from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 
+def pow2_scale(x):
+    """s = 2^max(0, floor(log2 max|x|)) per token: see ode_ref.norms.pow2_scale."""
+    _, exponent = jnp.frexp(jax.lax.stop_gradient(jnp.abs(x).max(axis=-1, keepdims=True)))
+    return jnp.ldexp(jnp.ones((), x.dtype), jnp.maximum(exponent - 1, 0))
+
+
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + eps) * weight + bias
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(axis=-1, keepdims=True)
+    var = (centred**2).mean(axis=-1, keepdims=True)
+    return centred / jnp.sqrt(var + eps / s / s) * weight + bias
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
-    return weight * (x / jnp.sqrt((x * x).mean(axis=-1, keepdims=True) + eps))
+    return weight * _rms(x, x, eps)
+
+
+def _rms(x, stat_of, eps):
+    s = pow2_scale(stat_of)
+    return (x / s) / jnp.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + eps / s / s)
 
 
 def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
-    partial = x[..., : prms_channels(x.shape[-1], fraction)]
-    return weight * (x / jnp.sqrt((partial * partial).mean(axis=-1, keepdims=True) + eps))
+    return weight * _rms(x, x[..., : prms_channels(x.shape[-1], fraction)], eps)
 
 
 def flash_norm(x, *, eps=RMS_EPS):
-    return x / jnp.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    return _rms(x, x, eps)
 
 
 def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
-    mean = x.mean(axis=-1, keepdims=True)
-    std = jnp.sqrt(((x - mean) ** 2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))
-    return jnp.tanh((x - mean) / (std + eps) * alpha + beta)
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(axis=-1, keepdims=True)
+    std = jnp.sqrt((centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))
+    return jnp.tanh(centred / (std + eps / s) * alpha + beta)
 
 
 def derf(x, alpha, s, gamma, beta):

@@ -8,29 +8,42 @@ from torch import nn
 from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 
+def pow2_scale(x):
+    """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
+    (any power of two keeps the norms exact; log2 and exp2 rather than frexp, which
+    torch.onnx.export cannot translate)."""
+    return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(min=0))
+
+
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(dim=-1, keepdim=True)
+    var = (centred**2).mean(dim=-1, keepdim=True)
+    return centred / torch.sqrt(var + eps / s / s) * weight + bias
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
-    return weight * (x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps))
+    return weight * _rms(x, x, eps)
+
+
+def _rms(x, stat_of, eps):
+    s = pow2_scale(stat_of)
+    return (x / s) / torch.sqrt(((stat_of / s) ** 2).mean(dim=-1, keepdim=True) + eps / s / s)
 
 
 def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
-    partial = x[..., : prms_channels(x.shape[-1], fraction)]
-    return weight * (x / torch.sqrt((partial * partial).mean(dim=-1, keepdim=True) + eps))
+    return weight * _rms(x, x[..., : prms_channels(x.shape[-1], fraction)], eps)
 
 
 def flash_norm(x, *, eps=RMS_EPS):
-    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+    return _rms(x, x, eps)
 
 
 def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
-    mean = x.mean(dim=-1, keepdim=True)
-    std = torch.sqrt(((x - mean) ** 2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1))
-    return torch.tanh((x - mean) / (std + eps) * alpha + beta)
+    s = pow2_scale(x)
+    centred = x / s - (x / s).mean(dim=-1, keepdim=True)
+    std = torch.sqrt((centred**2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1))
+    return torch.tanh(centred / (std + eps / s) * alpha + beta)
 
 
 def derf(x, alpha, s, gamma, beta):
@@ -54,6 +67,8 @@ class Norm(nn.Module):
             shape = (dim,) if kind == "vector" else ()
             self.register_parameter(name, nn.Parameter(torch.full(shape, identity)))
 
-    def forward(self, norm_params: dict, x):
-        """The stage norm(norm_params, z): norm_params are this module's parameters, as prepared."""
+    def forward(self, *args):
+        """norm(x), the seed's call, with this module's parameters; or norm(norm_params, x), the
+        stage's call from ode_ref's Stages, with the parameters as prepared (the same tensors)."""
+        norm_params, x = (dict(self.named_parameters()), args[0]) if len(args) == 1 else args
         return apply_norm(self.norm_type, norm_params, x)

@@ -8,15 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ode_ref as R
-from odeattn.conformance.adapters import BUILTIN, make_backend, missing_requirements
+from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
 from odeattn.conformance.cases import CaseSpec, build_case
 from odeattn.conformance.runner import run_case
 
 
 def installed():
     """spec, torch, jax, onnxruntime: each whose packages are installed. A port that is installed
-    but fails to import fails here (make_backend raises), it is not skipped."""
-    return [make_backend(BUILTIN[name].reference) for name in ("spec", "torch", "jax", "onnxruntime")
+    but fails to import fails here (make_adapter raises), it is not skipped."""
+    return [make_adapter(BUILTIN[name].reference) for name in ("spec", "torch", "jax", "onnxruntime")
             if not missing_requirements(name)]
 
 

@@ -255,7 +255,7 @@ def test_hangs_stalls_oversized_replies_and_odd_plugins(plugins, tmp_path, monke
     assert errors["HangsInInit"] == "the worker timed out after 3 s while constructing the backend"
     assert by["stalls"][1].message == "the worker timed out after 3 s while running this case"
     assert by["oversends"][0].message.startswith("the worker announced a reply of 200000")
-    assert errors["GeneratorDtypes"].startswith("TypeError: backend 'generator-dtypes': dtypes must be a non-empty tuple")
+    assert errors["GeneratorDtypes"].startswith("TypeError: adapter 'generator-dtypes': dtypes must be a non-empty tuple")
     assert errors["SupportsNothing"] == "ran no case: supports() refused every one"
     assert {r.status for r in by["one-instance"]} == {"passed"} and len(by["one-instance"]) == 12  # extra workers failed
     header = {"digest": "0" * 64}

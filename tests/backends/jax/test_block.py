@@ -191,3 +191,25 @@ def test_an_integer_input_is_named_by_its_own_dtype():
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
     with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int64"):
         J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 2, 8), np.int64), cfg)
+
+
+@pytest.mark.parametrize("dtype, x64", [("bfloat16", False), ("float32", True)])
+def test_a_variant_using_t_keeps_the_state_dtype(dtype, x64):
+    """t is float32 (float64 under x64); f's output is brought back to the state's dtype."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=3)
+    params = {k: v.astype(dtype) for k, v in R.init_params(cfg).items()}
+    with jax.enable_x64(x64):
+        z = J.ode_block(params, jnp.ones((1, 3, 8), dtype), cfg, attention=J.ScaledQueryAttention(cfg))
+    assert z.dtype == jnp.dtype(dtype) and bool(jnp.isfinite(z.astype(jnp.float32)).all())
+
+
+def test_a_variant_with_unhashable_settings_still_jits():
+    class Gains(J.SelfAttention):
+        def __init__(self, config):
+            super().__init__(config)
+            self.gains = [1.0, 2.0]
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1)
+    a = Gains(cfg)
+    assert a == a and a != Gains(cfg)  # by identity
+    J.ode_block_jit(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32), cfg, attention=a)

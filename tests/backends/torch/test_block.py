@@ -187,3 +187,9 @@ def test_float16_is_refused_like_the_spec():
     block = ODEAttentionBlock(R.ODEConfig(hidden_size=8, num_heads=2)).half()
     with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16; got float16"):
         block(torch.zeros(1, 2, 8, dtype=torch.float16))
+
+
+def test_the_seed_norm_call_still_works():
+    func = ODEFunc(R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm"))
+    x = torch.randn(1, 3, 8)
+    assert torch.equal(func.norm(x), func.norm(dict(func.norm.named_parameters()), x))
