@@ -82,8 +82,15 @@ EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "onnx": "onnx", "onnx
           "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (exit 2) instead of the usage block; --help has the usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="odeattn", description=__doc__)
+    parser = Parser(prog="odeattn", description=__doc__)
     parser.add_argument("--version", action="version", version=f"odeattn {ode_ref.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="solvers, norms, modes and installed backends").set_defaults(func=cmd_info)

@@ -75,7 +75,8 @@ def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
 def test_argument_types_exit_2(argv, option, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
-    assert info.value.code == 2 and f"argument {option}: expected an integer >= 1; got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and f"argument {option}: expected an integer >= 1; got '0'" in err[0]
 
 
 def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
