@@ -20,7 +20,7 @@ def _version(module: str):
 
 def cmd_info(args) -> int:
     print(f"odeattn {ode_ref.__version__}")
-    print("solvers:    " + ", ".join(f"{n} (order {t.order}, {t.num_stages} stages)" for n, t in ode_ref.TABLEAUS.items()))
+    print("solvers:    " + ", ".join(f"{n} (order {t.order}, {t.num_stages} stage{'s' if t.num_stages > 1 else ''})" for n, t in ode_ref.TABLEAUS.items()))
     print("norm types: " + ", ".join(ode_ref.NORM_TYPES))
     print("modes:      " + ", ".join(ode_ref.MODES))
     print("packages:")
