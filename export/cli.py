@@ -81,6 +81,8 @@ def cmd_export(args) -> int:
         return _fail(f"--config/--weights: {err}")
     except (ValueError, TypeError) as err:
         return _fail(str(err))
+    except OSError as err:  # a folder given as a file, an unreadable file
+        return _fail(f"--config/--weights: {err.strerror}: {err.filename!r}")
     allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
     opset = args.opset or allowed[0]
     if opset not in allowed:
@@ -129,6 +131,8 @@ def cmd_run(args) -> int:
         z = run(model, session(model), x, mask, outputs=["z"])["z"]
     except (ModelError, ValueError, TypeError, FileNotFoundError) as err:
         return _fail(str(err))
+    except OSError as err:  # a folder given as a file, an unreadable file
+        return _fail(f"--x/--padding-mask: {err.strerror}: {err.filename!r}")
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:
         np.save(args.output, z)

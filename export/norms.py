@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
 
 from .graph import Value
@@ -18,7 +20,16 @@ def pow2_scale(x: Value) -> Value:
     """A power of two s >= 1 per token near max|x| (see ode_ref.norms.pow2_scale): 2^max(0, floor(log2 m))."""
     g = x.body
     k = g.op("Floor", g.op("Log", g.reduce("ReduceMax", g.op("Abs", x))) / math.log(2.0))  # Log(0) = -inf
-    return g.op("Pow", g.const(2.0), g.op("Max", k, g.const(0.0)))
+    k = g.op("Min", g.op("Max", k, g.const(0.0)), g.const(126.0))  # 1 / s stays a normal float32
+    return g.op("Pow", g.const(2.0), k)
+
+
+TINY = float(np.finfo(np.float32).tiny)
+
+
+def _eps_over(eps, s: Value, power: int) -> Value:
+    """eps / s^power, at least the smallest normal float32: see ode_ref.norms._eps_over."""
+    return s.body.op("Max", eps / s if power == 1 else eps / s / s, s.body.const(TINY))
 
 
 def layer_norm(x: Value, weight, bias, *, eps=LAYER_NORM_EPS):
@@ -26,14 +37,14 @@ def layer_norm(x: Value, weight, bias, *, eps=LAYER_NORM_EPS):
     s = pow2_scale(x)
     xs = x / s
     centred = xs - g.reduce("ReduceMean", xs)
-    return centred / g.op("Sqrt", g.reduce("ReduceMean", centred * centred) + eps / s / s) * weight + bias
+    return centred / g.op("Sqrt", g.reduce("ReduceMean", centred * centred) + _eps_over(eps, s, 2)) * weight + bias
 
 
 def _rms(x: Value, stat_of: Value, eps):
     g = x.body
     s = pow2_scale(stat_of)
     scaled = stat_of / s
-    return (x / s) / g.op("Sqrt", g.reduce("ReduceMean", scaled * scaled) + eps / s / s)
+    return (x / s) / g.op("Sqrt", g.reduce("ReduceMean", scaled * scaled) + _eps_over(eps, s, 2))
 
 
 def rms_norm(x: Value, weight: Value, *, eps=RMS_EPS):
@@ -57,7 +68,7 @@ def dynamic_tanh(x: Value, alpha, beta, *, eps=DYT_EPS, width=None):
     xs = x / s
     centred = xs - g.reduce("ReduceMean", xs)
     std = g.op("Sqrt", g.reduce("ReduceSum", centred * centred) / float(width - 1))
-    return g.op("Tanh", centred / (std + eps / s) * alpha + beta)
+    return g.op("Tanh", centred / (std + _eps_over(eps, s, 1)) * alpha + beta)
 
 
 def derf(x: Value, alpha, s, gamma, beta):

@@ -32,12 +32,20 @@ def pow2_scale(x):
     """s = 2^max(0, floor(log2 max|x|)) per token (last axis): a power of two, so x / s and
     eps / s^2 are exact, and every statistic below is computed on x / s, where squares cannot
     overflow. Each norm is written so that, wherever the plain formula does not overflow, it
-    gives the same bits (scaling by a power of two commutes with rounding, sqrt included); for
+    gives the same bits (scaling by a power of two commutes with rounding, sqrt included), except
+    where x / s falls among the subnormal numbers (a few ulp, far below any tolerance); for
     |x| < 2, s = 1. So the norms are exact for every finite input, float32 |x| ~ 1e19 .. 3e38 too.
     Any power of two >= 1 within a small factor of max|x| does the same: a port may compute it
     another way (torch and the export: exp2(floor(log2 max|x|)))."""
     _, exponent = np.frexp(np.abs(x).max(axis=-1, keepdims=True))
-    return np.ldexp(np.ones((), x.dtype), np.maximum(exponent - 1, 0))
+    top = np.finfo(x.dtype).maxexp - 2  # s <= 2^126 (float32): 1 / s stays a normal number
+    return np.ldexp(np.ones((), x.dtype), np.clip(exponent - 1, 0, top))
+
+
+def _eps_over(eps, s, power: int):
+    """eps / s^power, kept at least the smallest normal number: a token of equal values has
+    centred values 0 and then gives 0 (then bias), not 0 / 0; elsewhere no bit changes."""
+    return np.maximum(eps / s if power == 1 else eps / s / s, np.finfo(s.dtype).tiny)
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
@@ -45,7 +53,7 @@ def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
     s = pow2_scale(x)
     centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
     var = (centred**2).mean(axis=-1, keepdims=True)  # var / s^2
-    return centred / np.sqrt(var + eps / s / s) * weight + bias
+    return centred / np.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
@@ -56,7 +64,7 @@ def rms_norm(x, weight, *, eps=RMS_EPS):
 def _rms(x, stat_of, eps):
     """x / sqrt(mean(stat_of^2) + eps), on stat_of / s (s = pow2_scale(stat_of))."""
     s = pow2_scale(stat_of)
-    return (x / s) / np.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + eps / s / s)
+    return (x / s) / np.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + _eps_over(eps, s, 2))
 
 
 def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
@@ -79,7 +87,7 @@ def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
     s = pow2_scale(x)
     centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
     std = np.sqrt((centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))  # std / s
-    return np.tanh(centred / (std + eps / s) * alpha + beta)
+    return np.tanh(centred / (std + _eps_over(eps, s, 1)) * alpha + beta)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

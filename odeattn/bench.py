@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import ode_ref as R
-from odeattn.cli import check_output_path, positive_int
+from odeattn.cli import check_output_path, non_negative_int, positive_int
 
 SHAPES = {  # name -> (batch, seq, d_model, heads)
     "small": (1, 128, 256, 8),
@@ -291,9 +291,9 @@ def register(sub) -> None:
     p.add_argument("--paths", help=f"comma-separated subset of {','.join(PATHS)}")
     p.add_argument("--solver", default="rk4", choices=list(R.SOLVERS))
     p.add_argument("--steps", type=positive_int, default=4)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=non_negative_int, default=1)
     p.add_argument("--repeats", type=positive_int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="default: every core")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="default (0): every core")
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path, help="PNG of the scaling tables")

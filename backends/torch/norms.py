@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -12,14 +14,20 @@ def pow2_scale(x):
     """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
     (any power of two keeps the norms exact; log2 and exp2 rather than frexp, which
     torch.onnx.export cannot translate)."""
-    return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(min=0))
+    top = math.floor(math.log2(torch.finfo(x.dtype).max)) - 1  # 126 for float32: 1 / s stays normal
+    return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
+
+
+def _eps_over(eps, s, power: int):
+    """eps / s^power, at least the smallest normal number: see ode_ref.norms._eps_over."""
+    return (eps / s if power == 1 else eps / s / s).clamp(min=torch.finfo(s.dtype).tiny)
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
     s = pow2_scale(x)
     centred = x / s - (x / s).mean(dim=-1, keepdim=True)
     var = (centred**2).mean(dim=-1, keepdim=True)
-    return centred / torch.sqrt(var + eps / s / s) * weight + bias
+    return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
@@ -28,7 +36,7 @@ def rms_norm(x, weight, *, eps=RMS_EPS):
 
 def _rms(x, stat_of, eps):
     s = pow2_scale(stat_of)
-    return (x / s) / torch.sqrt(((stat_of / s) ** 2).mean(dim=-1, keepdim=True) + eps / s / s)
+    return (x / s) / torch.sqrt(((stat_of / s) ** 2).mean(dim=-1, keepdim=True) + _eps_over(eps, s, 2))
 
 
 def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
@@ -43,7 +51,7 @@ def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
     s = pow2_scale(x)
     centred = x / s - (x / s).mean(dim=-1, keepdim=True)
     std = torch.sqrt((centred**2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1))
-    return torch.tanh(centred / (std + eps / s) * alpha + beta)
+    return torch.tanh(centred / (std + _eps_over(eps, s, 1)) * alpha + beta)
 
 
 def derf(x, alpha, s, gamma, beta):

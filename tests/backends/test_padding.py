@@ -32,15 +32,18 @@ def test_non_finite_padded_tokens_stay_in_their_rows(path, mode):
 
 @pytest.mark.parametrize("path", PATHS + ["onnx-reference"])
 def test_huge_finite_float32_inputs_give_exact_norms(path):
-    """|x| up to 3e38: the norms' statistics are taken on x / s (a power of two), so nothing
-    overflows, in every path; f(0, x) agrees with the float64 spec within the suite's tolerance."""
+    """|x| up to the largest float32, and tokens of equal huge values: the norms' statistics are
+    taken on x / s (a power of two <= 2^126), so nothing overflows or divides 0 by 0, in every
+    path; f(0, x) agrees with the float64 spec within the suite's tolerance."""
     from odeattn.conformance.tolerance import relative_error, tolerance
 
     backend = make_adapter(BUILTIN[path].reference)
     for norm in R.NORM_TYPES:
         cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type=norm, use_bitnet=norm == "layer_norm")
         params = R.init_params(cfg, 1, perturb_norms=True)
-        x = np.random.default_rng(2).normal(size=(2, 3, 8)) * np.array([1e20, 1e30, 3e37])[None, :, None]
+        x = np.random.default_rng(2).normal(size=(2, 4, 8)) * np.array([1e20, 1e30, 3e37, 1.0])[None, :, None]
+        x[0, 3] = np.float32(2.0**70)  # one token of equal values (centred values 0)
+        x[1, 3, :2] = np.finfo(np.float32).max, 1.5 * 2.0**127  # the top of the float32 range
         want = R.ode_func(params, 0.0, x, cfg)
         e32 = relative_error(R.ode_func({k: v.astype(np.float32) for k, v in params.items()}, 0.0, x.astype(np.float32), cfg), want)
         got = collect_outputs(backend, cfg, {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32), None,

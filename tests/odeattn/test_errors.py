@@ -87,3 +87,14 @@ def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
     assert sorted(p.name for p in files.iterdir()) == before
     assert main(["run", str(files / "m.onnx"), "-o", str(files / "z.npy")]) == 0
     assert np.load(files / "z.npy").shape == (2, 8, 8) and "saved to" in capsys.readouterr().out
+
+
+def test_folders_given_as_files_and_negative_counts(files, capsys):
+    assert main(["export", "--config", str(files), "--weights", str(files / "w.safetensors"), "-o", str(files / "n.onnx")]) == 2
+    assert capsys.readouterr().err.startswith("odeattn: --config/--weights: Is a directory")
+    assert main(["run", str(files / "m.onnx"), "--x", str(files)]) == 2
+    assert capsys.readouterr().err.startswith("odeattn: --x/--padding-mask: Is a directory")
+    for option in ("--threads", "--warmup"):
+        with pytest.raises(SystemExit):
+            main(["bench", option, "-1"])
+        assert f"argument {option}: expected an integer >= 0; got '-1'" in capsys.readouterr().err
