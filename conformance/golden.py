@@ -252,17 +252,18 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
 
 def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     """One case from its (validated) manifest entry, after verifying the file's sha256."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load
 
     path = Path(directory) / entry["file"]
     if not path.is_file():
         raise GoldenError(f"{os.fspath(path)}: missing (case {entry['name']!r})")
-    sha = _sha256(path)
+    data = path.read_bytes()  # read once: hashed, then parsed from the same bytes
+    sha = hashlib.sha256(data).hexdigest()
     if sha != entry["sha256"]:
         raise GoldenError(f"{os.fspath(path)}: sha256 {sha[:16]}..., the manifest says {entry['sha256'][:16]}...: "
                           "the file was modified or truncated")
     try:
-        t = load_file(str(path))
+        t = load(data)
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = R.ODEConfig.from_any(entry["config"])
