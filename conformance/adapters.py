@@ -83,16 +83,19 @@ class TorchAdapter:
         return t.from_numpy(np.ascontiguousarray(x)), None if padding_mask is None else t.from_numpy(padding_mask)
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
+        x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype)(*self._tensors(x, padding_mask), return_trajectory=True)[1].numpy()
+            return self._block(config, params, dtype)(x, padding_mask=mask, return_trajectory=True)[1].numpy()
 
     def run_block(self, config, params, x, padding_mask, dtype):
+        x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype)(*self._tensors(x, padding_mask)).numpy()
+            return self._block(config, params, dtype)(x, padding_mask=mask).numpy()
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
+        x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype).ode_func(t, *self._tensors(x, padding_mask)).numpy()
+            return self._block(config, params, dtype).ode_func(t, x, padding_mask=mask).numpy()
 
 
 def jax_cache_dir() -> str:

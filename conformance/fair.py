@@ -103,13 +103,19 @@ def check_fair(config, params, x, mask) -> str | None:
     return None
 
 
-def make_inputs(config, params, batch: int, seq: int, *, seed: int, padding: bool, scale: float = 1.0):
-    """(x, padding_mask, seed_used): x ~ N(0, scale^2) float64, the first fair draw from seed."""
+def make_inputs(config, params, batch: int, seq: int, *, seed: int, padding: bool, scale: float = 1.0,
+                decoded: int = 0):
+    """(x, padding_mask, seed_used): x ~ N(0, scale^2) float64, the first fair draw from seed.
+    decoded > 0: the last `decoded` tokens are real (decoding appends real tokens); the padding
+    is drawn over the prompt before them."""
     reasons = []
     for attempt in range(MAX_REDRAWS):
         rng = np.random.default_rng(seed + attempt)
         x = rng.normal(size=(batch, seq, config.hidden_size)) * scale
-        mask = padding_for(batch, seq, rng) if padding else None
+        mask = None
+        if padding:
+            mask = np.ones((batch, seq), dtype=bool)
+            mask[:, :seq - decoded] = padding_for(batch, seq - decoded, rng)
         reason = check_fair(config, params, x, mask)
         if reason is None:
             return x, mask, seed + attempt

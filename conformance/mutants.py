@@ -41,43 +41,48 @@ class Mutant:
 
 # ---- stages --------------------------------------------------------------------------------------
 class _ScaleByHeadDim(R.SelfAttention):
-    def attn(self, q, k, v, mask):
+    def attn(self, q, k, v, mask, bias=None):
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(1.0 / self.config.head_dim)  # bug: 1/d, not d^-1/2
+        s = s if bias is None else s + bias
         return (A.softmax(A.masked_fill_min(s, mask)) @ v).transpose(0, 2, 1, 3)
 
 
 class _SoftmaxOverQueries(R.SelfAttention):
-    def attn(self, q, k, v, mask):
+    def attn(self, q, k, v, mask, bias=None):
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)
+        s = s if bias is None else s + bias
         return (A.softmax(A.masked_fill_min(s, mask), axis=-2) @ v).transpose(0, 2, 1, 3)  # bug: axis -2
 
 
 class _MaskFillZero(R.SelfAttention):
-    def attn(self, q, k, v, mask):
+    def attn(self, q, k, v, mask, bias=None):
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)
+        s = s if bias is None else s + bias
         return (A.softmax(np.where(mask, s, 0.0)) @ v).transpose(0, 2, 1, 3)  # bug: masked scores 0, not -big
 
 
 class _CausalOffByOne(R.SelfAttention):
-    def build_mask(self, seq_len, padding_mask=None):
-        mask = super().build_mask(seq_len, padding_mask)
-        return mask & np.tri(seq_len, k=-1, dtype=bool) if self.config.mode == "decoder" else mask  # bug: j < i
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        mask = super().build_mask(seq_len, padding_mask, cache_index=cache_index)
+        i, j = A.slot_indices(seq_len, cache_index)
+        return mask & (j < i) if self.config.mode == "decoder" else mask  # bug: j < i
 
 
 class _CausalTransposed(R.SelfAttention):
-    def build_mask(self, seq_len, padding_mask=None):
-        mask = np.ones((1, 1, seq_len, seq_len), dtype=bool)
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        i, j = A.slot_indices(seq_len, cache_index)
+        mask = np.ones((1, 1, i.shape[0], seq_len), dtype=bool)
         if self.config.mode == "decoder":
-            mask = mask & A.causal_mask(seq_len).T  # bug: j >= i
+            mask = mask & (j >= i)  # bug: j >= i
         return mask if padding_mask is None else mask & padding_mask[:, None, None, :]
 
 
 class _PaddedKeysVisible(R.SelfAttention):
-    def build_mask(self, seq_len, padding_mask=None):
-        return super().build_mask(seq_len, None)  # bug: the padding mask never reaches the keys
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        return super().build_mask(seq_len, None, cache_index=cache_index)  # bug: the padding mask never reaches the keys
 
 
 class _PaddedQueriesKept(R.SelfAttention):

@@ -3,6 +3,8 @@
 prepare (ode_ref's Stages.prepare) adds nodes to the main graph once; the other stages add nodes to
 the body of the local function `ode_func`, which every stage of every step calls. Default stages
 only: a variant's Python override has no ONNX form, so exporting one raises NotImplementedError.
+The decode-step model (block.export_decode_model) runs Stages.decode on main-graph Values: the
+cache's slot index is an input, and a slot is written with Where(slot == index, new, past).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+from onnx import TensorProto
 
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
@@ -18,6 +21,7 @@ from ode_ref.norms import NORM_PARAMS
 from .bitlinear import bitlinear, linear, quantize_activation, quantize_weight
 from .graph import Value
 from .norms import apply_norm
+from .positions import alibi_bias, apply_rope, rope_cos_sin
 
 FLOAT_MIN = float(np.finfo(np.float32).min)
 
@@ -29,10 +33,21 @@ def causal_mask(seq_len: Value) -> Value:
     return g.op("LessOrEqual", g.op("Unsqueeze", i, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))
 
 
-def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> None:
-    """None: no exportable stage reads positions (the export refuses variants), so the graph
-    carries none; the first stage to read them builds them here (cumsum(mask) - 1)."""
-    return None
+def slot_indices(seq_len: Value, cache_index: Optional[Value] = None):
+    """(query indices (seq_q, 1), key indices (seq,)), int64; decoding: the one query at cache_index."""
+    g = seq_len.body
+    j = g.op("Range", g.const(0, np.int64), g.op("Squeeze", seq_len, g.ints(0)), g.const(1, np.int64))
+    i = g.op("Unsqueeze", j, g.ints(1)) if cache_index is None else g.op("Reshape", cache_index, g.ints(1, 1))
+    return i, j
+
+
+def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> Value:
+    """int64 (batch | 1, seq): cumsum(mask) - 1, or 0 .. seq-1 without a mask."""
+    if padding_mask is None:
+        _, j = slot_indices(seq_len)
+        return j.body.op("Unsqueeze", j, j.body.ints(0))
+    g = padding_mask.body
+    return g.op("CumSum", g.op("Cast", padding_mask, to=TensorProto.INT64), g.const(1, np.int64)) - g.const(1, np.int64)
 
 
 def masked_fill_min(g, s: Value, mask: Value) -> Value:
@@ -74,13 +89,16 @@ class SelfAttention(Stages):
     def seq_len(self, x: Value) -> Value:
         return x.body.op("Shape", x, start=1, end=2)
 
-    def build_mask(self, seq_len: Value, padding_mask: Optional[Value] = None) -> Optional[Value]:
-        """opset 17: bool (batch|1, 1, seq, seq), or None when every key is visible; opset 23: the
-        same as an additive float mask expanded to (batch|1, 1, seq, seq), as Attention-23 wants."""
+    def build_mask(self, seq_len: Value, padding_mask: Optional[Value] = None, *,
+                   cache_index: Optional[Value] = None) -> Optional[Value]:
+        """opset 17: bool (batch|1, 1, seq_q, seq_k), or None when every key is visible; opset 23:
+        the same as an additive float mask expanded to (batch|1, 1, seq, seq), as Attention-23 wants
+        (the decode-step model is opset 17 only)."""
         g = seq_len.body
         mask = None
         if self.config.mode == "decoder":
-            mask = g.op("Unsqueeze", causal_mask(seq_len), g.ints(0, 1))  # (1, 1, seq, seq)
+            i, j = slot_indices(seq_len, cache_index)
+            mask = g.op("Unsqueeze", g.op("LessOrEqual", j, i), g.ints(0, 1))  # (1, 1, seq_q, seq_k)
         if padding_mask is not None:
             keys = g.op("Unsqueeze", padding_mask, g.ints(1, 2))  # (batch, 1, 1, seq)
             mask = keys if mask is None else g.op("And", mask, keys)
@@ -88,6 +106,30 @@ class SelfAttention(Stages):
             mask = g.op("Expand", mask, g.op("Concat", g.ints(1, 1), seq_len, seq_len, axis=0))
             mask = g.op("Where", mask, g.const(0.0), g.const(FLOAT_MIN))
         return mask
+
+    def rope_tables(self, positions: Value, bound, like: Value):
+        return rope_cos_sin(positions, self.config)
+
+    def alibi_bias(self, positions_q: Value, positions_k: Value, like: Value) -> Value:
+        return alibi_bias(positions_q, positions_k, self.config)
+
+    # ---- the cache's slots (Stages.decode, in the decode-step model); axis 1 is the slot -------------
+    def _slot(self, index: Value, like: Value, rank: int) -> Value:
+        """bool (1, max_len, 1, ...) of the given rank: True at slot index."""
+        g = index.body
+        _, j = slot_indices(self.seq_len(like))
+        return g.op("Reshape", g.op("Equal", j, index), g.ints(1, -1, *[1] * (rank - 2)))
+
+    def write_slot(self, buffer: Value, new: Value, index: Value) -> Value:
+        """buffer (batch, max_len, heads, head_dim) with new (batch, 1, heads, head_dim) at slot index."""
+        return buffer.body.op("Where", self._slot(index, buffer, 4), new, buffer)
+
+    def read_slot(self, a: Value, index: Value) -> Value:
+        """a (batch, max_len) -> (batch, 1), the slot index."""
+        return a.body.op("Gather", a, a.body.op("Reshape", index, a.body.ints(1)), axis=1)
+
+    def mark_slot(self, padding_mask: Value, index: Value) -> Value:
+        return padding_mask.body.op("Or", padding_mask, self._slot(index, padding_mask, 2))
 
     # ---- every evaluation (Stages.evaluate), inside ode_func -----------------------------------------
     def hide_padding(self, z: Value, padding_mask: Optional[Value] = None) -> Value:
@@ -114,16 +156,30 @@ class SelfAttention(Stages):
             return out
         return tuple(g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in out)
 
-    def preprocess_qkv(self, q, k, v, *, t, positions):
-        return q, k, v
-
-    def attn(self, q: Value, k: Value, v: Value, mask: Optional[Value]) -> Value:
-        """-> (batch, seq, heads, head_dim) at opset 17; (batch, seq, d_model) at 23."""
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        """RoPE on q and k (at opset 23 they are 3D: viewed as (batch, seq, heads, head_dim) for it)."""
+        if rope is None:
+            return q, k, v
         g, cfg = q.body, self.config
         if self.opset >= 23:
+            q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in (q, k))
+        q, k = (apply_rope(a, *rope) for a in (q, k))
+        if self.opset >= 23:
+            q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.hidden_size)) for a in (q, k))
+        return q, k, v
+
+    def attn(self, q: Value, k: Value, v: Value, mask: Optional[Value], bias: Optional[Value] = None) -> Value:
+        """-> (batch, seq, heads, head_dim) at opset 17; (batch, seq, d_model) at 23. The ALiBi
+        bias is added to the scores before the mask fill (at 23, to the additive mask)."""
+        g, cfg = q.body, self.config
+        if self.opset >= 23:
+            if bias is not None:
+                mask = bias if mask is None else mask + bias
             return g.op("Attention", q, k, v, mask, scale=cfg.scale, q_num_heads=cfg.num_heads, kv_num_heads=cfg.num_heads)
         q_, v_ = g.op("Transpose", q, perm=[0, 2, 1, 3]), g.op("Transpose", v, perm=[0, 2, 1, 3])  # (b, h, seq, hd)
         s = g.op("MatMul", q_, g.op("Transpose", k, perm=[0, 2, 3, 1])) * cfg.scale  # (b, h, sq, sk)
+        if bias is not None:
+            s = s + bias
         y = g.op("MatMul", softmax(g, s if mask is None else masked_fill_min(g, s, mask)), v_)
         return g.op("Transpose", y, perm=[0, 2, 1, 3])  # (batch, seq, heads, head_dim)
 

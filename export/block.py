@@ -9,6 +9,17 @@ weight quantisation (computed once), then one node per step calling the local fu
 function `ode_func` per stage, combined with the tableau's coefficients. Every step and stage is
 therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
 once: its size does not grow with ode_steps.
+
+export_decode_model: one decoding step of a decoder-mode block, on the spec's fixed-size cache
+(ode_ref/cache.py), opset 17:
+
+    inputs:  x_t float32 [batch, 1, d_model]; index int64 [] (the slot to write: tokens so far);
+             padding_mask bool [batch, max_len]; past_key_<e>, past_value_<e> float32
+             [batch, max_len, heads, head_dim] for each evaluation e = 0 .. steps x stages - 1
+    outputs: z float32 [batch, 1, d_model]; present_padding_mask; present_key_<e>, present_value_<e>
+
+A generation loop feeds the present outputs back as the past inputs with index + 1. The steps are
+unrolled in the main graph: each evaluation of f reads and writes its own cache slot.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import ode_ref as R
 from ode_ref.attention import Prepared
 from ode_ref.bitlinear import ternarize_weight
 from ode_ref.block import attention_for
+from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
 from ode_ref.rk import rk_step
@@ -96,13 +108,8 @@ def _as_prepared(template: Prepared, values: list) -> Prepared:
     return Prepared(*fields)
 
 
-def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
-                 diagnostics: bool = False) -> onnx.ModelProto:
-    """The block for (config, params) as an onnx.ModelProto (float32).
-
-    diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
-    step), which the conformance suite uses to name the first divergent quantity.
-    """
+def _checked(config, params, opset: int, attention):
+    """The config, after the checks every export runs: parameters, opset, and no variant."""
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     if opset not in OPSETS:
@@ -112,6 +119,37 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
         raise NotImplementedError(
             f"attention: only the spec's default SelfAttention exports; got the variant {type(attention).__name__}"
         )
+    return cfg
+
+
+def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, **props) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        main.nodes, "ode_attention_block", inputs, outputs,
+        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params).items()],
+    )
+    model = helper.make_model(
+        graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)],
+    )
+    helper.set_model_props(model, {
+        "odeattn_version": R.__version__,
+        "config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "ode_solver": cfg.ode_solver,
+        "ode_steps": str(cfg.ode_steps),
+        "opset": str(opset),
+        **props,
+    })
+    return model
+
+
+def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
+                 diagnostics: bool = False) -> onnx.ModelProto:
+    """The block for (config, params) as an onnx.ModelProto (float32).
+
+    diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
+    step), which the conformance suite uses to name the first divergent quantity.
+    """
+    cfg = _checked(config, params, opset, attention)
     att = SelfAttention(cfg, opset)
     main = Body("", opset)
     x = Value(main, "x")
@@ -146,23 +184,42 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
-    graph = helper.make_graph(
-        main.nodes, "ode_attention_block", inputs,
-        [state_info("z")] + extra,
-        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params).items()],
-    )
-    model = helper.make_model(
-        graph, functions=[func.proto(), step.proto()], producer_name="odeattn", producer_version=R.__version__,
-        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)],
-    )
-    helper.set_model_props(model, {
-        "odeattn_version": R.__version__,
-        "config": json.dumps(cfg.to_dict(), sort_keys=True),
-        "ode_solver": cfg.ode_solver,
-        "ode_steps": str(cfg.ode_steps),
-        "opset": str(opset),
-    })
-    return model
+    return _model(cfg, params, main, inputs, [state_info("z")] + extra, [func.proto(), step.proto()], opset)
+
+
+def decode_names(config) -> tuple[list[str], list[str]]:
+    """The decode-step model's cache input names and output names, in KVCache field order
+    (keys of every evaluation, values of every evaluation, padding mask)."""
+    n = evaluations(R.ODEConfig.from_any(config))
+    past = [f"past_key_{e}" for e in range(n)] + [f"past_value_{e}" for e in range(n)] + ["padding_mask"]
+    present = [f"present_key_{e}" for e in range(n)] + [f"present_value_{e}" for e in range(n)] + ["present_padding_mask"]
+    return past, present
+
+
+def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
+    """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32); see
+    the module's docstring for its inputs and outputs."""
+    cfg = _checked(config, params, opset, attention)
+    check_mode(cfg)
+    if opset != 17:
+        raise ValueError(f"opset: the decode-step model is exported at opset 17; got {opset!r}")
+    att = SelfAttention(cfg, opset)
+    main = Body("", opset)
+    n = evaluations(cfg)
+    past, present = decode_names(cfg)
+    cache = KVCache(cfg, tuple(Value(main, name) for name in past[:n]), tuple(Value(main, name) for name in past[n:2 * n]),
+                    Value(main, "padding_mask"), Value(main, "index"))
+    z, new = att.decode(_weights(cfg, main), Value(main, "x_t"), cache)
+    for value, name in zip([z, *new.k, *new.v, new.padding_mask], ["z", *present]):
+        main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
+
+    d, kv = cfg.hidden_size, ["batch", "max_len", cfg.num_heads, cfg.head_dim]
+    info = lambda name, kind, shape: helper.make_tensor_value_info(name, kind, shape)  # noqa: E731
+    inputs = [info("x_t", TensorProto.FLOAT, ["batch", 1, d]), info("index", TensorProto.INT64, [])]
+    inputs += [info(name, TensorProto.FLOAT, kv) for name in past[:2 * n]] + [info("padding_mask", TensorProto.BOOL, ["batch", "max_len"])]
+    outputs = [info("z", TensorProto.FLOAT, ["batch", 1, d])] + [info(name, TensorProto.FLOAT, kv) for name in present[:2 * n]]
+    outputs.append(info("present_padding_mask", TensorProto.BOOL, ["batch", "max_len"]))
+    return _model(cfg, params, main, inputs, outputs, [], opset, kind="decode_step")
 
 
 def check(model: onnx.ModelProto) -> None:

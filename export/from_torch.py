@@ -20,7 +20,8 @@ def export_torch(block, path, *, opset: int = 18, seq: int = 8) -> None:
     mask = torch.ones(2, seq, dtype=torch.bool)
     batch_dim, seq_dim = torch.export.Dim("batch"), torch.export.Dim("seq")
     program = torch.onnx.export(
-        block, (x, mask), dynamo=True, opset_version=opset, input_names=["x", "padding_mask"], output_names=["z"],
-        dynamic_shapes=({0: batch_dim, 1: seq_dim}, {0: batch_dim, 1: seq_dim}), verbose=False,
+        block, (x,), kwargs={"padding_mask": mask}, dynamo=True, opset_version=opset,
+        input_names=["x", "padding_mask"], output_names=["z"],
+        dynamic_shapes={"x": {0: batch_dim, 1: seq_dim}, "padding_mask": {0: batch_dim, 1: seq_dim}}, verbose=False,
     )
     program.save(os.fspath(path))

@@ -1,7 +1,7 @@
 """A small builder for ONNX graphs and local functions, with symbolic values.
 
 A Value is a name in a Body (the main graph or a local function's body). Values support
-``a + b``, ``a * b`` and ``float * a``, which is all ode_ref.rk.rk_step needs: the exported
+``a + b``, ``a * b`` and ``float * a`` (an int constant is int64: ``index + 1``), which is all ode_ref.rk.rk_step needs: the exported
 solver is the spec's stepper run on symbolic values. Every other node is made with
 ``body.op("OpType", *inputs, **attributes)``; scalar constants become Constant nodes (deduplicated
 per body), so a local function's body is self-contained.
@@ -24,7 +24,10 @@ class Value:
         self.body, self.name = body, name
 
     def _lift(self, other):
-        return other if isinstance(other, Value) else self.body.const(other)
+        """A Value, or a constant: float32 for a float, int64 for a Python int (an index)."""
+        if isinstance(other, Value):
+            return other
+        return self.body.const(other, np.int64 if isinstance(other, int) and not isinstance(other, bool) else np.float32)
 
     def __add__(self, other):
         return self.body.op("Add", self, self._lift(other))

@@ -5,7 +5,9 @@ from .attention import causal_mask as causal_mask, softmax as softmax
 from .bitlinear import quantize_activation as quantize_activation
 from .bitlinear import quantize_weight as quantize_weight, ternarize_weight as ternarize_weight
 from .block import check_input as check_input, ode_block as ode_block, ode_func as ode_func
-from .config import MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
+from .block import decode_step as decode_step, prefill as prefill
+from .cache import KVCache as KVCache
+from .config import ENCODINGS as ENCODINGS, MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
 from .norms import NORM_PARAMS as NORM_PARAMS, NORM_TYPES as NORM_TYPES, apply_norm as apply_norm
 from .params import check_params as check_params, init_params as init_params
 from .params import load_params as load_params, param_shapes as param_shapes, save_params as save_params

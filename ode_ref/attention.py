@@ -1,12 +1,13 @@
 """ODEFunc as a staged self-attention, f(t, z) for z: (batch, seq, d_model).
 
-    prepare          once per block: cast parameters, quantise BitLinear weights, build the mask
-                     and the positions
+    prepare          once per block: cast parameters, quantise BitLinear weights, build the mask,
+                     the positions and their encodings (RoPE cos/sin, ALiBi bias; positions.py)
     hide_padding     padded tokens read as 0 (their bits never reach a real token)
     norm             h = norm(z)                                   (batch, seq, d_model)
     project          q, k, v = split(h @ Wqkv^T)                   (batch, seq, heads, head_dim) each
-    preprocess_qkv   identity here; a variant may scale or rotate q, k (gets t and positions)
-    attn             softmax((q @ k^T) * scale where mask else -big, over keys) @ v
+    preprocess_qkv   RoPE on q, k when configured; a variant may scale or rotate (gets t, positions)
+    (kv hook)        decoding: this token's k, v written to the cache, every slot read (cache.py)
+    attn             softmax((q @ k^T) * scale + bias where mask else -big, over keys) @ v
     postprocess_attn zero the output of padded queries
     merge_heads      (batch, seq, heads, head_dim) -> (batch, seq, d_model)
     output_proj      y @ Wout^T
@@ -25,9 +26,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .bitlinear import bitlinear, linear, quantize_weight
+from .cache import CacheSlots, KVCache
 from .config import ODEConfig
 from .norms import apply_norm
 from .params import OUT_PROJ, QKV, norm_params_of
+from .positions import alibi_bias, apply_rope, rope_cos_sin
+from .rk import integrate
+from .tableaus import TABLEAUS
 
 
 def softmax(s, axis=-1):
@@ -39,6 +44,13 @@ def softmax(s, axis=-1):
 def causal_mask(seq_len: int):
     """(seq, seq) bool, True where key j <= query i."""
     return np.tril(np.ones((seq_len, seq_len), dtype=bool))
+
+
+def slot_indices(seq_len: int, cache_index=None):
+    """(query indices (seq_q, 1), key indices (seq,)): every token queries, or, decoding, the one
+    token at slot cache_index of a cache of seq_len slots."""
+    j = np.arange(seq_len)
+    return (j[:, None] if cache_index is None else np.full((1, 1), cache_index)), j
 
 
 def positions_from_padding(padding_mask, seq_len: int):
@@ -55,38 +67,83 @@ def masked_fill_min(s, mask):
 
 class Prepared(NamedTuple):
     """What every evaluation of f shares within one block forward (computed once by prepare).
-    Shapes are the spec's; each port holds the same fields in its own arrays."""
+    Shapes are the spec's; each port holds the same fields in its own arrays. seq_q is seq, or 1
+    when decoding; seq_k is seq, or the cache's max_len."""
 
     qkv: Any  # (3 d_model, d_model), BitLinear-quantised when use_bitnet
     out_proj: Any  # (d_model, d_model), likewise
     norm: dict  # norm parameters by short name, in the state's dtype
-    mask: Any  # bool (batch | 1, 1, seq, seq), True = visible
-    padding_mask: Any  # bool (batch, seq), True = real token; or None
-    positions: Any  # int (batch | 1, seq)
+    mask: Any  # bool (batch | 1, 1, seq_q, seq_k), True = visible
+    padding_mask: Any  # bool (batch, seq_q), True = real token; or None (decoding: the token is real)
+    positions: Any  # int (batch | 1, seq_q)
+    rope: Any = None  # (cos, sin), each (batch | 1, seq_q, head_dim // 2) in the state's dtype; or None
+    bias: Any = None  # ALiBi score bias (batch | 1, heads, seq_q, seq_k) in the state's dtype; or None
 
 
 class Stages:
-    """The orchestration of f: what a block forward prepares once, and the stage order of every
-    evaluation. Written once, here, and mixed into every port's SelfAttention (this spec, PyTorch,
-    JAX and the ONNX export), each of which supplies the stages in its own arrays, plus three
-    hooks: weights (the parameters in the state's dtype), seq_len and merge_heads."""
+    """The orchestration of f: what a block forward prepares once, the stage order of every
+    evaluation, and cached decoding. Written once, here, and mixed into every port's SelfAttention
+    (this spec, PyTorch, JAX and the ONNX export), each of which supplies the stages in its own
+    arrays, plus hooks: weights (the parameters in the state's dtype), seq_len, merge_heads, and
+    for the cache pad_slots, write_slot, read_slot, mark_slot and all_real."""
 
     def prepare(self, params, x, padding_mask=None) -> Prepared:
+        """The whole sequence x (batch, seq, d_model) at once."""
+        seq_len = self.seq_len(x)
+        positions = self.positions_from_padding(padding_mask, seq_len)
+        return self._prepared(params, x, self.build_mask(seq_len, padding_mask), padding_mask,
+                              positions, positions, seq_len)
+
+    def prepare_decode(self, params, x_t, cache: KVCache) -> Prepared:
+        """One new real token x_t (batch, 1, d_model) at slot cache.index; its keys are every slot
+        (those not yet written, or padded, are masked). Its position: the real tokens before it."""
+        max_len = self.seq_len(cache.padding_mask)
+        keys = self.mark_slot(cache.padding_mask, cache.index)
+        key_positions = self.positions_from_padding(keys, max_len)
+        positions = self.read_slot(key_positions, cache.index)
+        mask = self.build_mask(max_len, keys, cache_index=cache.index)
+        return self._prepared(params, x_t, mask, None, positions, key_positions, max_len)
+
+    def _prepared(self, params, x, mask, padding_mask, positions, key_positions, bound) -> Prepared:
+        """bound: every position is < bound (a port that tabulates RoPE needs it)."""
         qkv, out_proj, norm = self.weights(params, x)
         if self.config.use_bitnet:
             qkv, out_proj = self.quantize_weight(qkv), self.quantize_weight(out_proj)
-        seq_len = self.seq_len(x)
-        return Prepared(qkv, out_proj, norm, self.build_mask(seq_len, padding_mask), padding_mask,
-                        self.positions_from_padding(padding_mask, seq_len))
+        encoding = self.config.position_encoding
+        rope = self.rope_tables(positions, bound, x) if encoding == "rope" else None
+        bias = self.alibi_bias(positions, key_positions, x) if encoding == "alibi" else None
+        return Prepared(qkv, out_proj, norm, mask, padding_mask, positions, rope, bias)
 
-    def evaluate(self, prepared: Prepared, t, z):
-        """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model)."""
+    def evaluate(self, prepared: Prepared, t, z, kv=None):
+        """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model). kv: a CacheSlots, or None."""
         h = self.norm(prepared.norm, self.hide_padding(z, prepared.padding_mask))
         q, k, v = self.project(prepared.qkv, h)
-        q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions)
-        y = self.attn(q, k, v, prepared.mask)
+        q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions, rope=prepared.rope)
+        if kv is not None:
+            k, v = kv(k, v)
+        y = self.attn(q, k, v, prepared.mask, prepared.bias)
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, self.merge_heads(y))
+
+    def integrate(self, prepared: Prepared, x, kv=None):
+        """z(1) by the config's tableau: ode_ref.rk.integrate over evaluate (kv: the cache hook)."""
+        cfg = self.config
+        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)[-1]
+
+    def prefill(self, params, x, padding_mask, max_len: int):
+        """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""
+        slots = CacheSlots(self)
+        z = self.integrate(Stages.prepare(self, params, x, padding_mask), x, slots)  # not a port's checking wrapper
+        real = self.all_real(x) if padding_mask is None else padding_mask
+        k, v = (tuple(self.pad_slots(a, max_len) for a in kv) for kv in (slots.k, slots.v))
+        return z, KVCache(self.config, k, v, self.pad_slots(real, max_len), self.seq_len(x))
+
+    def decode(self, params, x_t, cache: KVCache):
+        """(z(1) of the new token x_t (batch, 1, d_model), the cache with it at slot cache.index)."""
+        slots = CacheSlots(self, cache)
+        z = self.integrate(self.prepare_decode(params, x_t, cache), x_t, slots)
+        keys = self.mark_slot(cache.padding_mask, cache.index)
+        return z, KVCache(self.config, tuple(slots.k), tuple(slots.v), keys, cache.index + 1)
 
 
 class SelfAttention(Stages):
@@ -108,14 +165,51 @@ class SelfAttention(Stages):
     def seq_len(self, x) -> int:
         return x.shape[1]
 
-    def build_mask(self, seq_len: int, padding_mask=None):
-        """bool (batch | 1, 1, seq_q, seq_k): padded keys hidden; decoder adds the causal mask."""
-        mask = np.ones((1, 1, seq_len, seq_len), dtype=bool)
+    def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
+        """bool (batch | 1, 1, seq_q, seq_k): padded keys hidden; decoder adds the causal mask.
+        Decoding (cache_index given): the one query at that slot; seq_len is the cache's."""
+        i, j = slot_indices(seq_len, cache_index)
+        mask = np.ones((1, 1, i.shape[0], seq_len), dtype=bool)
         if self.config.mode == "decoder":
-            mask = mask & causal_mask(seq_len)
+            mask = mask & (j <= i)
         if padding_mask is not None:
             mask = mask & padding_mask[:, None, None, :]
         return mask
+
+    def rope_tables(self, positions, bound: int, like):
+        """(cos, sin) of the positions' angles, (batch | 1, seq, P) in like's dtype (positions.py)."""
+        return rope_cos_sin(positions, self.config, like.dtype)
+
+    def alibi_bias(self, positions_q, positions_k, like):
+        """(batch | 1, heads, seq_q, seq_k) in like's dtype (positions.py)."""
+        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+
+    # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
+    def all_real(self, x):
+        """bool (batch, seq) all True: the padding mask of an unpadded prompt."""
+        return np.ones(x.shape[:2], dtype=bool)
+
+    def pad_slots(self, a, max_len: int):
+        """a (batch, seq, ...) zero-padded (False for bool) to (batch, max_len, ...)."""
+        out = np.zeros((a.shape[0], max_len, *a.shape[2:]), dtype=a.dtype)
+        out[:, :a.shape[1]] = a
+        return out
+
+    def write_slot(self, buffer, new, index):
+        """A copy of buffer (batch, max_len, ...) with new (batch, 1, ...) at slot index."""
+        out = buffer.copy()
+        out[:, index:index + 1] = new
+        return out
+
+    def read_slot(self, a, index):
+        """a[:, index:index + 1]: (batch, 1, ...)."""
+        return a[:, index:index + 1]
+
+    def mark_slot(self, padding_mask, index):
+        """A copy of padding_mask (batch, max_len) with slot index True (a decoded token is real)."""
+        out = padding_mask.copy()
+        out[:, index] = True
+        return out
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
     def hide_padding(self, z, padding_mask=None):
@@ -137,13 +231,21 @@ class SelfAttention(Stages):
         qkv = self._linear(h, w_qkv).reshape(b, t, 3, self.config.num_heads, self.config.head_dim)
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
-    def preprocess_qkv(self, q, k, v, *, t, positions):
-        return q, k, v
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        """RoPE on q and k (rope: prepare's (cos, sin), or None). A variant may also scale or
+        rotate; t and the integer positions (batch | 1, seq) are passed for that."""
+        if rope is None:
+            return q, k, v
+        return apply_rope(q, *rope), apply_rope(k, *rope), v
 
-    def attn(self, q, k, v, mask):
-        """q, k, v: (batch, seq, heads, head_dim), mask (batch | 1, 1, seq, seq) -> like q."""
+    def attn(self, q, k, v, mask, bias=None):
+        """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim), mask
+        (batch | 1, 1, seq_q, seq_k), bias (ALiBi) None or (batch | 1, heads, seq_q, seq_k) -> like q.
+        The bias is added before the mask fill, so a fully masked row stays finite."""
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)  # (b, h, seq_q, seq_k)
+        if bias is not None:
+            s = s + bias
         a = softmax(masked_fill_min(s, mask))
         return (a @ v).transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
 

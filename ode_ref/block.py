@@ -2,6 +2,8 @@
 
     ode_func(params, t, x, config)   f evaluated once
     ode_block(params, x, config)     z(1), or (z(1), trajectory) with return_trajectory=True
+    prefill(params, x, config, padding_mask=None, *, max_len) -> (z(1), cache)
+    decode_step(params, x_t, cache, config) -> (z_t, cache)   decoder mode; cache.py
 
 x is (batch, seq, d_model); float64 in gives float64 math (the golden mode), float32 in gives
 float32 math. The same parameters serve every step and stage. This is evaluation: no dropout.
@@ -12,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import SelfAttention
-from .config import ODEConfig
+from .cache import check_decode_input, check_max_len, check_mode
+from .config import ODEConfig, dtype_name
 from .params import check_params
 from .rk import integrate
 from .tableaus import TABLEAUS
@@ -24,11 +27,6 @@ INPUT_DTYPES = ("float32", "float64", "bfloat16")
 SPEC_DTYPES = ("float32", "float64")
 
 
-def dtype_name(dtype) -> str:
-    """'float32' for np.float32, jnp.float32 and torch.float32 alike."""
-    return str(dtype).rpartition(".")[2]
-
-
 def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
     """TypeError naming the argument unless dtype is one of the allowed names."""
     if dtype_name(dtype) not in allowed:
@@ -36,7 +34,7 @@ def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
 
 
 def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=SPEC_DTYPES,
-                bool_dtype=np.bool_):
+                bool_dtype=np.bool_, name: str = "x"):
     """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.
 
     array_type, float_dtypes (names, a subset of INPUT_DTYPES) and bool_dtype let a backend run the
@@ -45,12 +43,12 @@ def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dt
     cfg = ODEConfig.from_any(config)  # an ODEConfig passes through unchanged
     kind = f"{array_type.__module__.split('.')[0]}.{array_type.__name__.rsplit('.', 1)[-1]}"
     if not isinstance(x, array_type):
-        raise TypeError(f"x: expected a {kind}; got {type(x).__name__}")
+        raise TypeError(f"{name}: expected a {kind}; got {type(x).__name__}")
     if x.ndim != 3 or x.shape[-1] != cfg.hidden_size or 0 in tuple(x.shape):
         raise ValueError(
-            f"x: expected shape (batch, seq, {cfg.hidden_size}) with batch, seq >= 1; got {tuple(x.shape)}"
+            f"{name}: expected shape (batch, seq, {cfg.hidden_size}) with batch, seq >= 1; got {tuple(x.shape)}"
         )
-    check_dtype("x", x.dtype, float_dtypes)
+    check_dtype(name, x.dtype, float_dtypes)
     if padding_mask is not None:
         if not isinstance(padding_mask, array_type) or padding_mask.dtype != bool_dtype:
             got = padding_mask.dtype if isinstance(padding_mask, array_type) else type(padding_mask).__name__
@@ -97,3 +95,23 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     if return_trajectory:
         return states[-1], np.stack(states)
     return states[-1]
+
+
+def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=None):
+    """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots), decoder mode only.
+    Left padding: the prompt's padding_mask; every decoded token is real."""
+    cfg = ODEConfig.from_any(config)
+    check_mode(cfg)
+    check_max_len(max_len, x.shape[1] if getattr(x, "ndim", 0) == 3 else 0)
+    _, attention, _ = _setup(params, x, cfg, padding_mask, attention)
+    return attention.prefill(params, x, padding_mask, int(max_len))
+
+
+def decode_step(params, x_t, cache, config, *, attention=None):
+    """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache given
+    is left as it was, so a step can be replayed."""
+    cfg = ODEConfig.from_any(config)
+    check_params(params, cfg)
+    check_input(x_t, cfg, name="x_t")
+    check_decode_input(x_t, cache, cfg)
+    return attention_for(cfg, attention).decode(params, x_t, cache)

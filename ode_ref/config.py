@@ -20,6 +20,12 @@ from .tableaus import TABLEAUS
 
 SOLVERS: tuple[str, ...] = tuple(TABLEAUS)
 MODES: tuple[str, ...] = ("encoder", "decoder")
+ENCODINGS: tuple[str, ...] = ("none", "rope", "alibi")  # the positional encodings implemented
+
+
+def dtype_name(dtype) -> str:
+    """'float32' for np.float32, jnp.float32 and torch.float32 alike."""
+    return str(dtype).rpartition(".")[2]
 
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -44,13 +50,20 @@ class ODEConfig:
     ode_solver: str = "rk4"  # a Butcher tableau name; "rk4" is classical RK4, "rk38" the 3/8 rule
     ode_steps: int = 2  # fixed steps over t in [0, 1]; h = 1 / ode_steps
     mode: str = "encoder"  # "decoder" adds the causal mask j <= i
+    # Positions, with the seed's names and defaults: the encoding is read only when ode_use_pe is
+    # on (off, any string is kept and ignored, as the seed does); see positions.py
+    positional_encoding: str = "rope"  # "none", "rope" (rotary, the seed's convention) or "alibi"
+    ode_use_pe: bool = False
+    rope_base: float = 10000.0  # rotary frequencies base ** (-i / (P - 1)), P = head_dim // 2
+    rope_scaling: float = 1.0  # rotary angle = position * rope_scaling * frequency
 
     def __post_init__(self) -> None:
         # NumPy integers and booleans (read from arrays or checkpoints) become Python ones
         for name in ("hidden_size", "num_heads", "ode_steps"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
-        if isinstance(self.use_bitnet, np.bool_):
-            object.__setattr__(self, "use_bitnet", bool(self.use_bitnet))
+        for name in ("use_bitnet", "ode_use_pe"):
+            if isinstance(getattr(self, name), np.bool_):
+                object.__setattr__(self, name, bool(getattr(self, name)))
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size: expected a multiple of num_heads={self.num_heads}; "
@@ -70,10 +83,31 @@ class ODEConfig:
             )
         _choice("ode_solver", self.ode_solver, tuple(TABLEAUS))  # likewise a registered tableau
         _choice("mode", self.mode, MODES)
+        if not isinstance(self.ode_use_pe, bool):
+            raise ValueError(f"ode_use_pe: expected True or False; got {self.ode_use_pe!r}")
+        if not isinstance(self.positional_encoding, str):
+            raise ValueError(f"positional_encoding: expected a string; got {self.positional_encoding!r}")
+        if self.ode_use_pe and self.positional_encoding not in ENCODINGS:
+            raise ValueError(
+                f"positional_encoding: {self.positional_encoding!r} is not implemented; expected one of "
+                f"{', '.join(map(repr, ENCODINGS))} (or ode_use_pe=False, which ignores it)"
+            )
+        for name in ("rope_base", "rope_scaling"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                np.isfinite(value) and value > 0
+            ):
+                raise ValueError(f"{name}: expected a finite number > 0; got {value!r}")
+            object.__setattr__(self, name, float(value))
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def position_encoding(self) -> str:
+        """The encoding in effect: positional_encoding when ode_use_pe is on, else "none"."""
+        return self.positional_encoding if self.ode_use_pe else "none"
 
     @property
     def scale(self) -> float:

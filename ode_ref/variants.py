@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import SelfAttention
+from .attention import SelfAttention, slot_indices
 
 
 class ScaledQuery:
@@ -19,7 +19,8 @@ class ScaledQuery:
         super().__init__(config)
         self.query_scale, self.time_gain = float(query_scale), float(time_gain)
 
-    def preprocess_qkv(self, q, k, v, *, t, positions):
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        q, k, v = super().preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
         return q * (self.query_scale + self.time_gain * t), k, v
 
 
@@ -40,7 +41,7 @@ class LocalWindowAttention(SelfAttention):
         super().__init__(config)
         self.window = check_window(window)
 
-    def build_mask(self, seq_len, padding_mask=None):
-        i = np.arange(seq_len)
-        local = np.abs(i[:, None] - i[None, :]) < self.window
-        return super().build_mask(seq_len, padding_mask) & local
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        i, j = slot_indices(seq_len, cache_index)
+        local = np.abs(i - j) < self.window
+        return super().build_mask(seq_len, padding_mask, cache_index=cache_index) & local

@@ -2,6 +2,7 @@
 Importing it changes no global JAX setting (x64 stays as the user set it)."""
 
 from .attention import SelfAttention as SelfAttention
-from .block import ode_block as ode_block, ode_block_jit as ode_block_jit, ode_func as ode_func
+from .block import decode_step as decode_step, ode_block as ode_block, ode_block_jit as ode_block_jit
+from .block import ode_func as ode_func, prefill as prefill
 from .variants import LocalWindowAttention as LocalWindowAttention
 from .variants import ScaledQueryAttention as ScaledQueryAttention

@@ -6,11 +6,13 @@ preprocess_qkv(q, k, v, t=, positions=), build_mask(seq_len, padding_mask) with 
 Subclass and override a stage to make a variant. The stage order and prepare are the spec's own
 (ode_ref.attention.Stages). Everything is a pure function of its arrays, so jit, vmap and grad go
 through; instances are static arguments under jit, hashed by their configuration.
+The cache's slot index may be traced (lax.dynamic_slice and dynamic_update_slice).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
@@ -19,6 +21,7 @@ from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
+from .positions import alibi_bias, apply_rope, rope_cos_sin
 
 
 def softmax(s, axis=-1):
@@ -28,6 +31,12 @@ def softmax(s, axis=-1):
 
 def causal_mask(seq_len: int):
     return jnp.tril(jnp.ones((seq_len, seq_len), dtype=bool))
+
+
+def slot_indices(seq_len: int, cache_index=None):
+    """(query indices (seq_q, 1), key indices (seq,)); decoding: the one query at cache_index."""
+    j = jnp.arange(seq_len)
+    return (j[:, None] if cache_index is None else jnp.reshape(cache_index, (1, 1))), j
 
 
 def positions_from_padding(padding_mask, seq_len: int):
@@ -79,13 +88,36 @@ class SelfAttention(Stages):
     def seq_len(self, x) -> int:
         return x.shape[1]
 
-    def build_mask(self, seq_len: int, padding_mask=None):
-        mask = jnp.ones((1, 1, seq_len, seq_len), dtype=bool)
+    def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
+        i, j = slot_indices(seq_len, cache_index)
+        mask = jnp.ones((1, 1, i.shape[0], seq_len), dtype=bool)
         if self.config.mode == "decoder":
-            mask = mask & causal_mask(seq_len)
+            mask = mask & (j <= i)
         if padding_mask is not None:
             mask = mask & padding_mask[:, None, None, :]
         return mask
+
+    def rope_tables(self, positions, bound: int, like):
+        return rope_cos_sin(positions, self.config, like.dtype, bound)
+
+    def alibi_bias(self, positions_q, positions_k, like):
+        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+
+    # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
+    def all_real(self, x):
+        return jnp.ones(x.shape[:2], dtype=bool)
+
+    def pad_slots(self, a, max_len: int):
+        return jnp.pad(a, [(0, 0), (0, max_len - a.shape[1])] + [(0, 0)] * (a.ndim - 2))
+
+    def write_slot(self, buffer, new, index):
+        return lax.dynamic_update_slice_in_dim(buffer, new, index, axis=1)
+
+    def read_slot(self, a, index):
+        return lax.dynamic_slice_in_dim(a, index, 1, axis=1)
+
+    def mark_slot(self, padding_mask, index):
+        return self.write_slot(padding_mask, jnp.ones((padding_mask.shape[0], 1), dtype=bool), index)
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
     def hide_padding(self, z, padding_mask=None):
@@ -105,13 +137,18 @@ class SelfAttention(Stages):
         qkv = self._linear(h, w_qkv).reshape(b, t, 3, self.config.num_heads, self.config.head_dim)
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
-    def preprocess_qkv(self, q, k, v, *, t, positions):
-        return q, k, v
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        if rope is None:
+            return q, k, v
+        return apply_rope(q, *rope), apply_rope(k, *rope), v
 
-    def attn(self, q, k, v, mask):
-        """q, k, v: (batch, seq, heads, head_dim), mask (batch | 1, 1, seq, seq) -> like q."""
+    def attn(self, q, k, v, mask, bias=None):
+        """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, ...), mask (batch | 1, 1, seq_q,
+        seq_k), bias None or (batch | 1, heads, seq_q, seq_k) -> like q."""
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         s = (q @ k.transpose(0, 1, 3, 2)) * jnp.asarray(self.config.scale, q.dtype)  # (b, h, seq_q, seq_k)
+        if bias is not None:
+            s = s + bias
         a = softmax(masked_fill_min(s, mask))
         return (a @ v).transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
 

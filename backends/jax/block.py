@@ -2,20 +2,30 @@
 
     ode_func(params, t, x, config, padding_mask=None)   f once
     ode_block(params, x, config, padding_mask=None)     z(1)
+    prefill(params, x, config, padding_mask=None, *, max_len) -> (z(1), cache)
+    decode_step(params, x_t, cache, config) -> (z_t, cache)    decoder mode (ode_ref/cache.py)
 
 The step loop is a lax.scan over the step index, so tracing and compiling cost one step whatever
 ode_steps is; its body is ode_ref.rk.rk_step itself. Weight quantisation and the mask are built
 once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
 (hashed by its configuration) and return_trajectory static.
+
+prefill and decode_step check their inputs in Python, then call one jitted function each: the
+cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
+decode step compiles once for every position. Their steps are unrolled (steps x stages
+evaluations of one token), each evaluation reading its own cache slot.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_input
+from ode_ref.cache import KVCache, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import check_params
 from ode_ref.rk import rk_step
@@ -44,14 +54,14 @@ def _float_dtypes():
     return tuple(d for d in INPUT_DTYPES if d != "float64" or jax.config.jax_enable_x64)
 
 
-def _setup(params, x, config, padding_mask, attention):
+def _setup(params, x, config, padding_mask, attention, *, prepare=True):
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
     x = _as_jax(x, "x", _float_dtypes())
     padding_mask = None if padding_mask is None else _as_jax(padding_mask, "padding_mask")
     check_input(x, cfg, padding_mask, array_type=jax.Array, float_dtypes=_float_dtypes(), bool_dtype=jnp.bool_)
     attention = attention_for(cfg, attention, SelfAttention)
-    return cfg, attention, x, attention.prepare(params, x, padding_mask)
+    return cfg, attention, x, attention.prepare(params, x, padding_mask) if prepare else None
 
 
 def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
@@ -80,5 +90,48 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     return z1
 
 
+# An ODEConfig is static pytree data (hashable, no arrays), so a KVCache, which holds one, is a
+# pytree: it passes through jax.tree_util and jit like any NamedTuple of arrays.
+jax.tree_util.register_static(ODEConfig)
+
 STATIC_ARGNAMES = ("config", "attention", "return_trajectory")
 ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "attention", "max_len"))
+def _prefill(params, x, padding_mask, config, attention, max_len):
+    z, cache = attention.prefill(params, x, padding_mask, max_len)
+    return z, cache.k, cache.v, cache.padding_mask
+
+
+@functools.partial(jax.jit, static_argnames=("config", "attention"))
+def _decode(params, x_t, k, v, padding_mask, index, config, attention):
+    z, cache = attention.decode(params, x_t, KVCache(config, k, v, padding_mask, index))
+    return z, cache.k, cache.v, cache.padding_mask
+
+
+def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=None):
+    """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
+    cfg = ODEConfig.from_any(config)
+    check_mode(cfg)
+    check_max_len(max_len, x.shape[1] if getattr(x, "ndim", 0) == 3 else 0)
+    cfg, attention, x, _ = _setup(params, x, cfg, padding_mask, attention, prepare=False)
+    padding_mask = None if padding_mask is None else jnp.asarray(padding_mask)
+    z, k, v, mask = _prefill(params, x, padding_mask, cfg, attention, int(max_len))
+    return z, KVCache(cfg, k, v, mask, x.shape[1])
+
+
+def decode_step(params, x_t, cache, config, *, attention=None):
+    """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache given
+    is left as it was. Call it outside jit: it is compiled already, once for every position."""
+    cfg = ODEConfig.from_any(config)
+    check_params(params, cfg)
+    x_t = _as_jax(x_t, "x_t", _float_dtypes())
+    check_input(x_t, cfg, array_type=jax.Array, float_dtypes=_float_dtypes(), name="x_t")
+    if isinstance(cache, KVCache) and isinstance(cache.index, jax.core.Tracer):
+        raise TypeError("cache: decode_step runs outside jit (it compiles itself once); got a traced cache")
+    check_decode_input(x_t, cache, cfg)
+    attention = attention_for(cfg, attention, SelfAttention)
+    z, k, v, mask = _decode(params, x_t, cache.k, cache.v, cache.padding_mask, jnp.asarray(cache.index, jnp.int32),
+                            cfg, attention)
+    return z, KVCache(cfg, k, v, mask, cache.index + 1)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from ode_ref.variants import ScaledQuery, check_window
 
-from .attention import SelfAttention
+from .attention import SelfAttention, slot_indices
 
 
 class ScaledQueryAttention(ScaledQuery, SelfAttention):
@@ -18,7 +18,7 @@ class LocalWindowAttention(SelfAttention):
         super().__init__(config)
         self.window = check_window(window)
 
-    def build_mask(self, seq_len, padding_mask=None):
-        i = jnp.arange(seq_len)
-        local = jnp.abs(i[:, None] - i[None, :]) < self.window
-        return super().build_mask(seq_len, padding_mask) & local
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        i, j = slot_indices(seq_len, cache_index)
+        local = jnp.abs(i - j) < self.window
+        return super().build_mask(seq_len, padding_mask, cache_index=cache_index) & local

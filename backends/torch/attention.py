@@ -9,7 +9,14 @@ Differences, each computing the same values:
     in training mode only); build_mask returns None when every key is visible, which lets SDPA
     pick its fused kernels;
   - SDPA returns a zero row for a fully masked query (the spec: a uniform row); only padded
-    queries have one, and postprocess_attn zeroes those in both.
+    queries have one, and postprocess_attn zeroes those in both;
+  - with ALiBi, the bias and the mask go to SDPA as one additive float mask (the bias where
+    visible, the most negative float where not): the spec's values, since exp of either is 0;
+  - RoPE angles are computed in float64 torch ops (the spec's precision), on the weights' device.
+The seed's signatures: ODEFunc(config, pos_encoder=None) and forward(t, x, logical_layer_idx=None,
+pos_encoder=None); the padding mask is keyword-only. The encoding is the config's (ode_use_pe,
+positional_encoding): a pos_encoder object is accepted and not read, and logical_layer_idx is
+accepted and unused (README, decisions).
 """
 
 from __future__ import annotations
@@ -24,12 +31,19 @@ from ode_ref.config import ODEConfig
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
+from .positions import alibi_bias, apply_rope, rope_cos_sin
 
 
 
 def causal_mask(seq_len: int, device=None):
     """(seq, seq) bool, True where key j <= query i."""
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+
+
+def slot_indices(seq_len: int, cache_index=None, device=None):
+    """(query indices (seq_q, 1), key indices (seq,)); decoding: the one query at cache_index."""
+    j = torch.arange(seq_len, device=device)
+    return (j[:, None] if cache_index is None else torch.full((1, 1), cache_index, device=device)), j
 
 
 def positions_from_padding(padding_mask, seq_len: int, device=None):
@@ -42,7 +56,7 @@ class SelfAttention(Stages, nn.Module):
     """The seed's ODEFunc: forward(t, x, padding_mask=None) is f evaluated once. The stage order
     and prepare are ode_ref's Stages; this class writes the stages in torch."""
 
-    def __init__(self, config):
+    def __init__(self, config, pos_encoder=None):
         super().__init__()
         cfg = ODEConfig.from_any(config)
         self.config = cfg
@@ -57,13 +71,18 @@ class SelfAttention(Stages, nn.Module):
     # ---- once per block (Stages.prepare) --------------------------------------------------
     def prepare(self, x, padding_mask=None) -> Prepared:
         """The module owns its parameters, so prepare takes none (Stages.prepare gets the module's)."""
-        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=INPUT_DTYPES, bool_dtype=torch.bool)
+        self.check(x, padding_mask)
+        return Stages.prepare(self, None, x, padding_mask)
+
+    def check(self, x, padding_mask=None, *, name: str = "x") -> None:
+        """The spec's input checks, and x in the parameters' dtype."""
+        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=INPUT_DTYPES, bool_dtype=torch.bool,
+                    name=name)
         if x.dtype != self.qkv.weight.dtype:
             raise TypeError(
-                f"x: expected dtype {self.qkv.weight.dtype} (the module's parameter dtype; "
+                f"{name}: expected dtype {self.qkv.weight.dtype} (the module's parameter dtype; "
                 f"convert the module with .to(dtype)); got {x.dtype}"
             )
-        return Stages.prepare(self, None, x, padding_mask)
 
     def weights(self, params, x):
         """The module's own parameters (params is None): already in x's dtype, checked above."""
@@ -77,15 +96,40 @@ class SelfAttention(Stages, nn.Module):
     def seq_len(self, x) -> int:
         return x.shape[1]
 
-    def build_mask(self, seq_len: int, padding_mask=None):
-        """bool (batch | 1, 1, seq, seq), or None when every key is visible (SDPA's fast path)."""
+    def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
+        """bool (batch | 1, 1, seq_q, seq_k), or None when every key is visible (SDPA's fast path)."""
         mask = None
         if self.mode == "decoder":
-            mask = causal_mask(seq_len, self.qkv.weight.device)[None, None]
+            i, j = slot_indices(seq_len, cache_index, self.qkv.weight.device)
+            mask = (j <= i)[None, None]
         if padding_mask is not None:
             keys = padding_mask[:, None, None, :]
             mask = keys if mask is None else mask & keys
         return mask
+
+    def rope_tables(self, positions, bound: int, like):
+        return rope_cos_sin(positions, self.config, like.dtype)
+
+    def alibi_bias(self, positions_q, positions_k, like):
+        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+
+    # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
+    def all_real(self, x):
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+
+    def pad_slots(self, a, max_len: int):
+        return torch.cat([a, a.new_zeros((a.shape[0], max_len - a.shape[1], *a.shape[2:]))], dim=1)
+
+    def write_slot(self, buffer, new, index):
+        """Out of place: the cache given is never written."""
+        return torch.slice_scatter(buffer, new, dim=1, start=index, end=index + 1)
+
+    def read_slot(self, a, index):
+        return a[:, index:index + 1]
+
+    def mark_slot(self, padding_mask, index):
+        return torch.slice_scatter(padding_mask, padding_mask.new_ones((padding_mask.shape[0], 1)), dim=1,
+                                   start=index, end=index + 1)
 
     # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
     def hide_padding(self, z, padding_mask=None):
@@ -102,11 +146,15 @@ class SelfAttention(Stages, nn.Module):
         qkv = self._linear(h, w_qkv).view(b, t, 3, self.num_heads, self.head_dim)
         return qkv.unbind(dim=2)
 
-    def preprocess_qkv(self, q, k, v, *, t, positions):
-        return q, k, v
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        if rope is None:
+            return q, k, v
+        return apply_rope(q, *rope), apply_rope(k, *rope), v
 
-    def attn(self, q, k, v, mask):
-        """q, k, v: (batch, seq, heads, head_dim) -> like q."""
+    def attn(self, q, k, v, mask, bias=None):
+        """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim) -> like q."""
+        if bias is not None:  # one additive mask: the bias where visible
+            mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         p = self.dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)
@@ -124,8 +172,20 @@ class SelfAttention(Stages, nn.Module):
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
 
-    def forward(self, t, x, padding_mask=None):
+    def forward(self, t, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None):
+        """f(t, x) once; the seed's signature (logical_layer_idx, pos_encoder: accepted, not read)."""
+        check_seed_arguments(logical_layer_idx)
         return self.evaluate(self.prepare(x, padding_mask), t, x)
+
+
+def check_seed_arguments(logical_layer_idx) -> None:
+    """The seed's logical_layer_idx is an int or None; anything else (a mask passed positionally,
+    say) is refused rather than ignored."""
+    if logical_layer_idx is not None and (isinstance(logical_layer_idx, bool) or not isinstance(logical_layer_idx, int)):
+        raise TypeError(
+            f"logical_layer_idx: expected an int or None (the padding mask is keyword-only: "
+            f"padding_mask=...); got {type(logical_layer_idx).__name__}"
+        )
 
 
 ODEFunc = SelfAttention  # the seed's name

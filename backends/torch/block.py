@@ -1,7 +1,11 @@
 """The ODE attention block in PyTorch; port of ode_ref/block.py as the seed's nn.Modules.
 
-    ODEFunc(config).forward(t, x, padding_mask=None)       f once      (attention.SelfAttention)
-    ODEAttentionBlock(config).forward(x, padding_mask=None) z(1)
+    ODEFunc(config).forward(t, x, *, padding_mask=None)       f once      (attention.SelfAttention)
+    ODEAttentionBlock(config).forward(x, *, padding_mask=None) z(1)
+    .prefill(x, padding_mask=None, *, max_len) -> (z(1), cache);  .decode_step(x_t, cache) -> (z_t, cache)
+
+The seed's signatures are accepted: ODEAttentionBlock(config, pos_encoder=None) and
+forward(x, logical_layer_idx=None, pos_encoder=None); see attention.py.
 
 The ODE loop is ode_ref.rk.integrate itself (it only adds and scales), so the torch block runs
 the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
@@ -14,16 +18,17 @@ import torch
 from torch import nn
 
 from ode_ref.block import attention_for
+from ode_ref.cache import check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.rk import integrate
 from ode_ref.tableaus import TABLEAUS
 
-from .attention import SelfAttention
+from .attention import SelfAttention, check_seed_arguments
 from .params import load_params
 
 
 class ODEAttentionBlock(nn.Module):
-    def __init__(self, config, ode_func: SelfAttention | None = None):
+    def __init__(self, config, pos_encoder=None, *, ode_func: SelfAttention | None = None):
         super().__init__()
         cfg = ODEConfig.from_any(config)
         self.config = cfg
@@ -34,14 +39,30 @@ class ODEAttentionBlock(nn.Module):
     @classmethod
     def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None):
         """A block in evaluation mode with the spec's parameters loaded (checked, strict names)."""
-        block = cls(config, ode_func).to(dtype).eval()
+        block = cls(config, ode_func=ode_func).to(dtype).eval()
         load_params(block, params)
         return block
 
-    def forward(self, x, padding_mask=None, *, return_trajectory: bool = False):
+    def forward(self, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None,
+                return_trajectory: bool = False):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""
+        check_seed_arguments(logical_layer_idx)
         prepared = self.ode_func.prepare(x, padding_mask)
         states = integrate(lambda t, z: self.ode_func.evaluate(prepared, t, z), x, self.tableau, self.steps)
         if return_trajectory:
             return states[-1], torch.stack(states)
         return states[-1]
+
+    def prefill(self, x, padding_mask=None, *, max_len: int):
+        """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
+        check_mode(self.config)
+        check_max_len(max_len, x.shape[1] if isinstance(x, torch.Tensor) and x.ndim == 3 else 0)
+        self.ode_func.check(x, padding_mask)
+        return self.ode_func.prefill(None, x, padding_mask, int(max_len))
+
+    def decode_step(self, x_t, cache):
+        """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache
+        given is not written. Compiles with torch.compile(fullgraph=True)."""
+        self.ode_func.check(x_t, name="x_t")
+        check_decode_input(x_t, cache, self.config)
+        return self.ode_func.decode(None, x_t, cache)

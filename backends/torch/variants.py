@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 from ode_ref.variants import ScaledQuery, check_window
 
-from .attention import SelfAttention
+from .attention import SelfAttention, slot_indices
 
 
 class ScaledQueryAttention(ScaledQuery, SelfAttention):
@@ -18,8 +16,8 @@ class LocalWindowAttention(SelfAttention):
         super().__init__(config)
         self.window = check_window(window)
 
-    def build_mask(self, seq_len, padding_mask=None):
-        i = torch.arange(seq_len, device=self.qkv.weight.device)
-        local = ((i[:, None] - i[None, :]).abs() < self.window)[None, None]
-        mask = super().build_mask(seq_len, padding_mask)
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        i, j = slot_indices(seq_len, cache_index, self.qkv.weight.device)
+        local = ((i - j).abs() < self.window)[None, None]
+        mask = super().build_mask(seq_len, padding_mask, cache_index=cache_index)
         return local if mask is None else mask & local

@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-MODULES = ["norms", "bitlinear", "attention", "variants"]
+MODULES = ["norms", "bitlinear", "positions", "attention", "variants"]
 PORTS = {"torch": "odeattn.backends.torch", "jax": "odeattn.backends.jax", "export": "odeattn.export"}
 # Written once in the spec and run by every port, so no port defines its own.
 SHARED = {("attention", "Stages"), ("attention", "Prepared")}
@@ -21,15 +21,26 @@ REPLACED = {
     ("export", "bitlinear", "weight_scale"): "done at export time by the spec's ternarize_weight",
     ("export", "bitlinear", "ternarize_weight"): "done at export time by the spec's own function",
     ("export", "variants", "*"): "variants are Python overrides; the export refuses them by name",
+    **{(port, "positions", name): "the spec's float64 constants, imported by the port"
+       for port in ("torch", "jax", "export") for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
 }
 # Stages whose signature deliberately differs, in every SelfAttention class of a port.
 DIFFERENT_STAGES = {("torch", "prepare"): "the module owns its parameters: prepare(x, padding_mask)"}
 # Stages a port holds otherwise, in every SelfAttention class of it.
-REPLACED_STAGES = {("torch", "norm"): "the nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage"}
+REPLACED_STAGES = {
+    ("torch", "norm"): "the nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage",
+    ("export", "all_real"): "prefill is not exported: the decode-step model is fed a cache that prefill made",
+    ("export", "pad_slots"): "likewise, prefill only",
+}
 # Signatures that deliberately differ: (port, module, name) -> why.
 DIFFERENT = {
     ("torch", "attention", "causal_mask"): "takes the device the mask is built on",
     ("torch", "attention", "positions_from_padding"): "takes the device",
+    ("torch", "attention", "slot_indices"): "takes the device",
+    ("torch", "attention", "SelfAttention"): "the seed's ODEFunc(config, pos_encoder=None); the config decides the encoding",
+    ("jax", "positions", "rope_cos_sin"): "gathers from a float64 table made at trace time: needs the static bound",
+    ("export", "positions", "rope_cos_sin"): "always float32 in the graph: (positions, config)",
+    ("export", "positions", "alibi_bias"): "always float32 in the graph: (positions_q, positions_k, config)",
     ("export", "attention", "SelfAttention"): "the graph's opset: SelfAttention(config, opset)",
     ("export", "attention", "masked_fill_min"): "builds nodes in a graph body: (g, s, mask)",
     ("export", "attention", "softmax"): "builds nodes in a graph body: (g, s)",

@@ -178,7 +178,7 @@ def test_stage_times_are_not_in_the_state_dtype():
     seen = []
 
     class Records(J.SelfAttention):
-        def preprocess_qkv(self, q, k, v, *, t, positions):
+        def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
             seen.append(jnp.asarray(t).dtype)
             return q, k, v
 

@@ -24,7 +24,7 @@ def run(block, x, mask=None, dtype=torch.float64, **kw):
     xt = torch.as_tensor(x).to(dtype)
     mt = None if mask is None else torch.as_tensor(mask)
     with torch.no_grad():
-        return block(xt, mt, **kw)
+        return block(xt, padding_mask=mt, **kw)
 
 
 def test_bfloat16_runs_within_its_stated_bound():
@@ -86,7 +86,7 @@ def test_seed_attribute_names_and_forwards():
 def test_function_forward_equals_spec_ode_func():
     case = CASES[3]
     block = build(case.config, case.params)
-    got = block.ode_func(0.25, torch.as_tensor(case.x), None if case.padding_mask is None else torch.as_tensor(case.padding_mask))
+    got = block.ode_func(0.25, torch.as_tensor(case.x), padding_mask=None if case.padding_mask is None else torch.as_tensor(case.padding_mask))
     want = R.ode_func(case.params, 0.25, case.x, case.config, case.padding_mask)
     assert relative_error(got.detach().numpy(), want) <= 1e-13
 
@@ -98,7 +98,7 @@ def test_padded_positions_unchanged_and_decoder_causal():
     x = torch.randn(2, 6, 8, dtype=torch.float64)
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     with torch.no_grad():
-        z = block(x, mask)
+        z = block(x, padding_mask=mask)
         assert torch.equal(z[~mask], x[~mask]) and torch.isfinite(z).all()
         x2 = x.clone()
         x2[:, 3:] += 5.0
@@ -172,9 +172,9 @@ def test_errors_match_the_spec():
     with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16; got int64"):
         block(torch.ones(1, 3, 8, dtype=torch.long))
     with pytest.raises(ValueError, match=r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 4\)"):
-        block(torch.randn(1, 3, 8), torch.ones(1, 4, dtype=torch.bool))
+        block(torch.randn(1, 3, 8), padding_mask=torch.ones(1, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="padding_mask: expected a bool torch.Tensor .*; got torch.int64"):
-        block(torch.randn(1, 3, 8), torch.ones(1, 3, dtype=torch.long))
+        block(torch.randn(1, 3, 8), padding_mask=torch.ones(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="ode_solver: expected one of .*; got 'dopri5'"):
         ODEAttentionBlock({"hidden_size": 8, "num_heads": 2, "ode_solver": "dopri5"})
     with pytest.raises(ValueError, match=r"params: .* missing \['ode_func.norm.bias'\]"):

@@ -20,6 +20,6 @@ def test_ported_variant_equals_spec_variant(case, spec_cls, port_cls, kwargs):
     block = T.ODEAttentionBlock.from_params(case.config, case.params, dtype=torch.float64, ode_func=func)
     mask = None if case.padding_mask is None else torch.as_tensor(case.padding_mask)
     with torch.no_grad():
-        got = block(torch.as_tensor(case.x), mask).numpy()
+        got = block(torch.as_tensor(case.x), padding_mask=mask).numpy()
     want = R.ode_block(case.params, case.x, case.config, case.padding_mask, attention=spec_cls(case.config, **kwargs))
     assert relative_error(got, want) <= 1e-12

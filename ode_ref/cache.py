@@ -1,0 +1,104 @@
+"""The ODE-aware KV cache: exact incremental decoding of a decoder-mode block.
+
+In decoder mode the state of token i at every evaluation of f (step x stage) depends only on the
+states of tokens <= i at that evaluation. So keeping each evaluation's K and V (after
+preprocess_qkv: rotated) lets a new token run the whole ODE alone, attending at evaluation e to
+the cached K and V of evaluation e: prefill on T tokens then k decode steps equals ode_block on
+the T + k tokens, up to the order of floating-point sums.
+
+    KVCache    config, k and v (one (batch, max_len, heads, head_dim) array per evaluation, in
+               evaluation order: step-major, stage-minor), padding_mask (batch, max_len), index
+    CacheSlots the hook Stages.evaluate calls after preprocess_qkv: records K, V (prefill) or
+               writes the new token's K, V at `index` and returns every slot (decode)
+    check_decode_input  the checks every port runs before a decode step
+
+Memory: 2 x ode_steps x stages x max_len x d_model values per batch row (stages: 1 Euler, 4 RK4).
+The Python-level state is immutable: each step returns a new cache and never writes the old one,
+so a step can be replayed or a prefix branched.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, NamedTuple
+
+from .config import ODEConfig, dtype_name
+from .tableaus import TABLEAUS
+
+
+class KVCache(NamedTuple):
+    config: ODEConfig  # the block's config; a step under another config is refused
+    k: tuple  # per evaluation: (batch, max_len, heads, head_dim), slots >= index unwritten
+    v: tuple  # likewise
+    padding_mask: Any  # bool (batch, max_len): True = a real token in that slot
+    index: int  # slots written; the next token goes to slot `index`
+
+    @property
+    def max_len(self) -> int:
+        return int(self.padding_mask.shape[1])
+
+    @property
+    def batch(self) -> int:
+        return int(self.padding_mask.shape[0])
+
+
+def evaluations(config: ODEConfig) -> int:
+    """How many times a block evaluates f: ode_steps x the tableau's stages (one cache slot each)."""
+    return config.ode_steps * len(TABLEAUS[config.ode_solver].c)
+
+
+def cache_values(config: ODEConfig, batch: int, max_len: int) -> int:
+    """The cache's size in values (K and V of every evaluation)."""
+    return 2 * evaluations(config) * batch * max_len * config.hidden_size
+
+
+class CacheSlots:
+    """The kv hook of Stages.evaluate, called once per evaluation of f, in evaluation order.
+    past None (prefill): records (k, v) and returns them. Else (decode): writes the new token's
+    k, v at slot `index` of the past evaluation's arrays and returns all slots."""
+
+    def __init__(self, attention, past: KVCache | None = None):
+        self.attention, self.past = attention, past
+        self.k: list = []
+        self.v: list = []
+
+    def __call__(self, k, v):
+        if self.past is not None:
+            e, write = len(self.k), self.attention.write_slot
+            k, v = write(self.past.k[e], k, self.past.index), write(self.past.v[e], v, self.past.index)
+        self.k.append(k)
+        self.v.append(v)
+        return k, v
+
+
+def check_mode(cfg: ODEConfig) -> None:
+    if cfg.mode != "decoder":
+        raise ValueError(
+            f"mode: cached decoding needs mode='decoder' (in encoder mode every token sees later "
+            f"ones); got {cfg.mode!r}"
+        )
+
+
+def check_max_len(max_len, seq_len: int) -> int:
+    if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < seq_len:
+        raise ValueError(f"max_len: expected an integer >= the prompt's length {seq_len}; got {max_len!r}")
+    return int(max_len)
+
+
+def check_decode_input(x_t, cache, cfg: ODEConfig) -> None:
+    """ValueError/TypeError naming what is wrong with a decode step's x_t or cache."""
+    check_mode(cfg)
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache: expected the KVCache that prefill or decode_step returned; got {type(cache).__name__}")
+    if cache.config != cfg:
+        raise ValueError(f"cache: built for config {cache.config}, not {cfg}")
+    n = evaluations(cfg)
+    if len(cache.k) != n or len(cache.v) != n:
+        raise ValueError(f"cache: expected K and V for {n} evaluations; got {len(cache.k)} and {len(cache.v)}")
+    want = (cache.batch, 1, cfg.hidden_size)
+    if tuple(x_t.shape) != want:
+        raise ValueError(f"x_t: expected shape {want} (the cache's batch, one token, d_model); got {tuple(x_t.shape)}")
+    if dtype_name(x_t.dtype) != dtype_name(cache.k[0].dtype):
+        raise TypeError(f"x_t: expected dtype {dtype_name(cache.k[0].dtype)} (the cache's); got {dtype_name(x_t.dtype)}")
+    if cache.index >= cache.max_len:
+        raise ValueError(f"cache: full ({cache.index} of {cache.max_len} slots written); prefill with a larger max_len")

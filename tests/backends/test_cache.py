@@ -1,0 +1,149 @@
+"""Cached decoding in every port: equal to the spec, refusing the same inputs with the same
+messages; and what each port promises of its decode step (torch.compile, JAX compiled once)."""
+
+import numpy as np
+import pytest
+
+import ode_ref as R
+from odeattn.conformance.fair import make_inputs
+from odeattn.conformance.tolerance import relative_error
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+from odeattn.backends import jax as J  # noqa: E402
+from odeattn.backends import torch as TP  # noqa: E402
+
+T, K = 5, 3
+
+
+class Spec:
+    def __init__(self, cfg, params, dtype):
+        self.cfg, self.params, self.dtype = cfg, params, dtype
+
+    def prefill(self, x, mask, max_len):
+        return R.prefill(self.params, x, self.cfg, mask, max_len=max_len)
+
+    def decode(self, x_t, cache):
+        return R.decode_step(self.params, x_t, cache, self.cfg)
+
+    def array(self, a):
+        return a
+
+
+class Torch(Spec):
+    def __init__(self, cfg, params, dtype):
+        super().__init__(cfg, params, dtype)
+        self.block = TP.ODEAttentionBlock.from_params(cfg, params, dtype=getattr(torch, dtype))
+
+    def prefill(self, x, mask, max_len):
+        with torch.no_grad():
+            return self.block.prefill(torch.from_numpy(x), None if mask is None else torch.from_numpy(mask), max_len=max_len)
+
+    def decode(self, x_t, cache):
+        with torch.no_grad():
+            return self.block.decode_step(torch.from_numpy(x_t), cache)
+
+    def array(self, a):
+        return a.numpy()
+
+
+class Jax(Spec):
+    def prefill(self, x, mask, max_len):
+        return J.prefill(self.params, x, self.cfg, mask, max_len=max_len)
+
+    def decode(self, x_t, cache):
+        return J.decode_step(self.params, x_t, cache, self.cfg)
+
+    def array(self, a):
+        return np.asarray(a)
+
+
+PORTS = {"spec": Spec, "torch": Torch, "jax": Jax}
+CFG = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_solver="heun", ode_steps=2, use_bitnet=True,
+                  norm_type="derf", ode_use_pe=True, positional_encoding="rope")
+
+
+def run(port, cfg, dtype="float64", seed=0):
+    params = R.init_params(cfg, seed=seed, perturb_norms=True)
+    x, mask, _ = make_inputs(cfg, params, 3, T + K, seed=seed, padding=True, decoded=K)
+    api = PORTS[port](cfg, params, dtype)
+    z, cache = api.prefill(x[:, :T].astype(dtype), mask[:, :T], T + K)
+    out = [api.array(z)]
+    for i in range(T, T + K):
+        z_t, cache = api.decode(x[:, i:i + 1].astype(dtype), cache)
+        out.append(api.array(z_t))
+    return np.concatenate(out, axis=1), R.ode_block(params, x, cfg, mask), cache
+
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+@pytest.mark.parametrize("port", ["torch", "jax"])
+def test_port_decodes_as_the_whole_sequence(port, encoding):
+    """float64 to 1e-12 (the spec's own bound, tests/ode_ref/test_cache.py); the spec's matrix of
+    solvers, norms and options is covered there, where every port's stages come from Stages."""
+    cfg = R.ODEConfig(**{**CFG.to_dict(), "positional_encoding": encoding})
+    with jax.enable_x64(True):
+        got, want, cache = run(port, cfg)
+    assert relative_error(got, want) <= 1e-12
+    assert cache.index == T + K and cache.k[0].shape == (3, T + K, 3, 4)
+
+
+def bad_calls(api, x, cache, other_cache):
+    """(expected error, call) pairs: every port must refuse each, with the field named."""
+    x_t = x[:, :1]
+    return [
+        ("max_len: expected an integer >= the prompt's length 5", lambda: api.prefill(x, None, 4)),
+        ("max_len: expected an integer >= the prompt's length 5", lambda: api.prefill(x, None, 7.0)),
+        ("cache: full", lambda: api.decode(x_t, api.prefill(x, None, 5)[1])),
+        ("cache: built for config", lambda: api.decode(x_t, other_cache)),
+        ("cache: expected the KVCache", lambda: api.decode(x_t, tuple(cache))),
+        ("x_t: expected shape (3, 1, 12)", lambda: api.decode(x[:, :2], cache)),
+        ("x_t: expected shape (3, 1, 12)", lambda: api.decode(x[:2, :1], cache)),
+        ("x_t: expected dtype", lambda: api.decode(x_t.astype(np.float32), cache)),
+        ("x_t: expected shape (batch, seq, 12)", lambda: api.decode(x_t[..., :8], cache)),
+    ]
+
+
+@pytest.mark.parametrize("port", list(PORTS))
+def test_every_port_refuses_the_same_inputs(port):
+    params = R.init_params(CFG)
+    x = np.random.default_rng(0).normal(size=(3, T, 12))
+    other = R.ODEConfig(**{**CFG.to_dict(), "ode_use_pe": False})
+    with jax.enable_x64(True):
+        api = PORTS[port](CFG, params, "float64")
+        cache = api.prefill(x, None, 8)[1]
+        other_cache = PORTS[port](other, params, "float64").prefill(x, None, 8)[1]
+        for message, call in bad_calls(api, x, cache, other_cache):
+            with pytest.raises((ValueError, TypeError), match=f"^{message}".replace("(", r"\(").replace(")", r"\)")):
+                call()
+        encoder = R.ODEConfig(hidden_size=12, num_heads=3)
+        with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
+            PORTS[port](encoder, R.init_params(encoder), "float64").prefill(x, None, 8)
+
+
+def test_torch_decode_step_compiles_fullgraph():
+    """Traced whole by Dynamo (fullgraph=True: a graph break raises); the eager backend keeps the
+    test fast, since the property is Dynamo's, not the code generator's."""
+    cfg = R.ODEConfig(**{**CFG.to_dict(), "positional_encoding": "alibi", "use_bitnet": False})
+    api = Torch(cfg, R.init_params(cfg), "float32")
+    step = torch.compile(api.block.decode_step, fullgraph=True, backend="eager")
+    x = torch.randn(3, 7, 12)
+    with torch.no_grad():
+        full = api.block(x)
+        _, cache = api.block.prefill(x[:, :4], max_len=7)
+        for i in range(4, 7):
+            z_t, cache = step(x[:, i:i + 1], cache)
+            torch.testing.assert_close(z_t, full[:, i:i + 1], rtol=0, atol=1e-5)
+
+
+def test_jax_decode_step_compiles_once_for_every_position():
+    before = J.block._decode._cache_size()
+    got, want, _ = run("jax", CFG, "float32", seed=1)
+    assert J.block._decode._cache_size() == before + 1
+    assert relative_error(got, want) <= 1e-5
+
+
+def test_jax_decode_step_refuses_a_traced_cache():
+    params = R.init_params(CFG)
+    _, cache = J.prefill(params, np.zeros((1, 2, 12), np.float32), CFG, max_len=4)
+    with pytest.raises(TypeError, match="cache: decode_step runs outside jit"):
+        jax.jit(lambda c: J.decode_step(params, np.zeros((1, 1, 12), np.float32), c, CFG))(cache)
