@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 from ode_ref.attention import Stages
@@ -113,7 +114,23 @@ class SelfAttention(Stages):
     def alibi_bias(self, positions_q: Value, positions_k: Value, like: Value) -> Value:
         return alibi_bias(positions_q, positions_k, self.config)
 
-    # ---- the cache's slots (Stages.decode, in the decode-step model); axis 1 is the slot -------------
+    # ---- the cache's slots (Stages.prefill and Stages.decode, in their models); axis 1 is the slot --
+    def all_real(self, x: Value) -> Value:
+        """bool (batch, seq) all True."""
+        g = x.body
+        return g.op("ConstantOfShape", g.op("Shape", x, start=0, end=2), value=onnx.numpy_helper.from_array(np.array([True])))
+
+    def pad_slots(self, a: Value, max_len: Value) -> Value:
+        """a (batch, seq, ...) of any rank zero-padded (False for bool) at the end of axis 1 to
+        max_len slots (an int64 (1,) Value): pads [0, .., 0 | 0, max_len - seq, 0, ..]."""
+        g = a.body
+        rank = g.op("Shape", g.op("Shape", a))  # (1,)
+        zeros = g.op("ConstantOfShape", rank, value=onnx.numpy_helper.from_array(np.array([0], np.int64)))
+        axis = g.op("Range", g.const(0, np.int64), g.op("Squeeze", rank, g.ints(0)), g.const(1, np.int64))
+        extra = g.op("Sub", max_len, g.op("Shape", a, start=1, end=2))
+        ends = g.op("Where", g.op("Equal", axis, g.const(1, np.int64)), extra, zeros)
+        return g.op("Pad", a, g.op("Concat", zeros, ends, axis=0))
+
     def _slot(self, index: Value, like: Value, rank: int) -> Value:
         """bool (1, max_len, 1, ...) of the given rank: True at slot index."""
         g = index.body

@@ -10,6 +10,12 @@ function `ode_func` per stage, combined with the tableau's coefficients. Every s
 therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
 once: its size does not grow with ode_steps.
 
+export_prefill_model: the prompt through a decoder-mode block, returning the cache, opset 17:
+
+    inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq]; max_len int64 []
+    outputs: z float32 [batch, seq, d_model]; present_key_<e>, present_value_<e> float32
+             [batch, max_len, heads, head_dim]; present_padding_mask bool [batch, max_len]
+
 export_decode_model: one decoding step of a decoder-mode block, on the spec's fixed-size cache
 (ode_ref/cache.py), opset 17:
 
@@ -18,8 +24,9 @@ export_decode_model: one decoding step of a decoder-mode block, on the spec's fi
              [batch, max_len, heads, head_dim] for each evaluation e = 0 .. steps x stages - 1
     outputs: z float32 [batch, 1, d_model]; present_padding_mask; present_key_<e>, present_value_<e>
 
-A generation loop feeds the present outputs back as the past inputs with index + 1. The steps are
-unrolled in the main graph: each evaluation of f reads and writes its own cache slot.
+A generation loop feeds the present outputs back as the past inputs with index + 1. Both models
+are ode_ref's Stages.prefill and Stages.decode run on symbolic values, their steps unrolled in the
+main graph: each evaluation of f records, or reads and writes, its own cache slot.
 """
 
 from __future__ import annotations
@@ -196,30 +203,57 @@ def decode_names(config) -> tuple[list[str], list[str]]:
     return past, present
 
 
-def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
-    """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32); see
-    the module's docstring for its inputs and outputs."""
+def _cached_model(cfg, params, opset, main, z, cache, inputs, kind: str) -> onnx.ModelProto:
+    """The model whose outputs are z and the cache's present arrays, named as decode_names says."""
+    _, present = decode_names(cfg)
+    for value, name in zip([z, *cache.k, *cache.v, cache.padding_mask], ["z", *present]):
+        main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
+    kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
+    outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq" if kind == "prefill" else 1, cfg.hidden_size])]
+    outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, kv) for name in present[:-1]]
+    outputs.append(helper.make_tensor_value_info(present[-1], TensorProto.BOOL, ["batch", "max_len"]))
+    return _model(cfg, params, main, inputs, outputs, [], opset, kind=kind)
+
+
+def _check_cached(config, params, opset, attention):
     cfg = _checked(config, params, opset, attention)
     check_mode(cfg)
     if opset != 17:
-        raise ValueError(f"opset: the decode-step model is exported at opset 17; got {opset!r}")
-    att = SelfAttention(cfg, opset)
+        raise ValueError(f"opset: the prefill and decode-step models are exported at opset 17; got {opset!r}")
+    return cfg
+
+
+def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
+    """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto
+    (float32); see the module's docstring for its inputs and outputs."""
+    cfg = _check_cached(config, params, opset, attention)
+    main = Body("", opset)
+    x, mask = Value(main, "x"), Value(main, "padding_mask")
+    max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
+    z, cache = SelfAttention(cfg, opset).prefill(_weights(cfg, main), x, mask, max_len)
+    d = cfg.hidden_size
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d]),
+              helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]),
+              helper.make_tensor_value_info("max_len", TensorProto.INT64, [])]
+    return _cached_model(cfg, params, opset, main, z, cache, inputs, "prefill")
+
+
+def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
+    """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32); see
+    the module's docstring for its inputs and outputs."""
+    cfg = _check_cached(config, params, opset, attention)
     main = Body("", opset)
     n = evaluations(cfg)
-    past, present = decode_names(cfg)
+    past, _ = decode_names(cfg)
     cache = KVCache(cfg, tuple(Value(main, name) for name in past[:n]), tuple(Value(main, name) for name in past[n:2 * n]),
                     Value(main, "padding_mask"), Value(main, "index"))
-    z, new = att.decode(_weights(cfg, main), Value(main, "x_t"), cache)
-    for value, name in zip([z, *new.k, *new.v, new.padding_mask], ["z", *present]):
-        main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
-
-    d, kv = cfg.hidden_size, ["batch", "max_len", cfg.num_heads, cfg.head_dim]
-    info = lambda name, kind, shape: helper.make_tensor_value_info(name, kind, shape)  # noqa: E731
-    inputs = [info("x_t", TensorProto.FLOAT, ["batch", 1, d]), info("index", TensorProto.INT64, [])]
-    inputs += [info(name, TensorProto.FLOAT, kv) for name in past[:2 * n]] + [info("padding_mask", TensorProto.BOOL, ["batch", "max_len"])]
-    outputs = [info("z", TensorProto.FLOAT, ["batch", 1, d])] + [info(name, TensorProto.FLOAT, kv) for name in present[:2 * n]]
-    outputs.append(info("present_padding_mask", TensorProto.BOOL, ["batch", "max_len"]))
-    return _model(cfg, params, main, inputs, outputs, [], opset, kind="decode_step")
+    z, new = SelfAttention(cfg, opset).decode(_weights(cfg, main), Value(main, "x_t"), cache)
+    kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
+    inputs = [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 1, cfg.hidden_size]),
+              helper.make_tensor_value_info("index", TensorProto.INT64, [])]
+    inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, kv) for name in past[:2 * n]]
+    inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "max_len"]))
+    return _cached_model(cfg, params, opset, main, z, new, inputs, "decode_step")
 
 
 def check(model: onnx.ModelProto) -> None:

@@ -29,8 +29,6 @@ DIFFERENT_STAGES = {("torch", "prepare"): "the module owns its parameters: prepa
 # Stages a port holds otherwise, in every SelfAttention class of it.
 REPLACED_STAGES = {
     ("torch", "norm"): "the nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage",
-    ("export", "all_real"): "prefill is not exported: the decode-step model is fed a cache that prefill made",
-    ("export", "pad_slots"): "likewise, prefill only",
 }
 # Signatures that deliberately differ: (port, module, name) -> why.
 DIFFERENT = {

@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.fair import make_inputs  # noqa: E402
 from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
-from odeattn.export.block import check, decode_names, export_decode_model, export_model  # noqa: E402
+from odeattn.export.block import check, decode_names, export_decode_model, export_model, export_prefill_model  # noqa: E402
 from odeattn.export.runtime import session  # noqa: E402
 
 
@@ -22,10 +22,11 @@ def cfg(**kw):
 
 @pytest.mark.parametrize("encoding", ["rope", "alibi"])
 def test_generation_loop_in_onnxruntime_equals_the_spec(encoding):
-    """A 4-token left-padded prompt prefilled by the spec, then 32 tokens decoded by ONNX Runtime
-    feeding each step's present cache back as the next past: every token's z equals ode_block on
-    the whole sequence within the suite's float32 tolerance (derived from the spec's own float32
-    error on that sequence). head_dim 7 is odd: its last channel is not rotated."""
+    """A padded 4-token prompt through the prefill model, then 32 tokens decoded by the decode-step
+    model, feeding each step's present cache back as the next past, all in ONNX Runtime: every
+    token's z equals ode_block on the whole sequence within the suite's float32 tolerance (derived
+    from the spec's own float32 error on that sequence). head_dim 7 is odd: its last channel is
+    not rotated."""
     c = cfg(positional_encoding=encoding)  # BitLinear: in the decode golden cases (36 tokens leave no fair draw)
     params = R.init_params(c, seed=5, perturb_norms=True)
     prompt, steps = 4, 32
@@ -33,18 +34,20 @@ def test_generation_loop_in_onnxruntime_equals_the_spec(encoding):
     want = R.ode_block(params, x, c, mask)
     e32 = relative_error(R.ode_block(params, x.astype(np.float32), c, mask), want)
 
-    model = export_decode_model(c, params)
-    check(model)
-    sess = session(model)
-    _, cache = R.prefill(params, x[:, :prompt].astype(np.float32), c, mask[:, :prompt], max_len=prompt + steps)
+    prefill, decode = export_prefill_model(c, params), export_decode_model(c, params)
+    check(prefill)
+    check(decode)
     past, present = decode_names(c)
-    feeds = dict(zip(past, [*cache.k, *cache.v, cache.padding_mask]))
-    got = []
+    z, *state = session(prefill).run(["z", *present], {"x": x[:, :prompt].astype(np.float32), "padding_mask": mask[:, :prompt],
+                                                       "max_len": np.array(prompt + steps)})
+    feeds = dict(zip(past, state))
+    got = [z]
+    sess = session(decode)
     for i in range(prompt, prompt + steps):
         z, *state = sess.run(["z", *present], {"x_t": x[:, i:i + 1].astype(np.float32), "index": np.array(i), **feeds})
         got.append(z)
         feeds = dict(zip(past, state))
-    assert relative_error(np.concatenate(got, axis=1), want[:, prompt:]) <= tolerance(e32, "float32")
+    assert relative_error(np.concatenate(got, axis=1), want) <= tolerance(e32, "float32")
     np.testing.assert_array_equal(feeds["padding_mask"], mask)
 
 
@@ -59,7 +62,8 @@ def test_positions_pass_the_checker(opset, encoding):
 
 
 def test_decode_model_refuses_what_it_cannot_do():
-    with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
-        export_decode_model(cfg(mode="encoder"), R.init_params(cfg(mode="encoder")))
-    with pytest.raises(ValueError, match="^opset: the decode-step model is exported at opset 17"):
+    for export in (export_prefill_model, export_decode_model):
+        with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
+            export(cfg(mode="encoder"), R.init_params(cfg(mode="encoder")))
+    with pytest.raises(ValueError, match="^opset: the prefill and decode-step models are exported at opset 17"):
         export_decode_model(cfg(), R.init_params(cfg()), opset=23)

@@ -51,9 +51,12 @@ def test_bfloat16_runs_within_its_stated_bound():
     assert np.median(errors) < 0.05
 
 
-def test_checkpoint_of_the_seed_module_loads_strict():
-    """A state_dict with the seed's keys (here written out by hand) loads with strict=True."""
-    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="derf", use_bitnet=True)
+@pytest.mark.parametrize("encoding", ["none", "rope", "alibi"])
+def test_checkpoint_of_the_seed_module_loads_strict(encoding):
+    """A state_dict with the seed's keys (here written out by hand) loads with strict=True, also
+    with positions on: the encoders hold no state, as the seed's hold none."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="derf", use_bitnet=True, mode="decoder",
+                      ode_use_pe=encoding != "none", positional_encoding=encoding)
     seed_state = {
         "ode_func.qkv.weight": torch.randn(24, 8),
         "ode_func.out_proj.weight": torch.randn(8, 8),
@@ -81,6 +84,24 @@ def test_seed_attribute_names_and_forwards():
     assert (block.solver, block.steps) == ("rk38", 3)
     x = torch.randn(2, 4, 12)
     assert f(0.0, x).shape == x.shape and block(x).shape == x.shape
+
+
+def test_the_seeds_positional_signatures_are_accepted():
+    """ODEFunc(config, pos_encoder=None), forward(t, x, logical_layer_idx=None, pos_encoder=None) and
+    the block's equivalents. The config decides the encoding (an encoder object is not read); a
+    mask passed where the seed has logical_layer_idx is refused, not taken for a layer index."""
+    cfg = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_use_pe=True, positional_encoding="rope")
+    params = R.init_params(cfg, seed=1)
+    block = ODEAttentionBlock(cfg, pos_encoder=None).double()
+    load_params(block, params)
+    f = ODEFunc(cfg, pos_encoder=object()).double()
+    f.load_state_dict(block.ode_func.state_dict())
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=(2, 4, 12)))
+    z = block(x, 3, object())
+    np.testing.assert_allclose(z.detach().numpy(), R.ode_block(params, x.numpy(), cfg), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(f(0.0, x, logical_layer_idx=0, pos_encoder=None), block.ode_func(0.0, x))
+    with pytest.raises(TypeError, match="^logical_layer_idx: expected an int or None .*keyword-only"):
+        block(x, torch.ones(2, 4, dtype=torch.bool))
 
 
 def test_function_forward_equals_spec_ode_func():
