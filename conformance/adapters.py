@@ -16,6 +16,12 @@ optional, for finer reports:
     run_trajectory(config, params, x, padding_mask, dtype) -> (steps + 1, batch, seq, d_model)
                                        z at every step (then run_block is not called)
     run_func(config, params, t, x, padding_mask, dtype) -> f(t, x)
+    run_decode(config, params, x, padding_mask, prompt, dtype) -> (batch, seq, d_model)
+                                       cached decoding (decoder mode): prefill on the first
+                                       `prompt` tokens (padding_mask covers them; the rest are
+                                       real), then one decode step per remaining token; returns
+                                       the prompt's z then each decoded token's z. Without it,
+                                       the decode cases are reported "not supported"
 
 config is an ode_ref.ODEConfig; all arrays are NumPy, fresh copies for every call. Register a
 backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
@@ -60,6 +66,22 @@ class SpecAdapter:
     def run_func(self, config, params, t, x, padding_mask, dtype):
         return R.ode_func(params, t, x, config, padding_mask)
 
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        from .cases import run_decode
+
+        return run_decode(config, params, x, padding_mask, prompt)
+
+
+def decode_loop(prefill, decode_step, x, padding_mask, prompt: int):
+    """prefill(x_prompt, mask_prompt, max_len) -> (z, cache); decode_step(x_t, cache) -> (z_t, cache):
+    the prompt's z then each decoded token's, concatenated on axis 1 as NumPy."""
+    z, cache = prefill(x[:, :prompt], None if padding_mask is None else padding_mask[:, :prompt], x.shape[1])
+    out = [np.asarray(z)]
+    for i in range(prompt, x.shape[1]):
+        z_t, cache = decode_step(x[:, i:i + 1], cache)
+        out.append(np.asarray(z_t))
+    return np.concatenate(out, axis=1)
+
 
 class TorchAdapter:
     name = "torch"
@@ -96,6 +118,12 @@ class TorchAdapter:
         x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
             return self._block(config, params, dtype).ode_func(t, x, padding_mask=mask).numpy()
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        block = self._block(config, params, dtype)
+        x, mask = self._tensors(x, padding_mask)
+        with self.torch.no_grad():
+            return decode_loop(lambda x, m, n: block.prefill(x, m, max_len=n), block.decode_step, x, mask, prompt)
 
 
 def jax_cache_dir() -> str:
@@ -144,6 +172,12 @@ class JaxAdapter:
     def run_func(self, config, params, t, x, padding_mask, dtype):
         return self._run(config, params, t, x, padding_mask, dtype)[0]
 
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        port = self.port
+        with self.jax.enable_x64(dtype == "float64"):
+            return decode_loop(lambda x, m, n: port.prefill(params, x, config, m, max_len=n),
+                               lambda x_t, cache: port.decode_step(params, x_t, cache, config), x, padding_mask, prompt)
+
 
 # ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
 # each step) and run in float32 by ONNX Runtime at opset 17 and 23, and by onnx's reference
@@ -158,12 +192,13 @@ def _threads():
 class _ExportedAdapter:
     dtypes = ("float32",)
     opset = 17
-    _built = (None, None)  # (key, runnable): the last exported model
+    _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
         return None
 
     def _build(self, model):
+        """A runnable: feed (name -> array) -> name -> array, for every output of model."""
         raise NotImplementedError
 
     def _runnable(self, config, params, padding_mask):
@@ -175,11 +210,14 @@ class _ExportedAdapter:
             from odeattn.export.block import export_model
 
             model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True)
-            self._built = (key, self._build(model))
+            self._built = (key, (model, self._build(model)))
         return self._built[1]
 
     def _outputs(self, config, params, x, padding_mask) -> dict:
-        return self._runnable(config, params, padding_mask)(x, padding_mask)
+        from odeattn.export.runtime import make_feed
+
+        model, runnable = self._runnable(config, params, padding_mask)
+        return runnable(make_feed(model, x, padding_mask))
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         return self._outputs(config, params, x, padding_mask)["f0"]
@@ -191,29 +229,58 @@ class _ExportedAdapter:
     def run_block(self, config, params, x, padding_mask, dtype):
         return self._outputs(config, params, x, padding_mask)["z"]
 
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        """The exported prefill model on the prompt, then the decode-step model per token, each
+        step's present cache fed back as the next past."""
+        from odeattn.export.block import decode_names, export_decode_model, export_prefill_model
+
+        prefill_run = self._build(export_prefill_model(config, params, opset=self.opset))
+        decode_run = self._build(export_decode_model(config, params, opset=self.opset))
+        past, present = decode_names(config)
+
+        def prefill(x, mask, max_len):
+            mask = np.ones(x.shape[:2], bool) if mask is None else mask
+            out = prefill_run({"x": x, "padding_mask": mask, "max_len": np.array(max_len, np.int64)})
+            return out["z"], (x.shape[1], [out[n] for n in present])
+
+        def decode_step(x_t, cache):
+            index, state = cache
+            out = decode_run({"x_t": x_t, "index": np.array(index, np.int64), **dict(zip(past, state))})
+            return out["z"], (index + 1, [out[n] for n in present])
+
+        return decode_loop(prefill, decode_step, x, padding_mask, prompt)
+
 
 class OnnxRuntimeAdapter(_ExportedAdapter):
     name = "onnxruntime"
 
     def _build(self, model):
-        from odeattn.export.runtime import run, session
+        from odeattn.export.runtime import session
 
         sess = session(model, threads=_threads())
-        return lambda x, padding_mask: run(model, sess, x, padding_mask)
+        names = [o.name for o in sess.get_outputs()]
+        return lambda feed: dict(zip(names, sess.run(names, feed)))
 
 
 class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
     name = "onnxruntime-opset23"
     opset = 23
+    run_decode = None  # the prefill and decode-step models are opset 17
 
 
 class OnnxReferenceAdapter(_ExportedAdapter):
     name = "onnx-reference"
 
     def _build(self, model):
-        from odeattn.export.runtime import run_reference
+        from onnx.reference import ReferenceEvaluator
 
-        return lambda x, padding_mask: run_reference(model, x, padding_mask)
+        ref, names = ReferenceEvaluator(model), [o.name for o in model.graph.output]
+
+        def run(feed):
+            with np.errstate(divide="ignore"):  # the norms' Log(max|x|) of a zero (padded) token is -inf by design
+                return dict(zip(names, ref.run(None, feed)))
+
+        return run
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
 """The conformance cases: a parameter table of seeded block cases, each computed by ode_ref.
 
-A case is named `block_<variant>`; the names are unique (a duplicate raises), and a case's seeds
-derive from its name alone (name_seed), so adding cases never changes an existing one. build_case
-runs the spec in float64 and records, per quantity, the spec's own float32 error (e32), from which
-every backend's tolerance is derived (tolerance.py). Quantities, in the order a forward computes
-them: f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1.
+A case is named `block_<variant>` or `decode_<variant>`; the names are unique (a duplicate
+raises), and a case's seeds derive from its name alone (name_seed), so adding cases never changes
+an existing one. build_case runs the spec in float64 and records, per quantity, the spec's own
+float32 error (e32), from which every backend's tolerance is derived (tolerance.py).
+
+Quantities, in the order they are computed:
+  block cases:  f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1
+  decode cases: prefill = z(1) of the prompt (the first seq - decoded tokens, by ode_ref.prefill),
+                decode_1 .. decode_k = z(1) of each token decoded after it (ode_ref.decode_step)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
@@ -42,6 +47,7 @@ class CaseSpec:
     param_seed: int
     input_seed: int
     scale: float = 1.0  # standard deviation of x
+    decoded: int = 0  # a decode case: the last `decoded` tokens are decoded one by one after a prefill
 
 
 @dataclass(frozen=True)
@@ -53,18 +59,26 @@ class Case:
     params: dict  # name -> float64 array
     x: np.ndarray  # float64 (batch, seq, d_model)
     padding_mask: Optional[np.ndarray]  # bool (batch, seq)
-    f0: np.ndarray  # f(0, x), float64
-    trajectory: np.ndarray  # (steps + 1, batch, seq, d_model); [0] = x, [-1] = z1
+    f0: Optional[np.ndarray]  # f(0, x), float64 (block cases)
+    trajectory: Optional[np.ndarray]  # (steps + 1, batch, seq, d_model); [0] = x, [-1] = z1 (block cases)
     e32: dict  # quantity -> the spec's own float32 relative error (z1: that of the last step)
     input_seed: int = 0  # the seed of the fair draw actually used
     param_seed: int = 0
+    decoded: int = 0  # decode cases: tokens decoded after the prompt
+    decode: Optional[np.ndarray] = None  # decode cases: (batch, seq, d_model), the prompt's z then each token's
 
     @property
     def z1(self) -> np.ndarray:
         return self.trajectory[-1]
 
+    @property
+    def prompt(self) -> int:
+        return self.x.shape[1] - self.decoded
+
     def quantities(self) -> dict:
-        """name -> float64 golden array, in forward order; z1 is the last step's state."""
+        """name -> float64 golden array, in the order computed; z1 is the last step's state."""
+        if self.decoded:
+            return split_decoded(self.decode, self.prompt)
         out = {"f0": self.f0}
         out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
         out["z1"] = self.z1
@@ -73,6 +87,32 @@ class Case:
     def e32_of(self, quantity: str) -> float:
         """The spec's own float32 error of a quantity (z1 is the last step's state)."""
         return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
+
+
+def quantity_names(config, decoded: int = 0) -> list:
+    """The quantities with a stored e32: a block case's, or a decode case's."""
+    if decoded:
+        return ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)]
+    return ["f0"] + [f"step_{k}" for k in range(1, config.ode_steps + 1)]
+
+
+def split_decoded(z, prompt: int) -> dict:
+    """A decode run's output (batch, seq, d_model) as its quantities: the prompt's z, then each token's."""
+    out = {"prefill": z[:, :prompt]}
+    out.update({f"decode_{j}": z[:, prompt + j - 1:prompt + j] for j in range(1, z.shape[1] - prompt + 1)})
+    return out
+
+
+def run_decode(config, params, x, padding_mask, prompt: int, *, attention=None):
+    """The spec's decode run: prefill on the first `prompt` tokens, then one decode step per
+    remaining token (each real); returns (batch, seq, d_model), the prompt's z then each token's."""
+    z, cache = R.prefill(params, x[:, :prompt], config, None if padding_mask is None else padding_mask[:, :prompt],
+                         max_len=x.shape[1], attention=attention)
+    out = [z]
+    for i in range(prompt, x.shape[1]):
+        z_t, cache = R.decode_step(params, x[:, i:i + 1], cache, config, attention=attention)
+        out.append(z_t)
+    return np.concatenate(out, axis=1)
 
 
 # Chosen edge cases beside the pairwise matrix: (name, config fields, batch, seq, padding, scale)
@@ -84,6 +124,25 @@ EDGE_CASES = [
     ("block_rk4_s8_decoder_bitnet_pad_dyt", dict(hidden_size=10, num_heads=2, mode="decoder", use_bitnet=True, norm_type="dynamic_tanh", ode_steps=8), 3, 9, True, 1.0),
     ("block_rk4_s8_encoder_prms_wide", dict(hidden_size=40, num_heads=5, norm_type="prms_norm", ode_steps=8), 1, 6, False, 1.0),
     ("block_small_magnitude_rms_norm", dict(hidden_size=8, num_heads=2, norm_type="rms_norm"), 2, 4, False, 1e-3),
+    ("block_rope_decoder_bitnet_pad", dict(hidden_size=12, num_heads=3, mode="decoder", use_bitnet=True, ode_use_pe=True), 3, 7, True, 1.0),
+    ("block_alibi_h3_decoder_pad_large", dict(hidden_size=12, num_heads=3, mode="decoder", ode_use_pe=True, positional_encoding="alibi"), 3, 7, True, 1e3),
+    ("block_rope_scaled_odd_head_dim_rk4", dict(hidden_size=10, num_heads=2, ode_use_pe=True, rope_base=500.0, rope_scaling=0.37), 2, 6, False, 1.0),
+]
+
+# Cached decoding (decoder mode): (name, config fields, batch, prompt + decoded tokens, padding of
+# the prompt, decoded tokens). A backend runs them through run_decode (adapters.py).
+_DEC = dict(mode="decoder")
+DECODE_CASES = [
+    ("decode_rk4_layer_norm_rope_pad", dict(hidden_size=12, num_heads=3, **_DEC, ode_use_pe=True), 3, 7, True, 3),
+    ("decode_euler_s3_rms_norm_alibi_bitnet", dict(hidden_size=8, num_heads=2, **_DEC, ode_solver="euler", ode_steps=3, norm_type="rms_norm",
+                                                    use_bitnet=True, ode_use_pe=True, positional_encoding="alibi"), 2, 6, False, 3),
+    ("decode_heun_dynamic_tanh_pad", dict(hidden_size=12, num_heads=2, **_DEC, ode_solver="heun", norm_type="dynamic_tanh"), 3, 6, True, 2),
+    ("decode_rk38_derf_rope_bitnet_pad_odd_head_dim", dict(hidden_size=10, num_heads=2, **_DEC, ode_solver="rk38", norm_type="derf",
+                                                            use_bitnet=True, ode_use_pe=True, rope_scaling=0.5), 3, 6, True, 2),
+    ("decode_midpoint_prms_norm_alibi_h6_pad", dict(hidden_size=24, num_heads=6, **_DEC, ode_solver="midpoint", norm_type="prms_norm",
+                                                     ode_use_pe=True, positional_encoding="alibi"), 3, 7, True, 3),
+    ("decode_ralston_flash_norm_rope_one_token_prompt", dict(hidden_size=6, num_heads=1, **_DEC, ode_solver="ralston", norm_type="flash_norm",
+                                                             ode_steps=4, ode_use_pe=True), 2, 5, False, 4),
 ]
 
 
@@ -93,6 +152,8 @@ def case_specs() -> list[CaseSpec]:
 
     specs = [spec(row_name(row), config_of(row), row["shape"][0], row["shape"][1], row["padding"]) for row in rows()]
     specs += [spec(name, R.ODEConfig(**fields), b, t, padding, scale) for name, fields, b, t, padding, scale in EDGE_CASES]
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
+              for name, fields, b, t, padding, k in DECODE_CASES]
     seen = set()
     for s in specs:
         if s.name in seen:
@@ -104,7 +165,15 @@ def case_specs() -> list[CaseSpec]:
 def build_case(spec: CaseSpec) -> Case:
     cfg = spec.config
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
-    x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding, scale=spec.scale)
+    x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding,
+                                scale=spec.scale, decoded=spec.decoded)
+    if spec.decoded:
+        prompt = spec.seq - spec.decoded
+        z = run_decode(cfg, params, x, mask, prompt)
+        z32 = split_decoded(run_decode(cfg, params, x.astype(np.float32), mask, prompt), prompt)
+        e32 = {q: relative_error(z32[q], want) for q, want in split_decoded(z, prompt).items()}
+        return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
+                    decoded=spec.decoded, decode=z)
     f0 = R.ode_func(params, 0.0, x, cfg, mask)
     _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
     x32 = x.astype(np.float32)

@@ -1,12 +1,13 @@
 """Frozen golden cases on disk: one safetensors file per case plus manifest.json, sealed.
 
     golden/manifest.json       {"format", "cases_version", "spec_version", "cases": [...]}
-    golden/<case>.safetensors  x, padding_mask (if any), the parameters under their names,
-                               f0, trajectory (steps + 1, batch, seq, d_model), float64
+    golden/<case>.safetensors  x, padding_mask (if any), the parameters under their names, and
+                               block cases: f0, trajectory (steps + 1, batch, seq, d_model);
+                               decode cases: decode (batch, seq, d_model), float64
 
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
-defaults), shape, padding flag, per-quantity e32 (tolerances derive from it, tolerance.py), the
-file name and its sha256. Everything stored is read: the versions are checked against this
+defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt),
+per-quantity e32 (tolerances derive from it, tolerance.py), the file name and its sha256. Everything stored is read: the versions are checked against this
 code, the shape and padding against the file, the checksums against the bytes.
 
 Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
@@ -30,9 +31,10 @@ import numpy as np
 
 import ode_ref as R
 
-from .cases import CASES_VERSION, Case, build_all
+from .cases import CASES_VERSION, Case, build_all, quantity_names
 
-FORMAT = 2
+FORMAT = 3  # 3 added decode cases (the optional "decoded"); a format-2 set reads as it did
+READ_FORMATS = (2, 3)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
@@ -43,7 +45,7 @@ SCHEMA = {
     "required": ["format", "cases_version", "spec_version", "cases"],
     "additionalProperties": False,
     "properties": {
-        "format": {"const": FORMAT},
+        "format": {"enum": list(READ_FORMATS)},
         "cases_version": {"const": CASES_VERSION},
         "spec_version": {"const": R.__version__},
         "cases": {
@@ -58,9 +60,10 @@ SCHEMA = {
                     "config": {"type": "object", "required": ["hidden_size", "num_heads"]},
                     "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 3, "maxItems": 3},
                     "padding": {"type": "boolean"},
+                    "decoded": {"type": "integer", "minimum": 1},
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                    "e32": {"type": "object", "required": ["f0", "step_1"], "additionalProperties": _NUMBER},
+                    "e32": {"type": "object", "additionalProperties": _NUMBER},
                 },
             },
         },
@@ -96,7 +99,7 @@ def config_fields(config: R.ODEConfig) -> dict:
 
 
 def _tensors(case: Case) -> dict:
-    t = {"x": case.x, "f0": case.f0, "trajectory": case.trajectory}
+    t = {"x": case.x, "decode": case.decode} if case.decoded else {"x": case.x, "f0": case.f0, "trajectory": case.trajectory}
     if case.padding_mask is not None:
         t["padding_mask"] = case.padding_mask
     t.update(case.params)
@@ -109,6 +112,7 @@ def _entry(case: Case, file: str, sha: str) -> dict:
         "config": config_fields(case.config),
         "shape": list(case.x.shape),
         "padding": case.padding_mask is not None,
+        **({"decoded": case.decoded} if case.decoded else {}),
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
@@ -204,11 +208,15 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
         except (TypeError, ValueError) as err:
             defects.append(f"{field}.config: {err}")
             continue
-        steps = [f"step_{k}" for k in range(1, config.ode_steps + 1)]
-        if set(e["e32"]) != {"f0", *steps}:
-            defects.append(f"{field}.e32: expected the quantities f0, step_1 .. step_{config.ode_steps}; got {sorted(e['e32'])}")
+        decoded = e.get("decoded", 0)
+        quantities = quantity_names(config, decoded)
+        if set(e["e32"]) != set(quantities):
+            defects.append(f"{field}.e32: expected the quantities {', '.join(quantities)}; got {sorted(e['e32'])}")
         if e["shape"][2] != config.hidden_size:
             defects.append(f"{field}.shape: expected d_model {config.hidden_size} last; got {e['shape']}")
+        if decoded and (decoded >= e["shape"][1] or config.mode != "decoder"):
+            defects.append(f"{field}.decoded: expected fewer than seq = {e['shape'][1]} tokens of a decoder-mode "
+                           f"config; got {decoded} ({config.mode})")
     return defects + unlisted
 
 
@@ -267,9 +275,9 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = R.ODEConfig.from_any(entry["config"])
-    steps = config.ode_steps
-    expected = {"x": tuple(entry["shape"]), "f0": tuple(entry["shape"]), "trajectory": (steps + 1, *entry["shape"]),
-                **R.param_shapes(config)}
+    steps, shape, decoded = config.ode_steps, tuple(entry["shape"]), entry.get("decoded", 0)
+    outputs = {"decode": shape} if decoded else {"f0": shape, "trajectory": (steps + 1, *shape)}
+    expected = {"x": shape, **outputs, **R.param_shapes(config)}
     if entry["padding"]:
         expected["padding_mask"] = tuple(entry["shape"][:2])
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
@@ -277,7 +285,8 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
     return Case(
         name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
-        padding_mask=t.get("padding_mask"), f0=t["f0"], trajectory=t["trajectory"], e32=dict(entry["e32"]),
+        padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
+        decoded=decoded, decode=t.get("decode"),
     )
 
 

@@ -30,9 +30,15 @@ BASE_FACTORS = {
 }
 
 
-# Options added since the base: config field -> values, the default first (it is what every
-# existing case has). Adding one appends the rows that cover its pairs.
-EXTRA_FACTORS: dict[str, list] = {}
+# Options added since the base: name -> values, the default first (it is what every existing
+# case has). Adding one appends the rows that cover its pairs. OPTION_FIELDS turns a value into
+# config fields.
+EXTRA_FACTORS: dict[str, list] = {
+    "positions": ["none", "rope", "alibi"],
+}
+OPTION_FIELDS = {
+    "positions": lambda v: {} if v == "none" else {"ode_use_pe": True, "positional_encoding": v},
+}
 
 
 def factors() -> dict:
@@ -93,17 +99,27 @@ def pairwise(factors: dict) -> list[dict]:
 
 
 def rows() -> list[dict]:
-    """The matrix: the base cover, then the rows that cover what was registered since."""
-    base = pairwise(BASE_FACTORS)
+    """The matrix: the base cover; then, option by option in the order they were added, the rows
+    that cover its pairs; then the rows that cover what was registered in ode_ref since. Each
+    extension starts from all the rows before it, so adding an option or registering a value
+    only appends rows."""
+    out = pairwise(BASE_FACTORS)
+    grown = {k: list(v) for k, v in BASE_FACTORS.items()}
+    for name, values in EXTRA_FACTORS.items():
+        grown[name] = list(values)
+        out = [{n: r.get(n, grown[n][0]) for n in grown} for r in out]
+        out += extend_pairwise(out, grown)
     current = factors()
-    return [{n: r.get(n, current[n][0]) for n in current} for r in base] + extend_pairwise(base, current)
+    out = [{n: r.get(n, current[n][0]) for n in current} for r in out]
+    return out + extend_pairwise(out, current)
 
 
 def config_of(row: dict) -> R.ODEConfig:
     """The row's config: its shape's width and heads, and every factor that is a config field."""
     batch, seq, heads, d_model = row["shape"]
     fields = {f.name for f in dataclasses.fields(R.ODEConfig)}
-    return R.ODEConfig(hidden_size=d_model, num_heads=heads, **{k: v for k, v in row.items() if k in fields})
+    options = {k: v for name, to_fields in OPTION_FIELDS.items() if name in row for k, v in to_fields(row[name]).items()}
+    return R.ODEConfig(hidden_size=d_model, num_heads=heads, **{k: v for k, v in row.items() if k in fields}, **options)
 
 
 def row_name(row: dict) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import sys
 import types
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ import numpy as np
 import ode_ref as R
 from ode_ref import attention as A
 from ode_ref import bitlinear as BL
-from ode_ref import block as BK
 from ode_ref import norms as N
+from ode_ref import positions as P
 from ode_ref import rk as RK
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
@@ -100,6 +101,39 @@ class _SplitHeadsFirst(R.SelfAttention):
 class _MergeHeadsTransposed(R.SelfAttention):
     def merge_heads(self, y):
         return y.transpose(0, 1, 3, 2).reshape(*y.shape[:2], self.config.hidden_size)  # bug: (head_dim, heads)
+
+
+# ---- positions and the cache ---------------------------------------------------------------------
+def _rotate_half(x, cos, sin):
+    """The RoFormer/Llama convention: pairs (x[i], x[i + P]), not interleaved."""
+    p = cos.shape[-1]
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    a, b = x[..., :p], x[..., p:2 * p]
+    return np.concatenate([a * c - b * s, a * s + b * c, x[..., 2 * p:]], axis=-1)
+
+
+class _RopeRotateHalf(R.SelfAttention):
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        if rope is None:
+            return q, k, v
+        return _rotate_half(q, *rope), _rotate_half(k, *rope), v  # bug: rotate-half pairs
+
+
+def _llama_frequencies(config):
+    pairs = config.head_dim // 2
+    return np.power(config.rope_base, -2.0 * np.arange(pairs) / config.head_dim)  # bug: base^(-2i/d)
+
+
+def _alibi_slopes_reversed(num_heads):
+    return _SPEC_SLOPES(num_heads)[::-1]  # bug: the steepest slope on the last head
+
+
+_SPEC_SLOPES = P.alibi_slopes
+
+
+class _DecodePositionIsSlot(R.SelfAttention):
+    def read_slot(self, a, index):
+        return np.full((a.shape[0], 1), index)  # bug: the cache slot, not the count of real tokens before it
 
 
 # ---- norms -----------------------------------------------------------------------------------------
@@ -210,6 +244,12 @@ MUTANTS = [
     Mutant("padded_queries_kept", "postprocess_attn", "padded queries not zeroed", stage=_PaddedQueriesKept),
     Mutant("qkv_split_heads_first", "project", "qkv reshaped (heads, 3) instead of (3, heads)", stage=_SplitHeadsFirst),
     Mutant("heads_merged_transposed", "merge_heads", "heads merged as (head_dim, heads)", stage=_MergeHeadsTransposed),
+    Mutant("rope_rotate_half", "RoPE", "pairs (x[i], x[i + P]) (RoFormer/Llama), not interleaved", stage=_RopeRotateHalf),
+    Mutant("rope_llama_frequencies", "RoPE", "frequencies base^(-2i/head_dim), not base^(-i/(P - 1))",
+           patch=lambda: [(P, "rope_frequencies", _llama_frequencies)]),
+    Mutant("alibi_slopes_reversed", "ALiBi", "slopes in reverse head order", patch=lambda: [(P, "alibi_slopes", _alibi_slopes_reversed)]),
+    Mutant("decode_position_is_slot", "cache", "a decoded token's position is its slot, padding counted",
+           stage=_DecodePositionIsSlot),
     Mutant("layer_norm_eps", "layer_norm", "eps 1e-6 instead of 1e-5", patch=_norm("layer_norm", _layer_norm_eps)),
     Mutant("layer_norm_no_bias", "layer_norm", "bias dropped", patch=_norm("layer_norm", _layer_norm_no_bias)),
     Mutant("layer_norm_unbiased_var", "layer_norm", "unbiased variance (n - 1)", patch=_norm("layer_norm", _layer_norm_unbiased)),
@@ -230,8 +270,8 @@ MUTANTS = [
     Mutant("ralston_weights", "tableau", "Ralston with Heun's weights b = (1/2, 1/2)", patch=_ralston_heun_weights),
     Mutant("rk38_for_rk4", "tableau", "the 3/8 rule run for rk4 (torchdiffeq's 'rk4')", patch=_rk38_for_rk4),
     Mutant("step_size_off_by_one", "step times", "h = 1/(steps + 1): the grid stops short of t = 1",
-           patch=lambda: [(BK, "integrate", _integrate_h_off_by_one)]),
-    Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(BK, "integrate", _integrate_reversed)]),
+           patch=lambda: [(A, "integrate", _integrate_h_off_by_one)]),
+    Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "integrate", _integrate_reversed)]),
 ]
 
 
@@ -244,8 +284,8 @@ def applied(mutant: Mutant):
         if isinstance(where, dict):
             saved.append((where, key, where[key]))
             where[key] = value
-        else:
-            saved.append((where, key, getattr(where, key)))
+        else:  # as stored: a class's staticmethod stays one when restored
+            saved.append((where, key, inspect.getattr_static(where, key)))
             setattr(where, key, value)
     try:
         yield
@@ -279,6 +319,12 @@ class MutantAdapter(SpecAdapter):
     def run_func(self, config, params, t, x, padding_mask, dtype):
         with applied(self.mutant):
             return R.ode_func(params, t, x, config, padding_mask, attention=self._attention(config))
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        from .cases import run_decode
+
+        with applied(self.mutant):
+            return run_decode(config, params, x, padding_mask, prompt, attention=self._attention(config))
 
 
 # '<this module>:battery.<name>' names each mutant's adapter for a worker

@@ -22,9 +22,9 @@ from typing import Optional
 
 import numpy as np
 
-from .cases import Case
+from .cases import Case, split_decoded
 from .tolerance import relative_error, tolerance
-from .worker import check_supports, collect_outputs
+from .worker import collect_outputs, unsupported
 
 STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 FAILING = ("failed", "error", "xpassed")
@@ -82,11 +82,19 @@ class Report:
 def _step_time(case: Case, quantity: str) -> str:
     if quantity.startswith("step_"):
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
+    if quantity.startswith("decode_"):
+        return f" (token {case.prompt + int(quantity[7:]) - 1}, decoded with the cache)"
     return ""
 
 
 def split_outputs(case: Case, outputs: dict) -> dict:
-    """A backend's raw outputs (f0, trajectory or z1) as quantity -> array, in forward order."""
+    """A backend's raw outputs (f0, trajectory or z1; or a decode run) as quantity -> array, in
+    the order computed."""
+    if case.decoded:
+        z = np.asarray(outputs["decode"])
+        if z.shape != case.x.shape:
+            raise ValueError(f"run_decode: expected shape {case.x.shape} (the prompt's z, then each token's); got {z.shape}")
+        return split_decoded(z, case.prompt)
     out = {}
     if "f0" in outputs:
         out["f0"] = outputs["f0"]
@@ -154,12 +162,13 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
     try:
-        reason = check_supports(backend.supports(case.config, dtype))
+        reason = unsupported(backend, case.config, dtype, case.decoded)
         if reason is not None:
             reply, outputs = {"status": "skipped", "message": reason}, {}
         else:
             params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
-            outputs = collect_outputs(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype)
+            outputs = collect_outputs(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
+                                      case.decoded)
             reply = {"status": "ran"}
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
@@ -201,7 +210,7 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
     arrays = {"x": case.x.astype(dtype), **{f"param/{k}": np.asarray(v, dtype=dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
-    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict()}, arrays
+    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded}, arrays
 
 
 def reply_limit(case: Case) -> int:

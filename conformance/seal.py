@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "e979ddc89951a0c9fec87f4661e69fc4d3f0309674d9c4c52cc3be825cb99e33"  # sha256 of golden/manifest.json
+DIGEST = "2d625b9f732612b69907e9e73674adb0fc564f05ab3304f417f619424c3bda22"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -55,6 +55,22 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_layer_norm_rk38_encoder_float_nopad_s3_b2t5h2d8": "5ebb51f00a76693cb28a007712bc6f610b19755c69006dd413ed5814108d8d2f",
     "block_layer_norm_rk38_encoder_float_nopad_s8_b2t5h2d8": "ba4ae4ad3d1d315d0a8991d5b1795a9e968ef0f95159145dcf4e9709eb4ce207",
     "block_layer_norm_euler_encoder_float_nopad_s2_b1t9h4d16": "108360b9366f4c343fcc82c69990899c50f3668c74184cad475945fb8400a707",
+    "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8_positions-alibi": "506fbc91ad147fbe3d3bd2eb52f7cb6aff1af92663555b197a139dc2017a46ff",
+    "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8_positions-rope": "e887bf79f1f737ba0490c9137fafcc6d581cba3adcb265d016e40f61571dd6d2",
+    "block_dynamic_tanh_midpoint_decoder_bitnet_pad_s2_b1t1h1d6_positions-alibi": "34dfcd39225be03e15740aa67f11f795c8d81e96be9040970cdc2a3f8e59d930",
+    "block_dynamic_tanh_midpoint_decoder_bitnet_pad_s2_b1t1h1d6_positions-rope": "0a2a643b78930e564386b971f6bcf6f96e00043e5dfbd59e3efa3edb1b76cae0",
+    "block_flash_norm_heun_encoder_float_nopad_s3_b3t7h3d12_positions-alibi": "0efdbe431427c6982254a065ad342a405e941308a31c54d3fc7df4d63e577f38",
+    "block_flash_norm_heun_encoder_float_nopad_s3_b3t7h3d12_positions-rope": "a7ff8e2ce116cf2d1642ef956845bbf9b9fccf8438984f5b7d4b93bf68575984",
+    "block_layer_norm_ralston_encoder_float_nopad_s4_b2t4h1d10_positions-alibi": "99fae5960bee3d53592bf398e93489e3c93b8e3b8511e4a1c1d7eed4f474554d",
+    "block_layer_norm_ralston_encoder_float_nopad_s4_b2t4h1d10_positions-rope": "99cb48aba9226496494dcafaff6378ff5634cd420eaf57c0860e47caff46af0d",
+    "block_prms_norm_rk4_encoder_float_nopad_s5_b1t9h4d16_positions-alibi": "c29dc2b3bd2cb912e80f94e395eee4f2e81eaee369ebc7f24046fa6b876acfe1",
+    "block_prms_norm_rk4_encoder_float_nopad_s5_b1t9h4d16_positions-rope": "b3093b178012c429a1999f5ca1b7d952d73b91f6385517e0f041bd6fbf126ccf",
+    "block_rms_norm_rk38_encoder_float_nopad_s6_b2t5h2d8_positions-alibi": "9241865ef960b68b29a56f29ab18675e586841c4256bf7592a1875afb6cb9437",
+    "block_rms_norm_rk38_encoder_float_nopad_s6_b2t5h2d8_positions-rope": "b0a7cf06ee7b8b71441e3c9b756288f8c5c88c91a707b11e752470f520b39c2a",
+    "block_layer_norm_euler_encoder_float_nopad_s7_b2t5h2d8_positions-alibi": "197446f1df603a232eade683a4da33faea28038a00ad67741e4b5fa1d7684f0a",
+    "block_layer_norm_euler_encoder_float_nopad_s7_b2t5h2d8_positions-rope": "5bd7f962879b35807df0c2477040829afff72161953bf1084bf846a30fe89e0f",
+    "block_layer_norm_euler_encoder_float_nopad_s8_b2t5h2d8_positions-alibi": "f077d53182f65b27cc4b60b16ba6c9a5241be903199003d17535ff59b75f94da",
+    "block_layer_norm_euler_encoder_float_nopad_s8_b2t5h2d8_positions-rope": "dd96cdb9774972c1fbdba26ea5682b9f16cfa89ff17a0a080a5a826d42a86a03",
     "block_large_magnitude_layer_norm_bitnet_decoder": "df69cf1a3c957d77eba37eb36561a35fa0882f4dc89f3e1ab34b21e913d1cd4e",
     "block_large_magnitude_derf_rk4": "b19bfcef3ca7549e72b11731131c3fc98f603b69a0faa0de1716995feba916e2",
     "block_large_magnitude_flash_norm_rk38": "33382a027f0867a48f4ba4d8fe0f8fab1c3ad56eece40a504e131980ea624492",
@@ -62,4 +78,13 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_rk4_s8_decoder_bitnet_pad_dyt": "dc48411db069d15a4b071e324fde2b8bcf874e7b09a2fb3e32a4ef60473d906e",
     "block_rk4_s8_encoder_prms_wide": "e20fbbdf82eef5db0ad6613f53f8a2ca82193d540763477abc19a45f63004fd2",
     "block_small_magnitude_rms_norm": "714b09d818921031d080dc56af2b87dc524fa4b6fe98863f350c026bf47430f6",
+    "block_rope_decoder_bitnet_pad": "4a0e7030b0c2a1365c48f527cfe33da0e3c84eb7619697a97a18e98e53e44493",
+    "block_alibi_h3_decoder_pad_large": "59d28570f319869e5129490181e953f2f3c23e3556f4b7f6645e263d2fa19473",
+    "block_rope_scaled_odd_head_dim_rk4": "86195252d303ff16222cd81082ba613f19b9f461a48032cb5265f43fb2c60a91",
+    "decode_rk4_layer_norm_rope_pad": "5615518d795b72d2814f7d56246c2062d3b84a393cc202e53db0464afcd811f4",
+    "decode_euler_s3_rms_norm_alibi_bitnet": "383d0e63627d995278ebeacffd45556f6fed18ce5fa4f0c4cdefb67000517069",
+    "decode_heun_dynamic_tanh_pad": "0a78829e567edbe3bdd34835974933f58b6b295a73309809f8635091e41eb1f4",
+    "decode_rk38_derf_rope_bitnet_pad_odd_head_dim": "e2b60a7399836b3bee9fdeb9ff7db2997c8a9ef3b3618c523104e6bfb8e49d52",
+    "decode_midpoint_prms_norm_alibi_h6_pad": "38fb71a2e4dab10647072fa848c8f188176f458a7c58aaaa5b0f44cdf879d4b6",
+    "decode_ralston_flash_norm_rope_one_token_prompt": "06130ae712866b56a022489f46da77bb97b23ba75761b082b649abe8a2f2979e",
 }

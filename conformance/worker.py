@@ -73,13 +73,27 @@ def _failure(err: BaseException) -> dict:
     return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
 
-def collect_outputs(adapter, config, params, x, padding_mask, dtype) -> dict:
-    """quantity -> array from one adapter: f0 and the trajectory if it provides them (an attribute
-    set to None counts as absent), else z1. Each call gets its own copies of the inputs."""
+def unsupported(adapter, config, dtype, decoded: int = 0) -> str | None:
+    """Why the adapter does not run this case, or None: its supports() answer, or, for a decode
+    case, the lack of run_decode (an optional method: not supported, not failed)."""
+    reason = check_supports(adapter.supports(config, dtype))
+    if reason is None and decoded and getattr(adapter, "run_decode", None) is None:
+        reason = "not supported: cached decoding (the backend has no run_decode)"
+    return reason
+
+
+def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: int = 0) -> dict:
+    """quantity -> array from one adapter: for a decode case, its run_decode output; else f0 and
+    the trajectory if it provides them (an attribute set to None counts as absent), else z1.
+    Each call gets its own copies of the inputs."""
     def fresh():
         return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
 
     out = {}
+    if decoded:
+        p, xx, m = fresh()
+        out["decode"] = np.asarray(adapter.run_decode(config, p, xx, m, x.shape[1] - decoded, dtype))
+        return out
     if getattr(adapter, "run_func", None) is not None:
         p, xx, m = fresh()
         out["f0"] = np.asarray(adapter.run_func(config, p, 0.0, xx, m, dtype))
@@ -127,13 +141,13 @@ def serve(fd_in: int, fd_out: int) -> None:
         out = {}
         try:
             config = R.ODEConfig.from_any(message["config"])
-            dtype = message["dtype"]
-            reason = check_supports(adapter.supports(config, dtype))
+            dtype, decoded = message["dtype"], message.get("decoded", 0)
+            reason = unsupported(adapter, config, dtype, decoded)
             if reason is not None:
                 reply = {"status": "skipped", "message": reason}
             else:
                 params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
-                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype)
+                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype, decoded)
                 reply = {"status": "ran"}
                 try:
                     encode(reply, out)

@@ -22,9 +22,16 @@ def register(sub) -> None:
     p.add_argument("--no-padding-mask", action="store_true", help="omit the padding_mask input")
     p.add_argument("--route", choices=["direct", "torch"], default="direct",
                    help="direct: built from the spec with onnx's helpers (default); torch: torch.onnx.export")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--prefill", action="store_true",
+                      help="the prefill model: the prompt's z and the KV cache it leaves (decoder mode, opset 17)")
+    kind.add_argument("--decode", action="store_true",
+                      help="the decode-step model: one token and the cache in, its z and the new cache out "
+                           "(decoder mode, opset 17)")
     p.set_defaults(func=cmd_export)
 
-    r = sub.add_parser("run", help="run an exported model in onnxruntime")
+    r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
+                                   "--seq tokens from an empty cache)")
     r.add_argument("model", type=Path)
     r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model]; default: a random batch")
     r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
@@ -87,6 +94,8 @@ def cmd_export(args) -> int:
     opset = args.opset or allowed[0]
     if opset not in allowed:
         return _fail(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
+    if args.prefill or args.decode:
+        return export_cached(args, config, params, opset)
     if args.route == "direct":
         model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
         check(model)
@@ -116,6 +125,44 @@ def cmd_export(args) -> int:
     return 0
 
 
+def export_cached(args, config, params, opset: int) -> int:
+    """--prefill or --decode: write the model, then check it on a random generation (a 4-token
+    prompt, 4 decoded tokens) against ode_block on the whole sequence."""
+    import ode_ref as R
+
+    from .block import check, decode_names, export_decode_model, export_prefill_model
+    from .runtime import session
+
+    flag = "--prefill" if args.prefill else "--decode"
+    if args.route != "direct":
+        return _fail(f"{flag}: the direct route only; got --route {args.route}")
+    try:
+        model = (export_prefill_model if args.prefill else export_decode_model)(config, params, opset=opset)
+    except ValueError as err:
+        return _fail(str(err))
+    check(model)
+    args.output.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(0).normal(size=(2, 8, config.hidden_size))
+    want = R.ode_block(params, x, config)
+    past, present = decode_names(config)
+    if args.prefill:
+        out = session(model).run(["z"], {"x": x.astype(np.float32), "padding_mask": np.ones((2, 8), bool),
+                                         "max_len": np.array(8)})[0]
+    else:
+        z, cache = R.prefill(params, x[:, :4].astype(np.float32), config, max_len=8)
+        feeds, outs, sess = dict(zip(past, [*cache.k, *cache.v, cache.padding_mask])), [z], session(model)
+        for i in range(4, 8):
+            z, *state = sess.run(["z", *present], {"x_t": x[:, i:i + 1].astype(np.float32), "index": np.array(i), **feeds})
+            feeds = dict(zip(past, state))
+            outs.append(z)
+        out = np.concatenate(outs, axis=1)
+    err = float(np.abs(out - want).max() / np.abs(want).max())
+    what = "the prefill of 8 tokens" if args.prefill else "4 tokens decoded after a 4-token prompt (the spec's prefill)"
+    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "
+          f"{len(past) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} (batch 2): {err:.2e}")
+    return 0
+
+
 def cmd_run(args) -> int:
     from .runtime import ModelError, load_model, run, session
 
@@ -128,7 +175,11 @@ def cmd_run(args) -> int:
         else:
             x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
         mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
-        z = run(model, session(model), x, mask, outputs=["z"])["z"]
+        kind = {p.key: p.value for p in model.metadata_props}.get("kind", "block")
+        if kind == "block":
+            z = run(model, session(model), x, mask, outputs=["z"])["z"]
+        else:
+            z = run_cached(model, kind, x, mask)
     except (ModelError, ValueError, TypeError, FileNotFoundError) as err:
         return _fail(str(err))
     except OSError as err:  # a folder given as a file, an unreadable file
@@ -141,18 +192,47 @@ def cmd_run(args) -> int:
     return 0
 
 
+def run_cached(model, kind: str, x, mask):
+    """A prefill model on all of x; a decode-step model generating x's tokens one by one from an
+    empty cache of seq slots (every token real: a padding mask is refused). Returns z."""
+    from .block import decode_names
+    from .runtime import session
+
+    config = json.loads({p.key: p.value for p in model.metadata_props}["config"])
+    if x.dtype != np.float32 or x.ndim != 3:
+        raise TypeError(f"x: expected float32 [batch, seq, d_model]; got {x.dtype} of shape {list(x.shape)}")
+    b, t, _ = x.shape
+    sess = session(model)
+    if kind == "prefill":
+        mask = np.ones((b, t), bool) if mask is None else mask
+        return sess.run(["z"], {"x": x, "padding_mask": mask, "max_len": np.array(t)})[0]
+    if mask is not None:
+        raise ValueError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
+    past, present = decode_names(config)
+    heads = config["num_heads"]
+    empty = np.zeros((b, t, heads, config["hidden_size"] // heads), np.float32)
+    feeds, out = {**{n: empty for n in past[:-1]}, "padding_mask": np.zeros((b, t), bool)}, []
+    for i in range(t):
+        z, *state = sess.run(["z", *present], {"x_t": x[:, i:i + 1], "index": np.array(i), **feeds})
+        feeds = dict(zip(past, state))
+        out.append(z)
+    return np.concatenate(out, axis=1)
+
+
 def block_width(model) -> int:
-    """d_model from the model's x input; ModelError unless it is a block: an input x of shape
-    [batch, seq, d_model] (d_model fixed) and an output z."""
+    """d_model from the model's x (or x_t) input; ModelError unless it is a block, prefill or
+    decode-step model: an input x [batch, seq, d_model] or x_t [batch, 1, d_model] (d_model
+    fixed) and an output z."""
     from .runtime import ModelError
 
     inputs = {vi.name: vi for vi in model.graph.input}
     outputs = [o.name for o in model.graph.output]
-    if "x" not in inputs:
+    name = "x_t" if "x_t" in inputs else "x"
+    if name not in inputs:
         raise ModelError(f"model: expected an input 'x' [batch, seq, d_model]; it has inputs {sorted(inputs)}")
     if "z" not in outputs:
         raise ModelError(f"model: expected an output 'z'; it has outputs {outputs}")
-    dims = inputs["x"].type.tensor_type.shape.dim
+    dims = inputs[name].type.tensor_type.shape.dim
     if len(dims) != 3 or not dims[2].HasField("dim_value"):
         raise ModelError(f"model: input 'x' must be [batch, seq, d_model] with d_model fixed; it has rank {len(dims)}")
     return dims[2].dim_value

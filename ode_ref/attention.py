@@ -125,15 +125,16 @@ class Stages:
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, self.merge_heads(y))
 
-    def integrate(self, prepared: Prepared, x, kv=None):
-        """z(1) by the config's tableau: ode_ref.rk.integrate over evaluate (kv: the cache hook)."""
+    def integrate(self, prepared: Prepared, x, kv=None) -> list:
+        """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau: ode_ref.rk.integrate
+        over evaluate (kv: the cache hook)."""
         cfg = self.config
-        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)[-1]
+        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)
 
     def prefill(self, params, x, padding_mask, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""
         slots = CacheSlots(self)
-        z = self.integrate(Stages.prepare(self, params, x, padding_mask), x, slots)  # not a port's checking wrapper
+        z = self.integrate(Stages.prepare(self, params, x, padding_mask), x, slots)[-1]  # Stages': not a port's checking wrapper
         real = self.all_real(x) if padding_mask is None else padding_mask
         k, v = (tuple(self.pad_slots(a, max_len) for a in kv) for kv in (slots.k, slots.v))
         return z, KVCache(self.config, k, v, self.pad_slots(real, max_len), self.seq_len(x))
@@ -141,7 +142,7 @@ class Stages:
     def decode(self, params, x_t, cache: KVCache):
         """(z(1) of the new token x_t (batch, 1, d_model), the cache with it at slot cache.index)."""
         slots = CacheSlots(self, cache)
-        z = self.integrate(self.prepare_decode(params, x_t, cache), x_t, slots)
+        z = self.integrate(self.prepare_decode(params, x_t, cache), x_t, slots)[-1]
         keys = self.mark_slot(cache.padding_mask, cache.index)
         return z, KVCache(self.config, tuple(slots.k), tuple(slots.v), keys, cache.index + 1)
 

@@ -17,8 +17,6 @@ from .attention import SelfAttention
 from .cache import check_decode_input, check_max_len, check_mode
 from .config import ODEConfig, dtype_name
 from .params import check_params
-from .rk import integrate
-from .tableaus import TABLEAUS
 
 # Input dtypes, decided here once for every path: float32 and float64 everywhere; bfloat16 in the
 # ports that have it (NumPy has no bfloat16, so the spec takes float32 and float64 only); float16
@@ -90,8 +88,8 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     (ode_steps + 1, batch, seq, d_model): z at t = 0, 1/steps, ..., 1.
     attention: a SelfAttention (or a subclass: a variant) built with the same config.
     """
-    cfg, attention, prepared = _setup(params, x, config, padding_mask, attention)
-    states = integrate(lambda t, z: attention(prepared, t, z), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)
+    _, attention, prepared = _setup(params, x, config, padding_mask, attention)
+    states = attention.integrate(prepared, x)
     if return_trajectory:
         return states[-1], np.stack(states)
     return states[-1]

@@ -7,8 +7,8 @@
 The seed's signatures are accepted: ODEAttentionBlock(config, pos_encoder=None) and
 forward(x, logical_layer_idx=None, pos_encoder=None); see attention.py.
 
-The ODE loop is ode_ref.rk.integrate itself (it only adds and scales), so the torch block runs
-the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
+The ODE loop is the spec's Stages.integrate (ode_ref.rk.integrate, which only adds and scales),
+so the torch block runs the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
 per forward in prepare, outside the loop.
 """
 
@@ -20,7 +20,6 @@ from torch import nn
 from ode_ref.block import attention_for
 from ode_ref.cache import check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
-from ode_ref.rk import integrate
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, check_seed_arguments
@@ -48,7 +47,7 @@ class ODEAttentionBlock(nn.Module):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""
         check_seed_arguments(logical_layer_idx)
         prepared = self.ode_func.prepare(x, padding_mask)
-        states = integrate(lambda t, z: self.ode_func.evaluate(prepared, t, z), x, self.tableau, self.steps)
+        states = self.ode_func.integrate(prepared, x)
         if return_trajectory:
             return states[-1], torch.stack(states)
         return states[-1]

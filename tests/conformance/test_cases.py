@@ -6,10 +6,13 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance import golden
-from odeattn.conformance.cases import build_case, case_specs, name_seed
-from odeattn.conformance.matrix import BASE_FACTORS, extend_pairwise, pairwise, rows
+from odeattn.conformance.cases import DECODE_CASES, EDGE_CASES, build_case, case_specs, name_seed
+from odeattn.conformance.matrix import BASE_FACTORS, EXTRA_FACTORS, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
+
+
+TAIL = len(EDGE_CASES) + len(DECODE_CASES)  # the chosen cases after the matrix rows
 
 
 def _scale_norm(x, g):
@@ -47,8 +50,8 @@ def test_extension_keeps_rows_and_covers_every_new_pair():
 def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(registered, tmp_path):
     before = golden.read_manifest()["cases"]
     specs = case_specs()
-    assert [s.name for s in specs[:len(before) - 7]] == [e["name"] for e in before[:len(before) - 7]]
-    added = specs[len(before) - 7:-7]  # matrix rows appended before the edge cases
+    assert [s.name for s in specs[:len(before) - TAIL]] == [e["name"] for e in before[:len(before) - TAIL]]
+    added = specs[len(before) - TAIL:-TAIL]  # matrix rows appended before the chosen cases
     assert added and all(s.config.ode_solver == "kutta3" or s.config.norm_type == "scale_norm" for s in added)
     old = [s for s in specs if any(s.name == e["name"] for e in before)]
     assert len(old) == len(before)
@@ -67,11 +70,14 @@ def test_adding_an_option_appends_cases_named_by_it(monkeypatch):
     before = case_specs()
     monkeypatch.setitem(matrix.EXTRA_FACTORS, "dropout", [0.0, 0.25])
     after = case_specs()
-    assert [(s.name, s.config) for s in after[:len(before) - 7]] == [(s.name, s.config) for s in before[:len(before) - 7]]
-    added = after[len(before) - 7:-7]
+    assert [(s.name, s.config) for s in after[:len(before) - TAIL]] == [(s.name, s.config) for s in before[:len(before) - TAIL]]
+    added = after[len(before) - TAIL:-TAIL]
     assert added and all(s.name.endswith("_dropout-0.25") and s.config.dropout == 0.25 for s in added)
 
 
-def test_base_rows_are_the_current_matrix_while_nothing_is_registered():
-    assert rows() == pairwise(BASE_FACTORS)
+def test_base_rows_then_the_options_rows_while_nothing_is_registered():
+    base, now = pairwise(BASE_FACTORS), rows()
+    defaults = {name: values[0] for name, values in EXTRA_FACTORS.items()}
+    assert now[:len(base)] == [{**r, **defaults} for r in base]
+    assert all(any(r[name] != d for name, d in defaults.items()) for r in now[len(base):])
     assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) and set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"])

@@ -15,7 +15,7 @@ from odeattn.conformance.golden import load_cases
 from odeattn.conformance.runner import format_report, run_case, run_suite, select, write_json, write_junit
 
 CASES = load_cases()
-SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1"])
+SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8$"])
 
 
 class BlockOnly:
