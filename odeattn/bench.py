@@ -12,6 +12,12 @@ FLOPs count the matrix products only (elementwise work is O(B T D + B H T^2), un
 GFLOP/s = FLOPs / median time; "% peak" divides by the float32 matmul peak: the best median
 GFLOP/s of a square float32 matmul (NumPy's BLAS and torch.mm, n = 2048) in this run. Ratios
 to PyTorch eager come from the same run, so machine noise cancels to first order.
+
+`odeattn bench --decode`: the next token's z at a context of n tokens, two ways, per runtime
+(torch, jax, ort): a cached decode step (the cache holds the n - 1 tokens before it) against
+recomputing the block on all n tokens. The two ways of one runtime are interleaved in short
+bursts (one call to wake the runtime's threads, then `burst` timed calls, alternating) so that
+the machine's drift hits both alike; the ratio of their medians is the speed-up.
 """
 
 from __future__ import annotations
@@ -184,6 +190,101 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     return out
 
 
+DECODE_RUNTIMES = ("torch", "jax", "ort")
+DECODE_CONTEXTS = (128, 512, 2048)
+DECODE_SHAPE = (1, 256, 8)  # batch, d_model, heads
+
+
+def _decode_paths(runtime: str, config, params, x, threads: int):
+    """(cached step, recompute), zero-argument callables on `runtime` for context n = x.shape[1]:
+    the step decodes token n - 1 from a cache of the n - 1 before it (the same step, replayed:
+    the cache is immutable); the recompute runs the block on all n tokens."""
+    n = x.shape[1]
+    x32 = x.astype(np.float32)
+    ps = {k: v.astype(np.float32) for k, v in params.items()}
+    if runtime == "torch":
+        import torch
+
+        from odeattn.backends.torch import ODEAttentionBlock
+
+        torch.set_num_threads(threads)
+        block, xt = ODEAttentionBlock.from_params(config, params), torch.from_numpy(x32)
+        with torch.no_grad():
+            _, cache = block.prefill(xt[:, :-1], max_len=n)
+
+        def step():
+            with torch.no_grad():
+                return block.decode_step(xt[:, -1:], cache)
+
+        def full():
+            with torch.no_grad():
+                return block(xt)
+
+        return step, full
+    if runtime == "jax":
+        from odeattn.backends import jax as J
+
+        _, cache = J.prefill(ps, x32[:, :-1], config, max_len=n)
+        x_t = J.block.jnp.asarray(x32[:, -1:])
+        return (lambda: J.decode_step(ps, x_t, cache, config)[0].block_until_ready(),
+                lambda: J.ode_block_jit(ps, x32, config).block_until_ready())
+    if runtime == "ort":
+        from odeattn.export.block import decode_names, export_decode_model, export_model
+        from odeattn.export.runtime import session
+
+        _, cache = R.prefill(ps, x32[:, :-1], config, max_len=n)  # the spec's cache, float32
+        past, _ = decode_names(config)
+        feed = {"x_t": x32[:, -1:], "index": np.array(n - 1), **dict(zip(past, [*cache.k, *cache.v, cache.padding_mask]))}
+        dec = session(export_decode_model(config, params), threads=threads)
+        blk = session(export_model(config, params, padding_mask=False), threads=threads)
+        return (lambda: dec.run(["z"], feed)), (lambda: blk.run(["z"], {"x": x32}))
+    raise ValueError(f"--decode-runtimes: unknown {runtime!r}; expected some of {', '.join(DECODE_RUNTIMES)}")
+
+
+def bench_decode(contexts, runtimes, *, solver: str, steps: int, repeats: int, threads: int, log) -> list[dict]:
+    """One row per (context, runtime): cached and recompute medians, tokens/s, speed-up, cache size."""
+    batch, d_model, heads = DECODE_SHAPE
+    config = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver, ode_steps=steps, mode="decoder",
+                         ode_use_pe=True, positional_encoding="rope")
+    params = R.init_params(config, seed=0)
+    rows = []
+    for n in contexts:
+        x = np.random.default_rng(n).normal(size=(batch, n, d_model))
+        for runtime in runtimes:
+            try:
+                step, full = _decode_paths(runtime, config, params, x, threads)
+            except ImportError as err:
+                log(f"  {runtime}: skipped ({err})")
+                continue
+            step(), full()  # compile and warm both
+            times = {"cached": [], "recompute": []}
+            burst = {"cached": 5, "recompute": 1}  # a burst of each lasts about as long
+            for _ in range(repeats):
+                for mode, fn in (("cached", step), ("recompute", full)):
+                    fn()  # wake this path's threads
+                    times[mode] += measure(fn, warmup=0, repeats=burst[mode])
+            cached, recompute = statistics.median(times["cached"]), statistics.median(times["recompute"])
+            rows.append({"context": n, "runtime": runtime, "cached_s": cached, "recompute_s": recompute,
+                         "cached_tokens_per_s": batch / cached, "recompute_tokens_per_s": batch / recompute,
+                         "speedup": recompute / cached,
+                         "cache_mb": R.cache.cache_values(config, batch, n) * 4 / 1e6})
+            log(f"  context {n} {runtime:<6} cached {cached * 1e3:8.2f} ms, recompute {recompute * 1e3:9.2f} ms")
+    return rows
+
+
+def format_decode(result: dict) -> str:
+    b, d, h = DECODE_SHAPE
+    lines = [f"cached decoding vs recomputing the prefix: batch {b}, d_model {d}, {h} heads, {result['solver']} x "
+             f"{result['steps']} steps, RoPE, float32, threads {result['threads']}",
+             f"{'context':>7}  {'runtime':<8}{'cached ms':>10}{'tokens/s':>10}{'recompute ms':>14}{'tokens/s':>10}"
+             f"{'speed-up':>10}{'cache MB':>10}"]
+    for r in result["decode"]:
+        lines.append(f"{r['context']:>7}  {r['runtime']:<8}{r['cached_s'] * 1e3:>10.2f}{r['cached_tokens_per_s']:>10.1f}"
+                     f"{r['recompute_s'] * 1e3:>14.2f}{r['recompute_tokens_per_s']:>10.2f}{r['speedup']:>9.1f}x"
+                     f"{r['cache_mb']:>10.1f}")
+    return "\n".join(lines)
+
+
 def format_tables(result: dict) -> str:
     lines = [f"float32 matmul peak (n = 2048): " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in result["peak"].items()),
              f"threads: {result['threads']}", ""]
@@ -265,6 +366,8 @@ def cmd_bench(args) -> int:
     except ValueError as err:
         print(f"odeattn bench: {err}", file=sys.stderr)
         return 2
+    if args.decode:
+        return _cmd_decode(args, threads, log)
     log(f"measuring the float32 matmul peak ({threads} threads)...")
     peak = matmul_peak(threads, max(3, args.repeats))
     result = {"threads": threads, "peak": peak, "solver": args.solver, "steps": args.steps, "paths": [],
@@ -283,6 +386,29 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_decode(args, threads: int, log) -> int:
+    try:
+        contexts = [int(c) if c.strip().isdigit() and int(c) >= 2 else -1 for c in args.contexts.split(",")]
+        if -1 in contexts:
+            raise ValueError(f"--contexts: expected comma-separated integers >= 2; got {args.contexts!r}")
+        runtimes = args.decode_runtimes.split(",")
+        bad = [r for r in runtimes if r not in DECODE_RUNTIMES]
+        if bad:
+            raise ValueError(f"--decode-runtimes: unknown {bad}; expected some of {', '.join(DECODE_RUNTIMES)}")
+        if args.plot:
+            raise ValueError("--plot: the decode table has no plot; drop --plot")
+    except ValueError as err:
+        print(f"odeattn bench: {err}", file=sys.stderr)
+        return 2
+    result = {"threads": threads, "solver": args.solver, "steps": args.steps, "shape": DECODE_SHAPE,
+              "decode": bench_decode(contexts, runtimes, solver=args.solver, steps=args.steps, repeats=args.repeats,
+                                     threads=threads, log=log)}
+    print(format_decode(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time every execution path against this machine's matmul peak",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
@@ -297,5 +423,9 @@ def register(sub) -> None:
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path, help="PNG of the scaling tables")
+    p.add_argument("--decode", action="store_true",
+                   help="instead: cached decoding against recomputing the prefix (see below)")
+    p.add_argument("--contexts", default=",".join(map(str, DECODE_CONTEXTS)), help="with --decode: context lengths")
+    p.add_argument("--decode-runtimes", default=",".join(DECODE_RUNTIMES), help="with --decode: some of torch,jax,ort")
     p.set_defaults(func=cmd_bench)
 

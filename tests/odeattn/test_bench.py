@@ -31,3 +31,22 @@ def test_bench_runs_and_writes_json_and_plot(tmp_path, capsys):
 def test_bench_refuses_bad_arguments(capsys):
     assert main(["bench", "--paths", "torch-eager,cuda-magic", "--no-scaling"]) == 2
     assert "unknown ['cuda-magic']" in capsys.readouterr().err
+
+
+def test_bench_decode_reports_both_ways_and_the_cache(tmp_path, capsys):
+    code = main(["bench", "--decode", "--contexts", "4,8", "--repeats", "1", "--steps", "1",
+                 "--decode-runtimes", "torch,ort", "--json", str(tmp_path / "d.json")])
+    assert code == 0
+    assert "cached decoding vs recomputing the prefix" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "d.json").read_text())["decode"]
+    assert [(r["context"], r["runtime"]) for r in rows] == [(4, "torch"), (4, "ort"), (8, "torch"), (8, "ort")]
+    # rk4 x 1 step: 4 evaluations, K and V of 256 floats per slot: 2 * 4 * 8 * 256 * 4 bytes at context 8
+    assert rows[-1]["cache_mb"] == 2 * 4 * 8 * 256 * 4 / 1e6
+    assert all(r["speedup"] == r["recompute_s"] / r["cached_s"] for r in rows)
+
+
+def test_bench_decode_refuses_bad_arguments(capsys):
+    assert main(["bench", "--decode", "--contexts", "128,x"]) == 2
+    assert capsys.readouterr().err.strip() == "odeattn bench: --contexts: expected comma-separated integers >= 2; got '128,x'"
+    assert main(["bench", "--decode", "--decode-runtimes", "torch,tpu"]) == 2
+    assert "--decode-runtimes: unknown ['tpu']" in capsys.readouterr().err
