@@ -28,14 +28,14 @@ def run(block, x, mask=None, dtype=torch.float64, **kw):
 
 
 def test_bfloat16_runs_within_its_stated_bound():
-    """bfloat16 (unit roundoff 2^-8) against the derived tolerance. Measured on the 55 testable
-    cases: median 0.0085 relative, up to 0.096 with BitLinear (bfloat16 cannot keep the rounding
-    decisions).
+    """bfloat16 (unit roundoff 2^-8) against the derived tolerance. Measured on the 73 testable
+    block cases: median 0.0088 relative, up to 0.096 with BitLinear (bfloat16 cannot keep the
+    rounding decisions).
 
     A derived bound of 1 or more could not fail (an all-zero output has relative error 1): such a
     case amplifies rounding so much that bfloat16 cannot compute it, and it is named here, not
-    passed: 5 of the 9 prms_norm cases (their spec float32 error is 6e-7 to 1.4e-5, 10 to 230
-    float32 roundings). Every other case must meet its bound, which is then < 1."""
+    passed: 6 of the 11 prms_norm block cases (their spec float32 error is 6e-7 to 1.7e-5, 10 to
+    280 float32 roundings). Every other case must meet its bound, which is then < 1."""
     errors, untestable = [], []
     for case in CASES:
         bound = tolerance(case.e32_of("z1"), "bfloat16")
@@ -47,7 +47,7 @@ def test_bfloat16_runs_within_its_stated_bound():
         assert np.isfinite(out).all()
         errors.append(relative_error(out, case.z1))
         assert errors[-1] <= bound, case.name
-    assert len(untestable) <= 5 and all("prms_norm" in n for n in untestable), untestable
+    assert len(untestable) <= 6 and all("prms_norm" in n for n in untestable), untestable
     assert np.median(errors) < 0.05
 
 
