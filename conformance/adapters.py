@@ -45,6 +45,8 @@ import numpy as np
 
 import ode_ref as R
 
+from .cases import decode_loop, run_decode
+
 ENTRY_POINT_GROUP = "odeattn.backends"
 
 
@@ -67,20 +69,7 @@ class SpecAdapter:
         return R.ode_func(params, t, x, config, padding_mask)
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
-        from .cases import run_decode
-
         return run_decode(config, params, x, padding_mask, prompt)
-
-
-def decode_loop(prefill, decode_step, x, padding_mask, prompt: int):
-    """prefill(x_prompt, mask_prompt, max_len) -> (z, cache); decode_step(x_t, cache) -> (z_t, cache):
-    the prompt's z then each decoded token's, concatenated on axis 1 as NumPy."""
-    z, cache = prefill(x[:, :prompt], None if padding_mask is None else padding_mask[:, :prompt], x.shape[1])
-    out = [np.asarray(z)]
-    for i in range(prompt, x.shape[1]):
-        z_t, cache = decode_step(x[:, i:i + 1], cache)
-        out.append(np.asarray(z_t))
-    return np.concatenate(out, axis=1)
 
 
 class TorchAdapter:

@@ -29,6 +29,7 @@ from ode_ref import rk as RK
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
 from .adapters import SpecAdapter
+from .cases import run_decode
 
 
 @dataclass(frozen=True)
@@ -321,8 +322,6 @@ class MutantAdapter(SpecAdapter):
             return R.ode_func(params, t, x, config, padding_mask, attention=self._attention(config))
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
-        from .cases import run_decode
-
         with applied(self.mutant):
             return run_decode(config, params, x, padding_mask, prompt, attention=self._attention(config))
 

@@ -185,13 +185,19 @@ class SelfAttention(Stages):
             q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.hidden_size)) for a in (q, k))
         return q, k, v
 
+    def merge_bias(self, mask: Optional[Value], bias: Optional[Value]):
+        """At opset 23, Attention takes one additive mask: the bias added to it, once, in the main
+        graph (prepare); at 17 they stay apart."""
+        if self.opset < 23 or bias is None:
+            return mask, bias
+        return (bias if mask is None else mask + bias), None
+
     def attn(self, q: Value, k: Value, v: Value, mask: Optional[Value], bias: Optional[Value] = None) -> Value:
         """-> (batch, seq, heads, head_dim) at opset 17; (batch, seq, d_model) at 23. The ALiBi
         bias is added to the scores before the mask fill (at 23, to the additive mask)."""
         g, cfg = q.body, self.config
         if self.opset >= 23:
-            if bias is not None:
-                mask = bias if mask is None else mask + bias
+            mask, _ = self.merge_bias(mask, bias)
             return g.op("Attention", q, k, v, mask, scale=cfg.scale, q_num_heads=cfg.num_heads, kv_num_heads=cfg.num_heads)
         q_, v_ = g.op("Transpose", q, perm=[0, 2, 1, 3]), g.op("Transpose", v, perm=[0, 2, 1, 3])  # (b, h, seq, hd)
         s = g.op("MatMul", q_, g.op("Transpose", k, perm=[0, 2, 3, 1])) * cfg.scale  # (b, h, sq, sk)

@@ -73,11 +73,11 @@ class Prepared(NamedTuple):
     qkv: Any  # (3 d_model, d_model), BitLinear-quantised when use_bitnet
     out_proj: Any  # (d_model, d_model), likewise
     norm: dict  # norm parameters by short name, in the state's dtype
-    mask: Any  # bool (batch | 1, 1, seq_q, seq_k), True = visible
+    mask: Any  # bool (batch | 1, 1, seq_q, seq_k), True = visible (a port's own form: merge_bias)
+    bias: Any  # ALiBi score bias (batch | 1, heads, seq_q, seq_k) in the state's dtype; or None
     padding_mask: Any  # bool (batch, seq_q), True = real token; or None (decoding: the token is real)
     positions: Any  # int (batch | 1, seq_q)
     rope: Any = None  # (cos, sin), each (batch | 1, seq_q, head_dim // 2) in the state's dtype; or None
-    bias: Any = None  # ALiBi score bias (batch | 1, heads, seq_q, seq_k) in the state's dtype; or None
 
 
 class Stages:
@@ -112,7 +112,12 @@ class Stages:
         encoding = self.config.position_encoding
         rope = self.rope_tables(positions, bound, x) if encoding == "rope" else None
         bias = self.alibi_bias(positions, key_positions, x) if encoding == "alibi" else None
-        return Prepared(qkv, out_proj, norm, mask, padding_mask, positions, rope, bias)
+        return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope)
+
+    def merge_bias(self, mask, bias):
+        """(mask, bias) as attn takes them: here, as built. A port whose attention kernel takes one
+        additive mask merges them here, once per forward, not at every evaluation."""
+        return mask, bias
 
     def evaluate(self, prepared: Prepared, t, z, kv=None):
         """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model). kv: a CacheSlots, or None."""

@@ -66,11 +66,15 @@ def attention_for(cfg: ODEConfig, attention=None, default=SelfAttention, *, name
     return attention
 
 
-def _setup(params, x, config, padding_mask, attention):
+def _checked(params, x, config, padding_mask, attention):
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
     check_input(x, cfg, padding_mask)
-    attention = attention_for(cfg, attention)
+    return cfg, attention_for(cfg, attention)
+
+
+def _setup(params, x, config, padding_mask, attention):
+    cfg, attention = _checked(params, x, config, padding_mask, attention)
     return cfg, attention, attention.prepare(params, x, padding_mask)
 
 
@@ -100,9 +104,8 @@ def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=Non
     Left padding: the prompt's padding_mask; every decoded token is real."""
     cfg = ODEConfig.from_any(config)
     check_mode(cfg)
-    check_max_len(max_len, x.shape[1] if getattr(x, "ndim", 0) == 3 else 0)
-    _, attention, _ = _setup(params, x, cfg, padding_mask, attention)
-    return attention.prefill(params, x, padding_mask, int(max_len))
+    _, attention = _checked(params, x, cfg, padding_mask, attention)
+    return attention.prefill(params, x, padding_mask, check_max_len(max_len, x.shape[1]))
 
 
 def decode_step(params, x_t, cache, config, *, attention=None):

@@ -54,14 +54,19 @@ def _float_dtypes():
     return tuple(d for d in INPUT_DTYPES if d != "float64" or jax.config.jax_enable_x64)
 
 
-def _setup(params, x, config, padding_mask, attention, *, prepare=True):
+def _checked(params, x, config, padding_mask, attention):
+    """(config, attention, x, padding_mask) after the spec's checks, the arrays as jax.Arrays."""
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
     x = _as_jax(x, "x", _float_dtypes())
     padding_mask = None if padding_mask is None else _as_jax(padding_mask, "padding_mask")
     check_input(x, cfg, padding_mask, array_type=jax.Array, float_dtypes=_float_dtypes(), bool_dtype=jnp.bool_)
-    attention = attention_for(cfg, attention, SelfAttention)
-    return cfg, attention, x, attention.prepare(params, x, padding_mask) if prepare else None
+    return cfg, attention_for(cfg, attention, SelfAttention), x, padding_mask
+
+
+def _setup(params, x, config, padding_mask, attention):
+    cfg, attention, x, padding_mask = _checked(params, x, config, padding_mask, attention)
+    return cfg, attention, x, attention.prepare(params, x, padding_mask)
 
 
 def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
@@ -114,10 +119,8 @@ def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=Non
     """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
     cfg = ODEConfig.from_any(config)
     check_mode(cfg)
-    check_max_len(max_len, x.shape[1] if getattr(x, "ndim", 0) == 3 else 0)
-    cfg, attention, x, _ = _setup(params, x, cfg, padding_mask, attention, prepare=False)
-    padding_mask = None if padding_mask is None else jnp.asarray(padding_mask)
-    z, k, v, mask = _prefill(params, x, padding_mask, cfg, attention, int(max_len))
+    cfg, attention, x, padding_mask = _checked(params, x, cfg, padding_mask, attention)
+    z, k, v, mask = _prefill(params, x, padding_mask, cfg, attention, check_max_len(max_len, x.shape[1]))
     return z, KVCache(cfg, k, v, mask, x.shape[1])
 
 

@@ -46,6 +46,11 @@ def slot_indices(seq_len: int, cache_index=None, device=None):
     return (j[:, None] if cache_index is None else torch.full((1, 1), cache_index, device=device)), j
 
 
+def additive_mask(mask, bias):
+    """The bias where mask is True (or everywhere, mask None), the most negative float elsewhere."""
+    return bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+
+
 def positions_from_padding(padding_mask, seq_len: int, device=None):
     if padding_mask is None:
         return torch.arange(seq_len, device=device)[None, :]
@@ -151,10 +156,15 @@ class SelfAttention(Stages, nn.Module):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
+    def merge_bias(self, mask, bias):
+        """SDPA takes one mask: with a bias, the additive float mask (the bias where visible)."""
+        return (mask, None) if bias is None else (additive_mask(mask, bias), None)
+
     def attn(self, q, k, v, mask, bias=None):
-        """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim) -> like q."""
-        if bias is not None:  # one additive mask: the bias where visible
-            mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+        """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim) -> like q.
+        mask: bool, or merge_bias's additive float mask."""
+        if bias is not None:  # a bias passed directly, not merged by prepare
+            mask = additive_mask(mask, bias)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         p = self.dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)

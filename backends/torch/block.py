@@ -55,9 +55,8 @@ class ODEAttentionBlock(nn.Module):
     def prefill(self, x, padding_mask=None, *, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
         check_mode(self.config)
-        check_max_len(max_len, x.shape[1] if isinstance(x, torch.Tensor) and x.ndim == 3 else 0)
         self.ode_func.check(x, padding_mask)
-        return self.ode_func.prefill(None, x, padding_mask, int(max_len))
+        return self.ode_func.prefill(None, x, padding_mask, check_max_len(max_len, x.shape[1]))
 
     def decode_step(self, x_t, cache):
         """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache
