@@ -150,6 +150,8 @@ DECODE_CASES = [
                                                      ode_use_pe=True, positional_encoding="alibi"), 3, 7, True, 3),
     ("decode_ralston_flash_norm_rope_one_token_prompt", dict(hidden_size=6, num_heads=1, **_DEC, ode_solver="ralston", norm_type="flash_norm",
                                                              ode_steps=4, ode_use_pe=True), 2, 5, False, 4),
+    ("decode_rk2_gated_rms_norm_rope_pad", dict(hidden_size=8, num_heads=2, **_DEC, ode_solver="rk2_gated", norm_type="rms_norm",
+                                                 ode_use_pe=True), 2, 6, True, 3),
 ]
 
 

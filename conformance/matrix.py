@@ -39,6 +39,13 @@ EXTRA_FACTORS: dict[str, list] = {
 OPTION_FIELDS = {
     "positions": lambda v: {} if v == "none" else {"ode_use_pe": True, "positional_encoding": v},
 }
+# Frozen history: what grew the matrix since the base, oldest first: an option of EXTRA_FACTORS by
+# name, or a value registered in ode_ref as (factor, value). Each appended the rows covering its
+# pairs given every row before it. Append here when something is added; never reorder.
+HISTORY: list = [
+    "positions",
+    ("ode_solver", "rk2_gated"),
+]
 
 
 def factors() -> dict:
@@ -99,19 +106,25 @@ def pairwise(factors: dict) -> list[dict]:
 
 
 def rows() -> list[dict]:
-    """The matrix: the base cover; then, option by option in the order they were added, the rows
-    that cover its pairs; then the rows that cover what was registered in ode_ref since. Each
-    extension starts from all the rows before it, so adding an option or registering a value
-    only appends rows."""
+    """The matrix: the base cover; then, step by step in HISTORY's order, the rows that cover an
+    added option's or value's pairs; then the rows covering anything new since (an option not yet
+    in HISTORY, a value registered at run time). Each extension starts from all the rows before
+    it, so growing the matrix only appends rows."""
     out = pairwise(BASE_FACTORS)
     grown = {k: list(v) for k, v in BASE_FACTORS.items()}
-    for name, values in EXTRA_FACTORS.items():
-        grown[name] = list(values)
-        out = [{n: r.get(n, grown[n][0]) for n in grown} for r in out]
-        out += extend_pairwise(out, grown)
+
+    def extend(factors):
+        filled = [{n: r.get(n, factors[n][0]) for n in factors} for r in out]
+        return filled + extend_pairwise(filled, factors)
+
+    for step in HISTORY:
+        if isinstance(step, str):
+            grown[step] = list(EXTRA_FACTORS[step])
+        elif step[1] in factors()[step[0]]:  # registered values only: a history entry never invents one
+            grown[step[0]].append(step[1])
+        out = extend(grown)
     current = factors()
-    out = [{n: r.get(n, current[n][0]) for n in current} for r in out]
-    return out + extend_pairwise(out, current)
+    return extend({**grown, **current})
 
 
 def config_of(row: dict) -> R.ODEConfig:

@@ -223,16 +223,32 @@ def _rk38_for_rk4():
     return [(TABLEAUS, "rk4", dataclasses.replace(TABLEAUS["rk38"], name="rk4"))]  # torchdiffeq's 'rk4'
 
 
-def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int):
+def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int, gate=None):
     h = 1.0 / (steps + 1)  # bug: the grid has steps + 1 points, so h = 1/(steps + 1)
     states = [y0]
     for t0 in RK.step_times(steps):
-        states.append(RK.rk_step(f, t0, h, states[-1], tableau))
+        states.append(RK.rk_step(f, t0, h, states[-1], tableau, gate))
     return states
 
 
-def _integrate_reversed(f, y0, tableau, steps):
-    return RK.integrate(f, y0, tableau, steps)[::-1]  # bug: the trajectory newest first
+def _integrate_reversed(f, y0, tableau, steps, gate=None):
+    return RK.integrate(f, y0, tableau, steps, gate)[::-1]  # bug: the trajectory newest first
+
+
+class _GateComplement(R.SelfAttention):
+    def gate(self, gate_params, f1, f2):
+        return 1.0 - super().gate(gate_params, f1, f2)  # bug: z + h ((1 - g) F1 + g F2)
+
+
+class _GateInputsSwapped(R.SelfAttention):
+    def gate(self, gate_params, f1, f2):
+        return super().gate(gate_params, f2, f1)  # bug: the gate reads [F2; F1]
+
+
+class _GateNoBias(R.SelfAttention):
+    def gate(self, gate_params, f1, f2):
+        w, b = gate_params
+        return super().gate((w, b * 0), f1, f2)  # bug: the gate's bias dropped
 
 
 MUTANTS = [
@@ -272,6 +288,9 @@ MUTANTS = [
     Mutant("rk38_for_rk4", "tableau", "the 3/8 rule run for rk4 (torchdiffeq's 'rk4')", patch=_rk38_for_rk4),
     Mutant("step_size_off_by_one", "step times", "h = 1/(steps + 1): the grid stops short of t = 1",
            patch=lambda: [(A, "integrate", _integrate_h_off_by_one)]),
+    Mutant("gate_complement", "gated RK2", "z + h ((1 - g) F1 + g F2): the gate's weights swapped", stage=_GateComplement),
+    Mutant("gate_inputs_swapped", "gated RK2", "the gate reads [F2; F1], not [F1; F2]", stage=_GateInputsSwapped),
+    Mutant("gate_bias_dropped", "gated RK2", "the gate's bias dropped", stage=_GateNoBias),
     Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "integrate", _integrate_reversed)]),
 ]
 

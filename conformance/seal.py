@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "2d625b9f732612b69907e9e73674adb0fc564f05ab3304f417f619424c3bda22"  # sha256 of golden/manifest.json
+DIGEST = "93699f3f7a79db1bae552d2a5181110c03b78e057e659c6b3f3ff0b077db4d1c"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -71,6 +71,14 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_layer_norm_euler_encoder_float_nopad_s7_b2t5h2d8_positions-rope": "5bd7f962879b35807df0c2477040829afff72161953bf1084bf846a30fe89e0f",
     "block_layer_norm_euler_encoder_float_nopad_s8_b2t5h2d8_positions-alibi": "f077d53182f65b27cc4b60b16ba6c9a5241be903199003d17535ff59b75f94da",
     "block_layer_norm_euler_encoder_float_nopad_s8_b2t5h2d8_positions-rope": "dd96cdb9774972c1fbdba26ea5682b9f16cfa89ff17a0a080a5a826d42a86a03",
+    "block_derf_rk2_gated_encoder_float_nopad_s1_b2t5h2d8": "4cee9ac4bf503c28e7a6e7d6018267d8d1dcba59a1f625281378df61a0f44517",
+    "block_dynamic_tanh_rk2_gated_decoder_bitnet_pad_s2_b1t1h1d6_positions-rope": "c53ec0621bf29b1cbbdd418f19e1df4cc2fd9eda4cf55ac0b92d7a602b70aa3e",
+    "block_flash_norm_rk2_gated_encoder_float_nopad_s3_b3t7h3d12_positions-alibi": "c5d63528c82f9b3ae87e43af71f65b74f95552b7d5bb40b3e6ee1228df074fbc",
+    "block_layer_norm_rk2_gated_encoder_float_nopad_s4_b2t4h1d10": "248300e44fa1810f4b304abd9a2e3fb6af593d2348d528b549bccae852ff855b",
+    "block_prms_norm_rk2_gated_encoder_float_nopad_s5_b1t9h4d16": "afbab75f9764b196cc177391ff696a38c0c7bb3c305c8469335dc53a5410a539",
+    "block_rms_norm_rk2_gated_encoder_float_nopad_s6_b2t5h2d8": "c74ec7b5f34d7f5c770451394bb1d0167abb8a7de1cd7d3114db465dbc8e4bf9",
+    "block_layer_norm_rk2_gated_encoder_float_nopad_s7_b2t5h2d8": "ccd1f861284cfd6bdc3e18513d481a6ad31ff635720f1fa9a0e2ed33e3b7b55f",
+    "block_layer_norm_rk2_gated_encoder_float_nopad_s8_b2t5h2d8": "42d2410e482b5ab4c61580696f78538c21b5278929870f01551be2b227e23b84",
     "block_large_magnitude_layer_norm_bitnet_decoder": "df69cf1a3c957d77eba37eb36561a35fa0882f4dc89f3e1ab34b21e913d1cd4e",
     "block_large_magnitude_derf_rk4": "b19bfcef3ca7549e72b11731131c3fc98f603b69a0faa0de1716995feba916e2",
     "block_large_magnitude_flash_norm_rk38": "33382a027f0867a48f4ba4d8fe0f8fab1c3ad56eece40a504e131980ea624492",
@@ -87,4 +95,5 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "decode_rk38_derf_rope_bitnet_pad_odd_head_dim": "e2b60a7399836b3bee9fdeb9ff7db2997c8a9ef3b3618c523104e6bfb8e49d52",
     "decode_midpoint_prms_norm_alibi_h6_pad": "38fb71a2e4dab10647072fa848c8f188176f458a7c58aaaa5b0f44cdf879d4b6",
     "decode_ralston_flash_norm_rope_one_token_prompt": "06130ae712866b56a022489f46da77bb97b23ba75761b082b649abe8a2f2979e",
+    "decode_rk2_gated_rms_norm_rope_pad": "623b57c9da6d67b7b4da7988fd58f397eeb5b3ec4628fe7517ffa2a75b565ae0",
 }

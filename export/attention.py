@@ -78,6 +78,10 @@ class SelfAttention(Stages):
             return (params["qkv"], params["qkv_scale"]), (params["out_proj"], params["out_proj_scale"]), norm
         return params["qkv"], params["out_proj"], norm
 
+    def gate_weights(self, params: dict, x: Value):
+        """(W_g^T (2 d_model, 1), b_g (1,)): initializers."""
+        return params["gate"]
+
     def quantize_weight(self, w):
         """(ternary^T or W_qkv's three ternary blocks, w_s) -> W_q^T (each block)."""
         ternary, scale = w
@@ -220,3 +224,10 @@ class SelfAttention(Stages):
     def output_proj(self, w_out: Value, y: Value) -> Value:
         """w_out: W_out^T, (d_model, d_model)."""
         return self._linear(y, w_out)
+
+    # ---- the gated solver, once per step (Stages.solution_gate), inside ode_step -------------------
+    def gate(self, gate_params, f1: Value, f2: Value) -> Value:
+        """g = sigmoid([F1; F2] @ W_g^T + b_g) -> (batch, seq, 1)."""
+        w_t, b = gate_params
+        g = f1.body
+        return g.op("Sigmoid", g.op("MatMul", g.op("Concat", f1, f2, axis=-1), w_t) + b)

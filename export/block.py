@@ -43,7 +43,7 @@ from ode_ref.bitlinear import ternarize_weight
 from ode_ref.block import attention_for
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
 from ode_ref.rk import rk_step
 from ode_ref.tableaus import TABLEAUS
 
@@ -76,6 +76,9 @@ def _initializers(cfg, params) -> dict:
             out[f"ode_func.out_proj.{kind}"] = np.ascontiguousarray(w.T)
     for k in NORM_PARAMS[cfg.norm_type]:
         out[NORM_PREFIX + k] = np.asarray(params[NORM_PREFIX + k], np.float32)
+    if TABLEAUS[cfg.ode_solver].gated:
+        out["gate.weight_t"] = np.ascontiguousarray(np.asarray(params[GATE_WEIGHT], np.float32).T)
+        out[GATE_BIAS] = np.asarray(params[GATE_BIAS], np.float32)
     return out
 
 
@@ -88,6 +91,8 @@ def _weights(cfg, main) -> dict:
         w["qkv_scale"], w["out_proj_scale"] = Value(main, "ode_func.qkv.scale"), Value(main, "ode_func.out_proj.scale")
     for k in NORM_PARAMS[cfg.norm_type]:
         w["norm." + k] = Value(main, NORM_PREFIX + k)
+    if TABLEAUS[cfg.ode_solver].gated:
+        w["gate"] = (Value(main, "gate.weight_t"), Value(main, GATE_BIAS))
     return w
 
 
@@ -172,7 +177,8 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[1:]), None, func.inputs[0])]
     step = Function("ode_step", names, opset)
     stage = lambda t, y: func.call(step, y, *step.inputs[1:])  # noqa: E731  (default stages ignore t)
-    step.outputs = [rk_step(stage, 0.0, 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver])]
+    gate = att.solution_gate(_as_prepared(prepared, step.inputs[1:]))
+    step.outputs = [rk_step(stage, 0.0, 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver], gate)]
 
     d = cfg.hidden_size
     state_info = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq", d])  # noqa: E731

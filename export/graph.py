@@ -1,7 +1,7 @@
 """A small builder for ONNX graphs and local functions, with symbolic values.
 
 A Value is a name in a Body (the main graph or a local function's body). Values support
-``a + b``, ``a * b`` and ``float * a`` (an int constant is int64: ``index + 1``), which is all ode_ref.rk.rk_step needs: the exported
+``a + b``, ``a - b``, ``a * b`` and ``float * a`` (an int constant is int64: ``index + 1``), which is all ode_ref.rk.rk_step needs: the exported
 solver is the spec's stepper run on symbolic values. Every other node is made with
 ``body.op("OpType", *inputs, **attributes)``; scalar constants become Constant nodes (deduplicated
 per body), so a local function's body is self-contained.
@@ -36,6 +36,9 @@ class Value:
 
     def __sub__(self, other):
         return self.body.op("Sub", self, self._lift(other))
+
+    def __rsub__(self, other):
+        return self.body.op("Sub", self._lift(other), self)
 
     def __mul__(self, other):
         return self.body.op("Mul", self, self._lift(other))

@@ -11,6 +11,7 @@
     postprocess_attn zero the output of padded queries
     merge_heads      (batch, seq, heads, head_dim) -> (batch, seq, d_model)
     output_proj      y @ Wout^T
+    gate             the gated solver only (rk2_gated), once per step: g = sigmoid([F1; F2] @ Wg^T + bg)
 
 The order (Stages below) is written once and run by every port; a port writes the stages.
 A variant subclasses SelfAttention and overrides one stage (see variants.py); ode_block integrates
@@ -29,7 +30,7 @@ from .bitlinear import bitlinear, linear, quantize_weight
 from .cache import CacheSlots, KVCache
 from .config import ODEConfig
 from .norms import apply_norm
-from .params import OUT_PROJ, QKV, norm_params_of
+from .params import GATE_BIAS, GATE_WEIGHT, OUT_PROJ, QKV, norm_params_of
 from .positions import alibi_bias, apply_rope, rope_cos_sin
 from .rk import integrate
 from .tableaus import TABLEAUS
@@ -39,6 +40,11 @@ def softmax(s, axis=-1):
     """exp(s - max) / sum, stable for any finite s (the max subtraction keeps exp <= 1)."""
     e = np.exp(s - s.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), as exp(-log(1 + exp(-x))): no overflow for any finite x."""
+    return np.exp(-np.logaddexp(x.dtype.type(0), -x))
 
 
 def causal_mask(seq_len: int):
@@ -78,6 +84,7 @@ class Prepared(NamedTuple):
     padding_mask: Any  # bool (batch, seq_q), True = real token; or None (decoding: the token is real)
     positions: Any  # int (batch | 1, seq_q)
     rope: Any = None  # (cos, sin), each (batch | 1, seq_q, head_dim // 2) in the state's dtype; or None
+    gate: Any = None  # the gated solver's (W_g (1, 2 d_model), b_g (1,)) in the state's dtype; or None
 
 
 class Stages:
@@ -112,7 +119,8 @@ class Stages:
         encoding = self.config.position_encoding
         rope = self.rope_tables(positions, bound, x) if encoding == "rope" else None
         bias = self.alibi_bias(positions, key_positions, x) if encoding == "alibi" else None
-        return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope)
+        gate = self.gate_weights(params, x) if TABLEAUS[self.config.ode_solver].gated else None
+        return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope, gate)
 
     def merge_bias(self, mask, bias):
         """(mask, bias) as attn takes them: here, as built. A port whose attention kernel takes one
@@ -130,11 +138,18 @@ class Stages:
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, self.merge_heads(y))
 
+    def solution_gate(self, prepared: Prepared):
+        """The gated solver's g(F1, F2) over prepared's gate weights (the stage `gate`), or None."""
+        if prepared.gate is None:
+            return None
+        return lambda f1, f2: self.gate(prepared.gate, f1, f2)
+
     def integrate(self, prepared: Prepared, x, kv=None) -> list:
         """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau: ode_ref.rk.integrate
         over evaluate (kv: the cache hook)."""
         cfg = self.config
-        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps)
+        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps,
+                         self.solution_gate(prepared))
 
     def prefill(self, params, x, padding_mask, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""
@@ -164,6 +179,10 @@ class SelfAttention(Stages):
         dtype = x.dtype
         norm = {k: v.astype(dtype) for k, v in norm_params_of(params, self.config.norm_type).items()}
         return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
+
+    def gate_weights(self, params: dict, x):
+        """(W_g (1, 2 d_model), b_g (1,)) of the gated solver, cast to x's dtype."""
+        return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
 
     quantize_weight = staticmethod(quantize_weight)
     positions_from_padding = staticmethod(positions_from_padding)
@@ -266,5 +285,11 @@ class SelfAttention(Stages):
 
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
+
+    # ---- the gated solver, once per step (Stages.solution_gate) ------------------------------
+    def gate(self, gate_params, f1, f2):
+        """g = sigmoid([F1; F2] @ W_g^T + b_g): F1, F2 (batch, seq, d_model) -> (batch, seq, 1)."""
+        w, b = gate_params
+        return sigmoid(np.concatenate([f1, f2], axis=-1) @ w.T + b)
 
     __call__ = Stages.evaluate

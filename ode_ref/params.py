@@ -5,6 +5,8 @@ Names are the seed module's state_dict keys, so a seed checkpoint converts by co
     ode_func.qkv.weight       (3 d_model, d_model)
     ode_func.out_proj.weight  (d_model, d_model)
     ode_func.norm.<name>      per norm type, see norms.NORM_PARAMS ((d_model,) or ())
+    gate.weight               (1, 2 d_model)  the gated solver (rk2_gated) only, at block level
+    gate.bias                 (1,)            likewise
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import numpy as np
 
 from .config import ODEConfig
 from .norms import NORM_PARAMS
+from .tableaus import TABLEAUS
 
 QKV = "ode_func.qkv.weight"
 OUT_PROJ = "ode_func.out_proj.weight"
 NORM_PREFIX = "ode_func.norm."
+GATE_WEIGHT, GATE_BIAS = "gate.weight", "gate.bias"
 
 
 def param_shapes(config) -> dict[str, tuple[int, ...]]:
@@ -31,6 +35,8 @@ def _shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     shapes = {QKV: (3 * d, d), OUT_PROJ: (d, d)}
     for name, (kind, _) in NORM_PARAMS[cfg.norm_type].items():
         shapes[NORM_PREFIX + name] = (d,) if kind == "vector" else ()
+    if TABLEAUS[cfg.ode_solver].gated:
+        shapes[GATE_WEIGHT], shapes[GATE_BIAS] = (1, 2 * d), (1,)
     return shapes
 
 
@@ -42,6 +48,9 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
       - norm parameters: their identity values (weights and gains 1, biases and shifts 0).
         With perturb_norms=True each gets identity + U(-0.5, 0.5) instead, so that a test or a
         golden case exercises every norm parameter.
+      - the gate (rk2_gated): weight Xavier-uniform, U(-sqrt(6 / (2 d_model + 1)), +sqrt(...)),
+        the paper's init; bias 0, or U(-0.5, 0.5) with perturb_norms=True (a zero bias would let
+        a port that drops it pass).
     """
     cfg = ODEConfig.from_any(config)
     rng = np.random.default_rng(seed)
@@ -50,6 +59,10 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
     for name, shape in _shapes(cfg).items():
         if name in (QKV, OUT_PROJ):
             value = rng.uniform(-bound, bound, size=shape)
+        elif name == GATE_WEIGHT:
+            value = rng.uniform(-1.0, 1.0, size=shape) * np.sqrt(6.0 / sum(shape))  # fan_in + fan_out
+        elif name == GATE_BIAS:
+            value = rng.uniform(-0.5, 0.5, size=shape) if perturb_norms else np.zeros(shape)
         else:
             identity = NORM_PARAMS[cfg.norm_type][name[len(NORM_PREFIX):]][1]
             value = np.full(shape, identity)
@@ -70,7 +83,7 @@ def check_params(params, config) -> None:
     extra = sorted(k for k in params if k not in expected)
     if missing or extra:
         raise ValueError(
-            f"params: for norm_type={cfg.norm_type!r} expected exactly {list(expected)}; "
+            f"params: for norm_type={cfg.norm_type!r}, ode_solver={cfg.ode_solver!r} expected exactly {list(expected)}; "
             f"missing {missing}, unexpected {extra}"
         )
     for name, shape in expected.items():

@@ -1,6 +1,6 @@
 """The one explicit Runge-Kutta stepper, for every tableau and every array library.
 
-rk_step uses nothing but ``+`` and ``*`` with Python floats, so the same function steps NumPy
+rk_step uses nothing but ``+``, ``-`` and ``*`` with Python floats (and the gate, a port's stage), so the same function steps NumPy
 arrays (the spec), torch tensors, traced JAX arrays and symbolic ONNX values: every backend runs
 the same arithmetic in the same order, which is what lets float64 results agree to ~1e-15.
 """
@@ -23,19 +23,26 @@ def _combine(y0: Y, h: float, coeffs, ks) -> Y:
     return y
 
 
-def rk_step(f: Callable[[float, Y], Y], t0: float, h: float, y0: Y, tableau: ButcherTableau) -> Y:
+def rk_step(f: Callable[[float, Y], Y], t0: float, h: float, y0: Y, tableau: ButcherTableau,
+            gate: Callable[[Y, Y], Y] | None = None) -> Y:
     """One step of the explicit RK method `tableau` from (t0, y0) with step size h.
 
     Args:
         f: the derivative, f(t, y) -> dy/dt with y's shape.
         t0: the step's start time. h: the step size.
         y0: the state at t0.
+        gate: a gated tableau's g(k_0, k_1) -> (batch, seq, 1) in (0, 1); None otherwise.
     Returns:
-        The state at t0 + h.
+        The state at t0 + h; a gated tableau's: y0 + h (g k_0 + (1 - g) k_1).
     """
+    if tableau.gated and gate is None:
+        raise ValueError(f"ode_solver: {tableau.name} needs the block's gate (parameters gate.weight, gate.bias)")
     ks = []
     for c_i, a_i in zip(tableau.c, tableau.a):
         ks.append(f(t0 + c_i * h, _combine(y0, h, a_i, ks)))
+    if tableau.gated:
+        g = gate(ks[0], ks[1])
+        return y0 + h * (g * ks[0] + (1.0 - g) * ks[1])
     return _combine(y0, h, tableau.b, ks)
 
 
@@ -44,10 +51,11 @@ def step_times(steps: int) -> list[float]:
     return [k / steps for k in range(steps)]
 
 
-def integrate(f: Callable[[float, Y], Y], y0: Y, tableau: ButcherTableau, steps: int) -> list[Y]:
+def integrate(f: Callable[[float, Y], Y], y0: Y, tableau: ButcherTableau, steps: int,
+              gate: Callable[[Y, Y], Y] | None = None) -> list[Y]:
     """Fixed steps of size h = 1 / steps over t in [0, 1]: the states [y(t_0), ..., y(1)]."""
     h = 1.0 / steps
     states = [y0]
     for t0 in step_times(steps):
-        states.append(rk_step(f, t0, h, states[-1], tableau))
+        states.append(rk_step(f, t0, h, states[-1], tableau, gate))
     return states

@@ -10,6 +10,11 @@
 Stage i evaluates k_i = f(t + c_i h, y + h * sum_j a_ij k_j) for j < i, and the step returns
 y + h * sum_i b_i k_i. Explicit means a is strictly lower triangular and c_0 = 0. Every solver
 below is run by the one stepper in rk.py; adding a solver is adding a tableau.
+
+A gated tableau (the ODE Transformer's learnable RK2) has two stages whose weights are not
+constants: b = (g, 1 - g), with g = sigmoid([k_0; k_1] @ W_g^T + b_g) per token, learnt (the
+block's parameters gate.weight and gate.bias). Its b below is the value at g = 1/2, where it is
+Heun's method; for a general gate it is first order.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ class ButcherTableau:
     order: int  # global order of accuracy
     c: tuple[float, ...]  # stage times, c_0 = 0
     a: tuple[tuple[float, ...], ...]  # row i has i entries (strictly lower triangular)
-    b: tuple[float, ...]  # solution weights
+    b: tuple[float, ...]  # solution weights (a gated tableau: the weights at g = 1/2)
     doc: str = ""
+    gated: bool = False  # b = (g, 1 - g) from the block's learnt gate; two stages only
 
     def __post_init__(self) -> None:
         s = len(self.c)
@@ -38,17 +44,19 @@ class ButcherTableau:
                 raise ValueError(f"tableau {self.name}: row {i}: sum(a) = {sum(row)} != c = {self.c[i]}")
         if abs(sum(self.b) - 1.0) > 1e-15:
             raise ValueError(f"tableau {self.name}: sum(b) = {sum(self.b)} != 1")
+        if self.gated and s != 2:
+            raise ValueError(f"tableau {self.name}: a gated tableau has 2 stages; got {s}")
 
     @property
     def num_stages(self) -> int:
         return len(self.c)
 
 
-def _tableau(name, order, c, a, b, doc):
+def _tableau(name, order, c, a, b, doc, gated=False):
     """Build from exact fractions so every coefficient is the nearest float to its true value."""
     f = lambda v: float(Fraction(v))  # noqa: E731
     return ButcherTableau(
-        name, order, tuple(map(f, c)), tuple(tuple(map(f, row)) for row in a), tuple(map(f, b)), doc
+        name, order, tuple(map(f, c)), tuple(tuple(map(f, row)) for row in a), tuple(map(f, b)), doc, gated
     )
 
 
@@ -80,6 +88,13 @@ RK4_3_8 = _tableau(
     "O(h^5) per step.",
 )
 
+RK2_GATED = _tableau(
+    "rk2_gated", 1, ["0", "1"], [[], ["1"]], ["1/2", "1/2"],
+    "The ODE Transformer's learnable RK2: Heun's stages, z + h (g F1 + (1 - g) F2) with a learnt "
+    "per-token gate g (parameters gate.weight, gate.bias); at steps = 1 the paper's block.",
+    gated=True,
+)
+
 TABLEAUS: dict[str, ButcherTableau] = {
-    t.name: t for t in (EULER, MIDPOINT, HEUN, RALSTON, RK4_CLASSIC, RK4_3_8)
+    t.name: t for t in (EULER, MIDPOINT, HEUN, RALSTON, RK4_CLASSIC, RK4_3_8, RK2_GATED)
 }

@@ -11,13 +11,14 @@ The cache's slot index may be traced (lax.dynamic_slice and dynamic_update_slice
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
@@ -81,6 +82,9 @@ class SelfAttention(Stages):
         dtype = x.dtype
         norm = {k: params[NORM_PREFIX + k].astype(dtype) for k in NORM_PARAMS[self.config.norm_type]}
         return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
+
+    def gate_weights(self, params: dict, x):
+        return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
 
     quantize_weight = staticmethod(quantize_weight)
     positions_from_padding = staticmethod(positions_from_padding)
@@ -165,3 +169,8 @@ class SelfAttention(Stages):
         return self._linear(y, w_out)
 
     __call__ = Stages.evaluate
+
+    # ---- the gated solver, once per step (Stages.solution_gate) ------------------------------
+    def gate(self, gate_params, f1, f2):
+        w, b = gate_params
+        return jax.nn.sigmoid(jnp.concatenate([f1, f2], axis=-1) @ w.T + b)

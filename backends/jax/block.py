@@ -84,7 +84,8 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     def step(z, k):
         # t is float32 (float64 under x64) whatever the state's dtype; a stage that uses it may
         # promote, so f's output is brought back to the state's dtype, which scan requires
-        z = rk_step(lambda t, y: attention(prepared, t, y).astype(y.dtype), k / steps, h, z, tableau)
+        z = rk_step(lambda t, y: attention(prepared, t, y).astype(y.dtype), k / steps, h, z, tableau,
+                    attention.solution_gate(prepared))
         return z, z
 
     # k is an integer; k / steps is then in JAX's default float (float64 under x64), never in x's dtype:

@@ -28,6 +28,7 @@ from torch import nn
 from ode_ref.attention import Prepared, Stages
 from ode_ref.block import INPUT_DTYPES, check_input
 from ode_ref.config import ODEConfig
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
@@ -92,6 +93,11 @@ class SelfAttention(Stages, nn.Module):
     def weights(self, params, x):
         """The module's own parameters (params is None): already in x's dtype, checked above."""
         return self.qkv.weight, self.out_proj.weight, dict(self.norm.named_parameters())
+
+    def gate_weights(self, params, x):
+        """The gate is the block's (ODEAttentionBlock.gate), not this module's: params holds its
+        parameters when the block integrates, and is None when f is evaluated alone."""
+        return None if params is None else (params[GATE_WEIGHT], params[GATE_BIAS])
 
     quantize_weight = staticmethod(quantize_weight)
 
@@ -181,6 +187,10 @@ class SelfAttention(Stages, nn.Module):
 
     def output_proj(self, w_out, y):
         return self._linear(y, w_out)
+
+    def gate(self, gate_params, f1, f2):
+        """g = sigmoid([F1; F2] @ W_g^T + b_g): (batch, seq, d_model) twice -> (batch, seq, 1)."""
+        return torch.sigmoid(F.linear(torch.cat([f1, f2], dim=-1), *gate_params))
 
     def forward(self, t, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None):
         """f(t, x) once; the seed's signature (logical_layer_idx, pos_encoder: accepted, not read)."""

@@ -17,9 +17,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ode_ref.attention import Stages
 from ode_ref.block import attention_for
 from ode_ref.cache import check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, check_seed_arguments
@@ -34,6 +36,16 @@ class ODEAttentionBlock(nn.Module):
         self.ode_func = attention_for(cfg, ode_func, SelfAttention, name="ode_func")
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps
         self.tableau = TABLEAUS[cfg.ode_solver]
+        if self.tableau.gated:  # the paper's learnable RK2: g = sigmoid(Linear(2 d_model -> 1)([F1; F2]))
+            self.gate = nn.Linear(2 * cfg.hidden_size, 1)
+            nn.init.xavier_uniform_(self.gate.weight)
+            nn.init.zeros_(self.gate.bias)
+
+    def block_params(self):
+        """The parameters the block holds beside ode_func's, by spec name (the gate's), or None."""
+        if not self.tableau.gated:
+            return None
+        return {GATE_WEIGHT: self.gate.weight, GATE_BIAS: self.gate.bias}
 
     @classmethod
     def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None):
@@ -46,7 +58,8 @@ class ODEAttentionBlock(nn.Module):
                 return_trajectory: bool = False):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""
         check_seed_arguments(logical_layer_idx)
-        prepared = self.ode_func.prepare(x, padding_mask)
+        self.ode_func.check(x, padding_mask)
+        prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask)
         states = self.ode_func.integrate(prepared, x)
         if return_trajectory:
             return states[-1], torch.stack(states)
@@ -56,11 +69,11 @@ class ODEAttentionBlock(nn.Module):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
         check_mode(self.config)
         self.ode_func.check(x, padding_mask)
-        return self.ode_func.prefill(None, x, padding_mask, check_max_len(max_len, x.shape[1]))
+        return self.ode_func.prefill(self.block_params(), x, padding_mask, check_max_len(max_len, x.shape[1]))
 
     def decode_step(self, x_t, cache):
         """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache
         given is not written. Compiles with torch.compile(fullgraph=True)."""
         self.ode_func.check(x_t, name="x_t")
         check_decode_input(x_t, cache, self.config)
-        return self.ode_func.decode(None, x_t, cache)
+        return self.ode_func.decode(self.block_params(), x_t, cache)

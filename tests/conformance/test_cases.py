@@ -7,7 +7,7 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden
 from odeattn.conformance.cases import DECODE_CASES, EDGE_CASES, build_case, case_specs, name_seed
-from odeattn.conformance.matrix import BASE_FACTORS, EXTRA_FACTORS, extend_pairwise, pairwise, rows
+from odeattn.conformance.matrix import BASE_FACTORS, EXTRA_FACTORS, HISTORY, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
@@ -75,9 +75,13 @@ def test_adding_an_option_appends_cases_named_by_it(monkeypatch):
     assert added and all(s.name.endswith("_dropout-0.25") and s.config.dropout == 0.25 for s in added)
 
 
-def test_base_rows_then_the_options_rows_while_nothing_is_registered():
+def test_base_rows_then_the_rows_of_each_step_of_the_history():
+    """The base cover first (options at their defaults); every later row holds an option off its
+    default or a value the history added; and what ode_ref registers is exactly base + history."""
     base, now = pairwise(BASE_FACTORS), rows()
     defaults = {name: values[0] for name, values in EXTRA_FACTORS.items()}
     assert now[:len(base)] == [{**r, **defaults} for r in base]
-    assert all(any(r[name] != d for name, d in defaults.items()) for r in now[len(base):])
-    assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) and set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"])
+    added = [step for step in HISTORY if not isinstance(step, str)]
+    assert all(any(r[name] != d for name, d in defaults.items()) or any(r[f] == v for f, v in added) for r in now[len(base):])
+    assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) | {v for f, v in added if f == "ode_solver"}
+    assert set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"]) | {v for f, v in added if f == "norm_type"}

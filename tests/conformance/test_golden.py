@@ -51,7 +51,7 @@ def test_coverage_of_the_issue_matrix():
     specs = case_specs()
     cfgs = [s.config for s in specs]
     assert {c.norm_type for c in cfgs} == {"layer_norm", "rms_norm", "prms_norm", "flash_norm", "dynamic_tanh", "derf"}
-    assert {c.ode_solver for c in cfgs} == {"euler", "midpoint", "heun", "ralston", "rk4", "rk38"}
+    assert {c.ode_solver for c in cfgs} == {"euler", "midpoint", "heun", "ralston", "rk4", "rk38", "rk2_gated"}
     assert {c.ode_steps for c in cfgs} >= set(range(1, 9))
     assert {c.mode for c in cfgs} == {"encoder", "decoder"} and {c.use_bitnet for c in cfgs} == {False, True}
     assert any(s.seq == 1 for s in specs) and any(c.num_heads == 1 for c in cfgs) and any(s.batch == 3 for s in specs)
@@ -118,11 +118,11 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[85].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[94].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
-    (lambda m: m["cases"][-1].update(decoded=9), "$.cases[84].decoded: expected fewer than seq = 5 tokens"),
-    (lambda m: m["cases"][-1].pop("decoded"), "$.cases[84].e32: expected the quantities f0, step_1 .. "[:38]),
+    (lambda m: m["cases"][-1].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
+    (lambda m: m["cases"][-1].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m.update(tolerance_model={}), "Additional properties are not allowed ('tolerance_model' was unexpected)"),
 ])
 def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expected):

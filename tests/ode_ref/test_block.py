@@ -84,7 +84,7 @@ def test_single_token_single_head_odd_width(rng):
 # ---- errors name the field, the expectation and what was received ----------------------------
 
 def test_config_errors():
-    with pytest.raises(ValueError, match=r"ode_solver: expected one of 'euler', .*'rk38'; got 'rk5'"):
+    with pytest.raises(ValueError, match=r"ode_solver: expected one of 'euler', .*'rk38', 'rk2_gated'; got 'rk5'"):
         R.ODEConfig(hidden_size=4, num_heads=2, ode_solver="rk5")
     with pytest.raises(ValueError, match=r"norm_type: expected one of 'layer_norm'.*; got 'batch_norm'"):
         R.ODEConfig(hidden_size=4, num_heads=2, norm_type="batch_norm")
