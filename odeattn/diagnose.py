@@ -22,6 +22,7 @@ Method (the spec, float64, every token real):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -110,7 +111,7 @@ def observed_order(steps: list[int], errors: list[float], noise: float, nominal:
     out = {"order": None, "fit_steps": [], "floor_steps": floor, "local_orders": local, "note": ""}
     if floor is not None:
         tail = local[[n for n, _ in usable].index(floor):]
-        out["note"] = (f"floor: from {floor} steps on the error falls at less than half the nominal order "
+        out["note"] = (f"floor: from {floor} step{'s' if floor > 1 else ''} on the error falls at less than half the nominal order "
                        f"(local orders {min(tail):.2f}..{max(tail):.2f})")
     if bitnet:
         out["note"] = "; ".join(filter(None, ["no order fitted: BitLinear's quantiser makes f discontinuous in z",
@@ -243,28 +244,41 @@ def positive_fraction(text: str) -> float:
     return value
 
 
+@contextlib.contextmanager
+def naming(option: str):
+    """Errors raised inside name the option, as ValueError or TypeError: "--x: ..." (a message that
+    already starts with it is kept); a missing file or a folder given as a file too."""
+    try:
+        yield
+    except OSError as err:
+        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror else str(err)
+        raise ValueError(f"{option}: {detail}") from None
+    except (ValueError, TypeError) as err:
+        raise type(err)(str(err) if str(err).startswith(option) else f"{option}: {err}") from None
+
+
 def load_inputs(args) -> tuple[R.ODEConfig, dict, np.ndarray]:
     """(config, params, x) from --config, --weights (else init_params with --seed) and --x (else a
-    random normal batch with --seed); ValueError/TypeError naming the option otherwise."""
+    random normal batch with --seed); ValueError or TypeError naming the option otherwise."""
     from odeattn.export.cli import check_finite, read_json
 
-    config = R.ODEConfig.from_any(read_json("--config", args.config))
-    if args.weights:
-        params = R.load_params(args.weights)
+    with naming("--config"):
+        config = R.ODEConfig.from_any(read_json("--config", args.config))
+    with naming("--weights"):
+        params = R.load_params(args.weights) if args.weights else R.init_params(config, seed=args.seed)
         R.check_params(params, config)
         check_finite(params)
-    else:
-        params = R.init_params(config, seed=args.seed)
-    if args.x:
+    if not args.x:
+        return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
+    with naming("--x"):
         try:
             x = np.load(args.x, allow_pickle=False)
-        except ValueError as err:
-            raise ValueError(f"--x {str(args.x)!r}: not a readable .npy array ({err})") from None
+        except ValueError:  # not .npy, or an object array that would need unpickling
+            raise ValueError(f"expected a .npy array of floats; {str(args.x)!r} is not one NumPy reads without "
+                             "unpickling") from None
         R.check_input(x, config, name="--x")
         if not np.isfinite(x).all():
-            raise ValueError("--x: holds NaN or Inf")
-    else:
-        x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
+            raise ValueError("holds NaN or Inf")
     return config, params, x
 
 
@@ -285,12 +299,8 @@ def cmd_diagnose(args) -> int:
     try:
         check_options(args)
         config, params, x = load_inputs(args)
-    except FileNotFoundError as err:
-        return _fail(f"--config/--weights/--x: {err}")
     except (ValueError, TypeError) as err:
         return _fail(str(err))
-    except OSError as err:  # a folder given as a file, an unreadable file
-        return _fail(f"--config/--weights/--x: {err.strerror}: {err.filename!r}")
     weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
     source = str(args.x) if args.x else f"random normal, seed {args.seed}"
     print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
