@@ -13,8 +13,8 @@ Method (the spec, float64, every token real):
     at less than half the nominal order (local order log2(e(n) / e(2n)) < order / 2; 0.5 for a
     solver with no nominal order): the error has stopped falling at the solver's rate;
   - observed order: the least-squares slope of log(error) against log(h), h = 1 / steps, over the
-    finest (at most 3) steps above the noise level, the asymptotic range. No order is fitted when a
-    floor reaches into that range, or when the block uses BitLinear: its quantiser rounds
+    finest (at most 3) steps above the noise level, the asymptotic range. No order is fitted when
+    there is a floor (it reaches to the finest steps), or when the block uses BitLinear: its quantiser rounds
     activations to 8-bit levels, so f is discontinuous in z and the error is no smooth power of h;
   - fewest steps: the fewest of the steps tried from which every larger one meets --tol, counting
     the reference's own error against it (error + reference error <= tol).
@@ -34,7 +34,7 @@ from odeattn.cli import check_output_path, positive_int
 
 REFERENCE_SOLVER = "rk4"
 NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
-FLOOR_ORDER = 0.5  # a doubling of the steps that lowers the error by less than 2^0.5: a floor
+FLOOR_ORDER = 0.5  # the floor's local order for a solver with no nominal order (not a tableau)
 FIT_POINTS = 3  # the finest steps above the noise level make the asymptotic range
 
 
@@ -50,6 +50,13 @@ class Solver:
     skip: str | None = None
 
 
+def params_for(config: R.ODEConfig, params: dict, solver: str) -> tuple[dict, list[str]]:
+    """(the parameters `solver` reads, taken from params; the names of those params lacks).
+    ValueError if the spec refuses the solver with this config."""
+    shapes = R.param_shapes(dataclasses.replace(config, ode_solver=solver))
+    return {k: params[k] for k in shapes if k in params}, [k for k in shapes if k not in params]
+
+
 def solvers(config: R.ODEConfig, params: dict) -> list[Solver]:
     """Every solver the spec knows (ode_ref.SOLVERS), each with the parameters it reads from
     `params`, or skipped with the reason: the spec refuses it, or the weights lack its parameters."""
@@ -58,15 +65,14 @@ def solvers(config: R.ODEConfig, params: dict) -> list[Solver]:
         tableau = R.TABLEAUS.get(name)
         order, stages = (tableau.order, tableau.num_stages) if tableau else (None, None)
         try:
-            shapes = R.param_shapes(dataclasses.replace(config, ode_solver=name))
+            own, missing = params_for(config, params, name)
         except ValueError as err:
             out.append(Solver(name, order, stages, skip=f"not runnable with this config ({err})"))
             continue
-        missing = [k for k in shapes if k not in params]
         if missing:
             out.append(Solver(name, order, stages, skip=f"needs {', '.join(missing)}, which the weights lack"))
             continue
-        out.append(Solver(name, order, stages, params={k: params[k] for k in shapes}))
+        out.append(Solver(name, order, stages, params=own))
     return out
 
 
@@ -82,6 +88,7 @@ def solve(params: dict, x: np.ndarray, config: R.ODEConfig, solver: str, steps: 
 
 def reference(params: dict, x: np.ndarray, config: R.ODEConfig, steps: int) -> tuple[np.ndarray, float]:
     """(z_ref, its estimated relative error): rk4 with `steps` steps, compared with half as many."""
+    params = params_for(config, params, REFERENCE_SOLVER)[0]
     z_ref = solve(params, x, config, REFERENCE_SOLVER, steps)
     return z_ref, relative_error(solve(params, x, config, REFERENCE_SOLVER, steps // 2), z_ref)
 
@@ -111,14 +118,14 @@ def observed_order(steps: list[int], errors: list[float], noise: float, nominal:
     out = {"order": None, "fit_steps": [], "floor_steps": floor, "local_orders": local, "note": ""}
     if floor is not None:
         tail = local[[n for n, _ in usable].index(floor):]
-        out["note"] = (f"floor: from {floor} step{'s' if floor > 1 else ''} on the error falls at less than half the nominal order "
-                       f"(local orders {min(tail):.2f}..{max(tail):.2f})")
+        out["note"] = (f"floor: from {floor} step{'s' if floor > 1 else ''} on the error falls at less than "
+                       f"half the nominal order (local orders {min(tail):.2f}..{max(tail):.2f})")
     if bitnet:
         out["note"] = "; ".join(filter(None, ["no order fitted: BitLinear's quantiser makes f discontinuous in z",
                                               out["note"]]))
     elif len(usable) < 2:
         out["note"] = "no order fitted: fewer than 2 errors above the noise level"
-    elif floor is not None and floor < fit[-1][0]:
+    elif floor is not None:
         out["note"] = f"no order fitted; {out['note']}"
     else:
         slope = np.polyfit(np.log([1.0 / n for n, _ in fit]), np.log([e for _, e in fit]), 1)[0]
