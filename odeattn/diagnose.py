@@ -211,7 +211,7 @@ def format_report(result: dict) -> str:
         met = "meets" if result["current_error"] + ref["error"] <= result["tol"] else "does not meet"
         lines.append(f"this config ({cfg['ode_solver']}, {cfg['ode_steps']} steps): error "
                      f"{result['current_error']:.1e}, {met} tol {result['tol']:.0e}")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def plot(result: dict, path: Path) -> None:
