@@ -8,14 +8,15 @@ Method (the spec, float64, every token real):
     smooth f) and reported;
   - error: max |z(1) - z_ref| / max |z_ref|, the relative measure of `odeattn export`, for
     steps 1, 2, 4, ... up to --max-steps;
-  - noise level: 10x the reference's error; errors below it are not used;
+  - noise level: 10x the reference's error; errors at or below it are not used;
   - floor: the fewest steps from which every doubling (above the noise level) lowers the error
     at less than half the nominal order (local order log2(e(n) / e(2n)) < order / 2; 0.5 for a
     solver with no nominal order): the error has stopped falling at the solver's rate;
   - observed order: the least-squares slope of log(error) against log(h), h = 1 / steps, over the
     finest (at most 3) steps above the noise level, the asymptotic range. No order is fitted when
-    there is a floor (it reaches to the finest steps), or when the block uses BitLinear: its quantiser rounds
-    activations to 8-bit levels, so f is discontinuous in z and the error is no smooth power of h;
+    there is a floor (it reaches to the finest steps), or when the block uses BitLinear: its
+    quantiser rounds activations to 8-bit levels, so f is discontinuous in z and the error is no
+    smooth power of h;
   - fewest steps: the fewest of the steps tried from which every larger one meets --tol, counting
     the reference's own error against it (error + reference error <= tol).
 """
