@@ -1,4 +1,4 @@
-"""The `odeattn` command: info, conformance, export, run, bench."""
+"""The `odeattn` command: info, conformance, export, run, bench, diagnose."""
 
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ def _registrars():
     from odeattn.conformance.cli import register as conformance
     from odeattn.export.cli import register as export
     from odeattn.bench import register as bench
+    from odeattn.diagnose import register as diagnose
 
-    return (conformance, export, bench)
+    return (conformance, export, bench, diagnose)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """Bad input on the command line: one line naming the field, exit 2, nothing written, before any
-work starts, for export, run and bench (the conformance command's are in tests/conformance)."""
+work starts, for export, run, bench and diagnose (the conformance command's are in tests/conformance)."""
 
 import json
 
@@ -34,10 +34,15 @@ def files(tmp_path):
     model([vi("a", TensorProto.FLOAT, ["b", "t", 8])], [vi("z", TensorProto.FLOAT, ["b", "t", 8])], "no_x.onnx")
     model([vi("x", TensorProto.FLOAT, [])], [vi("z", TensorProto.FLOAT, [])], "scalar.onnx")
     np.save(tmp_path / "empty.npy", np.zeros((1, 0, 8), np.float32))
+    np.save(tmp_path / "ints.npy", np.zeros((1, 2, 8), np.int64))
+    np.save(tmp_path / "nan_x.npy", np.full((1, 2, 8), np.nan))
+    (tmp_path / "wide.json").write_text(json.dumps({**CFG.to_dict(), "hidden_size": 12}))
+    (tmp_path / "typo.json").write_text(json.dumps({**CFG.to_dict(), "ode_solvr": "rk4"}))
     return tmp_path
 
 
 EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
+DIAGNOSE = ["diagnose", "--config", "{d}/c.json", "--plot", "{d}/d.png"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -59,6 +64,21 @@ EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
     (["bench", "--plot", "{d}/p.png", "--no-scaling"], "--plot: the plot shows the scaling tables, which --no-scaling skips"),
     (["bench", "--json", "{d}/missing/b.json"], "--json: the folder '{d}/missing' does not exist"),
     (["bench", "--json", "{d}"], "--json: expected a file path; got the folder '{d}'"),
+    (DIAGNOSE + ["--plot", "{d}/missing/d.png"], "--plot: the folder '{d}/missing' does not exist"),
+    (DIAGNOSE + ["--plot", "{d}/d.svg"], "--plot: expected a file ending in .png; got '{d}/d.svg'"),
+    (DIAGNOSE + ["--max-steps", "64", "--ref-steps", "100"],
+     "--ref-steps: expected an even integer >= 2 x --max-steps (128); got 100"),
+    (DIAGNOSE + ["--weights", "{d}/nan.safetensors"], "--weights: params['ode_func.out_proj.weight'] holds NaN or Inf"),
+    (["diagnose", "--config", "{d}/wide.json", "--weights", "{d}/w.safetensors", "--plot", "{d}/d.png"],
+     "--weights: params['ode_func.qkv.weight']: expected shape (36, 12); got (24, 8)"),
+    (["diagnose", "--config", "{d}/bad.json", "--plot", "{d}/d.png"], "--config '{d}/bad.json': not valid JSON"),
+    (["diagnose", "--config", "{d}/typo.json", "--plot", "{d}/d.png"], "--config: config: unknown key(s) ['ode_solvr']"),
+    (DIAGNOSE + ["--weights", "{d}/none.safetensors"], "params file: no such file '{d}/none.safetensors'"),
+    (DIAGNOSE + ["--x", "{d}/empty.npy"], "--x: expected shape (batch, seq, 8) with batch, seq >= 1; got (1, 0, 8)"),
+    (DIAGNOSE + ["--x", "{d}/ints.npy"], "--x: expected dtype float32 or float64; got int64"),
+    (DIAGNOSE + ["--x", "{d}/nan_x.npy"], "--x: holds NaN or Inf"),
+    (DIAGNOSE + ["--x", "{d}"], "--x: Is a directory: '{d}'"),
+    (DIAGNOSE + ["--x", "{d}/c.json"], "--x: expected a .npy array of floats; '{d}/c.json' is not one NumPy reads"),
 ])
 def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
     before = sorted(p.name for p in files.iterdir())
@@ -71,6 +91,8 @@ def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
 @pytest.mark.parametrize("argv, option", [
     (["run", "m.onnx", "--seq", "0"], "--seq"), (["run", "m.onnx", "--batch", "0"], "--batch"),
     (["bench", "--steps", "0"], "--steps"), (["bench", "--repeats", "0"], "--repeats"),
+    (["diagnose", "--config", "c.json", "--max-steps", "0"], "--max-steps"),
+    (["diagnose", "--config", "c.json", "--seq", "0"], "--seq"),
 ])
 def test_argument_types_exit_2(argv, option, capsys):
     with pytest.raises(SystemExit) as info:
@@ -98,3 +120,11 @@ def test_folders_given_as_files_and_negative_counts(files, capsys):
         with pytest.raises(SystemExit):
             main(["bench", option, "-1"])
         assert f"argument {option}: expected an integer >= 0; got '-1'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tol", ["0", "1", "1.5", "nan", "x"])
+def test_diagnose_tolerance_is_a_fraction(tol, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["diagnose", "--config", "c.json", "--tol", tol])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and f"argument --tol: expected a number in (0, 1); got '{tol}'" in err[0]

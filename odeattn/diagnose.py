@@ -1,0 +1,345 @@
+"""`odeattn diagnose`: how many steps does a block need? For given weights and input, the error
+of z(1) against a converged reference, for every solver as the steps grow, its observed order,
+and the fewest steps that meet a tolerance.
+
+Method (the spec, float64, every token real):
+  - reference: rk4 with --ref-steps steps; its own error is estimated as the relative difference
+    from rk4 with half those steps (an upper bound for a method that converges, as rk4 does on a
+    smooth f) and reported;
+  - error: max |z(1) - z_ref| / max |z_ref|, the relative measure of `odeattn export`, for
+    steps 1, 2, 4, ... up to --max-steps;
+  - noise level: 10x the reference's error; errors at or below it are not used;
+  - floor: the fewest steps from which every doubling (above the noise level) lowers the error
+    at less than half the nominal order (local order log2(e(n) / e(2n)) < order / 2; 0.5 for a
+    solver with no nominal order): the error has stopped falling at the solver's rate;
+  - observed order: the least-squares slope of log(error) against log(h), h = 1 / steps, over the
+    finest (at most 3) steps above the noise level, the asymptotic range. No order is fitted when
+    there is a floor (it reaches to the finest steps), or when the block uses BitLinear: its
+    quantiser rounds activations to 8-bit levels, so f is discontinuous in z and the error is no
+    smooth power of h;
+  - fewest steps: the fewest of the steps tried from which every larger one meets --tol, counting
+    the reference's own error against it (error + reference error <= tol).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import ode_ref as R
+from odeattn.cli import check_output_path, positive_int
+
+REFERENCE_SOLVER = "rk4"
+NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
+FLOOR_ORDER = 0.5  # the floor's local order for a solver with no nominal order (not a tableau)
+FIT_POINTS = 3  # the finest steps above the noise level make the asymptotic range
+
+
+@dataclasses.dataclass(frozen=True)
+class Solver:
+    """A solver to measure: its name, nominal order and stages (None for one that is not a
+    Butcher tableau), the parameters it reads, or the reason it is skipped."""
+
+    name: str
+    order: int | None = None
+    stages: int | None = None
+    params: dict | None = None
+    skip: str | None = None
+
+
+def params_for(config: R.ODEConfig, params: dict, solver: str) -> tuple[dict, list[str]]:
+    """(the parameters `solver` reads, taken from params; the names of those params lacks).
+    ValueError if the spec refuses the solver with this config."""
+    shapes = R.param_shapes(dataclasses.replace(config, ode_solver=solver))
+    return {k: params[k] for k in shapes if k in params}, [k for k in shapes if k not in params]
+
+
+def solvers(config: R.ODEConfig, params: dict) -> list[Solver]:
+    """Every solver the spec knows (ode_ref.SOLVERS), each with the parameters it reads from
+    `params`, or skipped with the reason: the spec refuses it, or the weights lack its parameters."""
+    out = []
+    for name in R.SOLVERS:
+        tableau = R.TABLEAUS.get(name)
+        order, stages = (tableau.order, tableau.num_stages) if tableau else (None, None)
+        try:
+            own, missing = params_for(config, params, name)
+        except ValueError as err:
+            out.append(Solver(name, order, stages, skip=f"not runnable with this config ({err})"))
+            continue
+        if missing:
+            out.append(Solver(name, order, stages, skip=f"needs {', '.join(missing)}, which the weights lack"))
+            continue
+        out.append(Solver(name, order, stages, params=own))
+    return out
+
+
+def relative_error(z: np.ndarray, ref: np.ndarray) -> float:
+    """max |z - ref| / max |ref|."""
+    return float(np.abs(z - ref).max() / np.abs(ref).max())
+
+
+def solve(params: dict, x: np.ndarray, config: R.ODEConfig, solver: str, steps: int) -> np.ndarray:
+    """z(1) by the spec with this solver and number of steps."""
+    return R.ode_block(params, x, dataclasses.replace(config, ode_solver=solver, ode_steps=steps))
+
+
+def reference(params: dict, x: np.ndarray, config: R.ODEConfig, steps: int) -> tuple[np.ndarray, float]:
+    """(z_ref, its estimated relative error): rk4 with `steps` steps, compared with half as many."""
+    params = params_for(config, params, REFERENCE_SOLVER)[0]
+    z_ref = solve(params, x, config, REFERENCE_SOLVER, steps)
+    return z_ref, relative_error(solve(params, x, config, REFERENCE_SOLVER, steps // 2), z_ref)
+
+
+def step_counts(max_steps: int) -> list[int]:
+    """1, 2, 4, ... up to max_steps."""
+    return [2**k for k in range(max_steps.bit_length())]
+
+
+def floor_steps(usable: list[tuple[int, float]], nominal: int | None) -> int | None:
+    """The fewest steps from which every doubling lowers the error at less than half the nominal
+    order (FLOOR_ORDER without one); None if the last doubling still keeps the rate."""
+    slow = (nominal / 2) if nominal else FLOOR_ORDER
+    floor = None
+    for (n, e), (_, e2) in zip(usable, usable[1:]):
+        floor = (floor or n) if np.log2(e / e2) < slow else None
+    return floor
+
+
+def observed_order(steps: list[int], errors: list[float], noise: float, nominal: int | None, bitnet: bool) -> dict:
+    """{"order", "fit_steps", "floor_steps", "local_orders", "note"}: the fitted slope over the
+    asymptotic range, or None with the reason in note."""
+    usable = [(n, e) for n, e in zip(steps, errors) if e > noise]
+    local = [float(np.log2(e / e2)) for (_, e), (_, e2) in zip(usable, usable[1:])]
+    floor = floor_steps(usable, nominal)
+    fit = usable[-FIT_POINTS:]
+    out = {"order": None, "fit_steps": [], "floor_steps": floor, "local_orders": local, "note": ""}
+    if floor is not None:
+        tail = local[[n for n, _ in usable].index(floor):]
+        out["note"] = (f"floor: from {floor} step{'s' if floor > 1 else ''} on the error falls at less than "
+                       f"half the nominal order (local orders {min(tail):.2f}..{max(tail):.2f})")
+    if bitnet:
+        out["note"] = "; ".join(filter(None, ["no order fitted: BitLinear's quantiser makes f discontinuous in z",
+                                              out["note"]]))
+    elif len(usable) < 2:
+        out["note"] = "no order fitted: fewer than 2 errors above the noise level"
+    elif floor is not None:
+        out["note"] = f"no order fitted; {out['note']}"
+    else:
+        slope = np.polyfit(np.log([1.0 / n for n, _ in fit]), np.log([e for _, e in fit]), 1)[0]
+        out.update(order=float(slope), fit_steps=[n for n, _ in fit])
+    return out
+
+
+def fewest_steps(steps: list[int], errors: list[float], tol: float, ref_error: float) -> int | None:
+    """The fewest of `steps` from which every larger one has error + ref_error <= tol; None if none."""
+    best = None
+    for n, e in zip(reversed(steps), reversed(errors)):
+        if e + ref_error > tol:
+            break
+        best = n
+    return best
+
+
+def diagnose(params: dict, x: np.ndarray, config, *, max_steps: int = 128, ref_steps: int = 1024,
+             tol: float = 1e-4) -> dict:
+    """The error table, observed orders and fewest steps for every solver (see the module doc).
+    params: the block's weights (every solver takes the ones it reads); x: (batch, seq, d_model)."""
+    config = R.ODEConfig.from_any(config)
+    x = np.asarray(x, np.float64)
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    steps = step_counts(max_steps)
+    z_ref, ref_error = reference(params, x, config, ref_steps)
+    noise = NOISE_FACTOR * ref_error
+    rows = []
+    for s in solvers(config, params):
+        row = {"solver": s.name, "nominal_order": s.order, "stages": s.stages, "skip": s.skip}
+        if s.skip is None:
+            errors = [relative_error(solve(s.params, x, config, s.name, n), z_ref) for n in steps]
+            row.update(errors=errors, fewest_steps=fewest_steps(steps, errors, tol, ref_error),
+                       **observed_order(steps, errors, noise, s.order, config.use_bitnet))
+        rows.append(row)
+    own = next((r for r in rows if r["solver"] == config.ode_solver), None)
+    current = None
+    if own is not None and own["skip"] is None:
+        current = relative_error(solve(params, x, config, config.ode_solver, config.ode_steps), z_ref)
+    return {"config": config.to_dict(), "shape": list(x.shape), "steps": steps, "tol": tol,
+            "reference": {"solver": REFERENCE_SOLVER, "steps": ref_steps, "error": ref_error},
+            "noise": noise, "current_error": current, "solvers": rows}
+
+
+def _order(value) -> str:
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _cell(error: float, noise: float) -> str:
+    return f"{error:>9.1e}" + ("*" if error <= noise else " ")
+
+
+def format_report(result: dict) -> str:
+    """The error table (steps by solver), then one line per solver: orders, fewest steps, notes."""
+    ref, rows = result["reference"], result["solvers"]
+    run = [r for r in rows if r["skip"] is None]
+    lines = [f"reference: {ref['solver']} with {ref['steps']} steps; its own error (vs {ref['steps'] // 2} steps) "
+             f"{ref['error']:.1e}; noise level {result['noise']:.1e}",
+             "relative error of z(1), max|z - z_ref| / max|z_ref|:",
+             f"{'steps':>6}" + "".join(f"{r['solver']:>10}" for r in run)]
+    for i, n in enumerate(result["steps"]):
+        lines.append(f"{n:>6}" + "".join(_cell(r["errors"][i], result["noise"]) for r in run))
+    lines += ["(* at or below the noise level: not used)", "",
+              f"{'solver':<10}{'stages':>7}{'nominal':>9}{'observed':>10}  {'fit over steps':<16}"
+              f"fewest steps for tol {result['tol']:.0e} (evaluations of f)"]
+    for r in rows:
+        if r["skip"]:
+            lines.append(f"{r['solver']:<10}skipped: {r['skip']}")
+            continue
+        fit = f"{r['fit_steps'][0]}..{r['fit_steps'][-1]}" if r["fit_steps"] else "-"
+        fewest = f"not reached up to {result['steps'][-1]}"
+        if r["fewest_steps"]:
+            evals = f" ({r['fewest_steps'] * r['stages']})" if r["stages"] else ""
+            fewest = f"{r['fewest_steps']}{evals}"
+        lines.append(f"{r['solver']:<10}{_order(r['stages']):>7}{_order(r['nominal_order']):>9}"
+                     f"{_order(r['order']):>10}  {fit:<16}{fewest}")
+        if r["note"]:
+            lines.append(f"{'':<10}  {r['note']}")
+    if result["tol"] <= result["noise"]:
+        lines.append(f"warning: tol {result['tol']:.0e} is at or below the noise level; raise --ref-steps or --tol")
+    cfg = result["config"]
+    if result["current_error"] is not None:
+        met = "meets" if result["current_error"] + ref["error"] <= result["tol"] else "does not meet"
+        lines.append(f"this config ({cfg['ode_solver']}, {cfg['ode_steps']} steps): error "
+                     f"{result['current_error']:.1e}, {met} tol {result['tol']:.0e}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    """Log-log error against steps, one line per solver, the noise level dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for r in result["solvers"]:
+        if r["skip"] is None:
+            observed = "no fit" if r["order"] is None else f"observed {r['order']:.2f}"
+            label = f"{r['solver']} (order {_order(r['nominal_order'])}, {observed})"
+            ax.loglog(result["steps"], r["errors"], marker="o", label=label)
+    ax.axhline(result["noise"], color="grey", linestyle="--", label="noise level (10x reference error)")
+    ax.axhline(result["tol"], color="black", linestyle=":", label=f"tol {result['tol']:.0e}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("steps")
+    ax.set_ylabel("max|z(1) - z_ref| / max|z_ref|")
+    bitlinear = ", BitLinear" if result["config"]["use_bitnet"] else ""
+    ax.set_title(f"error of z(1) against steps ({result['config']['norm_type']}{bitlinear})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def positive_fraction(text: str) -> float:
+    """argparse type: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < 1.0:
+        raise __import__("argparse").ArgumentTypeError(f"expected a number in (0, 1); got {text!r}")
+    return value
+
+
+@contextlib.contextmanager
+def naming(option: str):
+    """Errors raised inside name the option, as ValueError or TypeError: "--x: ..." (a message that
+    already starts with it is kept); a missing file or a folder given as a file too."""
+    try:
+        yield
+    except OSError as err:
+        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror else str(err)
+        raise ValueError(f"{option}: {detail}") from None
+    except (ValueError, TypeError) as err:
+        raise type(err)(str(err) if str(err).startswith(option) else f"{option}: {err}") from None
+
+
+def load_inputs(args) -> tuple[R.ODEConfig, dict, np.ndarray]:
+    """(config, params, x) from --config, --weights (else init_params with --seed) and --x (else a
+    random normal batch with --seed); ValueError or TypeError naming the option otherwise."""
+    from odeattn.export.cli import check_finite, read_json
+
+    with naming("--config"):
+        config = R.ODEConfig.from_any(read_json("--config", args.config))
+    with naming("--weights"):
+        params = R.load_params(args.weights) if args.weights else R.init_params(config, seed=args.seed)
+        R.check_params(params, config)
+        check_finite(params)
+    if not args.x:
+        return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
+    with naming("--x"):
+        try:
+            x = np.load(args.x, allow_pickle=False)
+        except ValueError:  # not .npy, or an object array that would need unpickling
+            raise ValueError(f"expected a .npy array of floats; {str(args.x)!r} is not one NumPy reads without "
+                             "unpickling") from None
+        R.check_input(x, config, name="--x")
+        if not np.isfinite(x).all():
+            raise ValueError("holds NaN or Inf")
+    return config, params, x
+
+
+def check_options(args) -> None:
+    """ValueError naming the option unless the steps and the plot make sense; before any work."""
+    if args.ref_steps % 2 or args.ref_steps < 2 * args.max_steps:
+        raise ValueError(f"--ref-steps: expected an even integer >= 2 x --max-steps ({2 * args.max_steps}); "
+                         f"got {args.ref_steps}")
+    if args.plot:
+        check_output_path("--plot", args.plot, ".png")
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:  # main() names the extra that installs it
+            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+
+
+def cmd_diagnose(args) -> int:
+    try:
+        check_options(args)
+        config, params, x = load_inputs(args)
+    except (ValueError, TypeError) as err:
+        return _fail(str(err))
+    weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
+    source = str(args.x) if args.x else f"random normal, seed {args.seed}"
+    print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
+    result = diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
+    print(format_report(result))
+    if args.plot:
+        plot(result, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"odeattn diagnose: {message}", file=sys.stderr)
+    return 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="error of z(1) against steps for every solver: how many steps you need",
+                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
+    p.add_argument("--weights", type=Path,
+                   help=".safetensors or .npz with the spec's parameter names; default: init_params(config, --seed), "
+                        "random weights, said so in the output")
+    p.add_argument("--x", type=Path, help=".npy float [batch, seq, d_model]; default: a random normal batch (--seed)")
+    p.add_argument("--batch", type=positive_int, default=2, help="of the random x (default 2)")
+    p.add_argument("--seq", type=positive_int, default=8, help="of the random x (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="of the random x and of the default weights (default 0)")
+    p.add_argument("--tol", type=positive_fraction, default=1e-4, help="relative error to meet (default 1e-4)")
+    p.add_argument("--max-steps", type=positive_int, default=128, help="steps 1, 2, 4, ... up to this (default 128)")
+    p.add_argument("--ref-steps", type=positive_int, default=1024, help="steps of the rk4 reference (default 1024)")
+    p.add_argument("--plot", type=Path, default=Path("diagnose.png"),
+                   help="the log-log PNG of error against steps (default diagnose.png; needs odeattn[bench])")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
+    p.set_defaults(func=cmd_diagnose)

@@ -1,0 +1,125 @@
+"""`odeattn diagnose`: the orders it observes, the fewest steps it reports, the BitLinear floor,
+and the command's table and plot."""
+
+import json
+
+import numpy as np
+import pytest
+
+import ode_ref as R
+from odeattn import diagnose as D
+from odeattn.cli import main
+
+SMOOTH = R.ODEConfig(hidden_size=16, num_heads=2)
+BITNET = R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True)
+X = np.random.default_rng(0).normal(size=(1, 4, 16))
+
+
+@pytest.fixture(scope="module")
+def smooth():
+    return D.diagnose(R.init_params(SMOOTH), X, SMOOTH, max_steps=64, ref_steps=512, tol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def bitnet():
+    return D.diagnose(R.init_params(BITNET), X, BITNET, max_steps=64, ref_steps=512, tol=1e-3)
+
+
+def test_observed_orders_match_the_tableaus_on_a_smooth_block(smooth):
+    # the reference is converged far below every error used: rk4 at 512 vs 256 steps differ by ~6e-15
+    assert smooth["reference"]["error"] < 1e-13
+    rows = {r["solver"]: r for r in smooth["solvers"]}
+    assert set(rows) == set(R.TABLEAUS) and all(r["skip"] is None for r in rows.values())
+    for name, row in rows.items():
+        # measured: every fitted order within 0.012 of the nominal one (the pre-asymptotic terms at
+        # h = 1/16 .. 1/64); a solver of another order would be off by 1 or more
+        assert abs(row["order"] - R.TABLEAUS[name].order) < 0.05, (name, row["order"])
+        assert row["floor_steps"] is None and row["fit_steps"] == [16, 32, 64]
+
+
+def test_fewest_steps_agree_with_the_error_table(smooth, bitnet):
+    for result in (smooth, bitnet):
+        tol, ref = result["tol"], result["reference"]["error"]
+        for row in result["solvers"]:
+            met = [e + ref <= tol for e in row["errors"]]
+            n = row["fewest_steps"]
+            if n is None:  # "not reached": the finest step tried misses tol
+                assert not met[-1], row["solver"]
+                continue
+            i = result["steps"].index(n)
+            assert all(met[i:]) and (i == 0 or not met[i - 1]), row["solver"]
+    # and the answers themselves (errors above): rk4 meets 1e-4 in one step (1.6e-5), midpoint needs
+    # 8 (1.6e-4 at 4), euler does not reach it by 64 (3.0e-4)
+    fewest = {r["solver"]: r["fewest_steps"] for r in smooth["solvers"]}
+    assert (fewest["rk4"], fewest["midpoint"], fewest["euler"]) == (1, 8, None)
+
+
+def test_bitlinear_reports_a_floor_and_fits_no_order(bitnet):
+    rows = {r["solver"]: r for r in bitnet["solvers"]}
+    assert all(r["order"] is None and "BitLinear's quantiser" in r["note"] for r in rows.values())
+    # the fourth-order methods lose their rate at once: their errors fall by 2^-0.2 .. 2^-1.1 per doubling
+    for name in ("rk4", "rk38"):
+        assert rows[name]["floor_steps"] is not None and "floor: from" in rows[name]["note"]
+        assert max(rows[name]["local_orders"]) < 2  # half the nominal order
+    # the reference is not converged to the smooth level either (measured 5.6e-5): a tolerance under
+    # the noise level (10x that) is warned of, one above it is not
+    assert bitnet["reference"]["error"] > 1e-6
+    assert "warning: tol 1e-04 is at or below the noise level" in D.format_report({**bitnet, "tol": 1e-4})
+    assert "warning" not in D.format_report(bitnet)
+
+
+def test_order_fit_and_floor_on_exact_powers():
+    steps = [1, 2, 4, 8, 16]
+    exact = [3e-2 * n**-3.0 for n in steps]
+    assert abs(D.observed_order(steps, exact, 0.0, 3, False)["order"] - 3.0) < 1e-12
+    stalled = exact[:3] + [exact[2] * 0.9, exact[2] * 0.85]  # stops falling after 4 steps
+    out = D.observed_order(steps, stalled, 0.0, 3, False)
+    assert out["order"] is None and out["floor_steps"] == 4 and out["note"].startswith("no order fitted; floor")
+    # errors at or below the noise level are left out of the fit and the floor
+    assert D.observed_order(steps, exact, exact[3], 3, False)["fit_steps"] == [1, 2, 4]
+    # an error that meets tol and is missed again later does not count: every larger step must meet it
+    assert D.fewest_steps(steps, [1e-2, 1e-5, 1e-3, 1e-5, 1e-6], 1e-4, 0.0) == 8
+
+
+def test_a_solver_the_weights_cannot_run_is_skipped_with_the_reason(monkeypatch):
+    shapes = R.param_shapes
+
+    def gated(config):  # a solver that reads one more parameter, as a gated one would
+        extra = {"gate.weight": (1, 2 * config.hidden_size)} if config.ode_solver == "heun" else {}
+        return {**shapes(config), **extra}
+
+    monkeypatch.setattr(R, "param_shapes", gated)
+    monkeypatch.setattr(R, "SOLVERS", (*R.SOLVERS, "not_a_solver"))
+    rows = {s.name: s for s in D.solvers(SMOOTH, R.init_params(SMOOTH))}
+    assert rows["heun"].skip == "needs gate.weight, which the weights lack"
+    assert rows["not_a_solver"].skip.startswith("not runnable with this config (ode_solver: expected one of")
+    assert rows["rk4"].skip is None and set(rows["rk4"].params) == set(shapes(SMOOTH))
+
+
+def test_the_command_prints_the_table_and_writes_the_plot(tmp_path, capsys):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=3)
+    (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
+    R.save_params(R.init_params(cfg, seed=1), tmp_path / "w.safetensors")
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).normal(size=(1, 3, 8)).astype(np.float32))
+    code = main(["diagnose", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "--x", str(tmp_path / "x.npy"), "--max-steps", "16", "--ref-steps", "256",
+                 "--plot", str(tmp_path / "d.png")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"weights: {tmp_path / 'w.safetensors'}; x: {tmp_path / 'x.npy'}, shape [1, 3, 8]" in out
+    assert "reference: rk4 with 256 steps; its own error (vs 128 steps)" in out
+    assert all(f"\n{name:<10}" in out for name in R.TABLEAUS)
+    assert "this config (heun, 3 steps): error" in out
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_missing_matplotlib_is_named_before_any_work(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
+    (tmp_path / "c.json").write_text(json.dumps(SMOOTH.to_dict()))
+    assert main(["diagnose", "--config", str(tmp_path / "c.json"), "--plot", str(tmp_path / "d.png")]) == 2
+    assert capsys.readouterr().err.strip() == ("odeattn diagnose: needs the package 'matplotlib', which is not "
+                                               "installed; install it with: pip install 'odeattn[bench]'")
+    assert not (tmp_path / "d.png").exists()
