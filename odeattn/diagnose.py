@@ -165,7 +165,7 @@ def diagnose(params: dict, x: np.ndarray, config, *, max_steps: int = 128, ref_s
     own = next((r for r in rows if r["solver"] == config.ode_solver), None)
     current = None
     if own is not None and own["skip"] is None:
-        current = relative_error(solve(params, x, config, config.ode_solver, config.ode_steps), z_ref)
+        current = relative_error(solve(params_for(config, params, config.ode_solver)[0], x, config, config.ode_solver, config.ode_steps), z_ref)
     return {"config": config.to_dict(), "shape": list(x.shape), "steps": steps, "tol": tol,
             "reference": {"solver": REFERENCE_SOLVER, "steps": ref_steps, "error": ref_error},
             "noise": noise, "current_error": current, "solvers": rows}

@@ -1,6 +1,7 @@
 """`odeattn diagnose`: the orders it observes, the fewest steps it reports, the BitLinear floor,
 and the command's table and plot."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -15,14 +16,28 @@ BITNET = R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True)
 X = np.random.default_rng(0).normal(size=(1, 4, 16))
 
 
+def with_gate(cfg):
+    """The config's parameters and a gate, so every solver runs (rk2_gated reads the gate). Its
+    bias is 1 (g near 0.73): away from g = 1/2, where rk2_gated is Heun's method, of order 2."""
+    params = R.init_params(dataclasses.replace(cfg, ode_solver="rk2_gated"))
+    params["gate.bias"] = params["gate.bias"] + 1.0
+    return params
+
+
 @pytest.fixture(scope="module")
 def smooth():
-    return D.diagnose(R.init_params(SMOOTH), X, SMOOTH, max_steps=64, ref_steps=512, tol=1e-4)
+    return D.diagnose(with_gate(SMOOTH), X, SMOOTH, max_steps=64, ref_steps=512, tol=1e-4)
 
 
 @pytest.fixture(scope="module")
 def bitnet():
-    return D.diagnose(R.init_params(BITNET), X, BITNET, max_steps=64, ref_steps=512, tol=1e-3)
+    return D.diagnose(with_gate(BITNET), X, BITNET, max_steps=64, ref_steps=512, tol=1e-3)
+
+
+def test_weights_without_a_gate_skip_the_gated_solver_with_the_reason():
+    rows = {r.name: r for r in D.solvers(SMOOTH, R.init_params(SMOOTH))}
+    assert rows["rk2_gated"].skip == "needs gate.weight, gate.bias, which the weights lack"
+    assert all(r.skip is None for name, r in rows.items() if name != "rk2_gated")
 
 
 def test_observed_orders_match_the_tableaus_on_a_smooth_block(smooth):
