@@ -1,8 +1,9 @@
 """ODEFunc as ONNX nodes; port of ode_ref/attention.py with the same stages.
 
 prepare (ode_ref's Stages.prepare) adds nodes to the main graph once; the other stages add nodes to
-the body of the local function `ode_func`, which every stage of every step calls. Default stages
-only: a variant's Python override has no ONNX form, so exporting one raises NotImplementedError.
+the body of the local function `ode_func`, which every stage of every step calls. A variant of
+the spec's SelfAttention (ode_ref/variants.py) exports at opset 17: block.export_attention rebuilds
+it over these stages, and its overrides run on Values (graph.py says which operations they have).
 The decode-step model (block.export_decode_model) runs Stages.decode on main-graph Values: the
 cache's slot index is an input, and a slot is written with Where(slot == index, new, past).
 """
@@ -20,7 +21,7 @@ from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 
 from .bitlinear import bitlinear, linear, quantize_activation, quantize_weight
-from .graph import Value
+from .graph import XP, Value
 from .norms import apply_norm
 from .positions import alibi_bias, apply_rope, rope_cos_sin
 
@@ -90,6 +91,13 @@ class SelfAttention(Stages):
         return quantize_weight(ternary, scale)
 
     positions_from_padding = staticmethod(positions_from_padding)
+
+    # ---- what a variant's stages use besides operators (ode_ref/variants.py) ----------------
+    xp = XP
+    slot_indices = staticmethod(slot_indices)
+
+    def asarray(self, value, like: Value) -> Value:
+        return like.body.const(value, np.float32)
 
     def seq_len(self, x: Value) -> Value:
         return x.body.op("Shape", x, start=1, end=2)

@@ -44,7 +44,8 @@ from ode_ref.block import attention_for
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
-from ode_ref.rk import rk_step
+from ode_ref.rk import rk_step, step_times
+from ode_ref.variants import port_variant
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
@@ -121,17 +122,51 @@ def _as_prepared(template: Prepared, values: list) -> Prepared:
 
 
 def _checked(config, params, opset: int, attention):
-    """The config, after the checks every export runs: parameters, opset, and no variant."""
+    """(config, the export's attention) after the checks every export runs: parameters, opset,
+    and a variant that can be exported (export_attention)."""
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {OPSETS}; got {opset!r}")
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
-    if type(attention) is not R.SelfAttention:
-        raise NotImplementedError(
-            f"attention: only the spec's default SelfAttention exports; got the variant {type(attention).__name__}"
-        )
-    return cfg
+    return cfg, export_attention(attention, opset)
+
+
+class VariantExportError(NotImplementedError):
+    """A variant's stage uses an operation the export cannot express."""
+
+
+def _stage_named(variant: str, stage: str, method):
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except VariantExportError:
+            raise
+        except (NotImplementedError, TypeError, AttributeError) as err:
+            raise VariantExportError(f"attention: the variant {variant}'s stage {stage} cannot be exported: {err}") from None
+    return run
+
+
+def export_attention(attention, opset: int) -> SelfAttention:
+    """The export's SelfAttention for attention (the spec's, or a variant of it): the variant's
+    classes rebuilt over the export's stages (ode_ref.variants.port_variant), its settings copied,
+    each overridden stage reporting its name if it uses an operation with no ONNX form. Variants
+    export at opset 17, where q, k, v are (batch, seq, heads, head_dim) and the mask is bool."""
+    cfg, variant = attention.config, type(attention)
+    if variant is R.SelfAttention:
+        return SelfAttention(cfg, opset)
+    if opset != 17:
+        raise ValueError(f"opset: a variant ({variant.__name__}) exports at opset 17, where its stages see the spec's "
+                         f"shapes (at 23, q, k, v are 3D and the mask additive); got {opset!r}")
+    ported = port_variant(variant, SelfAttention)
+    own = {name for cls in variant.__mro__[:variant.__mro__.index(R.SelfAttention)]
+           for name, value in vars(cls).items() if callable(value) and not name.startswith("__")}
+    for stage in own:
+        setattr(ported, stage, _stage_named(variant.__name__, stage, getattr(ported, stage)))
+    att = ported.__new__(ported)
+    SelfAttention.__init__(att, cfg, opset)
+    vars(att).update({k: v for k, v in vars(attention).items() if k != "config"})  # the variant's settings
+    return att
 
 
 def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, **props) -> onnx.ModelProto:
@@ -161,8 +196,7 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
     step), which the conformance suite uses to name the first divergent quantity.
     """
-    cfg = _checked(config, params, opset, attention)
-    att = SelfAttention(cfg, opset)
+    cfg, att = _checked(config, params, opset, attention)
     main = Body("", opset)
     x = Value(main, "x")
     mask_in = Value(main, "padding_mask") if padding_mask else None
@@ -171,24 +205,24 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     shared = [Value(main, f"w{i}") for i in range(len(_flatten(prepared)))]
     for v, short in zip(_flatten(prepared), shared):
         main.nodes.append(helper.make_node("Identity", [v.name], [short.name]))
-    names = ["z"] + [f"shared_{i}" for i in range(len(shared))]
+    names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
 
     func = Function("ode_func", names, opset)
-    func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[1:]), None, func.inputs[0])]
+    func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[2:]), func.inputs[1], func.inputs[0])]
     step = Function("ode_step", names, opset)
-    stage = lambda t, y: func.call(step, y, *step.inputs[1:])  # noqa: E731  (default stages ignore t)
-    gate = att.solution_gate(_as_prepared(prepared, step.inputs[1:]))
-    step.outputs = [rk_step(stage, 0.0, 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver], gate)]
+    stage = lambda t, y: func.call(step, y, t, *step.inputs[2:])  # noqa: E731
+    gate = att.solution_gate(_as_prepared(prepared, step.inputs[2:]))
+    step.outputs = [rk_step(stage, step.inputs[1], 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver], gate)]
 
     d = cfg.hidden_size
     state_info = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq", d])  # noqa: E731
     extra = []
     if diagnostics:
-        main.nodes.append(helper.make_node("Identity", [func.call(main, x, *shared).name], ["f0"], name="f0"))
+        main.nodes.append(helper.make_node("Identity", [func.call(main, x, main.const(0.0), *shared).name], ["f0"], name="f0"))
         extra.append(state_info("f0"))
     z = x
-    for k in range(1, cfg.ode_steps + 1):
-        z = step.call(main, z, *shared)
+    for k, t0 in enumerate(step_times(cfg.ode_steps), start=1):
+        z = step.call(main, z, main.const(t0), *shared)
         if diagnostics:
             main.nodes.append(helper.make_node("Identity", [z.name], [f"step_{k}"], name=f"step_{k}"))
             extra.append(state_info(f"step_{k}"))
@@ -222,21 +256,21 @@ def _cached_model(cfg, params, opset, main, z, cache, inputs, kind: str) -> onnx
 
 
 def _check_cached(config, params, opset, attention):
-    cfg = _checked(config, params, opset, attention)
+    cfg = R.ODEConfig.from_any(config)
     check_mode(cfg)
     if opset != 17:
         raise ValueError(f"opset: the prefill and decode-step models are exported at opset 17; got {opset!r}")
-    return cfg
+    return _checked(cfg, params, opset, attention)
 
 
 def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
     """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto
     (float32); see the module's docstring for its inputs and outputs."""
-    cfg = _check_cached(config, params, opset, attention)
+    cfg, att = _check_cached(config, params, opset, attention)
     main = Body("", opset)
     x, mask = Value(main, "x"), Value(main, "padding_mask")
     max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
-    z, cache = SelfAttention(cfg, opset).prefill(_weights(cfg, main), x, mask, max_len)
+    z, cache = att.prefill(_weights(cfg, main), x, mask, max_len)
     d = cfg.hidden_size
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d]),
               helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]),
@@ -247,13 +281,13 @@ def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, attentio
 def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
     """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32); see
     the module's docstring for its inputs and outputs."""
-    cfg = _check_cached(config, params, opset, attention)
+    cfg, att = _check_cached(config, params, opset, attention)
     main = Body("", opset)
     n = evaluations(cfg)
     past, _ = decode_names(cfg)
     cache = KVCache(cfg, tuple(Value(main, name) for name in past[:n]), tuple(Value(main, name) for name in past[n:2 * n]),
                     Value(main, "padding_mask"), Value(main, "index"))
-    z, new = SelfAttention(cfg, opset).decode(_weights(cfg, main), Value(main, "x_t"), cache)
+    z, new = att.decode(_weights(cfg, main), Value(main, "x_t"), cache)
     kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
     inputs = [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 1, cfg.hidden_size]),
               helper.make_tensor_value_info("index", TensorProto.INT64, [])]

@@ -5,6 +5,11 @@ A Value is a name in a Body (the main graph or a local function's body). Values 
 solver is the spec's stepper run on symbolic values. Every other node is made with
 ``body.op("OpType", *inputs, **attributes)``; scalar constants become Constant nodes (deduplicated
 per body), so a local function's body is self-contained.
+
+For a variant's stages (ode_ref/variants.py) a Value also answers the other operators (/ ** abs,
+comparisons, & | ~), the NumPy functions of ELEMENTWISE and REDUCTIONS (np.sqrt(v), np.where(c,
+a, b), v.sum(axis=-1, keepdims=True), called directly or through the namespace XP), and refuses
+any other NumPy function by name (NotImplementedError).
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ class Value:
         self.body, self.name = body, name
 
     def _lift(self, other):
-        """A Value, or a constant: float32 for a float, int64 for a Python int (an index)."""
+        """A Value, or a constant: float32 for a float (and float arrays), int64 for a Python int
+        (an index), bool for a bool."""
         if isinstance(other, Value):
             return other
-        return self.body.const(other, np.int64 if isinstance(other, int) and not isinstance(other, bool) else np.float32)
+        kind = np.asarray(other).dtype.kind
+        return self.body.const(other, np.int64 if kind in "iu" else np.bool_ if kind == "b" else np.float32)
 
     def __add__(self, other):
         return self.body.op("Add", self, self._lift(other))
@@ -50,6 +57,98 @@ class Value:
 
     def __rtruediv__(self, other):
         return self.body.op("Div", self._lift(other), self)
+
+    # ---- for a variant's stages: the other operators, and NumPy's functions -------------------
+    def __pow__(self, other):
+        return self.body.op("Pow", self, self._lift(other))
+
+    def __neg__(self):
+        return self.body.op("Neg", self)
+
+    def __abs__(self):
+        return self.body.op("Abs", self)
+
+    def __invert__(self):
+        return self.body.op("Not", self)
+
+    def __lt__(self, other):
+        return self.body.op("Less", self, self._lift(other))
+
+    def __le__(self, other):
+        return self.body.op("LessOrEqual", self, self._lift(other))
+
+    def __gt__(self, other):
+        return self.body.op("Greater", self, self._lift(other))
+
+    def __ge__(self, other):
+        return self.body.op("GreaterOrEqual", self, self._lift(other))
+
+    def __and__(self, other):
+        return self.body.op("And", self, self._lift(other))
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return self.body.op("Or", self, self._lift(other))
+
+    __ror__ = __or__
+
+    def sum(self, axis=None, keepdims=False):
+        return apply("sum", self, axis=axis, keepdims=keepdims)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """np.sqrt(v), ndarray * v, ...: the ufunc as its ONNX op, or refused by name."""
+        if method != "__call__" or kwargs:
+            raise NotImplementedError(f"np.{ufunc.__name__}.{method}: has no ONNX form in this export")
+        return apply(ufunc.__name__, *inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """np.where(c, a, b), np.sum(v, axis=...): as ONNX ops, or refused by name."""
+        return apply(func.__name__, *args, **kwargs)
+
+
+# NumPy's name -> the ONNX op, for the functions a variant may call on Values
+ELEMENTWISE = {
+    "add": "Add", "subtract": "Sub", "multiply": "Mul", "divide": "Div", "true_divide": "Div", "power": "Pow",
+    "negative": "Neg", "abs": "Abs", "absolute": "Abs", "sqrt": "Sqrt", "exp": "Exp", "log": "Log", "tanh": "Tanh",
+    "maximum": "Max", "minimum": "Min", "less": "Less", "less_equal": "LessOrEqual", "greater": "Greater",
+    "greater_equal": "GreaterOrEqual", "equal": "Equal", "logical_and": "And", "bitwise_and": "And",
+    "logical_or": "Or", "bitwise_or": "Or", "logical_not": "Not", "invert": "Not", "where": "Where",
+}
+REDUCTIONS = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "amax": "ReduceMax", "min": "ReduceMin", "amin": "ReduceMin"}
+
+
+def apply(name: str, *args, axis=None, keepdims=False):
+    """The NumPy function `name` on Values (and constants) as ONNX nodes. NotImplementedError
+    naming the function if it has no entry in ELEMENTWISE or REDUCTIONS."""
+    values = [a for a in args if isinstance(a, Value)]
+    if name in REDUCTIONS and len(args) == 1 and values:
+        body, x = values[0].body, values[0]
+        axes = [] if axis is None else list(axis) if isinstance(axis, (tuple, list)) else [axis]
+        if name == "sum" or body.opset >= 18:
+            out = body.op(REDUCTIONS[name], x, body.ints(*axes) if axes else None, keepdims=int(keepdims))
+        else:
+            out = body.op(REDUCTIONS[name], x, keepdims=int(keepdims), **({"axes": axes} if axes else {}))
+        return out
+    if name not in ELEMENTWISE or not values or (name not in REDUCTIONS and (axis is not None or keepdims)):
+        known = ", ".join(sorted({*ELEMENTWISE, *REDUCTIONS}))
+        raise NotImplementedError(f"np.{name}: has no ONNX form in this export (it has: {known})")
+    body = values[0].body
+    return body.op(ELEMENTWISE[name], *(values[0]._lift(a) for a in args))
+
+
+class _Namespace:
+    """XP: the export's array namespace (SelfAttention.xp): XP.sqrt(v), XP.sum(v, axis=-1, keepdims=True)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in ELEMENTWISE and name not in REDUCTIONS:
+            raise NotImplementedError(f"xp.{name}: has no ONNX form in this export")
+        return lambda *args, **kwargs: apply(name, *args, **kwargs)
+
+
+XP = _Namespace()
 
 
 class Body:

@@ -13,7 +13,10 @@ from .params import check_params as check_params, init_params as init_params
 from .params import load_params as load_params, param_shapes as param_shapes, save_params as save_params
 from .rk import integrate as integrate, rk_step as rk_step
 from .tableaus import TABLEAUS as TABLEAUS, ButcherTableau as ButcherTableau
-from .variants import LocalWindowAttention as LocalWindowAttention
-from .variants import ScaledQueryAttention as ScaledQueryAttention
+from .variants import VARIANTS as VARIANTS, port_variant as port_variant
+from .variants import CoolerAttention as CoolerAttention, DropFirstHeadAttention as DropFirstHeadAttention
+from .variants import LocalWindowAttention as LocalWindowAttention, RecentKeysAttention as RecentKeysAttention
+from .variants import ScaledOutputAttention as ScaledOutputAttention, ScaledQueryAttention as ScaledQueryAttention
+from .variants import TiedKeysAttention as TiedKeysAttention, UnitNormQKAttention as UnitNormQKAttention
 
 __version__ = "0.1.0"

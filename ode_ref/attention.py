@@ -127,6 +127,11 @@ class Stages:
         additive mask merges them here, once per forward, not at every evaluation."""
         return mask, bias
 
+    def hide_keys(self, mask, visible):
+        """mask & visible: a variant's build_mask narrowing the mask; visible is bool, broadcast
+        against (batch | 1, 1, seq_q, seq_k). A port whose mask is None (every key visible) gets visible."""
+        return visible if mask is None else mask & visible
+
     def evaluate(self, prepared: Prepared, t, z, kv=None):
         """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model). kv: a CacheSlots, or None."""
         h = self.norm(prepared.norm, self.hide_padding(z, prepared.padding_mask))
@@ -186,6 +191,14 @@ class SelfAttention(Stages):
 
     quantize_weight = staticmethod(quantize_weight)
     positions_from_padding = staticmethod(positions_from_padding)
+
+    # ---- what a variant's stages use besides operators (variants.py), in every port ---------
+    xp = np  # the array namespace: sqrt, sum(axis=, keepdims=), where, exp, abs, maximum, ...
+    slot_indices = staticmethod(slot_indices)
+
+    def asarray(self, value, like):
+        """A constant (nested lists of numbers) as an array in like's dtype."""
+        return np.asarray(value, dtype=like.dtype)
 
     def seq_len(self, x) -> int:
         return x.shape[1]

@@ -89,6 +89,13 @@ class SelfAttention(Stages):
     quantize_weight = staticmethod(quantize_weight)
     positions_from_padding = staticmethod(positions_from_padding)
 
+    # ---- what a variant's stages use besides operators (ode_ref/variants.py) ----------------
+    xp = jnp
+    slot_indices = staticmethod(slot_indices)
+
+    def asarray(self, value, like):
+        return jnp.asarray(value, dtype=like.dtype)
+
     def seq_len(self, x) -> int:
         return x.shape[1]
 

@@ -104,6 +104,15 @@ class SelfAttention(Stages, nn.Module):
     def positions_from_padding(self, padding_mask, seq_len: int):
         return positions_from_padding(padding_mask, seq_len, device=self.qkv.weight.device)
 
+    # ---- what a variant's stages use besides operators (ode_ref/variants.py) ----------------
+    xp = torch
+
+    def slot_indices(self, seq_len: int, cache_index=None):
+        return slot_indices(seq_len, cache_index, self.qkv.weight.device)
+
+    def asarray(self, value, like):
+        return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
     def seq_len(self, x) -> int:
         return x.shape[1]
 

@@ -1,23 +1,12 @@
-"""The spec's two example variants in PyTorch; port of ode_ref/variants.py."""
+"""The spec's variants in PyTorch: each ode_ref/variants.py class rebuilt over this port's
+SelfAttention by ode_ref.variants.port_variant, under the same name. A user's variant of the spec's
+SelfAttention ports the same way: port_variant(MyVariant, SelfAttention)."""
 
 from __future__ import annotations
 
-from ode_ref.variants import ScaledQuery, check_window
+from ode_ref.variants import VARIANTS, port_variant
 
-from .attention import SelfAttention, slot_indices
+from .attention import SelfAttention
 
-
-class ScaledQueryAttention(ScaledQuery, SelfAttention):
-    """The port's SelfAttention with the spec's ScaledQuery stage."""
-
-
-class LocalWindowAttention(SelfAttention):
-    def __init__(self, config, window: int = 2):
-        super().__init__(config)
-        self.window = check_window(window)
-
-    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
-        i, j = slot_indices(seq_len, cache_index, self.qkv.weight.device)
-        local = ((i - j).abs() < self.window)[None, None]
-        mask = super().build_mask(seq_len, padding_mask, cache_index=cache_index)
-        return local if mask is None else mask & local
+globals().update({v.__name__: port_variant(v, SelfAttention, __name__) for v in VARIANTS})
+__all__ = [v.__name__ for v in VARIANTS]

@@ -7,6 +7,8 @@ import inspect
 
 import pytest
 
+import ode_ref as R
+
 MODULES = ["norms", "bitlinear", "positions", "attention", "variants"]
 PORTS = {"torch": "odeattn.backends.torch", "jax": "odeattn.backends.jax", "export": "odeattn.export"}
 # Written once in the spec and run by every port, so no port defines its own.
@@ -23,7 +25,9 @@ REPLACED = {
     ("export", "norms", "erf"): "the Erf node",
     ("export", "bitlinear", "weight_scale"): "done at export time by the spec's ternarize_weight",
     ("export", "bitlinear", "ternarize_weight"): "done at export time by the spec's own function",
-    ("export", "variants", "*"): "variants are Python overrides; the export refuses them by name",
+    ("export", "variants", "*"): "a variant exports through block.export_attention, which ports the spec's class (port_variant)",
+    **{(port, "variants", name): "the spec's own check, run by the ported class's __init__"
+       for port in ("torch", "jax") for name in ("check_window", "check_factor", "port_variant")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
        for port in ("torch", "jax", "export") for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
 }
@@ -39,6 +43,8 @@ DIFFERENT = {
     ("torch", "attention", "positions_from_padding"): "takes the device",
     ("torch", "attention", "slot_indices"): "takes the device",
     ("torch", "attention", "SelfAttention"): "the seed's ODEFunc(config, pos_encoder=None); the config decides the encoding",
+    **{("torch", "variants", v.__name__): "inherits the seed's ODEFunc(config, pos_encoder=None)"
+       for v in R.VARIANTS if "__init__" not in vars(v)},
     ("jax", "positions", "rope_cos_sin"): "gathers from a float64 table made at trace time: needs the static bound",
     ("export", "positions", "rope_cos_sin"): "always float32 in the graph: (positions, config)",
     ("export", "positions", "alibi_bias"): "always float32 in the graph: (positions_q, positions_k, config)",

@@ -150,8 +150,8 @@ def test_feed_errors_name_the_input():
         make_feed(nomask, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), bool))
     with pytest.raises(ValueError, match="opset: expected one of \\(17, 23\\); got 19"):
         export_model(c, R.init_params(c), opset=19)
-    with pytest.raises(NotImplementedError, match="attention: only the spec's default SelfAttention exports; got the variant LocalWindowAttention"):
-        export_model(c, R.init_params(c), attention=R.LocalWindowAttention(c))
+    with pytest.raises(ValueError, match=r"attention: its config .* differs from config"):
+        export_model(c, R.init_params(c), attention=R.LocalWindowAttention(cfg(ode_steps=5)))
 
 
 def test_cli_export_and_run(tmp_path, capsys):

@@ -82,10 +82,10 @@ def test_cache_layout_and_memory():
     assert values == R.cache.cache_values(cfg, 2, 9) == 2 * 3 * 4 * 2 * 9 * 12
 
 
-@pytest.mark.parametrize("variant", [
-    lambda c: R.LocalWindowAttention(c, window=2), lambda c: R.ScaledQueryAttention(c, time_gain=1.5)])
+@pytest.mark.parametrize("variant", R.VARIANTS, ids=lambda v: v.__name__)
 def test_variants_decode_exactly(variant):
-    """build_mask gets the cache index (LocalWindowAttention); a stage may read t (ScaledQuery)."""
+    """Every example variant decodes as it runs on the whole sequence: build_mask gets the cache
+    index (LocalWindow, RecentKeys); a stage may read t (ScaledQuery)."""
     cfg, params, x, mask = setup({**ROWS[0], "encoding": "rope", "padding": True}, seed=3)
     att = variant(cfg)
     got, _ = decode_all(params, x, cfg, mask, attention=att)
