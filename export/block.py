@@ -115,6 +115,21 @@ def _as_prepared(template: Prepared, values: list) -> Prepared:
     return Prepared(*fields)
 
 
+def _step_arguments(main: Body, prepared: Prepared, weights: dict) -> list:
+    """What every step call passes: a projection's weight initializer by its own name, so that once
+    the functions are inlined the projections' MatMuls read their weights directly (what
+    quantisation tools look for); anything else (norm parameters, mask, positions, dequantised
+    BitLinear weights) under a short alias w<i>, so that a step costs the file a few bytes."""
+    stored = {v.name for v in _flatten((weights["qkv"], weights["out_proj"]))}
+    out = []
+    for i, v in enumerate(_flatten(prepared)):
+        if v.name not in stored:
+            main.nodes.append(helper.make_node("Identity", [v.name], [f"w{i}"]))
+            v = Value(main, f"w{i}")
+        out.append(v)
+    return out
+
+
 def _checked(config, params, opset: int, attention):
     """The config, after the checks every export runs: parameters, opset, and no variant."""
     cfg = R.ODEConfig.from_any(config)
@@ -161,11 +176,9 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     main = Body("", opset)
     x = Value(main, "x")
     mask_in = Value(main, "padding_mask") if padding_mask else None
-    prepared = att.prepare(_weights(cfg, main), x, mask_in)
-    # short names for what every step call passes, so that a step costs the file a few bytes
-    shared = [Value(main, f"w{i}") for i in range(len(_flatten(prepared)))]
-    for v, short in zip(_flatten(prepared), shared):
-        main.nodes.append(helper.make_node("Identity", [v.name], [short.name]))
+    weights = _weights(cfg, main)
+    prepared = att.prepare(weights, x, mask_in)
+    shared = _step_arguments(main, prepared, weights)
     names = ["z"] + [f"shared_{i}" for i in range(len(shared))]
 
     func = Function("ode_func", names, opset)
