@@ -70,6 +70,7 @@ def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
 
 @pytest.mark.parametrize("argv, option", [
     (["run", "m.onnx", "--seq", "0"], "--seq"), (["run", "m.onnx", "--batch", "0"], "--batch"),
+    (["run", "m.onnx", "--repeats", "0"], "--repeats"),
     (["bench", "--steps", "0"], "--steps"), (["bench", "--repeats", "0"], "--repeats"),
 ])
 def test_argument_types_exit_2(argv, option, capsys):
