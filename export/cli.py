@@ -117,7 +117,11 @@ def cmd_export(args) -> int:
     if args.route == "direct":
         model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
         check(model)
-        model, notes = deploy_form(model, args)
+        try:
+            model, notes = deploy_form(model, args)
+        except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
+            print(f"odeattn: {err}", file=sys.stderr)
+            return 1
         args.output.write_bytes(model.SerializeToString())
     else:
         from odeattn.backends.torch import ODEAttentionBlock

@@ -86,7 +86,7 @@ def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     found = sum(n.op_type == "MatMulInteger" for n in out.graph.node)
     want = PROJECTIONS * evaluations(cfg)
     if found != want:
-        raise RuntimeError(f"int8 quantisation: expected {want} MatMulInteger nodes (4 projections x "
+        raise RuntimeError(f"int8 quantisation: expected {want} MatMulInteger nodes ({PROJECTIONS} projections x "
                            f"{evaluations(cfg)} evaluations); onnxruntime's quantiser made {found}")
     onnx.helper.set_model_props(out, {**_props(flat), "quantization": "int8 dynamic (lossy)"})
     return out

@@ -71,6 +71,18 @@ def test_int8_quantises_every_projection_and_is_lossy_within_a_measured_bound():
         quantize_int8(export_model(cb, R.init_params(cb)))
 
 
+def test_a_projection_left_in_float_is_an_error_not_a_float_file(monkeypatch):
+    """If onnxruntime's quantiser skipped the projections (as it does when they read their weights
+    through an alias), quantize_int8 says so instead of returning the float graph."""
+    import onnxruntime.quantization as Q
+
+    monkeypatch.setattr(Q, "quantize_dynamic", lambda model, path, **kw: onnx.save(model, path))
+    c = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=3)
+    with pytest.raises(RuntimeError, match="expected 24 MatMulInteger nodes \\(4 projections x 6 evaluations\\); "
+                                           "onnxruntime's quantiser made 0"):
+        quantize_int8(export_model(c, R.init_params(c)))
+
+
 @pytest.fixture
 def files(tmp_path):
     for name, c in (("c", R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2)),
