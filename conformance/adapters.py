@@ -294,6 +294,14 @@ BUILTIN = {
 }
 
 
+# Names a user may try that are deliberately not backends, with the reason.
+NOT_BACKENDS = {
+    "onnxruntime-int8": "int8 dynamic quantisation (odeattn export --quantize int8) is lossy, about 1e-3 relative "
+                        "error against the spec, far outside float32's tolerance; the export reports that error and "
+                        "odeattn bench times it",
+}
+
+
 @dataclass(frozen=True)
 class BackendRef:
     """How a worker process finds a backend, without the run importing it.
@@ -415,6 +423,8 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
             if why:
                 raise ValueError(why)
             refs.append(BackendRef(name, name))
+        elif name in NOT_BACKENDS:
+            raise ValueError(f"--backend {name}: not a conformance backend: {NOT_BACKENDS[name]}")
         else:
             known = ", ".join([*BUILTIN, *entry_points])
             raise ValueError(f"--backend: expected one of {known}, or 'package.module:object'; got {name!r}")

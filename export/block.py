@@ -8,7 +8,9 @@ weight quantisation (computed once), then one node per step calling the local fu
 `ode_step`, whose body is ode_ref.rk.rk_step run on symbolic values: one call of the local
 function `ode_func` per stage, combined with the tableau's coefficients. Every step and stage is
 therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
-once: its size does not grow with ode_steps.
+once: a step adds one call node to the file (~160 bytes), nothing that grows with the width. The
+calls pass the projection weights by their initializer names, so the inlined graph's MatMuls read
+them directly (export.deploy).
 
 export_prefill_model: the prompt through a decoder-mode block, returning the cache, opset 17:
 
@@ -121,6 +123,21 @@ def _as_prepared(template: Prepared, values: list) -> Prepared:
     return Prepared(*fields)
 
 
+def _step_arguments(main: Body, prepared: Prepared, weights: dict) -> list:
+    """What every step call passes: a projection's weight initializer by its own name, so that once
+    the functions are inlined the projections' MatMuls read their weights directly (what
+    quantisation tools look for); anything else (norm parameters, mask, positions, dequantised
+    BitLinear weights) under a short alias w<i>, so that a step costs the file a few bytes."""
+    stored = {v.name for v in _flatten((weights["qkv"], weights["out_proj"]))}
+    out = []
+    for i, v in enumerate(_flatten(prepared)):
+        if v.name not in stored:
+            main.nodes.append(helper.make_node("Identity", [v.name], [f"w{i}"]))
+            v = Value(main, f"w{i}")
+        out.append(v)
+    return out
+
+
 def _checked(config, params, opset: int, attention):
     """(config, the export's attention) after the checks every export runs: parameters, opset,
     and a variant that can be exported (export_attention)."""
@@ -200,11 +217,9 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     main = Body("", opset)
     x = Value(main, "x")
     mask_in = Value(main, "padding_mask") if padding_mask else None
-    prepared = att.prepare(_weights(cfg, main), x, mask_in)
-    # short names for what every step call passes, so that a step costs the file a few bytes
-    shared = [Value(main, f"w{i}") for i in range(len(_flatten(prepared)))]
-    for v, short in zip(_flatten(prepared), shared):
-        main.nodes.append(helper.make_node("Identity", [v.name], [short.name]))
+    weights = _weights(cfg, main)
+    prepared = att.prepare(weights, x, mask_in)
+    shared = _step_arguments(main, prepared, weights)
     names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
 
     func = Function("ode_func", names, opset)

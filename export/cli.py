@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from odeattn.cli import check_output_path, positive_int
+from odeattn.cli import check_output_path, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -28,6 +28,15 @@ def register(sub) -> None:
     kind.add_argument("--decode", action="store_true",
                       help="the decode-step model: one token and the cache in, its z and the new cache out "
                            "(decoder mode, opset 17)")
+    p.add_argument("--inline", action="store_true",
+                   help="write the graph without model-local functions, for tools and runtimes that do not read "
+                        "them (the same z; the file grows with the steps)")
+    p.add_argument("--quantize", choices=["int8"],
+                   help="int8: onnxruntime's dynamic quantisation of the four projections, on the inlined graph; "
+                        "lossy, so not a conformance backend (float weights only: not with use_bitnet)")
+    p.add_argument("--optimize", action="store_true",
+                   help="also write the graph ONNX Runtime runs after its optimisations, as <output>.optimized.onnx "
+                        "(it may hold kernels specific to this machine's CPU)")
     p.set_defaults(func=cmd_export)
 
     r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
@@ -39,6 +48,10 @@ def register(sub) -> None:
     r.add_argument("--seq", type=positive_int, default=8)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
+    r.add_argument("--repeats", type=positive_int, default=None,
+                   help="also time N runs after one warm-up: latency median and min..max, and the session's creation")
+    r.add_argument("--threads", type=non_negative_int, default=0,
+                   help="ONNX Runtime's intra-op threads; default (0): every core")
     r.set_defaults(func=cmd_run)
 
 
@@ -94,11 +107,21 @@ def cmd_export(args) -> int:
     opset = args.opset or allowed[0]
     if opset not in allowed:
         return _fail(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
+    try:
+        check_deploy_options(args, config)
+    except ValueError as err:
+        return _fail(str(err))
     if args.prefill or args.decode:
         return export_cached(args, config, params, opset)
+    notes = []
     if args.route == "direct":
         model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
         check(model)
+        try:
+            model, notes = deploy_form(model, args)
+        except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
+            print(f"odeattn: {err}", file=sys.stderr)
+            return 1
         args.output.write_bytes(model.SerializeToString())
     else:
         from odeattn.backends.torch import ODEAttentionBlock
@@ -121,8 +144,56 @@ def cmd_export(args) -> int:
     stored, executed = _node_counts(model)
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
-          f"max relative error vs ode_ref on a random batch (2 x 8): {err:.2e}")
+          f"max relative error vs ode_ref (float64) on a random batch (2 x 8): {err:.2e}")
+    if args.optimize:
+        from .deploy import save_optimized
+
+        save_optimized(args.output, optimized_path(args.output))
+        notes.append(f"optimised model: {optimized_path(args.output)}, {optimized_path(args.output).stat().st_size / 1e3:.1f} kB "
+                     "(ONNX Runtime's graph after every optimisation; it may hold kernels specific to this machine's CPU)")
+    for note in notes:
+        print(f"  {note}")
     return 0
+
+
+DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
+
+
+def optimized_path(output: Path) -> Path:
+    """Where --optimize writes: block.onnx -> block.optimized.onnx."""
+    return output.with_suffix(".optimized.onnx")
+
+
+def check_deploy_options(args, config) -> None:
+    """ValueError naming the option unless --inline, --quantize and --optimize apply: the direct
+    route's block model, float weights for int8, a writable path for the optimised model."""
+    from .deploy import check_quantizable
+
+    given = [f"--{o}" for o in DEPLOY_OPTIONS if getattr(args, o)]
+    if not given:
+        return
+    other = "--prefill" if args.prefill else "--decode" if args.decode else f"--route {args.route}" if args.route != "direct" else None
+    if other:
+        raise ValueError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
+    if args.quantize:
+        check_quantizable(config)
+    if args.optimize:
+        check_output_path("--optimize", optimized_path(args.output), ".onnx")
+
+
+def deploy_form(model, args):
+    """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
+    int8 on its inlined graph (--quantize int8)."""
+    from .deploy import PROJECTIONS, inline, quantize_int8
+
+    if args.quantize:
+        int8 = quantize_int8(model)
+        return int8, [f"int8 dynamic quantisation (lossy, not a conformance backend): {PROJECTIONS} projections x "
+                      f"{sum(n.op_type == 'MatMulInteger' for n in int8.graph.node) // PROJECTIONS} evaluations as "
+                      f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
+    if args.inline:
+        return inline(model), ["inlined: no model-local functions; the file grows with the steps"]
+    return model, []
 
 
 def export_cached(args, config, params, opset: int) -> int:
@@ -132,6 +203,7 @@ def export_cached(args, config, params, opset: int) -> int:
     import ode_ref as R
 
     from .block import check, decode_names, export_decode_model, export_prefill_model
+    from .runtime import session
 
     flag = "--prefill" if args.prefill else "--decode"
     if args.route != "direct":
@@ -144,7 +216,7 @@ def export_cached(args, config, params, opset: int) -> int:
     args.output.write_bytes(model.SerializeToString())
     x = np.random.default_rng(0).normal(size=(2, 8, config.hidden_size))
     want = R.ode_block(params, x, config)
-    out = run_cached(model, "prefill" if args.prefill else "decode_step", x.astype(np.float32), None)
+    out = run_cached(model, "prefill" if args.prefill else "decode_step", x.astype(np.float32), None, session(model))
     err = float(np.abs(out - want).max() / np.abs(want).max())
     what = "the prefill of 8 tokens" if args.prefill else "8 tokens decoded one by one from an empty cache"
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "
@@ -154,8 +226,12 @@ def export_cached(args, config, params, opset: int) -> int:
 
 
 def cmd_run(args) -> int:
-    from .runtime import ModelError, load_model, run, session
+    import os
+    import time
 
+    from .runtime import ModelError, load_model, make_feed, session
+
+    threads = args.threads or os.cpu_count() or 1
     try:
         check_output_path("-o", args.output, ".npy")
         model = load_model(args.model)
@@ -166,10 +242,15 @@ def cmd_run(args) -> int:
             x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
         mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
         kind = {p.key: p.value for p in model.metadata_props}.get("kind", "block")
+        feed = make_feed(model, x, mask) if kind == "block" else None  # checked before the session is built
+        start = time.perf_counter()
+        sess = session(model, threads=threads)
+        created = time.perf_counter() - start
         if kind == "block":
-            z = run(model, session(model), x, mask, outputs=["z"])["z"]
+            forward = lambda: sess.run(["z"], feed)[0]  # noqa: E731
         else:
-            z = run_cached(model, kind, x, mask)
+            forward = lambda: run_cached(model, kind, x, mask, sess)  # noqa: E731
+        z = forward()  # also the warm-up of --repeats
     except (ModelError, ValueError, TypeError, FileNotFoundError) as err:
         return _fail(str(err))
     except OSError as err:  # a folder given as a file, an unreadable file
@@ -179,20 +260,35 @@ def cmd_run(args) -> int:
         np.save(args.output, z)
         summary += f", saved to {args.output}"
     print(summary)
+    if args.repeats:
+        print(latency(forward, args.repeats, created, threads, kind, x.shape))
     return 0
 
 
-def run_cached(model, kind: str, x, mask):
+def latency(forward, repeats: int, created: float, threads: int, kind: str, shape) -> str:
+    """One line: the median and min..max of `repeats` timed forwards (after the warm-up the caller
+    ran), the thread count and the session's creation time."""
+    import statistics
+
+    from odeattn.bench import measure
+
+    times = measure(forward, warmup=0, repeats=repeats)
+    what = "a forward" if kind == "block" else "the prefill" if kind == "prefill" else f"decoding {shape[1]} tokens"
+    return (f"latency of {what} (batch {shape[0]}, seq {shape[1]}), {repeats} runs after 1 warm-up, threads {threads}: "
+            f"median {statistics.median(times) * 1e3:.2f} ms, min..max {min(times) * 1e3:.2f}..{max(times) * 1e3:.2f} ms; "
+            f"session created in {created * 1e3:.0f} ms")
+
+
+def run_cached(model, kind: str, x, mask, sess):
     """A prefill model on all of x; a decode-step model generating x's tokens one by one from an
-    empty cache of seq slots (every token real: a padding mask is refused). Returns z."""
+    empty cache of seq slots (every token real: a padding mask is refused), in the session sess
+    of model. Returns z."""
     from .block import decode_names
-    from .runtime import session
 
     config = json.loads({p.key: p.value for p in model.metadata_props}["config"])
     if x.dtype != np.float32 or x.ndim != 3:
         raise TypeError(f"x: expected float32 [batch, seq, d_model]; got {x.dtype} of shape {list(x.shape)}")
     b, t, _ = x.shape
-    sess = session(model)
     if kind == "prefill":
         mask = np.ones((b, t), bool) if mask is None else mask
         return sess.run(["z"], {"x": x, "padding_mask": mask, "max_len": np.array(t)})[0]

@@ -177,7 +177,10 @@ class Body:
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key not in self._consts:
             name = self.fresh("const")
-            self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(arr, name)))
+            if arr.shape == () and arr.dtype == np.float32:  # value_float: a few bytes, not a named tensor
+                self.nodes.append(helper.make_node("Constant", [], [name], value_float=float(arr)))
+            else:
+                self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(arr, name)))
             self._consts[key] = Value(self, name)
         return self._consts[key]
 

@@ -27,14 +27,19 @@ def load_model(path) -> onnx.ModelProto:
     return model
 
 
-def session(model, *, threads: int | None = None):
-    """An onnxruntime InferenceSession on the CPU, every graph optimisation on."""
+def session(model, *, threads: int | None = None, optimized_path=None):
+    """An onnxruntime InferenceSession on the CPU, every graph optimisation on; optimized_path:
+    also write the optimised graph there (ONNX Runtime's warning that it may be specific to this
+    machine's CPU is left out: export.deploy says so)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
+    if optimized_path is not None:
+        opts.optimized_model_filepath = os.fspath(optimized_path)
+        opts.log_severity_level = 3  # errors only
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 

@@ -11,7 +11,10 @@ FLOPs count the matrix products only (elementwise work is O(B T D + B H T^2), un
 
 GFLOP/s = FLOPs / median time; "% peak" divides by the float32 matmul peak: the best median
 GFLOP/s of a square float32 matmul (NumPy's BLAS and torch.mm, n = 2048) in this run. Ratios
-to PyTorch eager come from the same run, so machine noise cancels to first order.
+to PyTorch eager come from the same run, so machine noise cancels to first order. The ONNX
+Runtime rows also give the model's size and its max relative error against the spec in float64
+on the timed batch: ort-int8 is the opset 17 export with its projections dynamically quantised to
+int8 (`odeattn export --quantize int8`), lossy, so beside the float rows rather than conformant.
 
 `odeattn bench --decode`: the next token's z at a context of n tokens, two ways, per runtime
 (torch, jax, ort): a cached decode step (the cache holds the n - 1 tokens before it) against
@@ -38,7 +41,7 @@ SHAPES = {  # name -> (batch, seq, d_model, heads)
     "small": (1, 128, 256, 8),
     "large": (8, 512, 512, 8),
 }
-PATHS = ("spec-f64", "spec-f32", "torch-eager", "torch-compile", "jax-jit", "ort-opset17", "ort-opset23")
+PATHS = ("spec-f64", "spec-f32", "torch-eager", "torch-compile", "jax-jit", "ort-opset17", "ort-opset23", "ort-int8")
 
 
 def flops(batch: int, seq: int, d_model: int, config: R.ODEConfig) -> float:
@@ -73,8 +76,21 @@ def matmul_peak(threads: int, repeats: int) -> dict:
     return out
 
 
-def _setup(path: str, config, params, x, threads: int):
-    """A zero-argument callable running one forward on `path`, or raises ImportError."""
+def _onnx_model(path: str, config, params):
+    """The model an ort path runs: the block exported at opset 17 or 23, or (ort-int8) the opset 17
+    export with its projections dynamically quantised to int8 (odeattn export --quantize int8)."""
+    from odeattn.export.block import export_model
+
+    if path == "ort-int8":
+        from odeattn.export.deploy import quantize_int8
+
+        return quantize_int8(export_model(config, params, padding_mask=False))
+    return export_model(config, params, opset=int(path[-2:]), padding_mask=False)
+
+
+def _setup(path: str, config, params, x, threads: int, model=None):
+    """A zero-argument callable running one forward on `path`, or raises ImportError; an ort path
+    runs `model` (default: _onnx_model's)."""
     if path in ("spec-f64", "spec-f32"):
         xs = x.astype(np.float64 if path == "spec-f64" else np.float32)
         ps = {k: v.astype(xs.dtype) for k, v in params.items()}
@@ -103,11 +119,9 @@ def _setup(path: str, config, params, x, threads: int):
         xj = jax.numpy.asarray(x.astype(np.float32))
         return lambda: f(ps, xj, config).block_until_ready()
     if path.startswith("ort"):
-        from odeattn.export.block import export_model
         from odeattn.export.runtime import session
 
-        model = export_model(config, params, opset=int(path[-2:]), padding_mask=False)
-        sess = session(model, threads=threads)
+        sess = session(model or _onnx_model(path, config, params), threads=threads)
         feed = {"x": x.astype(np.float32)}
         return lambda: sess.run(None, feed)
     raise ValueError(f"--paths: unknown path {path!r}; expected some of {', '.join(PATHS)}")
@@ -119,21 +133,27 @@ def bench_shape(name, shape, paths, *, solver, steps, warmup, repeats, threads, 
     params = R.init_params(config, seed=0)
     x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
     total = flops(batch, seq, d_model, config)
-    rows = []
+    rows, want = [], None
     for path in paths:
         try:
-            fn = _setup(path, config, params, x, threads)
+            model = _onnx_model(path, config, params) if path.startswith("ort") else None
+            fn = _setup(path, config, params, x, threads, model)
         except ImportError as err:
             log(f"  {path}: skipped ({err})")
             continue
         start = time.perf_counter()
-        fn()  # first call: compilation for the compiled paths, counted apart from the timing
+        out = fn()  # first call: compilation for the compiled paths, counted apart from the timing
         first = time.perf_counter() - start
         times = measure(fn, warmup=warmup, repeats=repeats)
         med = statistics.median(times)
         rows.append({"shape": name, "path": path, "median_s": med, "min_s": min(times), "max_s": max(times),
                      "first_call_s": first, "gflop": total / 1e9, "gflops": total / med / 1e9,
-                     "peak_fraction": total / med / 1e9 / peak})
+                     "peak_fraction": total / med / 1e9 / peak, "file_bytes": None, "max_rel_error": None})
+        if model is not None:  # the file, and its error against the spec in float64 on this x
+            from odeattn.conformance.tolerance import relative_error
+
+            want = R.ode_block(params, x, config) if want is None else want
+            rows[-1].update(file_bytes=len(model.SerializeToString()), max_rel_error=relative_error(out[0], want))
         log(f"  {name} {path:<14} median {med * 1e3:9.2f} ms")
     eager = next((r["median_s"] for r in rows if r["path"] == "torch-eager"), None)
     for r in rows:
@@ -162,11 +182,15 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     try:
         from odeattn.export.block import export_model
 
+        from odeattn.export.deploy import inline
+
         for steps in (1, 4, 16, 64):
             cfg = R.ODEConfig(**base, ode_steps=steps)
             start = time.perf_counter()
-            data = export_model(cfg, params).SerializeToString()
-            out["export_vs_steps"].append({"steps": steps, "export_s": time.perf_counter() - start, "bytes": len(data)})
+            model = export_model(cfg, params)
+            data = model.SerializeToString()
+            out["export_vs_steps"].append({"steps": steps, "export_s": time.perf_counter() - start, "bytes": len(data),
+                                           "inlined_bytes": len(inline(model).SerializeToString())})
     except ImportError as err:
         log(f"  export scaling: skipped ({err})")
     try:
@@ -289,12 +313,15 @@ def format_tables(result: dict) -> str:
     lines = [f"float32 matmul peak (n = 2048): " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in result["peak"].items()),
              f"threads: {result['threads']}", ""]
     w = max([6] + [len(r["shape"]) for r in result["paths"]]) + 2
-    lines.append(f"{'shape':<{w}}{'path':<15}{'median ms':>11}{'min..max ms':>19}{'GFLOP':>9}{'GFLOP/s':>9}{'% peak':>8}{'vs eager':>9}")
+    lines.append(f"{'shape':<{w}}{'path':<15}{'median ms':>11}{'min..max ms':>19}{'GFLOP':>9}{'GFLOP/s':>9}{'% peak':>8}"
+                 f"{'vs eager':>9}{'file kB':>10}{'max err':>10}")
     for r in result["paths"]:
         vs = f"{r['speedup_vs_torch_eager']:.2f}x" if r["speedup_vs_torch_eager"] else "-"
+        size = f"{r['file_bytes'] / 1e3:.1f}" if r.get("file_bytes") else "-"
+        err = f"{r['max_rel_error']:.2e}" if r.get("max_rel_error") is not None else "-"
         lines.append(f"{r['shape']:<{w}}{r['path']:<15}{r['median_s'] * 1e3:>11.2f}"
                      f"{r['min_s'] * 1e3:>9.1f}..{r['max_s'] * 1e3:<8.1f}{r['gflop']:>9.3g}{r['gflops']:>9.1f}"
-                     f"{100 * r['peak_fraction']:>7.1f}%{vs:>9}")
+                     f"{100 * r['peak_fraction']:>7.1f}%{vs:>9}{size:>10}{err:>10}")
     sc = result.get("scaling") or {}
     if sc.get("time_vs_steps"):
         lines += ["", "time vs steps (torch eager, small shape): " + ", ".join(
@@ -305,6 +332,8 @@ def format_tables(result: dict) -> str:
     if sc.get("export_vs_steps"):
         lines += ["ONNX export vs steps:                      " + ", ".join(
             f"{e['steps']}: {e['export_s'] * 1e3:.0f} ms / {e['bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
+        lines += ["ONNX --inline file vs steps:               " + ", ".join(
+            f"{e['steps']}: {e['inlined_bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
     if sc.get("jax_compile_vs_steps"):
         lines += ["JAX compile vs steps:                      " + ", ".join(
             f"{e['steps']}: {e['compile_s'] * 1e3:.0f} ms" for e in sc["jax_compile_vs_steps"])]

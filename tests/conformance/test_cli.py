@@ -15,6 +15,8 @@ from odeattn.cli import main
     (["--backend", "odeattn.conformance.adapters:Missing"], "--backend odeattn.conformance.adapters:Missing: cannot be loaded (AttributeError"),
     (["--backend", "no_such_module_anywhere:Backend"], "--backend no_such_module_anywhere:Backend: cannot be loaded (ModuleNotFoundError"),
     (["--backend", "tensorflow"], "--backend: expected one of spec, torch, jax"),
+    (["--backend", "onnxruntime-int8"], "--backend onnxruntime-int8: not a conformance backend: int8 dynamic "
+                                        "quantisation (odeattn export --quantize int8) is lossy"),
     (["--json", "{tmp}/missing/r.json"], "--json: the folder '{tmp}/missing' does not exist"),
     (["--junit", "{tmp}"], "--junit: expected a file path; got the folder '{tmp}'"),
     (["--junit", "/proc/r.xml"], "--junit: '/proc/r.xml' is not writable"),

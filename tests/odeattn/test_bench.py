@@ -15,13 +15,19 @@ def test_flop_formula_by_hand():
 
 def test_bench_runs_and_writes_json_and_plot(tmp_path, capsys):
     code = main(["bench", "--shape", "1,8,16,2", "--repeats", "1", "--warmup", "0", "--paths",
-                 "spec-f64,torch-eager,ort-opset17", "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
+                 "spec-f64,torch-eager,ort-opset17,ort-int8", "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
     assert code == 0
     out = capsys.readouterr().out
     assert "float32 matmul peak" in out and "vs eager" in out and "JAX compile vs steps" in out
+    assert "file kB" in out and "ONNX --inline file vs steps" in out
     result = json.loads((tmp_path / "b.json").read_text())
     rows = {r["path"]: r for r in result["paths"]}
     assert rows["torch-eager"]["speedup_vs_torch_eager"] == 1.0
+    # the ONNX rows carry their file and error; int8 is lossy, the float export is not
+    assert rows["torch-eager"]["file_bytes"] is None and rows["ort-int8"]["file_bytes"] > 0
+    assert rows["ort-opset17"]["max_rel_error"] < 1e-5 < rows["ort-int8"]["max_rel_error"]
+    sizes = result["scaling"]["export_vs_steps"]
+    assert sizes[-1]["inlined_bytes"] > 2 * sizes[0]["inlined_bytes"]  # the inlined form grows with steps
     # per evaluation 8*1*8*16^2 + 4*1*8^2*16 = 20480 flop; rk4 (4 stages) x 4 steps
     assert all(r["gflop"] == 20480 * 4 * 4 / 1e9 for r in rows.values())
     assert [e["steps"] for e in result["scaling"]["jax_compile_vs_steps"]] == [1, 4, 16, 64]

@@ -90,6 +90,7 @@ def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
 
 @pytest.mark.parametrize("argv, option", [
     (["run", "m.onnx", "--seq", "0"], "--seq"), (["run", "m.onnx", "--batch", "0"], "--batch"),
+    (["run", "m.onnx", "--repeats", "0"], "--repeats"),
     (["bench", "--steps", "0"], "--steps"), (["bench", "--repeats", "0"], "--repeats"),
     (["diagnose", "--config", "c.json", "--max-steps", "0"], "--max-steps"),
     (["diagnose", "--config", "c.json", "--seq", "0"], "--seq"),

@@ -1,0 +1,99 @@
+"""ONNX Runtime's own deployment tools on an exported block: the inlined graph, int8 dynamic
+quantisation, and the saved optimised model.
+
+inline(model): the graph without model-local functions (onnx.inliner), for tools and runtimes
+that do not read them. These are the nodes ONNX Runtime runs after inlining the functions
+itself, so it computes the same z; the file grows with the steps (each evaluation is written out).
+
+quantize_int8(model): onnxruntime.quantization.quantize_dynamic on the inlined graph, MatMuls
+only. Each projection's weight initializer becomes int8 (one scale per tensor), its input is
+quantised at every call (DynamicQuantizeLinear: uint8, one scale per tensor) and the product is a
+MatMulInteger. Lossy, so not a conformance backend. This is not the BitLinear path (ternary
+weights, exact accumulation): a BitLinear block is refused, its weights are dequantised in the
+graph and no initializer reaches a MatMul.
+
+save_optimized(model, path): the graph ONNX Runtime runs after every optimisation
+(SessionOptions.optimized_model_filepath); at ORT_ENABLE_ALL it may hold kernels specific to
+this machine's CPU, so it is for the machine kind it was written on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+
+import onnx
+
+import ode_ref as R
+from ode_ref.cache import evaluations
+
+PROJECTIONS = 4  # MatMuls with a weight initializer per evaluation of f: q, k, v, out_proj
+
+
+def _props(model: onnx.ModelProto) -> dict:
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def config_of(model: onnx.ModelProto) -> R.ODEConfig:
+    """The config an exported model's metadata holds."""
+    return R.ODEConfig.from_any(json.loads(_props(model)["config"]))
+
+
+def inline(model: onnx.ModelProto) -> onnx.ModelProto:
+    """model with every local function call replaced by the function's nodes (metadata kept,
+    form: inlined)."""
+    from onnx.inliner import inline_local_functions
+
+    out = inline_local_functions(model)
+    onnx.helper.set_model_props(out, {**_props(model), "form": "inlined"})
+    return out
+
+
+def check_quantizable(config) -> None:
+    """ValueError unless int8 dynamic quantisation applies to this block: float weights."""
+    if R.ODEConfig.from_any(config).use_bitnet:
+        raise ValueError("--quantize int8: expected a float block; got use_bitnet=true, whose ternary weights are "
+                         "dequantised in the graph (nothing to quantise; its exact integer path is BitLinear)")
+
+
+class _QuietPreprocessHint(logging.Filter):
+    """onnxruntime.quantization advises shape-inference pre-processing on every call; quantize_int8
+    checks instead that every projection was quantised."""
+
+    def filter(self, record):
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The block (exported, with or without its local functions) with every projection dynamically
+    quantised to int8; RuntimeError if any projection was left in float."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    cfg = config_of(model)
+    check_quantizable(cfg)
+    flat = inline(model) if len(model.functions) else model
+    hint = _QuietPreprocessHint()
+    logging.getLogger().addFilter(hint)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "int8.onnx")
+            quantize_dynamic(flat, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+            out = onnx.load(path)
+    finally:
+        logging.getLogger().removeFilter(hint)
+    found = sum(n.op_type == "MatMulInteger" for n in out.graph.node)
+    want = PROJECTIONS * evaluations(cfg)
+    if found != want:
+        raise RuntimeError(f"int8 quantisation: expected {want} MatMulInteger nodes ({PROJECTIONS} projections x "
+                           f"{evaluations(cfg)} evaluations); onnxruntime's quantiser made {found}")
+    onnx.helper.set_model_props(out, {**_props(flat), "quantization": "int8 dynamic (lossy)"})
+    return out
+
+
+def save_optimized(model_path, out_path, *, threads: int | None = None) -> None:
+    """Write what ONNX Runtime runs for the model at model_path (every optimisation on) to out_path."""
+    from .runtime import session
+
+    session(model_path, threads=threads, optimized_path=out_path)

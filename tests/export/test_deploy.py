@@ -1,0 +1,134 @@
+"""ONNX Runtime's deployment tools on the exported block: the inlined graph, int8 dynamic
+quantisation (lossy: reported and bounded here, never a conformance backend), the saved
+optimised model, and `odeattn run --repeats` (its output, not its timing)."""
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import ode_ref as R  # noqa: E402
+from odeattn.cli import main  # noqa: E402
+from odeattn.conformance.golden import load_cases  # noqa: E402
+from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.export.block import check, export_model  # noqa: E402
+from odeattn.export.deploy import inline, quantize_int8  # noqa: E402
+from odeattn.export.runtime import run, session  # noqa: E402
+
+
+def _covering(cases):
+    """Cases, in order, until every value of each config field and of padding has appeared: the
+    variety of the golden set at a fraction of its sessions (each costs ~0.1 s to build)."""
+    seen, out = set(), []
+    for case in cases:
+        traits = {(k, str(v)) for k, v in case.config.to_dict().items()} | {("padding", case.padding_mask is not None)}
+        if traits - seen:
+            seen |= traits
+            out.append(case)
+    return out
+
+
+def test_inlined_graph_equals_the_default_export_on_the_conformance_cases():
+    """ONNX Runtime inlines the local functions itself, so both files run the same nodes: equal z,
+    bit for bit (float32), on golden block cases covering every solver, norm, mode, BitLinear,
+    position encoding, width and padding of the set (all 79 were checked once the same way)."""
+    cases = _covering([c for c in load_cases() if not c.decoded])
+    assert 10 <= len(cases) < 40, len(cases)
+    for case in cases:
+        params = {k: v.astype(np.float32) for k, v in case.params.items()}
+        model = export_model(case.config, params, padding_mask=case.padding_mask is not None)
+        flat = inline(model)
+        assert not flat.functions and {n.domain for n in flat.graph.node} == {""}
+        x = case.x.astype(np.float32)
+        np.testing.assert_array_equal(run(flat, session(flat, threads=1), x, case.padding_mask)["z"],
+                                      run(model, session(model, threads=1), x, case.padding_mask)["z"], err_msg=case.name)
+
+
+def test_int8_quantises_every_projection_and_is_lossy_within_a_measured_bound():
+    c = R.ODEConfig(hidden_size=64, num_heads=4, ode_solver="rk4", ode_steps=2)
+    params = R.init_params(c, seed=0)
+    q = quantize_int8(export_model(c, params))
+    check(q)
+    ops = [n.op_type for n in q.graph.node]
+    assert not q.functions and ops.count("MatMulInteger") == 4 * 4 * 2  # q, k, v, out x 4 stages x 2 steps
+    weights = {i.name: i.data_type for i in q.graph.initializer if "weight_t" in i.name}
+    assert {k for k, t in weights.items() if t == onnx.TensorProto.FLOAT} == {k for k in weights if k.endswith("_scale")}
+    assert sum(k.endswith("_quantized") and t == onnx.TensorProto.INT8 for k, t in weights.items()) == 4  # stored once
+    x = np.random.default_rng(0).normal(size=(2, 8, 64))
+    mask = np.ones((2, 8), bool)
+    mask[1, 5:] = False
+    err = relative_error(run(q, session(q), x.astype(np.float32), mask)["z"], R.ode_block(params, x, c, mask))
+    # lossy: the float export's error here is ~2e-7, so above 1e-5 the weights were quantised;
+    # measured 0.79e-3 .. 1.17e-3 at widths 64 and 256, 2 and 4 steps, three input seeds (one int8
+    # step of a tensor's range is ~0.4% of it, mostly averaged out over the products' sums); 1e-2
+    # leaves room for other draws and quantiser versions without admitting a broken graph
+    assert 1e-5 < err < 1e-2, err
+    with pytest.raises(ValueError, match="--quantize int8: expected a float block; got use_bitnet=true"):
+        cb = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True)
+        quantize_int8(export_model(cb, R.init_params(cb)))
+
+
+def test_a_projection_left_in_float_is_an_error_not_a_float_file(monkeypatch):
+    """If onnxruntime's quantiser skipped the projections (as it does when they read their weights
+    through an alias), quantize_int8 says so instead of returning the float graph."""
+    import onnxruntime.quantization as Q
+
+    monkeypatch.setattr(Q, "quantize_dynamic", lambda model, path, **kw: onnx.save(model, path))
+    c = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=3)
+    with pytest.raises(RuntimeError, match="expected 24 MatMulInteger nodes \\(4 projections x 6 evaluations\\); "
+                                           "onnxruntime's quantiser made 0"):
+        quantize_int8(export_model(c, R.init_params(c)))
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name, c in (("c", R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2)),
+                    ("b", R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(c.to_dict()))
+        R.save_params(R.init_params(c), tmp_path / f"{name}.safetensors")
+    return tmp_path
+
+
+def _export(d, *extra, name="c"):
+    return main(["export", "--config", str(d / f"{name}.json"), "--weights", str(d / f"{name}.safetensors"), *extra])
+
+
+def test_cli_inline_quantize_optimize_and_run_repeats(files, capsys):
+    d = files
+    assert _export(d, "-o", str(d / "i.onnx"), "--inline") == 0
+    assert "inlined: no model-local functions" in capsys.readouterr().out
+    assert not onnx.load(d / "i.onnx").functions
+    assert _export(d, "-o", str(d / "q.onnx"), "--quantize", "int8", "--optimize") == 0
+    out = capsys.readouterr().out
+    assert "int8 dynamic quantisation (lossy, not a conformance backend): 4 projections x 8 evaluations" in out
+    assert "max relative error vs ode_ref (float64)" in out and f"optimised model: {d / 'q.optimized.onnx'}" in out
+    assert {p.key: p.value for p in onnx.load(d / "q.onnx").metadata_props}["quantization"] == "int8 dynamic (lossy)"
+    assert main(["run", str(d / "q.optimized.onnx"), "--repeats", "3", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("z: shape [2, 8, 16]")
+    assert lines[1].startswith("latency of a forward (batch 2, seq 8), 3 runs after 1 warm-up, threads 1: median ")
+    assert "min..max" in lines[1] and "session created in" in lines[1]
+
+
+@pytest.mark.parametrize("extra, name, message", [
+    (["--quantize", "int8"], "b", "--quantize int8: expected a float block; got use_bitnet=true"),
+    (["--inline", "--prefill"], "c", "--inline: expected the block model of the direct route; got --prefill"),
+    (["--quantize", "int8", "--optimize", "--route", "torch"], "c",
+     "--quantize/--optimize: expected the block model of the direct route; got --route torch"),
+])
+def test_cli_refuses_deploy_options_that_do_not_apply(files, capsys, extra, name, message):
+    before = sorted(p.name for p in files.iterdir())
+    assert _export(files, "-o", str(files / "m.onnx"), *extra, name=name) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert sorted(p.name for p in files.iterdir()) == before
+
+
+def test_cli_optimize_path_is_checked_first(files, capsys):
+    (files / "m.optimized.onnx").mkdir()
+    assert _export(files, "-o", str(files / "m.onnx"), "--optimize") == 2
+    assert f"--optimize: expected a file path; got the folder '{files / 'm.optimized.onnx'}'" in capsys.readouterr().err
+    assert not (files / "m.onnx").exists()
