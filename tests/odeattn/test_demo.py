@@ -15,7 +15,7 @@ from odeattn.cli import main
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """The command at 100 steps (about 3 s on 2 cores): (its stdout, its JSON, the PNG's path)."""
+    """The command at 100 steps (about 2.5 s of training on 2 cores): (its stdout, its JSON, the PNG's path)."""
     folder = tmp_path_factory.mktemp("demo")
     argv = ["demo", "train", "--steps", "100", "--json", str(folder / "d.json"), "--plot", str(folder / "d.png")]
     out = io.StringIO()
@@ -57,7 +57,7 @@ def test_every_solver_starts_from_the_same_weights():
         assert torch.equal(value, models["rk4"][name]) and torch.equal(value, models["rk2_gated"][name]), name
 
 
-def test_the_same_batches_for_every_seed_and_targets_shifted():
+def test_the_same_seed_gives_the_same_batches_and_targets_are_shifted():
     first = [next(D.batches(D.Task(), seed=3)) for _ in range(2)]
     assert torch.equal(first[0][0], first[1][0])
     tokens, targets = first[0]
