@@ -1,4 +1,4 @@
-"""The `odeattn` command: info, conformance, export, run, bench, diagnose."""
+"""The `odeattn` command: info, conformance, export, run, bench, diagnose, demo."""
 
 from __future__ import annotations
 
@@ -116,8 +116,9 @@ def _registrars():
     from odeattn.export.cli import register as export
     from odeattn.bench import register as bench
     from odeattn.diagnose import register as diagnose
+    from odeattn.demo import register as demo
 
-    return (conformance, export, bench, diagnose)
+    return (conformance, export, bench, diagnose, demo)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """Bad input on the command line: one line naming the field, exit 2, nothing written, before any
-work starts, for export, run, bench and diagnose (the conformance command's are in tests/conformance)."""
+work starts, for export, run, bench, diagnose and demo train (the conformance command's are in tests/conformance)."""
 
 import json
 
@@ -43,6 +43,7 @@ def files(tmp_path):
 
 EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
 DIAGNOSE = ["diagnose", "--config", "{d}/c.json", "--plot", "{d}/d.png"]
+DEMO = ["demo", "train", "--plot", "{d}/d.png"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -79,6 +80,10 @@ DIAGNOSE = ["diagnose", "--config", "{d}/c.json", "--plot", "{d}/d.png"]
     (DIAGNOSE + ["--x", "{d}/nan_x.npy"], "--x: holds NaN or Inf"),
     (DIAGNOSE + ["--x", "{d}"], "--x: Is a directory: '{d}'"),
     (DIAGNOSE + ["--x", "{d}/c.json"], "--x: expected a .npy array of floats; '{d}/c.json' is not one NumPy reads"),
+    (DEMO + ["--plot", "{d}/missing/d.png"], "--plot: the folder '{d}/missing' does not exist"),
+    (DEMO + ["--plot", "{d}/d.svg"], "--plot: expected a file ending in .png; got '{d}/d.svg'"),
+    (DEMO + ["--json", "{d}"], "--json: expected a file path; got the folder '{d}'"),
+    (DEMO + ["--json", "{d}/d.txt"], "--json: expected a file ending in .json; got '{d}/d.txt'"),
 ])
 def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
     before = sorted(p.name for p in files.iterdir())
@@ -94,6 +99,7 @@ def test_one_line_exit_2_and_nothing_written(files, argv, message, capsys):
     (["bench", "--steps", "0"], "--steps"), (["bench", "--repeats", "0"], "--repeats"),
     (["diagnose", "--config", "c.json", "--max-steps", "0"], "--max-steps"),
     (["diagnose", "--config", "c.json", "--seq", "0"], "--seq"),
+    (["demo", "train", "--steps", "0"], "--steps"), (["demo", "train", "--threads", "0"], "--threads"),
 ])
 def test_argument_types_exit_2(argv, option, capsys):
     with pytest.raises(SystemExit) as info:
