@@ -22,6 +22,11 @@ optional, for finer reports:
                                        real), then one decode step per remaining token; returns
                                        the prompt's z then each decoded token's z. Without it,
                                        the decode cases are reported "not supported"
+    run_vjp(config, params, x, padding_mask, z1_bar, dtype) -> (x_bar, params_bar)
+                                       the block's backward pass: the vector-Jacobian product of
+                                       z(1) for the cotangent z1_bar (x's shape); params_bar a dict
+                                       with every parameter name. Without it, the grad cases are
+                                       reported "not supported"
 
 config is an ode_ref.ODEConfig; all arrays are NumPy, fresh copies for every call. Register a
 backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
@@ -71,6 +76,9 @@ class SpecAdapter:
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         return run_decode(config, params, x, padding_mask, prompt)
 
+    def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
+        return R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
+
 
 class TorchAdapter:
     name = "torch"
@@ -114,6 +122,15 @@ class TorchAdapter:
         with self.torch.no_grad():
             return decode_loop(lambda x, m, n: block.prefill(x, m, max_len=n), block.decode_step, x, mask, prompt)
 
+    def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
+        """Autograd through the block (BitLinear: the port's straight-through estimator)."""
+        block = self._block(config, params, dtype)
+        x, mask = self._tensors(x, padding_mask)
+        x.requires_grad_(True)
+        z = block(x, padding_mask=mask)
+        z.backward(self.torch.from_numpy(np.ascontiguousarray(z1_bar)))
+        return x.grad.numpy(), {name: p.grad.numpy() for name, p in block.named_parameters()}
+
 
 def jax_cache_dir() -> str:
     """Where the JAX backend keeps XLA's persistent compilation cache: the user's cache folder."""
@@ -145,6 +162,13 @@ class JaxAdapter:
 
         self._forward = jax.jit(forward, static_argnames=("config",))
 
+        def vjp(params, x, padding_mask, z1_bar, config):
+            _, back = jax.vjp(lambda p, xx: port.ode_block(p, xx, config, padding_mask), params, x)
+            params_bar, x_bar = back(z1_bar)
+            return x_bar, params_bar
+
+        self._vjp = jax.jit(vjp, static_argnames=("config",))
+
     def supports(self, config, dtype) -> Optional[str]:
         return None
 
@@ -160,6 +184,12 @@ class JaxAdapter:
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         return self._run(config, params, t, x, padding_mask, dtype)[0]
+
+    def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
+        """jax.vjp of the block, jitted once per case config (the cotangent is an argument)."""
+        with self.jax.enable_x64(dtype == "float64"):
+            x_bar, params_bar = self._vjp(params, x, padding_mask, z1_bar, config=config)
+            return np.asarray(x_bar), {k: np.asarray(v) for k, v in params_bar.items()}
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         port = self.port

@@ -9,6 +9,8 @@ Quantities, in the order they are computed:
   block cases:  f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1
   decode cases: prefill = z(1) of the prompt (the first seq - decoded tokens, by ode_ref.prefill),
                 decode_1 .. decode_k = z(1) of each token decoded after it (ode_ref.decode_step)
+  grad cases:   x_bar, then grad.<parameter> for every parameter: the block's vector-Jacobian
+                product for a seeded cotangent z1_bar (ode_ref.ode_block_vjp)
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class CaseSpec:
     input_seed: int
     scale: float = 1.0  # standard deviation of x
     decoded: int = 0  # a decode case: the last `decoded` tokens are decoded one by one after a prefill
+    vjp: bool = False  # a grad case: the block's backward pass for a seeded cotangent
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class Case:
     param_seed: int = 0
     decoded: int = 0  # decode cases: tokens decoded after the prompt
     decode: Optional[np.ndarray] = None  # decode cases: (batch, seq, d_model), the prompt's z then each token's
+    z1_bar: Optional[np.ndarray] = None  # grad cases: the cotangent of z(1), (batch, seq, d_model)
+    grads: Optional[dict] = None  # grad cases: x_bar and grad.<parameter>, float64
 
     @property
     def z1(self) -> np.ndarray:
@@ -79,6 +84,8 @@ class Case:
         """name -> float64 golden array, in the order computed; z1 is the last step's state."""
         if self.decoded:
             return split_decoded(self.decode, self.prompt)
+        if self.z1_bar is not None:
+            return dict(self.grads)
         out = {"f0": self.f0}
         out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
         out["z1"] = self.z1
@@ -89,8 +96,10 @@ class Case:
         return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
 
 
-def quantity_names(config, decoded: int = 0) -> list:
-    """The quantities with a stored e32: a block case's, or a decode case's."""
+def quantity_names(config, decoded: int = 0, vjp: bool = False) -> list:
+    """The quantities with a stored e32: a block case's, a decode case's or a grad case's."""
+    if vjp:
+        return ["x_bar"] + [f"grad.{name}" for name in R.param_shapes(config)]
     if decoded:
         return ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)]
     return ["f0"] + [f"step_{k}" for k in range(1, config.ode_steps + 1)]
@@ -120,6 +129,14 @@ def run_decode(config, params, x, padding_mask, prompt: int, *, attention=None):
     return decode_loop(lambda x, m, n: R.prefill(params, x, config, m, max_len=n, attention=attention),
                        lambda x_t, cache: R.decode_step(params, x_t, cache, config, attention=attention),
                        x, padding_mask, prompt)
+
+
+def vjp_quantities(config, params, x, padding_mask, z1_bar) -> dict:
+    """The spec's backward pass as quantities: x_bar, then grad.<parameter> in parameter order
+    (the parameters cast to x's dtype, as a backend receives them)."""
+    params = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
+    x_bar, params_bar = R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
+    return {"x_bar": x_bar, **{f"grad.{name}": params_bar[name] for name in R.param_shapes(config)}}
 
 
 # Chosen edge cases beside the pairwise matrix: (name, config fields, batch, seq, padding, scale)
@@ -155,6 +172,37 @@ DECODE_CASES = [
 ]
 
 
+# Grad cases: a pairwise cover of their own (23 rows) over everything but the norm, which the rows
+# take in turn (each norm 3 or 4 times): the stepper's reverse and the norm's VJP are independent,
+# so norm x solver pairs would add rows (42 at least) and compilations, not coverage. Frozen.
+GRAD_FACTORS = {
+    "ode_solver": ["euler", "midpoint", "heun", "ralston", "rk4", "rk38", "rk2_gated"],
+    "positions": ["none", "rope", "alibi"],
+    "mode": ["encoder", "decoder"],
+    "use_bitnet": [False, True],
+    "padding": [False, True],
+    "ode_steps": [1, 2, 3],
+    "shape": [(2, 5, 2, 8), (1, 4, 1, 6), (3, 6, 3, 12)],  # (batch, seq, heads, d_model)
+}
+GRAD_NORMS = ["layer_norm", "rms_norm", "prms_norm", "flash_norm", "dynamic_tanh", "derf"]
+
+
+def grad_specs() -> list:
+    """(name, config, batch, seq, padding) of every grad case."""
+    from .matrix import OPTION_FIELDS, pairwise
+
+    out = []
+    for i, row in enumerate(pairwise(GRAD_FACTORS)):
+        b, t, h, d = row["shape"]
+        norm = GRAD_NORMS[i % len(GRAD_NORMS)]
+        fields = {k: row[k] for k in ("ode_solver", "mode", "use_bitnet", "ode_steps")}
+        name = (f"grad_{norm}_{row['ode_solver']}_{row['mode']}_{'bitnet' if row['use_bitnet'] else 'float'}"
+                f"_{'pad' if row['padding'] else 'nopad'}_s{row['ode_steps']}_{row['positions']}_b{b}t{t}h{h}d{d}")
+        config = R.ODEConfig(hidden_size=d, num_heads=h, norm_type=norm, **fields, **OPTION_FIELDS["positions"](row["positions"]))
+        out.append((name, config, b, t, row["padding"]))
+    return out
+
+
 def case_specs() -> list[CaseSpec]:
     def spec(name, config, b, t, padding, scale=1.0):
         return CaseSpec(name, config, b, t, padding, name_seed(name, "params"), name_seed(name, "input"), scale)
@@ -163,6 +211,7 @@ def case_specs() -> list[CaseSpec]:
     specs += [spec(name, R.ODEConfig(**fields), b, t, padding, scale) for name, fields, b, t, padding, scale in EDGE_CASES]
     specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
               for name, fields, b, t, padding, k in DECODE_CASES]
+    specs += [dataclasses.replace(spec(name, config, b, t, padding), vjp=True) for name, config, b, t, padding in grad_specs()]
     seen = set()
     for s in specs:
         if s.name in seen:
@@ -183,6 +232,13 @@ def build_case(spec: CaseSpec) -> Case:
         e32 = {q: relative_error(z32[q], want) for q, want in split_decoded(z, prompt).items()}
         return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
                     decoded=spec.decoded, decode=z)
+    if spec.vjp:
+        z1_bar = np.random.default_rng(name_seed(spec.name, "cotangent")).normal(size=x.shape)
+        grads = vjp_quantities(cfg, params, x, mask, z1_bar)
+        grads32 = vjp_quantities(cfg, params, x.astype(np.float32), mask, z1_bar.astype(np.float32))
+        e32 = {q: relative_error(grads32[q], want) for q, want in grads.items()}
+        return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
+                    z1_bar=z1_bar, grads=grads)
     f0 = R.ode_func(params, 0.0, x, cfg, mask)
     _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
     x32 = x.astype(np.float32)

@@ -3,10 +3,12 @@
     golden/manifest.json       {"format", "cases_version", "spec_version", "cases": [...]}
     golden/<case>.safetensors  x, padding_mask (if any), the parameters under their names, and
                                block cases: f0, trajectory (steps + 1, batch, seq, d_model);
-                               decode cases: decode (batch, seq, d_model), float64
+                               decode cases: decode (batch, seq, d_model), float64;
+                               grad cases: z1_bar, x_bar and grad.<parameter>, float64
 
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
-defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt),
+defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
+(grad cases: true),
 per-quantity e32 (tolerances derive from it, tolerance.py), the file name and its sha256. Everything stored is read: the versions are checked against this
 code, the shape and padding against the file, the checksums against the bytes.
 
@@ -33,8 +35,8 @@ import ode_ref as R
 
 from .cases import CASES_VERSION, Case, build_all, quantity_names
 
-FORMAT = 3  # 3 added decode cases (the optional "decoded"); a format-2 set reads as it did
-READ_FORMATS = (2, 3)
+FORMAT = 4  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"); older sets read as they did
+READ_FORMATS = (2, 3, 4)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
@@ -61,6 +63,7 @@ SCHEMA = {
                     "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 3, "maxItems": 3},
                     "padding": {"type": "boolean"},
                     "decoded": {"type": "integer", "minimum": 1},
+                    "vjp": {"const": True},
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "e32": {"type": "object", "additionalProperties": _NUMBER},
@@ -98,8 +101,17 @@ def config_fields(config: R.ODEConfig) -> dict:
     return out
 
 
+def _outputs(case: Case) -> dict:
+    """The stored outputs of a case by kind."""
+    if case.decoded:
+        return {"decode": case.decode}
+    if case.z1_bar is not None:
+        return {"z1_bar": case.z1_bar, **case.grads}
+    return {"f0": case.f0, "trajectory": case.trajectory}
+
+
 def _tensors(case: Case) -> dict:
-    t = {"x": case.x, "decode": case.decode} if case.decoded else {"x": case.x, "f0": case.f0, "trajectory": case.trajectory}
+    t = {"x": case.x, **_outputs(case)}
     if case.padding_mask is not None:
         t["padding_mask"] = case.padding_mask
     t.update(case.params)
@@ -113,6 +125,7 @@ def _entry(case: Case, file: str, sha: str) -> dict:
         "shape": list(case.x.shape),
         "padding": case.padding_mask is not None,
         **({"decoded": case.decoded} if case.decoded else {}),
+        **({"vjp": True} if case.z1_bar is not None else {}),
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
@@ -209,7 +222,7 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
             defects.append(f"{field}.config: {err}")
             continue
         decoded = e.get("decoded", 0)
-        quantities = quantity_names(config, decoded)
+        quantities = quantity_names(config, decoded, e.get("vjp", False))
         if set(e["e32"]) != set(quantities):
             defects.append(f"{field}.e32: expected the quantities {', '.join(quantities)}; got {sorted(e['e32'])}")
         if e["shape"][2] != config.hidden_size:
@@ -275,8 +288,11 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = R.ODEConfig.from_any(entry["config"])
-    steps, shape, decoded = config.ode_steps, tuple(entry["shape"]), entry.get("decoded", 0)
+    steps, shape, decoded, vjp = config.ode_steps, tuple(entry["shape"]), entry.get("decoded", 0), entry.get("vjp", False)
     outputs = {"decode": shape} if decoded else {"f0": shape, "trajectory": (steps + 1, *shape)}
+    if vjp:
+        grads = {"x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}}
+        outputs = {"z1_bar": shape, **grads}
     expected = {"x": shape, **outputs, **R.param_shapes(config)}
     if entry["padding"]:
         expected["padding_mask"] = tuple(entry["shape"][:2])
@@ -286,7 +302,8 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     return Case(
         name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
-        decoded=decoded, decode=t.get("decode"),
+        decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
+        grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
     )
 
 

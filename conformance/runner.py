@@ -84,12 +84,16 @@ def _step_time(case: Case, quantity: str) -> str:
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     if quantity.startswith("decode_"):
         return f" (token {case.prompt + int(quantity[7:]) - 1}, decoded with the cache)"
+    if quantity.startswith("grad."):
+        return f" (the gradient of the parameter {quantity[5:]})"
     return ""
 
 
 def split_outputs(case: Case, outputs: dict) -> dict:
     """A backend's raw outputs (f0, trajectory or z1; or a decode run) as quantity -> array, in
     the order computed."""
+    if case.z1_bar is not None:
+        return dict(outputs)  # x_bar, grad.<parameter>: checked against the golden set by compare
     if case.decoded:
         z = np.asarray(outputs["decode"])
         if z.shape != case.x.shape:
@@ -162,13 +166,13 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
     try:
-        reason = unsupported(backend, case.config, dtype, case.decoded)
+        reason = unsupported(backend, case.config, dtype, case.decoded, case.z1_bar is not None)
         if reason is not None:
             reply, outputs = {"status": "skipped", "message": reason}, {}
         else:
             params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
             outputs = collect_outputs(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
-                                      case.decoded)
+                                      case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype))
             reply = {"status": "ran"}
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
@@ -210,7 +214,10 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
     arrays = {"x": case.x.astype(dtype), **{f"param/{k}": np.asarray(v, dtype=dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
-    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded}, arrays
+    if case.z1_bar is not None:
+        arrays["z1_bar"] = case.z1_bar.astype(dtype)
+    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded,
+            "vjp": case.z1_bar is not None}, arrays
 
 
 def reply_limit(case: Case) -> int:

@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "93699f3f7a79db1bae552d2a5181110c03b78e057e659c6b3f3ff0b077db4d1c"  # sha256 of golden/manifest.json
+DIGEST = "426afa2635925b30c92299717ebb7e0783b3aea02544b900da854fdc428ba6bc"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -96,4 +96,27 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "decode_midpoint_prms_norm_alibi_h6_pad": "38fb71a2e4dab10647072fa848c8f188176f458a7c58aaaa5b0f44cdf879d4b6",
     "decode_ralston_flash_norm_rope_one_token_prompt": "06130ae712866b56a022489f46da77bb97b23ba75761b082b649abe8a2f2979e",
     "decode_rk2_gated_rms_norm_rope_pad": "623b57c9da6d67b7b4da7988fd58f397eeb5b3ec4628fe7517ffa2a75b565ae0",
+    "grad_layer_norm_euler_encoder_float_nopad_s1_alibi_b2t5h2d8": "ec04f53ccd6e1f679993317079a7c6d7bab6af9b11a9f6e16006b79394ec21e2",
+    "grad_rms_norm_euler_decoder_bitnet_pad_s2_none_b1t4h1d6": "e02882ef6370d1a26bc02e43268feff4de2c1375a5be26f0b7ec6dcd83f68358",
+    "grad_prms_norm_euler_encoder_bitnet_nopad_s3_rope_b3t6h3d12": "6e3825524b9ac8253929906da1b29cf8b770941f9e6794185f8fd5cf6d1968e2",
+    "grad_flash_norm_heun_decoder_float_pad_s3_alibi_b3t6h3d12": "b8f48aa1fe2197c542063680f784d61d2e66173ff2513d51089be6519c90cb11",
+    "grad_dynamic_tanh_heun_encoder_float_nopad_s2_none_b1t4h1d6": "3c789201ba21983c9408fce113a04f650dbe3e95ab74505451b7c832caff172d",
+    "grad_derf_heun_decoder_float_nopad_s1_rope_b2t5h2d8": "9e00481bddad1ffc504b1305a6ac69ad50fb521d1380ce0739baa47d12e59ac4",
+    "grad_layer_norm_midpoint_encoder_bitnet_pad_s1_alibi_b2t5h2d8": "16a640837fa12ce557f851902e3330d322fcaa18a6f2981e81b50efcf3449938",
+    "grad_rms_norm_midpoint_decoder_float_nopad_s3_none_b2t5h2d8": "9b41f973e675e31d8e2e6189ffb4c038d0de4f031b58cc4ccbfb9a63ebb17531",
+    "grad_prms_norm_midpoint_encoder_float_pad_s2_rope_b1t4h1d6": "c265ae430a74cf93d8741ca198026c2a34e009148bb75352f2c8cc7faffdefcf",
+    "grad_flash_norm_ralston_encoder_float_nopad_s2_alibi_b2t5h2d8": "cec69e380d5b39dbcf79d5cf6358c1eeb7fec4f2b2b431bcfd74b97b904f2645",
+    "grad_dynamic_tanh_ralston_decoder_bitnet_pad_s1_none_b3t6h3d12": "7d3a51377dc5c82bba6c7d6e1f416ac522399528ac9287f2b68178fa62d69399",
+    "grad_derf_ralston_encoder_float_nopad_s3_rope_b1t4h1d6": "83aed7558dce603eb3ec8eda8a9d1f644f7f4e00c87c8b4e91a8899e328d01e0",
+    "grad_layer_norm_rk2_gated_encoder_float_nopad_s1_alibi_b1t4h1d6": "3e7ec7936428b1b2eb3db9661ec46b4efcc546aaab7164086f1fb00fb0b8dc63",
+    "grad_rms_norm_rk2_gated_decoder_bitnet_pad_s2_none_b3t6h3d12": "ae2f81f05e2ad4d58746ce61196d2600dd48dc6919fcfdca7f4a40254e4fa9b2",
+    "grad_prms_norm_rk2_gated_encoder_float_nopad_s3_rope_b2t5h2d8": "27b45ceb983c4433a408010127cb59e7bb23da5d4c45dd4059767ae3ae073666",
+    "grad_flash_norm_rk38_encoder_float_nopad_s1_alibi_b2t5h2d8": "30e874b114bc2ce69abda30cd451adcfdfcc42c6b3035f7b333077791cb716c3",
+    "grad_dynamic_tanh_rk38_decoder_bitnet_pad_s2_none_b1t4h1d6": "ceb33f719f8c0d5392d771139f912a6d0cb59aacefbf247d14ba708fdc26f62e",
+    "grad_derf_rk38_encoder_float_nopad_s3_rope_b3t6h3d12": "bb4473b4963325860260eef1b0595f3d9686a633765b6146b6bdb23142edb079",
+    "grad_layer_norm_rk4_encoder_float_nopad_s1_alibi_b2t5h2d8": "7fcc83c043faaddda86a46f66b2bb444ab78f4ddf55ecb53fba77446123a1ddd",
+    "grad_rms_norm_rk4_decoder_bitnet_pad_s2_none_b1t4h1d6": "630b408864eeb3d750816d81544d70d28409d61d74c11ec7688e6c6f916b7c2c",
+    "grad_prms_norm_rk4_encoder_float_nopad_s3_rope_b3t6h3d12": "70812780233e76aa54b1bd45a673d702abc58882b23d57e2970b2d0453ff3abc",
+    "grad_flash_norm_heun_encoder_bitnet_nopad_s1_none_b2t5h2d8": "237094cac1c783fcd7d322fc4b9d63d6b8d1227beb6af6c9311a647b80035392",
+    "grad_dynamic_tanh_midpoint_encoder_float_nopad_s1_none_b3t6h3d12": "c502cbcb878adc58ccccf768ce8299f64dfa1bece67697b0a4a5fc862b99df95",
 }

@@ -73,23 +73,35 @@ def _failure(err: BaseException) -> dict:
     return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
 
-def unsupported(adapter, config, dtype, decoded: int = 0) -> str | None:
+def unsupported(adapter, config, dtype, decoded: int = 0, vjp: bool = False) -> str | None:
     """Why the adapter does not run this case, or None: its supports() answer, or, for a decode
-    case, the lack of run_decode (an optional method: not supported, not failed)."""
+    or grad case, the lack of run_decode or run_vjp (optional methods: not supported, not failed)."""
     reason = check_supports(adapter.supports(config, dtype))
     if reason is None and decoded and getattr(adapter, "run_decode", None) is None:
         reason = "not supported: cached decoding (the backend has no run_decode)"
+    if reason is None and vjp and getattr(adapter, "run_vjp", None) is None:
+        reason = "not supported: gradients (the backend has no run_vjp)"
     return reason
 
 
-def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: int = 0) -> dict:
-    """quantity -> array from one adapter: for a decode case, its run_decode output; else f0 and
-    the trajectory if it provides them (an attribute set to None counts as absent), else z1.
-    Each call gets its own copies of the inputs."""
+def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None) -> dict:
+    """quantity -> array from one adapter: for a decode case, its run_decode output; for a grad
+    case (z1_bar given), run_vjp's x_bar and grad.<parameter>; else f0 and the trajectory if it
+    provides them (an attribute set to None counts as absent), else z1. Each call gets its own
+    copies of the inputs."""
     def fresh():
         return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
 
     out = {}
+    if z1_bar is not None:
+        p, xx, m = fresh()
+        x_bar, params_bar = adapter.run_vjp(config, p, xx, m, z1_bar.copy(), dtype)
+        if not isinstance(params_bar, dict) or set(params_bar) != set(params):
+            got = sorted(params_bar) if isinstance(params_bar, dict) else type(params_bar).__name__
+            raise ValueError(f"run_vjp: expected (x_bar, a dict with every parameter name {sorted(params)}); got {got}")
+        out["x_bar"] = np.asarray(x_bar)
+        out.update({f"grad.{k}": np.asarray(params_bar[k]) for k in params})
+        return out
     if decoded:
         p, xx, m = fresh()
         out["decode"] = np.asarray(adapter.run_decode(config, p, xx, m, x.shape[1] - decoded, dtype))
@@ -141,13 +153,14 @@ def serve(fd_in: int, fd_out: int) -> None:
         out = {}
         try:
             config = R.ODEConfig.from_any(message["config"])
-            dtype, decoded = message["dtype"], message.get("decoded", 0)
-            reason = unsupported(adapter, config, dtype, decoded)
+            dtype, decoded, vjp = message["dtype"], message.get("decoded", 0), message.get("vjp", False)
+            reason = unsupported(adapter, config, dtype, decoded, vjp)
             if reason is not None:
                 reply = {"status": "skipped", "message": reason}
             else:
                 params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
-                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype, decoded)
+                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype, decoded,
+                                      arrays.get("z1_bar"))
                 reply = {"status": "ran"}
                 try:
                     encode(reply, out)

@@ -4,6 +4,7 @@ from .attention import Prepared as Prepared, SelfAttention as SelfAttention
 from .attention import causal_mask as causal_mask, softmax as softmax
 from .bitlinear import quantize_activation as quantize_activation
 from .bitlinear import quantize_weight as quantize_weight, ternarize_weight as ternarize_weight
+from .backward import ode_block_vjp as ode_block_vjp
 from .block import check_input as check_input, ode_block as ode_block, ode_func as ode_func
 from .block import decode_step as decode_step, prefill as prefill
 from .cache import KVCache as KVCache

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .norms import layer_norm
+from .norms import layer_norm, layer_norm_vjp
 
 QUANT_EPS = 1e-5
 ACT_MAX = 127.0  # activation levels: clip to [-128, 127] after scaling max|x_n| to 127
@@ -54,3 +54,17 @@ def bitlinear(x, w_q):
 def linear(x, w):
     """x: (..., in), w: (out, in) -> (..., out); no bias."""
     return x @ w.T
+
+
+# ---- the backward pass ------------------------------------------------------------------------------
+def linear_vjp(y_bar, x, w):
+    """(x_bar (..., in), w_bar (out, in)) of x @ w.T for the cotangent y_bar (..., out)."""
+    return y_bar @ w, y_bar.reshape(-1, w.shape[0]).T @ x.reshape(-1, w.shape[1])
+
+
+def bitlinear_vjp(y_bar, x, w_q):
+    """(x_bar, w_q_bar) of bitlinear(x, w_q), the seed's straight-through estimator: the gradient
+    passes through each quantiser as the identity (so w_q_bar is also W's gradient), and through
+    the input's layer_norm as its true gradient."""
+    x_q_bar, w_q_bar = linear_vjp(y_bar, quantize_activation(x), w_q)
+    return layer_norm_vjp(x_q_bar, x, 1.0, 0.0)[0], w_q_bar

@@ -114,3 +114,78 @@ NORMS = norm_table(globals())
 def apply_norm(norm_type: str, norm_params: dict, x):
     """The norm named norm_type with its parameters given by name (keys of NORM_PARAMS)."""
     return NORMS[norm_type](x, **norm_params)
+
+
+# ---- the backward pass: each norm's vector-Jacobian product ---------------------------------------
+# name_vjp(y_bar, x, **params) -> (x_bar, {parameter: its gradient}); y_bar has x's shape. A vector
+# parameter's gradient sums over every axis but the last; a scalar's over all. pow2_scale is
+# piecewise constant, so its derivative is zero: these are the gradients of the plain formulas.
+
+def _over_tokens(a):
+    """Sum over every axis but the last: a vector parameter's gradient, (d_model,)."""
+    return a.reshape(-1, a.shape[-1]).sum(axis=0)
+
+
+def _normalised(x, eps):
+    """((x - mean) / sqrt(var + eps), 1 / sqrt(var + eps)), var biased."""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    inv = 1.0 / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + eps)
+    return centred * inv, inv
+
+
+def layer_norm_vjp(y_bar, x, weight, bias, *, eps=LAYER_NORM_EPS):
+    x_hat, inv = _normalised(x, eps)
+    g = y_bar * weight
+    x_bar = inv * (g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    return x_bar, {"weight": _over_tokens(y_bar * x_hat), "bias": _over_tokens(y_bar)}
+
+
+def _rms_vjp(g, x, k: int, eps):
+    """x_bar of x * r, r = (mean(x[..., :k]^2) + eps)^(-1/2), for the cotangent g of x * r."""
+    r = 1.0 / np.sqrt((x[..., :k] ** 2).mean(axis=-1, keepdims=True) + eps)
+    x_bar = g * r
+    x_bar[..., :k] -= x[..., :k] * r**3 * (g * x).sum(axis=-1, keepdims=True) / k
+    return x_bar, x * r
+
+
+def rms_norm_vjp(y_bar, x, weight, *, eps=RMS_EPS):
+    x_bar, normed = _rms_vjp(y_bar * weight, x, x.shape[-1], eps)
+    return x_bar, {"weight": _over_tokens(y_bar * normed)}
+
+
+def prms_norm_vjp(y_bar, x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
+    x_bar, normed = _rms_vjp(y_bar * weight, x, prms_channels(x.shape[-1], fraction), eps)
+    return x_bar, {"weight": _over_tokens(y_bar * normed)}
+
+
+def flash_norm_vjp(y_bar, x, *, eps=RMS_EPS):
+    return _rms_vjp(y_bar, x, x.shape[-1], eps)[0], {}
+
+
+def dynamic_tanh_vjp(y_bar, x, alpha, beta, *, eps=DYT_EPS):
+    n = x.shape[-1]
+    centred = x - x.mean(axis=-1, keepdims=True)
+    std = np.sqrt((centred**2).sum(axis=-1, keepdims=True) / (n - 1))
+    y = np.tanh(centred / (std + eps) * alpha + beta)
+    u_bar = y_bar * (1.0 - y**2)  # through tanh
+    std_bar = -(u_bar * alpha * centred).sum(axis=-1, keepdims=True) / (std + eps) ** 2
+    # d std / d centred = centred / ((n - 1) std); a constant token (std 0, a padded one) has centred 0: 0
+    d_std = np.divide(centred, (n - 1) * std, out=np.zeros_like(centred), where=std > 0)
+    c_bar = u_bar * alpha / (std + eps) + std_bar * d_std
+    x_bar = c_bar - c_bar.mean(axis=-1, keepdims=True)
+    return x_bar, {"alpha": _over_tokens(u_bar * centred / (std + eps)), "beta": _over_tokens(u_bar)}
+
+
+def derf_vjp(y_bar, x, alpha, s, gamma, beta):
+    z = alpha * x + s
+    z_bar = y_bar * gamma * (2.0 / math.sqrt(math.pi)) * np.exp(-(z**2))
+    return z_bar * alpha, {"alpha": np.asarray((z_bar * x).sum()), "s": np.asarray(z_bar.sum()),
+                           "gamma": _over_tokens(y_bar * erf(z)), "beta": _over_tokens(y_bar)}
+
+
+NORM_VJPS = {name: globals()[name + "_vjp"] for name in NORM_TYPES}
+
+
+def apply_norm_vjp(norm_type: str, norm_params: dict, x, y_bar):
+    """(x_bar, {parameter: gradient}) of apply_norm(norm_type, norm_params, x) for the cotangent y_bar."""
+    return NORM_VJPS[norm_type](y_bar, x, **norm_params)

@@ -85,3 +85,8 @@ def alibi_bias(positions_q, positions_k, config, dtype):
     slopes = alibi_slopes(config.num_heads).astype(dtype)[:, None, None]
     distance = np.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]).astype(dtype)
     return -(slopes * distance)
+
+
+def apply_rope_vjp(y_bar, cos, sin):
+    """x_bar of apply_rope(x, cos, sin): the inverse rotation (the transpose of a rotation)."""
+    return apply_rope(y_bar, cos, -sin)

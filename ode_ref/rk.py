@@ -59,3 +59,43 @@ def integrate(f: Callable[[float, Y], Y], y0: Y, tableau: ButcherTableau, steps:
     for t0 in step_times(steps):
         states.append(rk_step(f, t0, h, states[-1], tableau, gate))
     return states
+
+
+# ---- the backward pass -------------------------------------------------------------------------------
+def add_grads(total: dict, grads: dict) -> dict:
+    """total + grads, key by key (nested dicts too); a key missing from total is taken as is."""
+    out = dict(total)
+    for key, value in grads.items():
+        out[key] = value if key not in out else add_grads(out[key], value) if isinstance(value, dict) else out[key] + value
+    return out
+
+
+def rk_step_vjp(f, f_vjp, t0: float, h: float, y0, tableau: ButcherTableau, y_bar, gate=None, gate_vjp=None):
+    """(y0_bar, grads) of rk_step(f, t0, h, y0, tableau, gate) for the cotangent y_bar of its result.
+
+    f_vjp(t, y, k_bar) -> (y_bar, grads) is f's VJP at (t, y); gate_vjp(g_bar, k0, k1) -> (k0_bar,
+    k1_bar, grads) the gate's. grads are dicts of parameter cotangents, summed over the stages.
+    The stages are recomputed forward (their inputs Y_i and values k_i), then reversed: k_i gets
+    h b_i y_bar (a gated tableau: h g y_bar and h (1 - g) y_bar, and the gate its own cotangent),
+    and stage i's input cotangent flows to y0 and, through a_ij, to the earlier k_j."""
+    ys, ks = [], []
+    for c_i, a_i in zip(tableau.c, tableau.a):
+        ys.append(_combine(y0, h, a_i, ks))
+        ks.append(f(t0 + c_i * h, ys[-1]))
+    grads: dict = {}
+    if tableau.gated:
+        g = gate(ks[0], ks[1])
+        g_bar = h * (y_bar * (ks[0] - ks[1])).sum(axis=-1, keepdims=True)  # (batch, seq, 1)
+        k0_bar, k1_bar, grads = gate_vjp(g_bar, ks[0], ks[1])
+        k_bars = [h * g * y_bar + k0_bar, h * (1.0 - g) * y_bar + k1_bar]
+    else:
+        k_bars = [(h * b_i) * y_bar for b_i in tableau.b]
+    y0_bar = y_bar
+    for i in reversed(range(tableau.num_stages)):
+        stage_bar, stage_grads = f_vjp(t0 + tableau.c[i] * h, ys[i], k_bars[i])
+        grads = add_grads(grads, stage_grads)
+        y0_bar = y0_bar + stage_bar
+        for j, a_ij in enumerate(tableau.a[i]):
+            if a_ij != 0.0:
+                k_bars[j] = k_bars[j] + (h * a_ij) * stage_bar
+    return y0_bar, grads
