@@ -8,11 +8,16 @@
                                                     split by heads, x and the mask replicated
     ode_block_heads(params, x, config, padding_mask=None)
                                                     ode_block on parameters in the head layout
+    batch_parallel_grad(loss, mesh)                 data parallel by hand: each device's gradient,
+                                                    then one all-reduce of them (shard_map, psum)
     collectives(hlo_text)                           the collectives of a compiled program
 
 Nothing here changes the block: jax.jit runs ode_block on sharded arrays and XLA inserts the
-communication. Data parallel: the gradient of the replicated parameters is one all-reduce of
-all of them (one fused all-reduce per gradient, measured). Head parallel: each device evaluates
+communication. Data parallel under jit: the replicated parameters' gradient is reduced inside
+the backward loop, one fused all-reduce per step holding each stage's share of every ode_func
+parameter's gradient separately (measured: ode_steps x (stages x the ode_func parameters + the
+gate's)). batch_parallel_grad reduces once, after the backward pass: one all-reduce of the
+parameters' size. Head parallel: each device evaluates
 its own heads; the out_proj product then leaves partial sums, one all-reduce of (batch, seq,
 d_model) per evaluation of f. The qkv weight's spec layout is (3 d_model, d_model) with q, k and
 v blocks, so one device's heads are not one block of rows: it is stored here as (3, heads,
@@ -84,6 +89,22 @@ def shard_heads(params: dict, x, padding_mask, mesh: Mesh, config, axis: str = H
 def ode_block_heads(params: dict, x, config, padding_mask=None, **kwargs):
     """ode_block on parameters in the head layout (split_heads); jit it with config static."""
     return ode_block(merge_heads(params, config), x, config, padding_mask, **kwargs)
+
+
+def batch_parallel_grad(loss, mesh: Mesh, axis: str = BATCH):
+    """(params, batch) -> the gradient of loss(params, batch) with respect to params, replicated.
+
+    loss must be a sum over batch rows (a mean: divide by the global batch size inside it).
+    Every array of the pytree batch is split on its axis 0 over mesh's axis; each device takes
+    the gradient on its rows, then one psum (all-reduce) adds them up. check_vma=False: with
+    JAX's replication checking on, the gradient of the replicated params is summed where they
+    are used, inside the step loop, as under plain jit."""
+
+    def local(params, batch):
+        return jax.lax.psum(jax.grad(loss)(params, batch), axis)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(axis)),
+                         out_specs=PartitionSpec(), check_vma=False)
 
 
 def _check_divides(n: int, mesh: Mesh, axis: str, name: str) -> None:

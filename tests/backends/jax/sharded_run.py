@@ -5,7 +5,8 @@ process of its own, since XLA's host device count is read once, when JAX starts:
 
 It writes, per case and per layout (batch, heads): z(1), the gradients of the loss (cases())
 with respect to every parameter and x, each array's shard shape, and the compiled programs'
-collectives (JSON in the npz's "report" entry).
+collectives (JSON in the npz's "report" entry); for batch_psum (batch_parallel_grad) the
+parameters' gradients and the collectives.
 """
 
 import json
@@ -53,15 +54,27 @@ def run(name, cfg, params, x, mask, w, layout):
     z, g_p, g_x = compiled(*args, w)
     if layout == S.HEADS:
         g_p = S.merge_heads(g_p, cfg)
-    forward = jax.jit(block, static_argnums=2).lower(args[0], args[1], cfg, args[2]).compile()
     arrays = {f"{name}/{layout}/z": z, f"{name}/{layout}/grad/x": g_x}
     arrays.update({f"{name}/{layout}/grad/{k}": v for k, v in g_p.items()})
     report = {
         "shards": {k: list(v.addressable_shards[0].data.shape) for k, v in [("x", args[1]), *args[0].items()]},
-        "forward": S.collectives(forward.as_text()),
+        # the batch layout's forward communicates nothing (test_sharding.py reads its gradient's)
+        "forward": S.collectives(jax.jit(block, static_argnums=2).lower(args[0], args[1], cfg, args[2])
+                                 .compile().as_text()) if layout == S.HEADS else None,
         "with_grad": S.collectives(compiled.as_text()),
     }
     return {k: np.asarray(v) for k, v in arrays.items()}, report
+
+
+def run_psum(name, cfg, params, x, mask, w):
+    """batch_parallel_grad's gradient of the loss and its report (layout 'batch_psum')."""
+    mesh = S.make_mesh(S.BATCH)
+    params, x, mask = S.shard_batch(params, x, mask, mesh)
+    loss = lambda p, b: jnp.sum(b[2] * ode_block(p, b[0], cfg, b[1]))  # noqa: E731  (a sum over rows)
+    compiled = jax.jit(S.batch_parallel_grad(loss, mesh)).lower(params, (x, mask, w)).compile()
+    g_p = compiled(params, (x, mask, w))
+    arrays = {f"{name}/batch_psum/grad/{k}": np.asarray(v) for k, v in g_p.items()}
+    return arrays, {"with_grad": S.collectives(compiled.as_text())}
 
 
 def main(path):
@@ -73,6 +86,8 @@ def main(path):
                 a, r = run(*case, layout)
                 arrays.update(a)
                 report[f"{case[0]}/{layout}"] = r
+            a, report[f"{case[0]}/batch_psum"] = run_psum(*case)
+            arrays.update(a)
     np.savez(path, report=np.asarray(json.dumps(report)), **arrays)
 
 
