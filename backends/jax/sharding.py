@@ -13,16 +13,19 @@
     collectives(hlo_text)                           the collectives of a compiled program
 
 Nothing here changes the block: jax.jit runs ode_block on sharded arrays and XLA inserts the
-communication. Data parallel under jit: the replicated parameters' gradient is reduced inside
-the backward loop, one fused all-reduce per step holding each stage's share of every ode_func
-parameter's gradient separately (measured: ode_steps x (stages x the ode_func parameters + the
-gate's)). batch_parallel_grad reduces once, after the backward pass: one all-reduce of the
-parameters' size. Head parallel: each device evaluates
-its own heads; the out_proj product then leaves partial sums, one all-reduce of (batch, seq,
-d_model) per evaluation of f. The qkv weight's spec layout is (3 d_model, d_model) with q, k and
-v blocks, so one device's heads are not one block of rows: it is stored here as (3, heads,
-head_dim, d_model), split on the heads axis, and reshaped back in ode_block_heads; XLA gathers
-that weight before the loop (the reshape has no head-split sharding). The README lists the counts.
+communication (the README lists the counts).
+
+Data parallel under jit: the replicated parameters' gradient is reduced inside the backward
+loop, one fused all-reduce per step holding each stage's share of every ode_func parameter's
+gradient separately (measured: ode_steps x (stages x ode_func parameters + gate parameters)
+values). batch_parallel_grad reduces once, after the backward pass: the parameters' size.
+
+Head parallel: each device evaluates its own heads; the out_proj product then leaves partial
+sums, one all-reduce of (batch, seq, d_model) per evaluation of f. The qkv weight's spec layout
+is (3 d_model, d_model) with q, k and v blocks, so one device's heads are not one block of rows:
+it is stored here as (3, heads, head_dim, d_model), split on the heads axis, and reshaped back
+in ode_block_heads; XLA gathers that weight before the loop (the reshape has no head-split
+sharding).
 
 The same code runs across hosts: after jax.distributed.initialize(), jax.devices() lists every
 host's devices and a Mesh over them shards the same way.

@@ -58,7 +58,7 @@ def run(name, cfg, params, x, mask, w, layout):
     arrays.update({f"{name}/{layout}/grad/{k}": v for k, v in g_p.items()})
     report = {
         "shards": {k: list(v.addressable_shards[0].data.shape) for k, v in [("x", args[1]), *args[0].items()]},
-        # the batch layout's forward communicates nothing (test_sharding.py reads its gradient's)
+        # batch: its gradient's program, which holds the forward too, shows all it communicates
         "forward": S.collectives(jax.jit(block, static_argnums=2).lower(args[0], args[1], cfg, args[2])
                                  .compile().as_text()) if layout == S.HEADS else None,
         "with_grad": S.collectives(compiled.as_text()),
