@@ -83,8 +83,8 @@ def test_ddp_step_equals_single_process_step_on_the_full_batch(ranks):
     assert len(want) == 2 * 4 + 2  # per block qkv, out_proj, the norm's weight and bias; the head's two
     assert max(errs.values()) <= TOL, {k: v for k, v in errs.items() if v > TOL}
     # the step moved every parameter: a step that changed nothing could not match by accident
-    assert all(relative_error(ranks[0][f"param/{n}"], p) > 1e-4 for n, p in model_and_batch()[0].named_parameters()
-               for p in [p.detach().numpy()])
+    before = {n: p.detach().numpy() for n, p in model_and_batch()[0].named_parameters()}
+    assert all(relative_error(ranks[0][f"param/{n}"], p) > 1e-4 for n, p in before.items())
 
 
 def test_both_ranks_hold_the_same_parameters_after_the_step(ranks):
