@@ -38,12 +38,12 @@ def test_usage_errors_exit_2_with_one_line(argv, message, tmp_path, capsys):
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
     shutil.copytree(golden.GOLDEN_DIR, tmp_path / "g")
     text = (tmp_path / "g" / "manifest.json").read_text()
-    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 3', '"format": "3"').replace('"padding": true', '"padding": 1', 1))
+    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 4', '"format": "4"').replace('"padding": true', '"padding": 1', 1))
     (tmp_path / "g" / "notes.txt").write_text("stray")
     assert main(["conformance", "--golden", str(tmp_path / "g")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("odeattn conformance: ") for line in lines), lines
-    assert any("$.format: '3' is not one of [2, 3]" in line for line in lines), lines
+    assert any("$.format: '4' is not one of [2, 3, 4]" in line for line in lines), lines
     assert any("notes.txt: not listed in manifest.json" in line for line in lines)
 
 

@@ -262,3 +262,29 @@ def test_hangs_stalls_oversized_replies_and_odd_plugins(plugins, tmp_path, monke
     write_junit(report, tmp_path / "r.xml", header)
     ET.parse(tmp_path / "r.xml")  # well-formed despite the escape codes and the NUL
     assert "red" in (tmp_path / "r.xml").read_text()
+
+
+def test_a_wrong_gradient_is_named_by_its_parameter():
+    """A backend whose run_vjp gets one parameter's gradient wrong fails at that parameter; one
+    without run_vjp is reported 'not supported' on the grad cases."""
+    from odeattn.conformance.adapters import SpecAdapter
+    from odeattn.conformance.runner import run_case
+
+    class WrongNormGradient(SpecAdapter):
+        name = "wrong-norm-gradient"
+
+        def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
+            x_bar, params_bar = super().run_vjp(config, params, x, padding_mask, z1_bar, dtype)
+            params_bar["ode_func.out_proj.weight"] = params_bar["ode_func.out_proj.weight"] * 1.001
+            return x_bar, params_bar
+
+    class NoGradients(SpecAdapter):
+        name = "no-gradients"
+        run_vjp = None
+
+    case = next(c for c in load_cases() if c.z1_bar is not None)
+    result = run_case(WrongNormGradient(), case, "float64")
+    assert result.status == "failed" and result.message.startswith(
+        "diverges first at grad.ode_func.out_proj.weight (the gradient of the parameter ode_func.out_proj.weight)")
+    skipped = run_case(NoGradients(), case, "float64")
+    assert skipped.status == "skipped" and skipped.message == "not supported: gradients (the backend has no run_vjp)"
