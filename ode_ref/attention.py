@@ -149,12 +149,13 @@ class Stages:
             return None
         return lambda f1, f2: self.gate(prepared.gate, f1, f2)
 
-    def integrate(self, prepared: Prepared, x, kv=None) -> list:
+    def integrate(self, prepared: Prepared, x, kv=None, *, step_wrapper=None) -> list:
         """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau: ode_ref.rk.integrate
-        over evaluate (kv: the cache hook)."""
+        over evaluate (kv: the cache hook; step_wrapper: rk.integrate's, e.g. a port's checkpointing).
+        prepared is computed once, outside the steps, so a wrapped step never recomputes it."""
         cfg = self.config
         return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps,
-                         self.solution_gate(prepared))
+                         self.solution_gate(prepared), step_wrapper=step_wrapper)
 
     def prefill(self, params, x, padding_mask, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""

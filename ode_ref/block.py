@@ -31,6 +31,14 @@ def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
         raise TypeError(f"{name}: expected dtype {' or '.join(allowed)}; got {dtype_name(dtype)}")
 
 
+def check_flag(name: str, value) -> bool:
+    """value, unless it is not a bool (True or False): TypeError naming the option. A string such as
+    "no" would otherwise count as true."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False; got {value!r} ({type(value).__name__})")
+    return value
+
+
 def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=SPEC_DTYPES,
                 bool_dtype=np.bool_, name: str = "x"):
     """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.

@@ -52,12 +52,24 @@ def step_times(steps: int) -> list[float]:
 
 
 def integrate(f: Callable[[float, Y], Y], y0: Y, tableau: ButcherTableau, steps: int,
-              gate: Callable[[Y, Y], Y] | None = None) -> list[Y]:
-    """Fixed steps of size h = 1 / steps over t in [0, 1]: the states [y(t_0), ..., y(1)]."""
+              gate: Callable[[Y, Y], Y] | None = None, *,
+              step_wrapper: Callable[[Callable[[float, Y], Y]], Callable[[float, Y], Y]] | None = None) -> list[Y]:
+    """Fixed steps of size h = 1 / steps over t in [0, 1]: the states [y(t_0), ..., y(1)].
+
+    step_wrapper: None, or a function of the step, step(t0, y) -> y(t0 + h), returning a callable of
+    the same signature that the loop runs instead; a port passes its activation checkpointing
+    (torch.utils.checkpoint) so that each step is recomputed in the backward pass. It must not
+    change the values: the states are the same with or without it.
+    """
     h = 1.0 / steps
+
+    def step(t0: float, y: Y) -> Y:
+        return rk_step(f, t0, h, y, tableau, gate)
+
+    run = step if step_wrapper is None else step_wrapper(step)
     states = [y0]
     for t0 in step_times(steps):
-        states.append(rk_step(f, t0, h, states[-1], tableau, gate))
+        states.append(run(t0, states[-1]))
     return states
 
 

@@ -21,6 +21,10 @@ int8 (`odeattn export --quantize int8`), lossy, so beside the float rows rather 
 recomputing the block on all n tokens. The two ways of one runtime are interleaved in short
 bursts (one call to wake the runtime's threads, then `burst` timed calls, alternating) so that
 the machine's drift hits both alike; the ratio of their medians is the speed-up.
+
+`odeattn bench --memory`: peak activation memory and time of one forward+backward against
+ode_steps (1 to 32), with and without activation checkpointing, torch and JAX (odeattn/memory.py
+defines the peak for each runtime).
 """
 
 from __future__ import annotations
@@ -395,8 +399,13 @@ def cmd_bench(args) -> int:
     except ValueError as err:
         print(f"odeattn bench: {err}", file=sys.stderr)
         return 2
+    if args.decode and args.memory:
+        print("odeattn bench: --memory: measures training, --decode decoding; drop one of them", file=sys.stderr)
+        return 2
     if args.decode:
         return _cmd_decode(args, threads, log)
+    if args.memory:
+        return _cmd_memory(args, threads, log)
     log(f"measuring the float32 matmul peak ({threads} threads)...")
     peak = matmul_peak(threads, max(3, args.repeats))
     result = {"threads": threads, "peak": peak, "solver": args.solver, "steps": args.steps, "paths": [],
@@ -438,6 +447,46 @@ def _cmd_decode(args, threads: int, log) -> int:
     return 0
 
 
+def _comma_list(option: str, text: str, allowed=None, *, positive_ints: bool = False) -> list:
+    """The comma-separated values of an option; ValueError naming it unless each is allowed (or,
+    with positive_ints, an integer >= 1)."""
+    items = [v.strip() for v in text.split(",")]
+    if positive_ints:
+        if not all(v.isdigit() and int(v) >= 1 for v in items):
+            raise ValueError(f"{option}: expected comma-separated integers >= 1; got {text!r}")
+        return [int(v) for v in items]
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise ValueError(f"{option}: unknown {bad}; expected some of {', '.join(allowed)}")
+    return items
+
+
+def _cmd_memory(args, threads: int, log) -> int:
+    from odeattn import memory as M
+
+    try:
+        steps = _comma_list("--memory-steps", args.memory_steps, positive_ints=True)
+        runtimes = _comma_list("--memory-runtimes", args.memory_runtimes, M.MEMORY_RUNTIMES)
+        if len(args.shape) > 1:
+            raise ValueError(f"--shape: --memory takes one shape; got {len(args.shape)}")
+        shape = parse_shape(args.shape[0]) if args.shape else M.MEMORY_SHAPE
+        if args.plot:
+            __import__("matplotlib")  # a missing extra is named before the work starts
+    except ValueError as err:
+        print(f"odeattn bench: {err}", file=sys.stderr)
+        return 2
+    rows = M.bench_memory(shape, steps, runtimes, solver=args.solver, repeats=args.repeats, threads=threads, log=log)
+    result = {"threads": threads, "solver": args.solver, "shape": shape, "memory": rows, "ratios": M.ratios(rows),
+              "target_ratio": M.TARGET_RATIO}
+    print(M.format_memory(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.plot:
+        M.plot_memory(result, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time every execution path against this machine's matmul peak",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
@@ -456,5 +505,9 @@ def register(sub) -> None:
                    help="instead: cached decoding against recomputing the prefix (see below)")
     p.add_argument("--contexts", default=",".join(map(str, DECODE_CONTEXTS)), help="with --decode: context lengths")
     p.add_argument("--decode-runtimes", default=",".join(DECODE_RUNTIMES), help="with --decode: some of torch,jax,ort")
+    p.add_argument("--memory", action="store_true",
+                   help="instead: training memory and time against steps, with and without checkpointing (see below)")
+    p.add_argument("--memory-steps", default="1,2,4,8,16,32", help="with --memory: the ode_steps values")
+    p.add_argument("--memory-runtimes", default="torch,jax", help="with --memory: some of torch,jax")
     p.set_defaults(func=cmd_bench)
 

@@ -8,7 +8,11 @@
 The step loop is a lax.scan over the step index, so tracing and compiling cost one step whatever
 ode_steps is; its body is ode_ref.rk.rk_step itself. Weight quantisation and the mask are built
 once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
-(hashed by its configuration) and return_trajectory static.
+(hashed by its configuration), return_trajectory and checkpoint static.
+
+ode_block(..., checkpoint=True) wraps the scan body in jax.checkpoint: differentiated, the scan
+keeps only each step's input state (batch, seq, d_model) and recomputes the step's activations in
+the backward pass, so training memory is flat in ode_steps; values and gradients are unchanged.
 
 prefill and decode_step check their inputs in Python, then call one jitted function each: the
 cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
@@ -24,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_input
+from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_flag, check_input
 from ode_ref.cache import KVCache, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import check_params
@@ -75,8 +79,10 @@ def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
     return attention(prepared, t, x)
 
 
-def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False):
-    """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model))."""
+def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False, checkpoint=False):
+    """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model)).
+    checkpoint: recompute each step's activations in the backward pass (jax.checkpoint on the step)."""
+    check_flag("checkpoint", checkpoint)
     cfg, attention, x, prepared = _setup(params, x, config, padding_mask, attention)
     tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
     h = 1.0 / steps
@@ -86,8 +92,10 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
         # promote, so f's output is brought back to the state's dtype, which scan requires
         z = rk_step(lambda t, y: attention(prepared, t, y).astype(y.dtype), k / steps, h, z, tableau,
                     attention.solution_gate(prepared))
-        return z, z
+        return z, (z if return_trajectory else None)  # no stacked states unless asked for
 
+    if checkpoint:  # prepared stays outside: the step closes over it, so it is not recomputed
+        step = jax.checkpoint(step, prevent_cse=False)  # inside scan CSE cannot merge steps anyway
     # k is an integer; k / steps is then in JAX's default float (float64 under x64), never in x's dtype:
     # bfloat16 would round t = 1/3 to 0.33398
     z1, states = jax.lax.scan(step, x, jnp.arange(steps))
@@ -100,7 +108,7 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
 # pytree: it passes through jax.tree_util and jit like any NamedTuple of arrays.
 jax.tree_util.register_static(ODEConfig)
 
-STATIC_ARGNAMES = ("config", "attention", "return_trajectory")
+STATIC_ARGNAMES = ("config", "attention", "return_trajectory", "checkpoint")
 ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
 
 

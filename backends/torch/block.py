@@ -10,15 +10,23 @@ forward(x, logical_layer_idx=None, pos_encoder=None); see attention.py.
 The ODE loop is the spec's Stages.integrate (ode_ref.rk.integrate, which only adds and scales),
 so the torch block runs the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
 per forward in prepare, outside the loop.
+
+ODEAttentionBlock(config, checkpoint=True) trains in memory flat in ode_steps: with grad enabled,
+each step runs under torch.utils.checkpoint (non-reentrant), so the backward pass keeps only the
+step boundaries (batch, seq, d_model) each and recomputes one step's activations at a time. The
+values and gradients are the same, bit for bit; without grad (eval, no_grad) nothing is wrapped.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from ode_ref.attention import Stages
-from ode_ref.block import attention_for
+from ode_ref.block import attention_for, check_flag
 from ode_ref.cache import check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
@@ -28,11 +36,19 @@ from .attention import SelfAttention, check_seed_arguments
 from .params import load_params
 
 
+def checkpoint_step(step):
+    """step(t0, z) -> z', run under non-reentrant activation checkpointing: its activations are not
+    saved but recomputed in the backward pass (rk.integrate's step_wrapper). The RNG state is
+    restored for the recomputation, so dropout draws the same mask."""
+    return functools.partial(torch.utils.checkpoint.checkpoint, step, use_reentrant=False)
+
+
 class ODEAttentionBlock(nn.Module):
-    def __init__(self, config, pos_encoder=None, *, ode_func: SelfAttention | None = None):
+    def __init__(self, config, pos_encoder=None, *, ode_func: SelfAttention | None = None, checkpoint: bool = False):
         super().__init__()
         cfg = ODEConfig.from_any(config)
         self.config = cfg
+        self.checkpoint = check_flag("checkpoint", checkpoint)
         self.ode_func = attention_for(cfg, ode_func, SelfAttention, name="ode_func")
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps
         self.tableau = TABLEAUS[cfg.ode_solver]
@@ -48,9 +64,10 @@ class ODEAttentionBlock(nn.Module):
         return {GATE_WEIGHT: self.gate.weight, GATE_BIAS: self.gate.bias}
 
     @classmethod
-    def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None):
+    def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None,
+                    checkpoint: bool = False):
         """A block in evaluation mode with the spec's parameters loaded (checked, strict names)."""
-        block = cls(config, ode_func=ode_func).to(dtype).eval()
+        block = cls(config, ode_func=ode_func, checkpoint=checkpoint).to(dtype).eval()
         load_params(block, params)
         return block
 
@@ -60,7 +77,8 @@ class ODEAttentionBlock(nn.Module):
         check_seed_arguments(logical_layer_idx)
         self.ode_func.check(x, padding_mask)
         prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask)
-        states = self.ode_func.integrate(prepared, x)
+        wrapper = checkpoint_step if self.checkpoint and torch.is_grad_enabled() else None
+        states = self.ode_func.integrate(prepared, x, step_wrapper=wrapper)
         if return_trajectory:
             return states[-1], torch.stack(states)
         return states[-1]

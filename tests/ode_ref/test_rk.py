@@ -66,3 +66,23 @@ def test_stage_times_passed_to_f():
     seen = []
     R.integrate(lambda t, y: seen.append(t) or y, 1.0, R.TABLEAUS["rk4"], 2)
     assert seen == [0.0, 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0]
+
+
+def test_step_wrapper_runs_every_step_and_changes_no_value():
+    params = R.init_params(CFG, seed=1)
+    attention = R.SelfAttention(CFG)
+    prepared = attention.prepare(params, np.random.default_rng(2).normal(size=(1, 4, 8)))
+    f = lambda t, z: attention(prepared, t, z)  # noqa: E731
+    x = np.random.default_rng(3).normal(size=(1, 4, 8))
+    seen = []
+
+    def wrapper(step):
+        def wrapped(t0, y):
+            seen.append(t0)
+            return step(t0, y)
+        return wrapped
+
+    plain = R.rk.integrate(f, x, R.TABLEAUS["rk4"], 3)
+    wrapped = R.rk.integrate(f, x, R.TABLEAUS["rk4"], 3, step_wrapper=wrapper)
+    assert seen == [0.0, 1 / 3, 2 / 3]
+    assert all((a == b).all() for a, b in zip(plain, wrapped)) and len(wrapped) == 4

@@ -56,3 +56,32 @@ def test_bench_decode_refuses_bad_arguments(capsys):
     assert capsys.readouterr().err.strip() == "odeattn bench: --contexts: expected comma-separated integers >= 2; got '128,x'"
     assert main(["bench", "--decode", "--decode-runtimes", "torch,tpu"]) == 2
     assert "--decode-runtimes: unknown ['tpu']" in capsys.readouterr().err
+
+
+def test_bench_memory_reports_both_modes_and_the_ratio(tmp_path, capsys):
+    code = main(["bench", "--memory", "--shape", "1,8,16,2", "--memory-steps", "1,4", "--solver", "euler",
+                 "--repeats", "1", "--json", str(tmp_path / "m.json"), "--plot", str(tmp_path / "m.png")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "training memory vs steps" in out and "with checkpointing: peak 4 steps / 1 step" in out
+    result = json.loads((tmp_path / "m.json").read_text())
+    rows = {(r["runtime"], r["steps"], r["checkpoint"]): r for r in result["memory"]}
+    assert sorted(rows) == sorted((rt, s, c) for rt in ("torch", "jax") for s in (1, 4) for c in (False, True))
+    for runtime in ("torch", "jax"):  # without checkpointing the peak grows with steps, and more than with it
+        plain = rows[runtime, 4, False]["peak_bytes"] - rows[runtime, 1, False]["peak_bytes"]
+        checkpointed = rows[runtime, 4, True]["peak_bytes"] - rows[runtime, 1, True]["peak_bytes"]
+        assert plain > 2 * checkpointed >= 0
+    ratio = {(r["runtime"], r["checkpoint"]): r for r in result["ratios"]}
+    r = ratio["torch", True]
+    assert r["peak_ratio"] == rows["torch", 4, True]["peak_bytes"] / rows["torch", 1, True]["peak_bytes"]
+    assert r["meets_target"] == (r["peak_ratio"] <= 1.5) and ratio["torch", False]["meets_target"] is None
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_memory_refuses_bad_arguments(capsys):
+    assert main(["bench", "--memory", "--memory-steps", "1,0"]) == 2
+    assert capsys.readouterr().err.strip() == "odeattn bench: --memory-steps: expected comma-separated integers >= 1; got '1,0'"
+    assert main(["bench", "--memory", "--memory-runtimes", "torch,ort"]) == 2
+    assert "--memory-runtimes: unknown ['ort']; expected some of torch, jax" in capsys.readouterr().err
+    assert main(["bench", "--memory", "--decode"]) == 2
+    assert "--memory: measures training, --decode decoding" in capsys.readouterr().err
