@@ -79,8 +79,8 @@ def pairs(port: str, module: str):
     spec = importlib.import_module(f"ode_ref.{module}")
     mirror = importlib.import_module(f"{PORTS[port]}.{module}")
     for name, obj in own_public(spec).items():
-        if (module, name) in SHARED or (port, module, name) in REPLACED:
-            continue
+        if (module, name) in SHARED or (port, module, name) in REPLACED or name.endswith("_vjp"):
+            continue  # a *_vjp is the spec's hand-written backward pass: a port differentiates itself
         yield name, obj, getattr(mirror, name, None)
         if inspect.isclass(obj) and getattr(mirror, name, None) is not None:
             for stage in dir(obj):  # its stages, those from Stages included

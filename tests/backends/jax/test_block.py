@@ -207,10 +207,9 @@ def test_a_variant_with_unhashable_settings_still_jits():
     J.ode_block_jit(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32), cfg, attention=a)
 
 
-CHECKPOINT_CONFIGS = {  # the gated solver (its gate is a parameter), BitLinear; both padded
-    "rk2_gated": dict(ode_solver="rk2_gated", ode_steps=3, norm_type="dynamic_tanh"),
-    "bitnet_rk4_decoder": dict(ode_solver="rk4", ode_steps=2, use_bitnet=True, mode="decoder", norm_type="prms_norm",
-                               ode_use_pe=True, positional_encoding="rope"),
+CHECKPOINT_CONFIGS = {  # the gated solver (its gate is a parameter), BitLinear, RoPE, padded: one compilation
+    "rk2_gated_bitnet_decoder": dict(ode_solver="rk2_gated", ode_steps=3, use_bitnet=True, mode="decoder",
+                                     norm_type="dynamic_tanh", ode_use_pe=True, positional_encoding="rope"),
 }
 
 
