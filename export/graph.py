@@ -83,6 +83,14 @@ class Value:
     def __ge__(self, other):
         return self.body.op("GreaterOrEqual", self, self._lift(other))
 
+    def __eq__(self, other):  # a graph value compares elementwise, as an array does
+        return self.body.op("Equal", self, self._lift(other))
+
+    def __ne__(self, other):
+        return self.body.op("Not", self.body.op("Equal", self, self._lift(other)))
+
+    __hash__ = object.__hash__  # still a dict key by identity
+
     def __and__(self, other):
         return self.body.op("And", self, self._lift(other))
 
@@ -120,7 +128,10 @@ REDUCTIONS = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "ama
 
 def apply(name: str, *args, axis=None, keepdims=False):
     """The NumPy function `name` on Values (and constants) as ONNX nodes. NotImplementedError
-    naming the function if it has no entry in ELEMENTWISE or REDUCTIONS."""
+    naming the function if it has no entry in ELEMENTWISE or REDUCTIONS. A reduction's axis may
+    be given by position too: np.sum(v, -1)."""
+    if name in REDUCTIONS and len(args) == 2 and axis is None:
+        args, axis = args[:1], args[1]
     values = [a for a in args if isinstance(a, Value)]
     if name in REDUCTIONS and len(args) == 1 and values:
         body, x = values[0].body, values[0]

@@ -194,7 +194,7 @@ class SelfAttention(Stages):
     positions_from_padding = staticmethod(positions_from_padding)
 
     # ---- what a variant's stages use besides operators (variants.py), in every port ---------
-    xp = np  # the array namespace: sqrt, sum(axis=, keepdims=), where, exp, abs, maximum, ...
+    xp = np  # the array namespace; portable to every port: sqrt, exp, log, tanh, abs, where, sum, mean
     slot_indices = staticmethod(slot_indices)
 
     def asarray(self, value, like):

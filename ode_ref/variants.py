@@ -1,4 +1,5 @@
-"""The staged attention API's seven example variants, one stage each, written once for every port.
+"""The staged attention API's seven example variants (eight classes: LocalWindow came first), one
+stage each, written once for every port.
 
     ScaledQueryAttention     preprocess_qkv    q * (query_scale + time_gain * t)
     TiedKeysAttention        project           k = q (keys tied to queries)
@@ -11,7 +12,8 @@
 
 A variant subclasses SelfAttention and overrides stages. Written with operators (+ - * / ** abs,
 comparisons, & |), `self.xp` (the port's array namespace: numpy here, torch, jax.numpy, or the
-ONNX export's), `self.asarray` and `self.slot_indices`, the same class runs in every port:
+ONNX export's; sqrt, exp, log, tanh, abs, where, and sum and mean with axis= and keepdims= are
+called alike in all four), `self.asarray` and `self.slot_indices`, the same class runs in every port:
 `port_variant(cls, PortSelfAttention)` rebuilds it over a port's stages (backends/*/variants.py
 and the export do, for any such variant, a user's too). Every variant is cache-aware: build_mask
 gets the cache index when decoding.

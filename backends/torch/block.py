@@ -11,7 +11,7 @@ The ODE loop is the spec's Stages.integrate (ode_ref.rk.integrate, which only ad
 so the torch block runs the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
 per forward in prepare, outside the loop.
 
-ODEAttentionBlock(config, checkpoint=True) trains in memory flat in ode_steps: with grad enabled,
+ODEAttentionBlock(config, checkpoint=True) trains in memory that grows by one state per step: with grad enabled,
 each step runs under torch.utils.checkpoint (non-reentrant), so the backward pass keeps only the
 step boundaries (batch, seq, d_model) each and recomputes one step's activations at a time. The
 values and gradients are the same, bit for bit; without grad (eval, no_grad) nothing is wrapped.

@@ -103,6 +103,31 @@ def test_a_stage_with_no_onnx_form_is_refused_by_stage_and_operation():
         export_model(cfg, params, attention=R.TiedKeysAttention(cfg), opset=23)
 
 
+class DiagonalOrFirst(R.SelfAttention):
+    """==, != and a positional reduction axis, as NumPy takes them: each query sees keys j == i
+    and j == 0 (j != seq_len never holds: != in the graph too)."""
+
+    def build_mask(self, seq_len, padding_mask=None, *, cache_index=None):
+        i, j = self.slot_indices(seq_len, cache_index)
+        visible = ((i == j) | (j == 0)) & (j != seq_len)
+        return self.hide_keys(super().build_mask(seq_len, padding_mask, cache_index=cache_index), visible)
+
+    def postprocess_attn(self, y, padding_mask=None):
+        y = super().postprocess_attn(y, padding_mask)
+        return y - np.mean(y, -1, keepdims=True) * 0.5
+
+
+@pytest.mark.parametrize("mode", ["encoder", "decoder"])
+def test_equality_and_positional_axes_export_as_numpy_reads_them(mode):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode=mode)
+    params = R.init_params(cfg, seed=4)
+    x = np.random.default_rng(4).normal(size=(2, 5, 8))
+    model = export_model(cfg, params, attention=DiagonalOrFirst(cfg), padding_mask=False)
+    check(model)
+    z = session(model).run(["z"], {"x": x.astype(np.float32)})[0]
+    assert within_float32(z, cfg, params, x, None, DiagonalOrFirst(cfg))
+
+
 def test_a_numpy_variant_of_the_spec_exports():
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
     params = R.init_params(cfg, seed=1)

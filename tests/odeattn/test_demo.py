@@ -7,10 +7,12 @@ import json
 import math
 
 import pytest
-import torch
 
-from odeattn import demo as D
-from odeattn.cli import main
+torch = pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+from odeattn import demo as D  # noqa: E402
+from odeattn.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")
