@@ -15,6 +15,7 @@ broadcasts rank 0's parameters once, when it wraps the model.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 
@@ -34,10 +35,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(rank: int, world_size: int, port: int, backend: str = "gloo") -> None:
-    """Join a process group of world_size processes on this machine (localhost only)."""
+def init_process_group(rank: int, world_size: int, port: int, backend: str = "gloo", timeout_s: float = 60.0) -> None:
+    """Join a process group of world_size processes on this machine (localhost only). A collective
+    that waits longer than timeout_s for another rank raises instead of hanging."""
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def ode_model(config, layers: int = 2, out_features: int = 1) -> nn.Sequential:

@@ -1,6 +1,8 @@
 """One training step of ODE blocks under DistributedDataParallel (gloo, 2 processes on
 localhost, half the batch each) equals a single-process step on the full batch."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,7 @@ def worker(rank, port, out_dir):
         arrays = {f"param/{n}": p for n, (p, _) in state(model).items()}
         arrays.update({f"grad/{n}": g for n, (_, g) in state(model).items()})
         np.savez(f"{out_dir}/rank{rank}.npz", loss=loss, allreduce_sizes=np.asarray(sizes), **arrays)
+        dist.barrier()  # neither rank tears the group down (rank 0 hosts its store) while the other still uses it
     finally:
         dist.destroy_process_group()
 
@@ -64,7 +67,13 @@ def worker(rank, port, out_dir):
 def ranks(tmp_path_factory):
     """[the arrays rank 0 wrote, rank 1's]."""
     out = tmp_path_factory.mktemp("ddp")
-    mp.spawn(worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
+    ranks = mp.spawn(worker, args=(free_port(), str(out)), nprocs=WORLD, join=False)
+    deadline = time.monotonic() + 180  # the step takes seconds; a rank that waits forever fails the test
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.terminate()
+            pytest.fail("the DDP ranks did not finish in 180 s")
     result = []
     for r in range(WORLD):
         with np.load(out / f"rank{r}.npz", allow_pickle=False) as data:
