@@ -1,14 +1,14 @@
 """Data-parallel training of ODE blocks with torch.nn.parallel.DistributedDataParallel.
 
-    free_port()                                      a free TCP port on localhost
-    init_process_group(rank, world_size, port)       gloo, MASTER_ADDR 127.0.0.1
+    init_process_group(rank, world_size, rendezvous) gloo, meeting through a file on this machine
     ode_model(config, layers, out_features)          ODE blocks then a linear head
     data_parallel(model)                             (DDP-wrapped model, the list it records
                                                       each gradient all-reduce's size in)
     sgd_step(model, x, target, lr)                   one step of plain SGD on the mean squared error
 
-Nothing here is specific to one machine: under torchrun (or any launcher that sets RANK,
-WORLD_SIZE, MASTER_ADDR and MASTER_PORT) the same code trains across nodes. What it communicates
+Past one machine, only the rendezvous changes: under torchrun (or any launcher that sets RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT) call dist.init_process_group(backend) instead of
+init_process_group here, and the rest trains across nodes unchanged. What it communicates
 per step: one all-reduce of every parameter's gradient (averaged), in buckets; DDP also
 broadcasts rank 0's parameters once, when it wraps the model.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 
 import torch
 import torch.distributed as dist
@@ -28,18 +27,13 @@ from torch.nn.parallel import DistributedDataParallel
 from .block import ODEAttentionBlock
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def init_process_group(rank: int, world_size: int, port: int, backend: str = "gloo", timeout_s: float = 60.0) -> None:
-    """Join a process group of world_size processes on this machine (localhost only). A collective
-    that waits longer than timeout_s for another rank raises instead of hanging."""
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+def init_process_group(rank: int, world_size: int, rendezvous, backend: str = "gloo", timeout_s: float = 60.0) -> None:
+    """Join a process group of world_size processes on this machine, meeting through the file
+    `rendezvous` (absent or empty at first; torch's FileStore). A file, not a TCP store: a TCP
+    store lives in rank 0's process, so a rank still tearing its group down when rank 0 has exited
+    could wait forever. A collective that waits longer than timeout_s for another rank raises."""
+    dist.init_process_group(backend, init_method=f"file://{os.fspath(rendezvous)}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def ode_model(config, layers: int = 2, out_features: int = 1) -> nn.Sequential:

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends.torch.distributed import (  # noqa: E402
-    data_parallel, free_port, init_process_group, ode_model, sgd_step,
+    data_parallel, init_process_group, ode_model, sgd_step,
 )
 from odeattn.conformance.tolerance import relative_error  # noqa: E402
 
@@ -46,10 +46,10 @@ def state(model):
     return {n: (p.detach().numpy().copy(), p.grad.numpy().copy()) for n, p in model.named_parameters()}
 
 
-def worker(rank, port, out_dir):
+def worker(rank, out_dir):
     """Rank rank: one DDP step on its half of the batch; writes out_dir/rank{rank}.npz."""
     torch.set_num_threads(1)
-    init_process_group(rank, WORLD, port)
+    init_process_group(rank, WORLD, f"{out_dir}/rendezvous")
     try:
         model, x, target = model_and_batch()
         ddp, sizes = data_parallel(model)
@@ -67,7 +67,7 @@ def worker(rank, port, out_dir):
 def ranks(tmp_path_factory):
     """[the arrays rank 0 wrote, rank 1's]."""
     out = tmp_path_factory.mktemp("ddp")
-    ranks = mp.spawn(worker, args=(free_port(), str(out)), nprocs=WORLD, join=False)
+    ranks = mp.spawn(worker, args=(str(out),), nprocs=WORLD, join=False)
     deadline = time.monotonic() + 180  # the step takes seconds; a rank that waits forever fails the test
     while not ranks.join(timeout=1):
         if time.monotonic() > deadline:
