@@ -345,10 +345,9 @@ def format_tables(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
+    from odeattn.cli import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sc = result["scaling"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
@@ -471,7 +470,9 @@ def _cmd_memory(args, threads: int, log) -> int:
             raise ValueError(f"--shape: --memory takes one shape; got {len(args.shape)}")
         shape = parse_shape(args.shape[0]) if args.shape else M.MEMORY_SHAPE
         if args.plot:
-            __import__("matplotlib")  # a missing extra is named before the work starts
+            from odeattn.cli import require
+
+            require("matplotlib")  # a missing extra is named before the work starts
     except ValueError as err:
         print(f"odeattn bench: {err}", file=sys.stderr)
         return 2

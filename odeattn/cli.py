@@ -39,6 +39,25 @@ def cmd_info(args) -> int:
     return 0
 
 
+def require(module: str) -> None:
+    """ModuleNotFoundError naming `module` unless it is installed (main() then names the extra that
+    installs it): an optional dependency checked, not imported, before any work starts."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend: every command's plots, no display needed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def check_output_path(option: str, path, suffix: str | None = None) -> None:
     """ValueError unless `path` can be written: the expected suffix, not a folder, in a folder that
     exists and takes a file (tried by opening it, so a read-only file system counts too; nothing

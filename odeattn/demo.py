@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.cli import check_output_path, positive_int
+from odeattn.cli import check_output_path, positive_int, require
 
 SOLVERS = ("euler", "rk4", "rk2_gated")
 
@@ -147,10 +146,9 @@ def format_summary(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Training loss against step, one curve per solver, log y."""
-    import matplotlib
+    from odeattn.cli import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in result["runs"]:
@@ -171,8 +169,7 @@ def check_options(args) -> None:
     check_output_path("--json", args.json, ".json")
     if args.plot:
         check_output_path("--plot", args.plot, ".png")
-        if importlib.util.find_spec("matplotlib") is None:
-            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        require("matplotlib")
 
 
 def cmd_train(args) -> int:

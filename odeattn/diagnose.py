@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import ode_ref as R
-from odeattn.cli import check_output_path, positive_int
+from odeattn.cli import check_output_path, positive_int, require
 
 REFERENCE_SOLVER = "rk4"
 NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
@@ -217,10 +217,9 @@ def format_report(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Log-log error against steps, one line per solver, the noise level dashed."""
-    import matplotlib
+    from odeattn.cli import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 5))
     for r in result["solvers"]:
@@ -297,10 +296,7 @@ def check_options(args) -> None:
                          f"got {args.ref_steps}")
     if args.plot:
         check_output_path("--plot", args.plot, ".png")
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:  # main() names the extra that installs it
-            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        require("matplotlib")  # main() names the extra that installs it
 
 
 def cmd_diagnose(args) -> int:

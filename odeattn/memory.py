@@ -215,10 +215,9 @@ def format_memory(result: dict) -> str:
 
 def plot_memory(result: dict, path) -> None:
     """Two panels, log-log: peak activation memory vs steps, and time vs steps; both modes."""
-    import matplotlib
+    from odeattn.cli import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for runtime in dict.fromkeys(r["runtime"] for r in result["memory"]):
