@@ -26,7 +26,7 @@ import numpy as np
 import ode_ref as R
 
 from .fair import make_inputs
-from .matrix import config_of, row_name, rows
+from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error
 
 CASES_VERSION = 2  # bump when an existing case's definition changes; checked against the manifest
@@ -192,8 +192,6 @@ GRAD_TURNS = {
 
 def grad_specs() -> list:
     """(name, config, batch, seq, padding) of every grad case."""
-    from .matrix import OPTION_FIELDS, pairwise
-
     out = []
     for i, row in enumerate(pairwise(GRAD_FACTORS)):
         row = {**row, **{k: values[i % len(values)] for k, values in GRAD_TURNS.items()}}
