@@ -223,18 +223,17 @@ def _rk38_for_rk4():
     return [(TABLEAUS, "rk4", dataclasses.replace(TABLEAUS["rk38"], name="rk4"))]  # torchdiffeq's 'rk4'
 
 
-def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int, gate=None, *, step_wrapper=None):
+def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int, gate=None, *, checkpoint=None, trajectory=True):
     h = 1.0 / (steps + 1)  # bug: the grid has steps + 1 points, so h = 1/(steps + 1)
-    step = lambda t0, y: RK.rk_step(f, t0, h, y, tableau, gate)  # noqa: E731
-    run = step if step_wrapper is None else step_wrapper(step)
     states = [y0]
     for t0 in RK.step_times(steps):
-        states.append(run(t0, states[-1]))
-    return states
+        states.append(RK.rk_step(f, t0, h, states[-1], tableau, gate))
+    return states if trajectory else states[-1:]
 
 
-def _integrate_reversed(f, y0, tableau, steps, gate=None, *, step_wrapper=None):
-    return RK.integrate(f, y0, tableau, steps, gate, step_wrapper=step_wrapper)[::-1]  # bug: the trajectory newest first
+def _integrate_reversed(f, y0, tableau, steps, gate=None, *, checkpoint=None, trajectory=True):
+    states = RK.integrate(f, y0, tableau, steps, gate, checkpoint=checkpoint)[::-1]  # bug: the trajectory newest first
+    return states if trajectory else states[-1:]
 
 
 class _GateComplement(R.SelfAttention):

@@ -149,18 +149,19 @@ class Stages:
             return None
         return lambda f1, f2: self.gate(prepared.gate, f1, f2)
 
-    def integrate(self, prepared: Prepared, x, kv=None, *, step_wrapper=None) -> list:
-        """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau: ode_ref.rk.integrate
-        over evaluate (kv: the cache hook; step_wrapper: rk.integrate's, e.g. a port's checkpointing).
-        prepared is computed once, outside the steps, so a wrapped step never recomputes it."""
+    def integrate(self, prepared: Prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True) -> list:
+        """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau, or [z(1)] without
+        trajectory: ode_ref.rk.integrate over evaluate (kv: the cache hook; checkpoint: a port's
+        activation checkpointing, see rk.integrate). prepared is computed once, outside the steps,
+        so a checkpointed step never recomputes it."""
         cfg = self.config
         return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps,
-                         self.solution_gate(prepared), step_wrapper=step_wrapper)
+                         self.solution_gate(prepared), checkpoint=checkpoint, trajectory=trajectory)
 
     def prefill(self, params, x, padding_mask, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""
         slots = CacheSlots(self)
-        z = self.integrate(Stages.prepare(self, params, x, padding_mask), x, slots)[-1]  # Stages': not a port's checking wrapper
+        z = self.integrate(Stages.prepare(self, params, x, padding_mask), x, slots, trajectory=False)[-1]  # Stages': not a port's checking wrapper
         real = self.all_real(x) if padding_mask is None else padding_mask
         k, v = (tuple(self.pad_slots(a, max_len) for a in kv) for kv in (slots.k, slots.v))
         return z, KVCache(self.config, k, v, self.pad_slots(real, max_len), self.seq_len(x))
@@ -168,7 +169,7 @@ class Stages:
     def decode(self, params, x_t, cache: KVCache):
         """(z(1) of the new token x_t (batch, 1, d_model), the cache with it at slot cache.index)."""
         slots = CacheSlots(self, cache)
-        z = self.integrate(self.prepare_decode(params, x_t, cache), x_t, slots)[-1]
+        z = self.integrate(self.prepare_decode(params, x_t, cache), x_t, slots, trajectory=False)[-1]
         keys = self.mark_slot(cache.padding_mask, cache.index)
         return z, KVCache(self.config, tuple(slots.k), tuple(slots.v), keys, cache.index + 1)
 

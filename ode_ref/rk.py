@@ -7,6 +7,7 @@ the same arithmetic in the same order, which is what lets float64 results agree 
 
 from __future__ import annotations
 
+import math
 from typing import Callable, TypeVar
 
 from .tableaus import ButcherTableau
@@ -52,24 +53,39 @@ def step_times(steps: int) -> list[float]:
 
 
 def integrate(f: Callable[[float, Y], Y], y0: Y, tableau: ButcherTableau, steps: int,
-              gate: Callable[[Y, Y], Y] | None = None, *,
-              step_wrapper: Callable[[Callable[[float, Y], Y]], Callable[[float, Y], Y]] | None = None) -> list[Y]:
-    """Fixed steps of size h = 1 / steps over t in [0, 1]: the states [y(t_0), ..., y(1)].
+              gate: Callable[[Y, Y], Y] | None = None, *, checkpoint: Callable | None = None,
+              trajectory: bool = True) -> list[Y]:
+    """Fixed steps of size h = 1 / steps over t in [0, 1]: the states [y(t_0), ..., y(1)], or with
+    trajectory=False just [y(1)], holding no earlier state while it runs.
 
-    step_wrapper: None, or a function of the step, step(t0, y) -> y(t0 + h), returning a callable of
-    the same signature that the loop runs instead; a port passes its activation checkpointing
-    (torch.utils.checkpoint) so that each step is recomputed in the backward pass. It must not
-    change the values: the states are the same with or without it.
+    checkpoint: None, or a port's activation checkpointing, checkpoint(fn, *args) -> fn(*args)
+    (torch.utils.checkpoint), which must not change the values. The steps then run in segments of
+    ceil(sqrt(steps)) steps, each segment and each step within it under checkpoint: the backward
+    pass keeps the segments' first states, recomputes one segment at a time keeping its steps'
+    first states, and one step's activations at a time. So training holds about 2 sqrt(steps)
+    states besides one step's activations (one state per step if each step alone were wrapped).
     """
     h = 1.0 / steps
 
     def step(t0: float, y: Y) -> Y:
         return rk_step(f, t0, h, y, tableau, gate)
 
-    run = step if step_wrapper is None else step_wrapper(step)
+    def run(times: list[float], y: Y) -> list[Y]:
+        """The states after each step from times[0], or [the last] without trajectory."""
+        states = []
+        for t0 in times:
+            y = step(t0, y) if checkpoint is None else checkpoint(step, t0, y)
+            if trajectory:
+                states.append(y)
+        return states if trajectory else [y]
+
+    times = step_times(steps)
+    size = steps if checkpoint is None else math.ceil(math.sqrt(steps))
     states = [y0]
-    for t0 in step_times(steps):
-        states.append(run(t0, states[-1]))
+    for i in range(0, steps, size):
+        segment = times[i:i + size]
+        out = run(segment, states[-1]) if checkpoint is None else checkpoint(run, segment, states[-1])
+        states = states + out if trajectory else out
     return states
 
 

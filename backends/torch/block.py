@@ -11,15 +11,15 @@ The ODE loop is the spec's Stages.integrate (ode_ref.rk.integrate, which only ad
 so the torch block runs the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
 per forward in prepare, outside the loop.
 
-ODEAttentionBlock(config, checkpoint=True) trains in memory that grows by one state per step: with grad enabled,
-each step runs under torch.utils.checkpoint (non-reentrant), so the backward pass keeps only the
-step boundaries (batch, seq, d_model) each and recomputes one step's activations at a time. The
-values and gradients are the same, bit for bit; without grad (eval, no_grad) nothing is wrapped.
+ODEAttentionBlock(config, checkpoint=True) trains in memory that grows with the square root of the
+steps: with grad enabled, rk.integrate runs the steps in segments of ceil(sqrt(steps)) steps,
+each segment and each step in it under torch.utils.checkpoint (non-reentrant, nested), so the
+backward pass keeps about 2 sqrt(steps) states (batch, seq, d_model) and recomputes one step's
+activations at a time. The values and gradients are the same, bit for bit; without grad (eval,
+no_grad) nothing is wrapped.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import torch.utils.checkpoint
@@ -36,11 +36,11 @@ from .attention import SelfAttention, check_seed_arguments
 from .params import load_params
 
 
-def checkpoint_step(step):
-    """step(t0, z) -> z', run under non-reentrant activation checkpointing: its activations are not
-    saved but recomputed in the backward pass (rk.integrate's step_wrapper). The RNG state is
-    restored for the recomputation, so dropout draws the same mask."""
-    return functools.partial(torch.utils.checkpoint.checkpoint, step, use_reentrant=False)
+def checkpoint(fn, *args):
+    """fn(*args) under non-reentrant activation checkpointing (rk.integrate's checkpoint): its
+    activations are not saved but recomputed in the backward pass. The RNG state is restored for
+    the recomputation, so dropout draws the same mask."""
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
 
 
 class ODEAttentionBlock(nn.Module):
@@ -77,8 +77,8 @@ class ODEAttentionBlock(nn.Module):
         check_seed_arguments(logical_layer_idx)
         self.ode_func.check(x, padding_mask)
         prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask)
-        wrapper = checkpoint_step if self.checkpoint and torch.is_grad_enabled() else None
-        states = self.ode_func.integrate(prepared, x, step_wrapper=wrapper)
+        wrapper = checkpoint if self.checkpoint and torch.is_grad_enabled() else None
+        states = self.ode_func.integrate(prepared, x, checkpoint=wrapper, trajectory=return_trajectory)
         if return_trajectory:
             return states[-1], torch.stack(states)
         return states[-1]

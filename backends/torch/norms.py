@@ -1,10 +1,21 @@
-"""The six pre-norms in PyTorch; port of ode_ref/norms.py (same names, same formulas)."""
+"""The six pre-norms in PyTorch; port of ode_ref/norms.py (same names, same formulas).
+
+layer_norm and rms_norm run torch's fused kernels (F.layer_norm, F.rms_norm: one pass, where the
+written-out formula is about ten elementwise operations) when that is safe: in eager mode, and
+when every |x| < FUSED_MAX. The fused kernels compute the same formula without the spec's
+power-of-two prescale, so they differ from it only in rounding order (the conformance tolerance's
+"another summation order"), and square x unscaled: float32 overflows from |x| ~ 1e19 (measured:
+F.layer_norm returns NaN at 1e20), where the written-out formula stays exact. Compiled and
+exported code (torch.compile, torch.export) always runs the written-out formula, which the
+compiler fuses itself, and so has no data-dependent branch.
+"""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
@@ -23,7 +34,23 @@ def _eps_over(eps, s, power: int):
     return (eps / s if power == 1 else eps / s / s).clamp(min=torch.finfo(s.dtype).tiny)
 
 
+# Below this, a fused kernel's unscaled squares and their sums over d_model cannot overflow
+# float32 or bfloat16 (both reach 2^127): (2^40)^2 * 2^40 channels = 2^120.
+FUSED_MAX = 2.0**40
+
+
+def fused_ok(x) -> bool:
+    """Whether a fused norm kernel may run on x: eager mode and every |x| < FUSED_MAX (a NaN or an
+    infinity fails the test, and takes the written-out formula)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(x.detach())
+    return bool(torch.maximum(-lo, hi) < FUSED_MAX)
+
+
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
+    if isinstance(weight, torch.Tensor) and fused_ok(x):
+        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
     s = pow2_scale(x)
     centred = x / s - (x / s).mean(dim=-1, keepdim=True)
     var = (centred**2).mean(dim=-1, keepdim=True)
@@ -31,6 +58,8 @@ def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
+    if fused_ok(x):
+        return F.rms_norm(x, x.shape[-1:], weight, eps)
     return weight * _rms(x, x, eps)
 
 

@@ -4,6 +4,7 @@ The oracle is independent of our stepper: scipy's DOP853 at rtol = atol = 1e-13,
 (checked below against a second run at 1e-12) is far under the smallest error we fit.
 """
 
+import math
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -68,7 +69,10 @@ def test_stage_times_passed_to_f():
     assert seen == [0.0, 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0]
 
 
-def test_step_wrapper_runs_every_step_and_changes_no_value():
+@pytest.mark.parametrize("steps, runs", [(1, [("run", 1), ("step", 0.0)]), (5, None), (9, None)])
+def test_checkpoint_runs_segments_of_sqrt_steps_and_changes_no_value(steps, runs):
+    """rk.integrate(checkpoint=) runs ceil(sqrt(steps)) steps per segment, each segment and each
+    step under checkpoint, and the states are those of the plain loop, bit for bit."""
     params = R.init_params(CFG, seed=1)
     attention = R.SelfAttention(CFG)
     prepared = attention.prepare(params, np.random.default_rng(2).normal(size=(1, 4, 8)))
@@ -76,13 +80,18 @@ def test_step_wrapper_runs_every_step_and_changes_no_value():
     x = np.random.default_rng(3).normal(size=(1, 4, 8))
     seen = []
 
-    def wrapper(step):
-        def wrapped(t0, y):
-            seen.append(t0)
-            return step(t0, y)
-        return wrapped
+    def checkpoint(fn, *args):
+        seen.append(("run", len(args[0])) if isinstance(args[0], list) else ("step", args[0]))
+        return fn(*args)
 
-    plain = R.rk.integrate(f, x, R.TABLEAUS["rk4"], 3)
-    wrapped = R.rk.integrate(f, x, R.TABLEAUS["rk4"], 3, step_wrapper=wrapper)
-    assert seen == [0.0, 1 / 3, 2 / 3]
-    assert all((a == b).all() for a, b in zip(plain, wrapped)) and len(wrapped) == 4
+    plain = R.rk.integrate(f, x, R.TABLEAUS["rk4"], steps)
+    wrapped = R.rk.integrate(f, x, R.TABLEAUS["rk4"], steps, checkpoint=checkpoint)
+    last = R.rk.integrate(f, x, R.TABLEAUS["rk4"], steps, checkpoint=checkpoint, trajectory=False)
+    assert len(wrapped) == steps + 1 and all((a == b).all() for a, b in zip(plain, wrapped))
+    assert len(last) == 1 and (last[0] == plain[-1]).all()
+    size = math.ceil(math.sqrt(steps))
+    segments = [("run", min(size, steps - i)) for i in range(0, steps, size)]
+    assert [s for s in seen if s[0] == "run"] == segments * 2  # once per integrate call
+    assert [s[1] for s in seen if s[0] == "step"] == R.rk.step_times(steps) * 2
+    if runs:
+        assert seen[:2] == runs

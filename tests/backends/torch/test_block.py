@@ -1,5 +1,7 @@
 """The PyTorch port against the spec where the conformance suite does not reach, and its module behaviour."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -57,6 +59,7 @@ def test_checkpoint_of_the_seed_module_loads_strict(encoding):
     with positions on: the encoders hold no state, as the seed's hold none."""
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="derf", use_bitnet=True, mode="decoder",
                       ode_use_pe=encoding != "none", positional_encoding=encoding)
+    torch.manual_seed(0)  # unseeded weights can put a BitLinear rounding on a tie, failing the float64 comparison (seen once)
     seed_state = {
         "ode_func.qkv.weight": torch.randn(24, 8),
         "ode_func.out_proj.weight": torch.randn(8, 8),
@@ -259,29 +262,31 @@ def test_checkpoint_is_off_without_grad(monkeypatch):
     with torch.no_grad():
         z = block(x)
     assert calls == []  # no wrapping, no overhead, when nothing is differentiated
-    assert torch.equal(block(x), z) and len(calls) == 3  # one checkpoint per step
+    assert torch.equal(block(x), z) and len(calls) == 5  # segments of ceil(sqrt(3)) = 2 steps: 2 segments, 3 steps
 
 
-def test_checkpoint_keeps_one_state_per_step():
+def test_checkpoint_memory_grows_with_the_square_root_of_the_steps():
     """Bytes of the tensors that forward+backward create and that are alive at once (odeattn.memory's
     LiveTensorBytes: saved_tensors_hooks cannot see inside a checkpoint, whose own hooks take over).
-    Measured at this shape, rk4, per step from 1 to 8 steps: plain 30 states, checkpointed 1.3 states."""
+    Measured at this shape, rk4, in states (batch, seq, d_model): plain 25 states per step;
+    checkpointed, from 1 to 32 steps, 11.6 states more (segments of 6 steps: 6 segment inputs and
+    one segment's 6 step inputs), a peak 1.33 times the 1-step one."""
     from odeattn.memory import torch_peak_bytes, torch_train_step
 
     batch, seq, d_model = 1, 32, 16
     state = batch * seq * d_model * 4  # bytes of one float32 state z(t)
     peaks = {}
     for checkpoint in (False, True):
-        for steps in (1, 8):
+        for steps in (1, 8, 32):
             cfg = R.ODEConfig(hidden_size=d_model, num_heads=2, ode_solver="rk4", ode_steps=steps)
             block = ODEAttentionBlock.from_params(cfg, R.init_params(cfg), checkpoint=checkpoint).train()
             run = torch_train_step(block, torch.randn(batch, seq, d_model, requires_grad=True))
             run()
             peaks[checkpoint, steps] = torch_peak_bytes(run)
-    plain, checkpointed = ((peaks[c, 8] - peaks[c, 1]) / 7 / state for c in (False, True))
-    assert plain >= 20  # 4 evaluations per step, each saving several states' worth (q, k, v, norm, ...)
-    assert checkpointed <= 2  # the step's input, kept for its recomputation, and small per-step tensors
-    assert peaks[True, 8] * 4 < peaks[False, 8]
+    assert (peaks[False, 8] - peaks[False, 1]) / 7 / state >= 20  # 4 evaluations a step, several states each
+    # 2 ceil(sqrt(32)) = 12 step and segment inputs at most, and a state's worth of small tensors
+    assert (peaks[True, 32] - peaks[True, 1]) / state <= 2 * math.ceil(math.sqrt(32)) + 1
+    assert peaks[True, 32] <= 1.5 * peaks[True, 1]  # the training-memory target, at this shape too
 
 
 def test_checkpoint_option_is_checked_by_name():
