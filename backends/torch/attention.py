@@ -6,8 +6,10 @@ Differences, each computing the same values:
     takes no params argument, and the stage `norm` is the module self.norm (its forward takes
     the prepared norm parameters, as the spec's stage does);
   - attn is torch.nn.functional.scaled_dot_product_attention (dropout on the attention weights
-    in training mode only); build_mask returns None when every key is visible, which lets SDPA
-    pick its fused kernels;
+    in training mode only); build_mask returns None when every key is visible, and Causal (the
+    decoder's mask, unpadded, not decoding) kept symbolic, which SDPA runs as is_causal: its fused
+    kernel then materialises no (seq, seq) tensor per evaluation (a dense bool mask, SDPA expands
+    to a float (seq, seq) one at every call). A stage that needs the tensor gets Causal.dense();
   - SDPA returns a zero row for a fully masked query (the spec: a uniform row); only padded
     queries have one, and postprocess_attn zeroes those in both;
   - with ALiBi, the bias and the mask go to SDPA as one additive float mask (the bias where
@@ -20,6 +22,8 @@ accepted and unused (README, decisions).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -47,8 +51,25 @@ def slot_indices(seq_len: int, cache_index=None, device=None):
     return (j[:, None] if cache_index is None else torch.full((1, 1), cache_index, device=device)), j
 
 
+class Causal(NamedTuple):
+    """The decoder's causal mask over seq_len tokens, unbuilt: attn runs SDPA with is_causal."""
+
+    seq_len: int
+    device: Any
+
+    def dense(self):
+        """bool (1, 1, seq, seq), True where key j <= query i."""
+        return causal_mask(self.seq_len, self.device)[None, None]
+
+
+def dense(mask):
+    """mask as a tensor (or None): Causal built, anything else as it is."""
+    return mask.dense() if isinstance(mask, Causal) else mask
+
+
 def additive_mask(mask, bias):
     """The bias where mask is True (or everywhere, mask None), the most negative float elsewhere."""
+    mask = dense(mask)
     return bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
 
 
@@ -117,8 +138,11 @@ class SelfAttention(Stages, nn.Module):
         return x.shape[1]
 
     def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
-        """bool (batch | 1, 1, seq_q, seq_k), or None when every key is visible (SDPA's fast path)."""
+        """bool (batch | 1, 1, seq_q, seq_k); None when every key is visible, Causal for the
+        decoder's unpadded sequence (SDPA's fused kernels, no (seq, seq) tensor)."""
         mask = None
+        if self.mode == "decoder" and padding_mask is None and cache_index is None:
+            return Causal(seq_len, self.qkv.weight.device)
         if self.mode == "decoder":
             i, j = slot_indices(seq_len, cache_index, self.qkv.weight.device)
             mask = (j <= i)[None, None]
@@ -126,6 +150,10 @@ class SelfAttention(Stages, nn.Module):
             keys = padding_mask[:, None, None, :]
             mask = keys if mask is None else mask & keys
         return mask
+
+    def hide_keys(self, mask, visible):
+        """A variant's narrowing of the mask (Stages.hide_keys), on the built tensor."""
+        return Stages.hide_keys(self, dense(mask), visible)
 
     def rope_tables(self, positions, bound: int, like):
         return rope_cos_sin(positions, self.config, like.dtype)
@@ -177,18 +205,20 @@ class SelfAttention(Stages, nn.Module):
 
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim) -> like q.
-        mask: bool, or merge_bias's additive float mask."""
+        mask: bool, Causal, or merge_bias's additive float mask."""
         if bias is not None:  # a bias passed directly, not merged by prepare
             mask = additive_mask(mask, bias)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # (batch, heads, seq, head_dim)
-        if mask is not None and mask.is_floating_point():
+        causal = isinstance(mask, Causal)
+        if not causal and mask is not None and mask.is_floating_point():
             # ALiBi's additive mask: written out, not SDPA, whose CPU backward with a float mask is
             # less accurate (a float64 grad case, measured: x_bar 9.8e-14 relative to the spec's
             # backward through SDPA, 2.3e-16 written out; the forward agrees either way)
             y = self.dropout(torch.softmax((q @ k.transpose(-2, -1)) * self.scale + mask, dim=-1)) @ v
             return y.transpose(1, 2)
         p = self.dropout.p if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, dropout_p=p, is_causal=causal,
+                                           scale=self.scale)
         return y.transpose(1, 2)  # (batch, seq, heads, head_dim)
 
     def postprocess_attn(self, y, padding_mask=None):

@@ -323,3 +323,19 @@ def test_fused_norm_kernels_run_only_where_they_cannot_overflow(norm, monkeypatc
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-14, atol=1e-14)
         else:
             assert torch.isnan(got).all()
+
+
+@pytest.mark.parametrize("mode", R.MODES)
+def test_long_context_keeps_no_seq_by_seq_tensor(mode):
+    """Without a padding mask, the encoder's attention (no mask) and the decoder's (Causal, SDPA's
+    is_causal) run SDPA's fused kernel: no (seq, seq) tensor exists at any time of a forward (the
+    live tensor bytes stay under one float32 seq x seq tensor; measured 19 % of it at seq 1024)."""
+    from odeattn.memory import live_tensor_bytes_mode
+
+    seq = 1024
+    cfg = R.ODEConfig(hidden_size=16, num_heads=2, ode_solver="rk4", ode_steps=2, mode=mode)
+    block = ODEAttentionBlock.from_params(cfg, R.init_params(cfg))
+    counter = live_tensor_bytes_mode()
+    with torch.no_grad(), counter:
+        block(torch.randn(1, seq, 16))
+    assert counter.peak < seq * seq * 4
