@@ -21,7 +21,7 @@ from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 
 from .bitlinear import (bitlinear, integer_bitlinear, integer_levels, integer_product, linear, quantize_activation,
-                        quantize_weight, token_scale)
+                        quantize_weight)
 from .graph import XP, Value
 from .norms import apply_norm
 from .positions import alibi_bias, apply_rope, rope_cos_sin
@@ -193,14 +193,13 @@ class SelfAttention(Stages):
         """h (batch, seq, d_model) -> q, k, v: (batch, seq, heads, head_dim) at opset 17; at 23,
         (batch, seq, d_model), the 3D form that Attention-23 splits into heads itself. The three
         row blocks of W_qkv give the three products directly (the spec's reshape-and-split), and
-        BitLinear quantises h once for all three (the integer form: its levels and one scale per
-        token, W_qkv's c being one for the three blocks)."""
+        BitLinear quantises h once for all three (the integer form: its levels and m; W_qkv's c is
+        one for the three blocks)."""
         g, cfg = h.body, self.config
         if self.integer:
             *blocks, c = w_qkv
             levels, m = integer_levels(h, width=cfg.hidden_size)
-            scale = token_scale(m, c)
-            out = tuple(integer_product(levels, w, scale) for w in blocks)
+            out = tuple(integer_product(levels, w, m, c) for w in blocks)
         else:
             x = quantize_activation(h, width=cfg.hidden_size) if cfg.use_bitnet else h
             out = tuple(linear(x, w) for w in w_qkv)  # the three blocks of W_qkv^T
