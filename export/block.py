@@ -79,7 +79,7 @@ def _initializers(cfg, params, bitlinear: str = "float") -> dict:
         if cfg.use_bitnet:
             ternary, scale = ternarize_weight(w)  # in float32, as the spec does for a float32 input
             if bitlinear == "integer":
-                scale = product_scale(params[key])
+                scale = product_scale(w)  # from the same float32 weights, in float64
             out[f"ode_func.{name}.{_scale_name(bitlinear)}"] = np.asarray(scale, np.float32)
             w, kind = ternary.astype(np.int8), "ternary_t"
         if name == "qkv":
