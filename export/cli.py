@@ -128,6 +128,13 @@ def cmd_export(args) -> int:
             print(f"odeattn: {err}", file=sys.stderr)
             return 1
         args.output.write_bytes(model.SerializeToString())
+        if args.bitlinear == "integer":
+            from ode_ref.cache import evaluations
+
+            from .deploy import PROJECTIONS
+
+            notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
+                         "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
     else:
         from odeattn.backends.torch import ODEAttentionBlock
 

@@ -118,6 +118,7 @@ def test_cli_writes_the_integer_form(files, capsys):
     out = capsys.readouterr().out
     err = float(out.split("random batch (2 x 8): ")[1].split()[0])
     assert err < 1e-3, out  # a random batch is not a fair test: a level flipped by float32 rounding costs ~1/127
+    assert "integer BitLinear: 4 projections x 8 evaluations as exact MatMulInteger" in out  # rk4, 2 steps
     model = onnx.load(files / "i.onnx")
     assert {p.key: p.value for p in model.metadata_props}["bitlinear"] == "integer"
     assert "MatMulInteger" in {n.op_type for f in model.functions for n in f.node}
