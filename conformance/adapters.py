@@ -293,7 +293,7 @@ class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
     """BitLinear blocks exported with bitlinear="integer": every projection an exact integer product
     (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
 
-    name = "onnxruntime-bitlinear-int"
+    name = "onnxruntime-integer"
     bitlinear = "integer"
     run_decode = None  # the prefill and decode-step models have the float form only
 
@@ -334,7 +334,7 @@ BUILTIN = {
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
-    "onnxruntime-bitlinear-int": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
+    "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
 }
 

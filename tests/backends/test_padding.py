@@ -8,7 +8,7 @@ from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirem
 from odeattn.conformance.worker import collect_outputs
 
 PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23") if not missing_requirements(n)]
-BITNET_PATHS = [n for n in ("onnxruntime-bitlinear-int",) if not missing_requirements(n)]  # use_bitnet blocks only
+BITNET_PATHS = [n for n in ("onnxruntime-integer",) if not missing_requirements(n)]  # use_bitnet blocks only
 
 
 @pytest.mark.parametrize("mode", R.MODES)

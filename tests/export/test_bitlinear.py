@@ -1,7 +1,7 @@
 """export_model(..., bitlinear="integer"): BitLinear's projections as exact integer products
 (MatMulInteger on the stored int8 ternary weights) times one float scale per token. Its agreement
 with the spec on every use_bitnet golden case runs in the main job (tests/odeattn/test_cli.py)
-through the onnxruntime-bitlinear-int backend; here, a few of them, the option's refusals and
+through the onnxruntime-integer backend; here, a few of them, the option's refusals and
 what the file holds."""
 
 import json
@@ -83,7 +83,7 @@ def test_a_few_bitnet_golden_cases_pass_within_the_float32_tolerances():
     0.051 for the float form, measured with odeattn conformance). Here: four of them, covering
     rope, alibi, padding, layer_norm at magnitude 10^3 and 8 steps; a float block, a decode case
     and a grad case are skipped, not failed."""
-    backend = make_adapter(BUILTIN["onnxruntime-bitlinear-int"].reference)
+    backend = make_adapter(BUILTIN["onnxruntime-integer"].reference)
     cases = {c.name: c for c in load_cases()}
     chosen = ["block_dynamic_tanh_midpoint_decoder_bitnet_pad_s2_b1t1h1d6_positions-alibi", "block_rope_decoder_bitnet_pad",
               "block_large_magnitude_layer_norm_bitnet_decoder", "block_layer_norm_heun_decoder_bitnet_pad_s8_b3t7h3d12"]
