@@ -200,9 +200,10 @@ class JaxAdapter:
 
 # ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
 # each step) and run in float32 by ONNX Runtime at opset 17 and 23 (and with BitLinear's integer
-# products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and run_trajectory of one case run the same exported model: the last model
-# built is kept, keyed by everything it is built from (config, the parameters' bytes, the mask
-# input), the way a jit cache keys a compiled function; outputs are computed afresh every call.
+# products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and
+# run_trajectory of one case run the same exported model: the last model built is kept, keyed by
+# everything it is built from (config, the parameters' bytes, the mask input), the way a jit cache
+# keys a compiled function; outputs are computed afresh every call.
 def _threads():
     """Intra-op threads: the conformance worker's share of the cores, if it set one."""
     return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None

@@ -15,7 +15,7 @@ integer: every projection is an integer product, exact, then one float scale per
 
 which is the spec's y = (levels / a_s) @ (ternary / w_s)^T with a_s = 127 / m. The levels go to
 MatMulInteger as uint8 (levels + 128) with zero point 128, against the int8 ternary^T: ONNX
-Runtime's CPU kernel takes int8 x int8 too, but on x86 that combination runs ~8x slower than
+Runtime's CPU kernel takes int8 x int8 too, but on x86 that combination runs 7-10x slower than
 uint8 x int8 (a 4096 x 512 x 512 product: 47-66 ms against 6.2-7.5 ms, 2 threads), and both are
 exact. The file stores c (a float32 scalar per projection, no w_s) and no float copy of W.
 """
