@@ -199,10 +199,11 @@ class JaxAdapter:
 
 
 # ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
-# each step) and run in float32 by ONNX Runtime at opset 17 and 23, and by onnx's reference
-# evaluator. run_func and run_trajectory of one case run the same exported model: the last model
-# built is kept, keyed by everything it is built from (config, the parameters' bytes, the mask
-# input), the way a jit cache keys a compiled function; outputs are computed afresh every call.
+# each step) and run in float32 by ONNX Runtime at opset 17 and 23 (and with BitLinear's integer
+# products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and
+# run_trajectory of one case run the same exported model: the last model built is kept, keyed by
+# everything it is built from (config, the parameters' bytes, the mask input), the way a jit cache
+# keys a compiled function; outputs are computed afresh every call.
 def _threads():
     """Intra-op threads: the conformance worker's share of the cores, if it set one."""
     return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None
@@ -211,6 +212,7 @@ def _threads():
 class _ExportedAdapter:
     dtypes = ("float32",)
     opset = 17
+    bitlinear = "float"  # export_model's form of BitLinear's products
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
@@ -228,7 +230,8 @@ class _ExportedAdapter:
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
-            model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True)
+            model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True,
+                                 bitlinear=self.bitlinear)
             self._built = (key, (model, self._build(model)))
         return self._built[1]
 
@@ -287,6 +290,18 @@ class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
     run_decode = None  # the prefill and decode-step models are opset 17
 
 
+class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
+    """BitLinear blocks exported with bitlinear="integer": every projection an exact integer product
+    (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
+
+    name = "onnxruntime-integer"
+    bitlinear = "integer"
+    run_decode = None  # the prefill and decode-step models have the float form only
+
+    def supports(self, config, dtype):
+        return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
+
+
 class OnnxReferenceAdapter(_ExportedAdapter):
     name = "onnx-reference"
 
@@ -320,6 +335,7 @@ BUILTIN = {
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
+    "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
 }
 

@@ -20,7 +20,8 @@ from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
 
-from .bitlinear import bitlinear, linear, quantize_activation, quantize_weight
+from .bitlinear import (bitlinear, integer_bitlinear, integer_levels, integer_product, linear, quantize_activation,
+                        quantize_weight)
 from .graph import XP, Value
 from .norms import apply_norm
 from .positions import alibi_bias, apply_rope, rope_cos_sin
@@ -65,16 +66,25 @@ class SelfAttention(Stages):
     main-graph Values (once per block); evaluate on the Values of the local function ode_func.
     Differences, same values: the weights are transposed (in, out) and W_qkv is its three row
     blocks; at opset 23, q, k, v stay (batch, seq, d_model) and Attention-23 splits and merges
-    the heads, and the mask is additive (0 or the most negative float)."""
+    the heads, and the mask is additive (0 or the most negative float). bitlinear="integer"
+    (export.bitlinear): with use_bitnet, the projections are integer products on the ternary
+    weights as stored, nothing dequantised."""
 
-    def __init__(self, config, opset: int):
-        self.config, self.opset = ODEConfig.from_any(config), opset
+    def __init__(self, config, opset: int, bitlinear: str = "float"):
+        self.config, self.opset, self.bitlinear = ODEConfig.from_any(config), opset, bitlinear
+
+    @property
+    def integer(self) -> bool:
+        return self.config.use_bitnet and self.bitlinear == "integer"
 
     # ---- once per block (Stages.prepare), main graph --------------------------------------------
     def weights(self, params: dict, x: Value):
         """params: the initializers as Values (export.block): W_qkv^T's three blocks and W_out^T,
-        with use_bitnet their ternary values and scales, and the norm parameters."""
+        with use_bitnet their ternary values and scales, and the norm parameters. The integer form:
+        W_qkv as (q, k, v ternary blocks, c), W_out as (ternary, c), c the product's scale."""
         norm = {k: params["norm." + k] for k in NORM_PARAMS[self.config.norm_type]}
+        if self.integer:
+            return (*params["qkv"], params["qkv_scale"]), (params["out_proj"], params["out_proj_scale"]), norm
         if self.config.use_bitnet:  # one scale for the whole of W_qkv, as the spec quantises it
             return (params["qkv"], params["qkv_scale"]), (params["out_proj"], params["out_proj_scale"]), norm
         return params["qkv"], params["out_proj"], norm
@@ -84,7 +94,10 @@ class SelfAttention(Stages):
         return params["gate"]
 
     def quantize_weight(self, w):
-        """(ternary^T or W_qkv's three ternary blocks, w_s) -> W_q^T (each block)."""
+        """(ternary^T or W_qkv's three ternary blocks, w_s) -> W_q^T (each block); the integer
+        form keeps the ternary values as they are stored."""
+        if self.integer:
+            return w
         ternary, scale = w
         if isinstance(ternary, tuple):
             return tuple(quantize_weight(t, scale) for t in ternary)
@@ -170,17 +183,26 @@ class SelfAttention(Stages):
     def norm(self, norm_params: dict, z: Value) -> Value:
         return apply_norm(self.config.norm_type, norm_params, z, width=self.config.hidden_size)
 
-    def _linear(self, x: Value, w_t: Value) -> Value:
+    def _linear(self, x: Value, w_t) -> Value:
+        if self.integer:
+            ternary_t, c = w_t
+            return integer_bitlinear(x, ternary_t, c, width=self.config.hidden_size)
         return bitlinear(x, w_t, width=self.config.hidden_size) if self.config.use_bitnet else linear(x, w_t)
 
     def project(self, w_qkv: tuple, h: Value):
         """h (batch, seq, d_model) -> q, k, v: (batch, seq, heads, head_dim) at opset 17; at 23,
         (batch, seq, d_model), the 3D form that Attention-23 splits into heads itself. The three
         row blocks of W_qkv give the three products directly (the spec's reshape-and-split), and
-        BitLinear quantises h once for all three."""
+        BitLinear quantises h once for all three (the integer form: its levels and m; W_qkv's c is
+        one for the three blocks)."""
         g, cfg = h.body, self.config
-        x = quantize_activation(h, width=cfg.hidden_size) if cfg.use_bitnet else h
-        out = tuple(linear(x, w) for w in w_qkv)  # the three blocks of W_qkv^T
+        if self.integer:
+            *blocks, c = w_qkv
+            levels, m = integer_levels(h, width=cfg.hidden_size)
+            out = tuple(integer_product(levels, w, m, c) for w in blocks)
+        else:
+            x = quantize_activation(h, width=cfg.hidden_size) if cfg.use_bitnet else h
+            out = tuple(linear(x, w) for w in w_qkv)  # the three blocks of W_qkv^T
         if self.opset >= 23:
             return out
         return tuple(g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in out)
@@ -230,7 +252,7 @@ class SelfAttention(Stages):
         return y if self.opset >= 23 else y.body.op("Reshape", y, y.body.ints(0, 0, self.config.hidden_size))
 
     def output_proj(self, w_out: Value, y: Value) -> Value:
-        """w_out: W_out^T, (d_model, d_model)."""
+        """w_out: W_out^T, (d_model, d_model); the integer form: (ternary^T, c)."""
         return self._linear(y, w_out)
 
     # ---- the gated solver, once per step (Stages.solution_gate), inside ode_step -------------------

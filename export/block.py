@@ -51,6 +51,7 @@ from ode_ref.variants import port_variant
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
+from .bitlinear import check_form, product_scale
 from .graph import Body, Function, Value
 
 OPSETS = (17, 23)
@@ -60,19 +61,27 @@ DEFAULT_OPSET = 17
 BLOCKS = ("q", "k", "v")  # W_qkv's row blocks, in the spec's order
 
 
-def _initializers(cfg, params) -> dict:
+def _scale_name(bitlinear: str) -> str:
+    """A BitLinear weight's scale: w_s (float form) or the integer form's c = 1 / (127 w_s)."""
+    return "product_scale" if bitlinear == "integer" else "scale"
+
+
+def _initializers(cfg, params, bitlinear: str = "float") -> dict:
     """Initializer name -> float32/int8 array: each weight transposed (in, out); W_qkv split into
-    its q, k, v row blocks. BitLinear weights: ternary^T as int8 and the float32 w_s, computed by
-    the spec's own function on the whole tensor."""
+    its q, k, v row blocks. BitLinear weights: ternary^T as int8 and a float32 scalar, computed
+    by the spec's own functions on the whole tensor: w_s, or with bitlinear="integer" the
+    product's scale c (export.bitlinear.product_scale)."""
     out = {}
     d = cfg.hidden_size
     for key, name in ((QKV, "qkv"), (OUT_PROJ, "out_proj")):
         w = np.asarray(params[key], np.float32)
         kind = "weight_t"
         if cfg.use_bitnet:
-            w, scale = ternarize_weight(w)  # in float32, as the spec does for a float32 input
-            out[f"ode_func.{name}.scale"] = np.asarray(scale, np.float32)
-            w, kind = w.astype(np.int8), "ternary_t"
+            ternary, scale = ternarize_weight(w)  # in float32, as the spec does for a float32 input
+            if bitlinear == "integer":
+                scale = product_scale(w)  # from the same float32 weights, in float64
+            out[f"ode_func.{name}.{_scale_name(bitlinear)}"] = np.asarray(scale, np.float32)
+            w, kind = ternary.astype(np.int8), "ternary_t"
         if name == "qkv":
             out.update({f"ode_func.qkv.{b}_{kind}": np.ascontiguousarray(w[i * d:(i + 1) * d].T) for i, b in enumerate(BLOCKS)})
         else:
@@ -85,13 +94,14 @@ def _initializers(cfg, params) -> dict:
     return out
 
 
-def _weights(cfg, main) -> dict:
+def _weights(cfg, main, bitlinear: str = "float") -> dict:
     """The prepare stage's view of the initializers (Values in the main graph)."""
     kind = "ternary_t" if cfg.use_bitnet else "weight_t"
     w = {"qkv": tuple(Value(main, f"ode_func.qkv.{b}_{kind}") for b in BLOCKS),
          "out_proj": Value(main, f"ode_func.out_proj.{kind}")}
     if cfg.use_bitnet:
-        w["qkv_scale"], w["out_proj_scale"] = Value(main, "ode_func.qkv.scale"), Value(main, "ode_func.out_proj.scale")
+        scale = _scale_name(bitlinear)
+        w["qkv_scale"], w["out_proj_scale"] = Value(main, f"ode_func.qkv.{scale}"), Value(main, f"ode_func.out_proj.{scale}")
     for k in NORM_PARAMS[cfg.norm_type]:
         w["norm." + k] = Value(main, NORM_PREFIX + k)
     if TABLEAUS[cfg.ode_solver].gated:
@@ -138,15 +148,16 @@ def _step_arguments(main: Body, prepared: Prepared, weights: dict) -> list:
     return out
 
 
-def _checked(config, params, opset: int, attention):
+def _checked(config, params, opset: int, attention, bitlinear: str = "float"):
     """(config, the export's attention) after the checks every export runs: parameters, opset,
-    and a variant that can be exported (export_attention)."""
+    the BitLinear form, and a variant that can be exported (export_attention)."""
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {OPSETS}; got {opset!r}")
+    check_form(bitlinear, cfg)
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
-    return cfg, export_attention(attention, opset)
+    return cfg, export_attention(attention, opset, bitlinear)
 
 
 class VariantExportError(NotImplementedError):
@@ -164,14 +175,14 @@ def _stage_named(variant: str, stage: str, method):
     return run
 
 
-def export_attention(attention, opset: int) -> SelfAttention:
+def export_attention(attention, opset: int, bitlinear: str = "float") -> SelfAttention:
     """The export's SelfAttention for attention (the spec's, or a variant of it): the variant's
     classes rebuilt over the export's stages (ode_ref.variants.port_variant), its settings copied,
     each overridden stage reporting its name if it uses an operation with no ONNX form. Variants
     export at opset 17, where q, k, v are (batch, seq, heads, head_dim) and the mask is bool."""
     cfg, variant = attention.config, type(attention)
     if variant is R.SelfAttention:
-        return SelfAttention(cfg, opset)
+        return SelfAttention(cfg, opset, bitlinear)
     if opset != 17:
         raise ValueError(f"opset: a variant ({variant.__name__}) exports at opset 17, where its stages see the spec's "
                          f"shapes (at 23, q, k, v are 3D and the mask additive); got {opset!r}")
@@ -181,15 +192,16 @@ def export_attention(attention, opset: int) -> SelfAttention:
     for stage in own:
         setattr(ported, stage, _stage_named(variant.__name__, stage, getattr(ported, stage)))
     att = ported.__new__(ported)
-    SelfAttention.__init__(att, cfg, opset)
+    SelfAttention.__init__(att, cfg, opset, bitlinear)
     vars(att).update({k: v for k, v in vars(attention).items() if k != "config"})  # the variant's settings
     return att
 
 
-def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, **props) -> onnx.ModelProto:
+def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitlinear: str = "float",
+           **props) -> onnx.ModelProto:
     graph = helper.make_graph(
         main.nodes, "ode_attention_block", inputs, outputs,
-        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params).items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()],
     )
     model = helper.make_model(
         graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
@@ -201,23 +213,28 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, **pr
         "ode_solver": cfg.ode_solver,
         "ode_steps": str(cfg.ode_steps),
         "opset": str(opset),
+        **({"bitlinear": bitlinear} if bitlinear != "float" else {}),  # a float file stays as it was
         **props,
     })
     return model
 
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
-                 diagnostics: bool = False) -> onnx.ModelProto:
+                 diagnostics: bool = False, bitlinear: str = "float") -> onnx.ModelProto:
     """The block for (config, params) as an onnx.ModelProto (float32).
 
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
     step), which the conformance suite uses to name the first divergent quantity.
+    bitlinear: with use_bitnet, "float" (default) dequantises the ternary weights once and runs
+    float MatMuls; "integer" runs every projection as an exact integer product (MatMulInteger on
+    the stored int8 ternary weights) times one float scale per token (export.bitlinear); the
+    model's metadata then says bitlinear=integer.
     """
-    cfg, att = _checked(config, params, opset, attention)
+    cfg, att = _checked(config, params, opset, attention, bitlinear)
     main = Body("", opset)
     x = Value(main, "x")
     mask_in = Value(main, "padding_mask") if padding_mask else None
-    weights = _weights(cfg, main)
+    weights = _weights(cfg, main, bitlinear)
     prepared = att.prepare(weights, x, mask_in)
     shared = _step_arguments(main, prepared, weights)
     names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
@@ -246,7 +263,7 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
-    return _model(cfg, params, main, inputs, [state_info("z")] + extra, [func.proto(), step.proto()], opset)
+    return _model(cfg, params, main, inputs, [state_info("z")] + extra, [func.proto(), step.proto()], opset, bitlinear)
 
 
 def decode_names(config) -> tuple[list[str], list[str]]:

@@ -28,6 +28,10 @@ def register(sub) -> None:
     kind.add_argument("--decode", action="store_true",
                       help="the decode-step model: one token and the cache in, its z and the new cache out "
                            "(decoder mode, opset 17)")
+    p.add_argument("--bitlinear", choices=["float", "integer"], default="float",
+                   help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
+                        "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "
+                        "(block model of the direct route)")
     p.add_argument("--inline", action="store_true",
                    help="write the graph without model-local functions, for tools and runtimes that do not read "
                         "them (the same z; the file grows with the steps)")
@@ -109,13 +113,14 @@ def cmd_export(args) -> int:
         return _fail(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
     try:
         check_deploy_options(args, config)
+        check_bitlinear(args, config)
     except ValueError as err:
         return _fail(str(err))
     if args.prefill or args.decode:
         return export_cached(args, config, params, opset)
     notes = []
     if args.route == "direct":
-        model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
+        model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear)
         check(model)
         try:
             model, notes = deploy_form(model, args)
@@ -123,6 +128,13 @@ def cmd_export(args) -> int:
             print(f"odeattn: {err}", file=sys.stderr)
             return 1
         args.output.write_bytes(model.SerializeToString())
+        if args.bitlinear == "integer":
+            from ode_ref.cache import evaluations
+
+            from .deploy import PROJECTIONS
+
+            notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
+                         "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
     else:
         from odeattn.backends.torch import ODEAttentionBlock
 
@@ -179,6 +191,22 @@ def check_deploy_options(args, config) -> None:
         check_quantizable(config)
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx")
+
+
+def check_bitlinear(args, config) -> None:
+    """ValueError naming --bitlinear unless the integer form applies: the direct route's block
+    model of a use_bitnet config (export.bitlinear.check_form)."""
+    from .bitlinear import check_form
+
+    if args.bitlinear == "float":
+        return
+    other = "--prefill" if args.prefill else "--decode" if args.decode else f"--route {args.route}" if args.route != "direct" else None
+    if other:
+        raise ValueError(f"--bitlinear {args.bitlinear}: expected the block model of the direct route; got {other}")
+    try:
+        check_form(args.bitlinear, config)
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None  # its message begins 'bitlinear: '
 
 
 def deploy_form(model, args):

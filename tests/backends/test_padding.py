@@ -8,10 +8,11 @@ from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirem
 from odeattn.conformance.worker import collect_outputs
 
 PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23") if not missing_requirements(n)]
+BITNET_PATHS = [n for n in ("onnxruntime-integer",) if not missing_requirements(n)]  # use_bitnet blocks only
 
 
 @pytest.mark.parametrize("mode", R.MODES)
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", PATHS + BITNET_PATHS)
 def test_non_finite_padded_tokens_stay_in_their_rows(path, mode):
     backend = make_adapter(BUILTIN[path].reference)
     dtype = "float64" if "float64" in backend.dtypes else "float32"
