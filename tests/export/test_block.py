@@ -85,6 +85,38 @@ def test_inlined_projections_read_initializers():
     assert len(weights) == 4 * 2 * 2 and set(weights) == {f"ode_func.qkv.{b}_weight_t" for b in "qkv"} | {"ode_func.out_proj.weight_t"}
 
 
+
+@pytest.mark.parametrize("padding_mask", [False, True])
+def test_opset23_attention_form(tmp_path, padding_mask):
+    """Opset 23's attention is the form measured fastest (export/attention.py, SelfAttention.attn):
+    one Attention node per evaluation on 3D q, k, v straight from their projections, its output
+    into the out projection (no Reshape, Transpose or Softmax anywhere), the additive mask
+    built once in the main graph; and ONNX Runtime keeps that node through its optimisations."""
+    from onnx.inliner import inline_local_functions
+
+    c = R.ODEConfig(hidden_size=16, num_heads=4, ode_solver="heun", ode_steps=2)  # 2 x 2 evaluations
+    model = inline_local_functions(export_model(c, R.init_params(c), opset=23, padding_mask=padding_mask))
+    nodes = model.graph.node
+    producer = {o: n for n in nodes for o in n.output}
+    attention = [n for n in nodes if n.op_type == "Attention"]
+    assert len(attention) == 4 and not {n.op_type for n in nodes} & {"Reshape", "Transpose", "Softmax"}
+    for n in attention:
+        assert [producer[i].op_type for i in n.input[:3]] == ["MatMul"] * 3
+        assert [producer[i].input[1] for i in n.input[:3]] == [f"ode_func.qkv.{b}_weight_t" for b in "qkv"]
+        y = n.output[0]
+        if padding_mask:  # postprocess_attn zeroes the padded rows: one Where, then the projection
+            (where,) = [m for m in nodes if y in m.input]
+            assert where.op_type == "Where"
+            y = where.output[0]
+        assert [m.input[1] for m in nodes if y in m.input] == ["ode_func.out_proj.weight_t"]
+        assert (len(n.input) == 4 and n.input[3] != "") == padding_mask
+    masks = {producer[n.input[3]].name for n in attention} if padding_mask else set()
+    assert len(masks) == int(padding_mask)  # one mask for every evaluation
+    optimized = tmp_path / "optimized.onnx"
+    session(model, optimized_path=optimized)
+    ops = [n.op_type for n in onnx.load(optimized).graph.node]
+    assert ops.count("Attention") == 4 and "Softmax" not in ops
+
 @pytest.mark.parametrize("opset", [17, 23])
 def test_one_export_runs_at_every_batch_and_seq(opset):
     c = cfg(use_bitnet=False, norm_type="layer_norm", ode_solver="rk4")
