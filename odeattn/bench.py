@@ -5,11 +5,11 @@ Method (the main table). Timings on a shared machine swing up to 4x minute to mi
 ratios of times taken close together are stable. For each shape, every path is set up and called
 once (the time of the setup and that first call, which includes torch.compile, JAX compilation,
 the ONNX export and ONNX Runtime session creation, is reported apart, as `setup+first s`), then
-called `--warmup` more times untimed. Then `--repeats` rounds: in each round every path, and every matmul of the peak
-(below), takes its turn (the starting point rotates by one each round): one untimed call to wake
-its runtime's threads (left out when a call takes over 0.5 s: the wake-up is a small part of such
-a call), then a burst of timed calls lasting about BURST_S seconds (at least one call; sized from
-the last warm-up call). A path's time in a round is its burst median. Per round:
+called `--warmup` more times untimed. Then `--repeats` rounds: in each round every path, and
+every matmul of the peak (below), takes its turn (the starting point rotates by one each round):
+one untimed call to wake its runtime's threads (left out when a call takes over 0.5 s: the
+wake-up is a small part of such a call), then a burst of timed calls lasting about BURST_S
+seconds (at least one call, at most MAX_BURST; sized from the last warm-up call). A path's time in a round is its burst median. Per round:
 
     vs plain  = torch-plain's time / the path's time, both of that round
     % peak    = the path's GFLOP/s / the peak of that round
