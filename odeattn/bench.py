@@ -9,7 +9,11 @@ called `--warmup` more times untimed. Then `--repeats` rounds: in each round eve
 every matmul of the peak (below), takes its turn (the starting point rotates by one each round):
 one untimed call to wake its runtime's threads (left out when a call takes over 0.5 s: the
 wake-up is a small part of such a call), then a burst of timed calls lasting about BURST_S
-seconds (at least one call, at most MAX_BURST; sized from the last warm-up call). A path's time in a round is its burst median. Per round:
+seconds (at least one call, at most MAX_BURST; sized from the last warm-up call). Rotating the
+turn keeps its neighbours: the paths a target compares (torch-plain and torch-eager, ort-bitnet
+and ort-bitnet-int) are side by side in PATHS (the order the paths run in, whatever the order
+of --paths), so they run seconds apart in every round. A path's time in a round is its burst
+median. Per round:
 
     vs plain  = torch-plain's time / the path's time, both of that round
     % peak    = the path's GFLOP/s / the peak of that round
@@ -43,6 +47,9 @@ compile workers). For the torch eager paths `live MB` is also given: the peak by
 tensor storages that the forward's operations create (odeattn.memory.LiveTensorBytes), the
 activations alone. `--long-context` adds a table of peak memory and the time of one forward at
 LONG_SHAPE, the same way, one path after another.
+
+Threads: `--threads` (default: every core) sets torch's and ONNX Runtime's intra-op threads;
+NumPy's BLAS and XLA keep their own defaults (every core).
 
 The ONNX Runtime rows also give the model's size, and every row its max relative error against
 the spec in float64 on the same input (`max err`): ort-int8 is the opset 17 export with its
@@ -853,6 +860,7 @@ def cmd_bench(args) -> int:
     threads = args.threads or os.cpu_count() or 1
     names = [p.strip() for p in args.paths.split(",")] if args.paths else list(PATHS)
     bad = [p for p in names if p not in PATHS]
+    names = [p for p in PATHS if p in names]  # PATHS' order: the compared paths side by side
     try:
         if bad:
             raise ValueError(f"--paths: unknown {bad}; expected some of {', '.join(PATHS)}")
@@ -865,8 +873,9 @@ def cmd_bench(args) -> int:
             from odeattn.cli import require
 
             require("matplotlib")  # a missing extra is named before the work starts
-        shapes = ({"x".join(map(str, parse_shape(s))): parse_shape(s) for s in args.shape} if args.shape
-                  else QUICK["shapes"] if args.quick else SHAPES)
+        named = {shape: name for name, shape in SHAPES.items()}  # a named shape keeps its name (and targets)
+        shapes = ({named.get(parse_shape(s), "x".join(map(str, parse_shape(s)))): parse_shape(s) for s in args.shape}
+                  if args.shape else QUICK["shapes"] if args.quick else SHAPES)
     except ValueError as err:
         print(f"odeattn bench: {err}", file=sys.stderr)
         return 2
