@@ -9,7 +9,8 @@ called `--warmup` more times untimed. Then `--repeats` rounds: in each round eve
 every matmul of the peak (below), takes its turn (the starting point rotates by one each round):
 one untimed call to wake its runtime's threads (left out when a call takes over 0.5 s: the
 wake-up is a small part of such a call), then a burst of timed calls lasting about BURST_S
-seconds (at least one call, at most MAX_BURST; sized from the last warm-up call). Rotating the
+seconds (at least one call, at most MAX_BURST; sized from the last warm-up call, then from the
+path's previous burst median). Rotating the
 turn keeps its neighbours: the paths a target compares (torch-plain and torch-eager, ort-bitnet
 and ort-bitnet-int) are side by side in PATHS (the order the paths run in, whatever the order
 of --paths), so they run seconds apart in every round. A path's time in a round is its burst
@@ -417,13 +418,16 @@ class Timed:
 
 def interleave(entries: list[Timed], repeats: int, burst_s: float) -> None:
     """`repeats` rounds; in each, every entry in turn (the start rotating by one per round): a
-    wake call (for calls under WAKE_LIMIT_S), then a burst of timed calls, appended to its rounds."""
+    wake call (for calls under WAKE_LIMIT_S), then a burst of timed calls, appended to its rounds.
+    Each burst is sized from the entry's previous burst median, so bursts keep their length as
+    the machine's speed moves."""
     for r in range(repeats):
         k = r % len(entries)
         for e in entries[k:] + entries[:k]:
             if e.call_s < WAKE_LIMIT_S:
                 e.fn()
             e.rounds.append(measure(e.fn, warmup=0, repeats=e.burst(burst_s)))
+            e.call_s = statistics.median(e.rounds[-1])
 
 
 def round_medians(e: Timed) -> list[float]:

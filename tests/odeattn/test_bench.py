@@ -51,11 +51,14 @@ def test_interleave_is_round_robin_with_a_wake_call_and_a_burst():
     entries = [B.Timed(name, lambda name=name: calls.append(name), 1.0, call_s)
                for name, call_s in (("a", 0.01), ("b", 0.1), ("slow", 1.0))]
     B.interleave(entries, repeats=3, burst_s=0.05)
-    # a: wake + 5 timed (0.05 / 0.01); b: wake + 1 (at least one); slow: no wake (over 0.5 s) + 1
-    turn = {"a": ["a"] * 6, "b": ["b"] * 2, "slow": ["slow"]}
-    order = [["a", "b", "slow"], ["b", "slow", "a"], ["slow", "a", "b"]]  # the start rotates
-    assert calls == [c for names in order for name in names for c in turn[name]]
-    assert [len(e.rounds) for e in entries] == [3, 3, 3] and [len(t) for t in entries[0].rounds] == [5, 5, 5]
+    turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    assert turns == ["a", "b", "slow", "b", "slow", "a", "slow", "a", "b"]  # every entry once a round, the start rotating
+    # round 0, sized from call_s: a: wake + 5 timed (0.05 / 0.01); b: wake + 1 (at least one); slow: no wake (over 0.5 s) + 1
+    assert calls[:9] == ["a"] * 6 + ["b"] * 2 + ["slow"]
+    assert [len(e.rounds[0]) for e in entries] == [5, 1, 1]
+    for e in entries:  # later rounds: sized from the previous burst's median (these calls take microseconds)
+        assert [len(t) for t in e.rounds[1:]] == [B.MAX_BURST] * 2 and e.call_s == statistics.median(e.rounds[-1])
+    assert len(calls) == 6 + 2 + 1 + 2 * 3 * (1 + B.MAX_BURST)  # later rounds: every entry woken, then a full burst
 
 
 def _row(shape, path, round_s, **extra):
