@@ -790,7 +790,7 @@ def format_tables(result: dict) -> str:
     long = result.get("long_context")
     if long:
         lines += ["", "long context: B{} T{} D{} H{}, one fresh process per path (peak MB as above; forward s: the "
-                  "fastest of {} forwards after the first)".format(*long["shape"], long["calls"]),
+                  "fastest of the {} forward(s) after the first)".format(*long["shape"], long["calls"]),
                   f"{'path':<16}{'peak MB':>10}{'live MB':>10}{'setup+first s':>15}{'forward s':>11}"]
         for name, m in long["rows"].items():
             if "skipped" in m or "error" in m:
@@ -817,7 +817,7 @@ def format_tables(result: dict) -> str:
     lines += ["", "targets (ratios from this run):"]
     for t in result["targets"]:
         met = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
-        lines.append(f"  {t['target']:<48}{t['value']:<36}{met}" + (f"; {t['note']}" if t["note"] else ""))
+        lines.append(f"  {t['target']:<52}{t['value']:<36}{met}" + (f"; {t['note']}" if t["note"] else ""))
     return "\n".join(lines)
 
 
