@@ -77,7 +77,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
-import inspect
 import json
 import os
 import statistics
@@ -259,7 +258,7 @@ def _onnx_model(name: str, config, params):
     """The model an ort path runs: the block exported at opset 17 or 23; ort-int8: the opset 17
     export with its projections dynamically quantised to int8 (odeattn export --quantize int8);
     ort-bitnet: the opset 17 export of the BitLinear block; ort-bitnet-int: the same with integer
-    BitLinear (export_model(..., bitlinear="integer")), Skip while export_model has no such option."""
+    BitLinear (export_model(..., bitlinear="integer"))."""
     from odeattn.export.block import export_model
 
     if name == "ort-int8":
@@ -267,8 +266,6 @@ def _onnx_model(name: str, config, params):
 
         return quantize_int8(export_model(config, params, padding_mask=False))
     if name == "ort-bitnet-int":
-        if "bitlinear" not in inspect.signature(export_model).parameters:
-            raise Skip("export_model does not accept bitlinear= yet (integer BitLinear export)")
         return export_model(config, params, opset=17, padding_mask=False, bitlinear="integer")
     return export_model(config, params, opset=23 if name == "ort-opset23" else 17, padding_mask=False)
 
