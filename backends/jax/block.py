@@ -12,7 +12,10 @@ once, before the scan. ode_block_jit is ode_block under jax.jit with the config,
 
 ode_block(..., checkpoint=True) wraps the scan body in jax.checkpoint: differentiated, the scan
 keeps only each step's input state (batch, seq, d_model) and recomputes the step's activations in
-the backward pass, so training memory is flat in ode_steps; values and gradients are unchanged.
+the backward pass, so training memory is flat in ode_steps. The values are unchanged; the gradients
+agree within a few roundings, not bit for bit: JAX sums a parameter's cotangent in another order
+across a checkpointed step's evaluations, and XLA fuses the recomputed forward otherwise, which on
+CPU contracts other multiply-adds into fused multiply-adds (tests/backends/jax/test_block.py).
 
 prefill and decode_step check their inputs in Python, then call one jitted function each: the
 cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
