@@ -7,7 +7,8 @@ once (the time of the setup and that first call, which includes torch.compile, J
 the ONNX export and ONNX Runtime session creation, is reported apart, as `setup+first s`), then
 called `--warmup` more times untimed. Then `--repeats` rounds: in each round every path, and
 every matmul of the peak (below), takes its turn (the starting point rotates by one each round):
-one untimed call to wake its runtime's threads (left out when a call takes over 0.5 s: the
+SETTLE_S idle (the previous runtime's spinning threads settle), one untimed call to wake its
+runtime's threads (left out when a call takes over 0.5 s: the
 wake-up is a small part of such a call), then a burst of timed calls lasting about BURST_S
 seconds (at least one call, at most MAX_BURST; sized from the last warm-up call, then from the
 path's previous burst median). Rotating the
@@ -100,6 +101,11 @@ LONG_SHAPE = (1, 8192, 512, 8)  # --long-context
 PEAK_SIZES = (256, 512, 1024, 2048)  # square float32 matmuls of the peak, beside the block's projection
 BURST_S = 0.25  # seconds of timed calls per path per round
 WAKE_LIMIT_S = 0.5  # no wake call before a burst of calls longer than this
+# Idle time before each turn: the previous turn's runtime keeps its threads spinning for a while
+# after its last call (OpenMP's and ONNX Runtime's pools, NumPy's BLAS) and they take the cores
+# from whatever runs next. Measured without it (bench --quick): torch-plain, which ran right
+# after the NumPy paths, came out 2.57x slower than torch-eager; run apart from them, 0.98x.
+SETTLE_S = 0.2
 MAX_BURST = 30  # timed calls per burst at most
 DEFAULT_REPEATS = 5  # rounds of the main table; timed calls (or bursts) of --decode, --memory and the scaling lines
 QUICK = {"shapes": {"small": SHAPES["small"]}, "repeats": 3, "burst_s": 0.05, "peak_sizes": (256, 512, 1024),
@@ -421,6 +427,7 @@ def interleave(entries: list[Timed], repeats: int, burst_s: float) -> None:
     for r in range(repeats):
         k = r % len(entries)
         for e in entries[k:] + entries[:k]:
+            time.sleep(SETTLE_S)
             if e.call_s < WAKE_LIMIT_S:
                 e.fn()
             e.rounds.append(measure(e.fn, warmup=0, repeats=e.burst(burst_s)))

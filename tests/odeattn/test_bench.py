@@ -45,13 +45,16 @@ def test_torch_plain_names_a_config_it_does_not_cover(field, change):
         B.plain_torch_block(cfg, R.init_params(cfg))
 
 
-def test_interleave_is_round_robin_with_a_wake_call_and_a_burst():
-    calls = []
+def test_interleave_is_round_robin_with_a_wake_call_and_a_burst(monkeypatch):
+    calls, idle = [], []
+    monkeypatch.setattr(B.time, "sleep", lambda s: idle.append((s, len(calls))))
     entries = [B.Timed(name, lambda name=name: calls.append(name), 1.0, call_s)
                for name, call_s in (("a", 0.01), ("b", 0.1), ("slow", 1.0))]
     B.interleave(entries, repeats=3, burst_s=0.05)
     turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
     assert turns == ["a", "b", "slow", "b", "slow", "a", "slow", "a", "b"]  # every entry once a round, the start rotating
+    starts = [i for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    assert idle == [(B.SETTLE_S, i) for i in starts]  # idle before every turn, the previous runtime's threads settling
     # round 0, sized from call_s: a: wake + 5 timed (0.05 / 0.01); b: wake + 1 (at least one); slow: no wake (over 0.5 s) + 1
     assert calls[:9] == ["a"] * 6 + ["b"] * 2 + ["slow"]
     assert [len(e.rounds[0]) for e in entries] == [5, 1, 1]
@@ -95,6 +98,7 @@ def test_bench_quick_table_structure(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")
     monkeypatch.setitem(B.QUICK, "peak_sizes", (32,))
+    monkeypatch.setattr(B, "SETTLE_S", 0.0)  # the idle gaps matter for timing, not for the structure
     code = main(["bench", "--quick", "--shape", "1,8,16,2", "--repeats", "2", "--paths",
                  "torch-plain,torch-eager,ort-opset17,ort-int8,ort-bitnet-int", "--json", str(tmp_path / "b.json")])
     assert code == 0
@@ -131,6 +135,7 @@ def test_bench_quick_table_structure(tmp_path, capsys, monkeypatch):
 def test_bench_long_context_reports_memory_and_skips_the_spec(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setitem(B.QUICK, "peak_sizes", (16,))
+    monkeypatch.setattr(B, "SETTLE_S", 0.0)
     monkeypatch.setitem(B.QUICK, "long_shape", (1, 64, 16, 2))
     code = main(["bench", "--quick", "--long-context", "--shape", "1,8,16,2", "--repeats", "1",
                  "--paths", "spec-f64,torch-eager", "--json", str(tmp_path / "b.json")])
