@@ -4,7 +4,6 @@ with the spec on every use_bitnet golden case runs in the main job (tests/odeatt
 through the onnxruntime-integer backend; here, a few of them, the option's refusals and
 what the file holds."""
 
-import json
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.cli import main  # noqa: E402
 from odeattn.conformance.adapters import BUILTIN, make_adapter  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.runner import run_case  # noqa: E402
@@ -100,21 +98,8 @@ def test_a_few_bitnet_golden_cases_pass_within_the_float32_tolerances():
         assert result.status == "skipped" and result.message.startswith(reason), (name, result.status, result.message)
 
 
-@pytest.fixture
-def files(tmp_path):
-    for name, c in (("c", R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2)),
-                    ("b", R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True, ode_steps=2))):
-        (tmp_path / f"{name}.json").write_text(json.dumps(c.to_dict()))
-        R.save_params(R.init_params(c), tmp_path / f"{name}.safetensors")
-    return tmp_path
-
-
-def _export(d, *extra, name="b"):
-    return main(["export", "--config", str(d / f"{name}.json"), "--weights", str(d / f"{name}.safetensors"), *extra])
-
-
-def test_cli_writes_the_integer_form(files, capsys):
-    assert _export(files, "-o", str(files / "i.onnx"), "--bitlinear", "integer") == 0
+def test_cli_writes_the_integer_form(files, capsys, export_cli):
+    assert export_cli(files, "-o", str(files / "i.onnx"), "--bitlinear", "integer", name="b") == 0
     out = capsys.readouterr().out
     err = float(out.split("random batch (2 x 8): ")[1].split()[0])
     assert err < 1e-3, out  # a random batch is not a fair test: a level flipped by float32 rounding costs ~1/127
@@ -131,16 +116,12 @@ def test_cli_writes_the_integer_form(files, capsys):
     (["--bitlinear", "integer", "--route", "torch"], "b",
      "--bitlinear integer: expected the block model of the direct route; got --route torch"),
 ])
-def test_cli_refusals_are_one_line_and_exit_2(files, capsys, extra, name, message):
-    before = sorted(p.name for p in files.iterdir())
-    assert _export(files, "-o", str(files / "m.onnx"), *extra, name=name) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
-    assert sorted(p.name for p in files.iterdir()) == before
+def test_cli_refusals_are_one_line_and_exit_2(files, capsys, extra, name, message, assert_refused):
+    assert_refused(files, capsys, extra, name, message)
 
 
-def test_cli_refuses_an_unknown_form_in_one_line(files, capsys):
+def test_cli_refuses_an_unknown_form_in_one_line(files, capsys, export_cli):
     with pytest.raises(SystemExit) as exit_:
-        _export(files, "-o", str(files / "m.onnx"), "--bitlinear", "int8")
+        export_cli(files, "-o", str(files / "m.onnx"), "--bitlinear", "int8", name="b")
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and "argument --bitlinear: invalid choice: 'int8'" in err[0], err

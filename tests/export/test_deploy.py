@@ -2,7 +2,6 @@
 quantisation (lossy: reported and bounded here, never a conformance backend), the saved
 optimised model, and `odeattn run --repeats` (its output, not its timing)."""
 
-import json
 
 import numpy as np
 import pytest
@@ -83,25 +82,12 @@ def test_a_projection_left_in_float_is_an_error_not_a_float_file(monkeypatch):
         quantize_int8(export_model(c, R.init_params(c)))
 
 
-@pytest.fixture
-def files(tmp_path):
-    for name, c in (("c", R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2)),
-                    ("b", R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True))):
-        (tmp_path / f"{name}.json").write_text(json.dumps(c.to_dict()))
-        R.save_params(R.init_params(c), tmp_path / f"{name}.safetensors")
-    return tmp_path
-
-
-def _export(d, *extra, name="c"):
-    return main(["export", "--config", str(d / f"{name}.json"), "--weights", str(d / f"{name}.safetensors"), *extra])
-
-
-def test_cli_inline_quantize_optimize_and_run_repeats(files, capsys):
+def test_cli_inline_quantize_optimize_and_run_repeats(files, capsys, export_cli):
     d = files
-    assert _export(d, "-o", str(d / "i.onnx"), "--inline") == 0
+    assert export_cli(d, "-o", str(d / "i.onnx"), "--inline") == 0
     assert "inlined: no model-local functions" in capsys.readouterr().out
     assert not onnx.load(d / "i.onnx").functions
-    assert _export(d, "-o", str(d / "q.onnx"), "--quantize", "int8", "--optimize") == 0
+    assert export_cli(d, "-o", str(d / "q.onnx"), "--quantize", "int8", "--optimize") == 0
     out = capsys.readouterr().out
     assert "int8 dynamic quantisation (lossy, not a conformance backend): 4 projections x 8 evaluations" in out
     assert "max relative error vs ode_ref (float64)" in out and f"optimised model: {d / 'q.optimized.onnx'}" in out
@@ -119,16 +105,12 @@ def test_cli_inline_quantize_optimize_and_run_repeats(files, capsys):
     (["--quantize", "int8", "--optimize", "--route", "torch"], "c",
      "--quantize/--optimize: expected the block model of the direct route; got --route torch"),
 ])
-def test_cli_refuses_deploy_options_that_do_not_apply(files, capsys, extra, name, message):
-    before = sorted(p.name for p in files.iterdir())
-    assert _export(files, "-o", str(files / "m.onnx"), *extra, name=name) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
-    assert sorted(p.name for p in files.iterdir()) == before
+def test_cli_refuses_deploy_options_that_do_not_apply(files, capsys, extra, name, message, assert_refused):
+    assert_refused(files, capsys, extra, name, message)
 
 
-def test_cli_optimize_path_is_checked_first(files, capsys):
+def test_cli_optimize_path_is_checked_first(files, capsys, export_cli):
     (files / "m.optimized.onnx").mkdir()
-    assert _export(files, "-o", str(files / "m.onnx"), "--optimize") == 2
+    assert export_cli(files, "-o", str(files / "m.onnx"), "--optimize") == 2
     assert f"--optimize: expected a file path; got the folder '{files / 'm.optimized.onnx'}'" in capsys.readouterr().err
     assert not (files / "m.onnx").exists()
