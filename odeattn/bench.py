@@ -890,6 +890,13 @@ def cmd_bench(args) -> int:
     if args.decode and args.memory:
         print("odeattn bench: --memory: measures training, --decode decoding; drop one of them", file=sys.stderr)
         return 2
+    table_only = [o for o, on in (("--long-context", args.long_context), ("--quick", args.quick), ("--paths", args.paths))
+                  if on]
+    if (args.decode or args.memory) and table_only:
+        mode = "--decode" if args.decode else "--memory"
+        print(f"odeattn bench: {table_only[0]}: an option of the main table, which {mode} replaces; drop one of them",
+              file=sys.stderr)
+        return 2
     if args.decode:
         return _cmd_decode(args, threads, log)
     if args.memory:

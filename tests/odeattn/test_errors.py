@@ -68,6 +68,8 @@ DEMO = ["demo", "train", "--plot", "{d}/d.png"]
     (["bench", "--memory", "--memory-steps", "1,x"], "--memory-steps: expected comma-separated integers >= 1; got '1,x'"),
     (["bench", "--memory", "--shape", "1,8,16,2", "--shape", "1,4,8,2"], "--shape: --memory takes one shape; got 2"),
     (["bench", "--memory", "--plot", "{d}/m.svg"], "--plot: expected a file ending in .png; got '{d}/m.svg'"),
+    (["bench", "--decode", "--long-context"], "--long-context: an option of the main table, which --decode replaces"),
+    (["bench", "--memory", "--paths", "torch-eager"], "--paths: an option of the main table, which --memory replaces"),
     (DIAGNOSE + ["--plot", "{d}/missing/d.png"], "--plot: the folder '{d}/missing' does not exist"),
     (DIAGNOSE + ["--plot", "{d}/d.svg"], "--plot: expected a file ending in .png; got '{d}/d.svg'"),
     (DIAGNOSE + ["--max-steps", "64", "--ref-steps", "100"],
