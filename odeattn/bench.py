@@ -38,6 +38,18 @@ PEAK_SIZES and at the block's own qkv projection (B T, D) x (D, 3 D). XLA's matm
 jnp.dot) at the same sizes is timed in the same rounds and shown apart: the jax-jit row is also
 compared with it (`% XLA`), to tell XLA's CPU matmul from the block's own overhead.
 
+Bounds. Also timed in the same rounds, per library (torch, NumPy, ONNX Runtime, XLA): the block's
+matrix products alone, those flops() counts for one evaluation at the shape's own sizes (the qkv
+and output projections, the scores and a @ v as batched products), and nothing else. As a forward
+(evaluations x their time), that is how fast a path could be whose products ran at that library's
+speed and whose norms, softmax, masks and Runge-Kutta sums were free. The targets give each
+bound beside the measured value: the fastest library's products as a fraction of the peak (the
+85% target), torch-plain over torch's products (the most torch-eager could gain doing nothing
+but the plain block's own products), XLA's products against the peak (the JAX target: under 70%,
+XLA's CPU matmul is the limit, the alternative the target allows), and, where ort-bitnet-int
+runs, ONNX Runtime's two float projections alone as a share of ort-bitnet's time (what integer
+projections can save at most).
+
 Peak memory (`peak MB`): each path runs in a fresh Python process of its own, which imports the
 path's runtime, starts it, builds the weights and the input, and then records its resident set
 size (VmRSS) and resets the kernel's high-water mark (VmHWM, via /proc/self/clear_refs); then it
@@ -486,6 +498,114 @@ def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
     return out
 
 
+PRODUCT_LIBS = ("torch", "numpy", "ort", "xla")
+
+
+def product_chain(h, q, a, w_qkv, kt, v, w_out, evaluations: int, projections_only: bool = False):
+    """The block's float32 matrix products over a forward, and nothing else: per evaluation the qkv
+    projection h @ w_qkv (B T, D) x (D, 3 D), the output projection h @ w_out (B T, D) x (D, D),
+    the scores q @ kt (B H, T, d_h) x (B H, d_h, T) and the weighted values a @ v (B H, T, T) x
+    (B H, T, d_h): flops()'s count. Each evaluation's operands are the previous one's products
+    (h from h @ w_out, q from a @ v, a from q @ kt; the qkv projections summed), so no runtime can
+    merge or drop a repeated product, and only the last ones are returned. The same code for
+    NumPy, torch and traced JAX arrays (`@` and `+`). projections_only: the two projections."""
+    total = None
+    for _ in range(evaluations):
+        qkv = h @ w_qkv
+        total = qkv if total is None else total + qkv
+        if not projections_only:
+            q, a = a @ v, q @ kt
+        h = h @ w_out
+    return (h, total) if projections_only else (h, q, a, total)
+
+
+def product_operands(shape, projections_only: bool = False) -> dict:
+    """product_chain's float32 operands at shape, scaled so that the chained products keep unit
+    variance (w_out by 1 / sqrt(D), kt by 1 / sqrt(d_h), v by 1 / sqrt(T))."""
+    batch, seq, d_model, heads = shape
+    bt, bh, dh = batch * seq, batch * heads, d_model // heads
+    rng = np.random.default_rng(2)
+
+    def draw(*s, scale=1.0):
+        return (rng.standard_normal(s, dtype=np.float32) * np.float32(scale))
+
+    ops = {"h": draw(bt, d_model), "w_qkv": draw(d_model, 3 * d_model), "w_out": draw(d_model, d_model, scale=d_model**-0.5)}
+    if not projections_only:
+        ops.update(q=draw(bh, seq, dh), a=draw(bh, seq, seq), kt=draw(bh, dh, seq, scale=dh**-0.5),
+                   v=draw(bh, seq, dh, scale=seq**-0.5))
+    return ops
+
+
+def _ort_product_chain(ops: dict, evaluations: int, threads: int):
+    """product_chain as an ONNX graph (the inputs h, q, a; the rest initializers) in a session."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from odeattn.export.runtime import session
+
+    inputs = [k for k in ("h", "q", "a") if k in ops]
+    nodes, names = [], {k: k for k in inputs}
+    for e in range(evaluations):
+        nodes.append(helper.make_node("MatMul", [names["h"], "w_qkv"], [f"qkv{e}"]))
+        if e:
+            nodes.append(helper.make_node("Add", [names["total"], f"qkv{e}"], [f"total{e}"]))
+        names["total"] = f"total{e}" if e else "qkv0"
+        if "q" in ops:
+            nodes += [helper.make_node("MatMul", [names["a"], "v"], [f"q{e + 1}"]),
+                      helper.make_node("MatMul", [names["q"], "kt"], [f"a{e + 1}"])]
+            names.update(q=f"q{e + 1}", a=f"a{e + 1}")
+        nodes.append(helper.make_node("MatMul", [names["h"], "w_out"], [f"h{e + 1}"]))
+        names["h"] = f"h{e + 1}"
+    want = product_chain(*(ops.get(k) for k in ("h", "q", "a", "w_qkv", "kt", "v", "w_out")), 1, "q" not in ops)
+    outs = [names["h"], names["total"]] if "q" not in ops else [names[k] for k in ("h", "q", "a", "total")]
+
+    def info(name, array):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(array.shape))
+
+    graph = helper.make_graph(nodes, "products", [info(k, ops[k]) for k in inputs],
+                              [info(n, w) for n, w in zip(outs, want)],
+                              [numpy_helper.from_array(ops[k], k) for k in ops if k not in inputs])
+    sess = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), threads=threads)
+    feed = {k: ops[k] for k in inputs}
+    return lambda: sess.run(None, feed)
+
+
+def product_kernels(shape, evaluations: int, threads: int, log, *, projections_only: bool = False) -> list[tuple[str, Callable]]:
+    """[(library, zero-argument fn)]: product_chain for a forward of `evaluations` evaluations at
+    shape, in each library installed (projections_only: ONNX Runtime's, the two projections).
+    Timed like a path, it is how fast a path could run whose products ran at that library's speed
+    and whose norms, softmax, masks and Runge-Kutta sums cost nothing: a bound on every float
+    path's GFLOP/s (and, for the projections, on what integer BitLinear can save)."""
+    ops = product_operands(shape, projections_only)
+    args = [ops.get(k) for k in ("h", "q", "a", "w_qkv", "kt", "v", "w_out")]
+    out = []
+    if not projections_only:
+        out.append(("numpy", lambda: product_chain(*args, evaluations)))
+        try:
+            import torch
+
+            torch.set_num_threads(threads)
+            targs = [torch.from_numpy(x) for x in args]
+            out.append(("torch", lambda: product_chain(*targs, evaluations)))
+        except ImportError as err:
+            log(f"  products: torch skipped ({err})")
+    try:
+        out.append(("ort", _ort_product_chain(ops, evaluations, threads)))
+    except ImportError as err:
+        log(f"  products: ONNX Runtime skipped ({err})")
+    if not projections_only:
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            fn = jax.jit(product_chain, static_argnums=(7,))
+            jargs = [jnp.asarray(x) for x in args]
+            jax.block_until_ready(fn(*jargs, evaluations))  # compiles
+            out.append(("xla", lambda: jax.block_until_ready(fn(*jargs, evaluations))))
+        except ImportError as err:
+            log(f"  products: XLA skipped ({err})")
+    return out
+
+
 def _first_and_warm(fn, warmup: int) -> tuple[object, float, float]:
     """(first output, first call s, last call s): the first call, then `warmup` more."""
     start = time.perf_counter()
@@ -528,9 +648,16 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
     projection = (batch * seq, d_model, 3 * d_model)
     kernels = [Timed(f"{lib} {m}x{k}x{n}", fn, 2.0 * m * k * n, 0.0)
                for lib, (m, k, n), fn in peak_kernels([(s, s, s) for s in peak_sizes] + [projection], threads, log)]
+    evaluations = R.TABLEAUS[solver].num_stages * steps
+    forward = flops(batch, seq, d_model, R.ODEConfig(hidden_size=d_model, num_heads=shape[3], ode_solver=solver,
+                                                     ode_steps=steps))
+    kernels += [Timed(f"products {lib}", fn, forward, 0.0) for lib, fn in product_kernels(shape, evaluations, threads, log)]
+    if any(e.name == "ort-bitnet-int" for e in entries):
+        kernels += [Timed("projections ort", fn, 8.0 * batch * seq * d_model**2 * evaluations, 0.0)
+                    for _, fn in product_kernels(shape, evaluations, threads, log, projections_only=True)]
     for kernel in kernels:
         kernel.call_s = _first_and_warm(kernel.fn, max(warmup, 1))[2]
-    log(f"  {label}: {repeats} rounds of {len(entries)} paths and {len(kernels)} matmuls...")
+    log(f"  {label}: {repeats} rounds of {len(entries)} paths and {len(kernels)} matmuls and products...")
     interleave(entries + kernels, repeats, burst_s)
 
     def round_peak(libs):
@@ -552,8 +679,12 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
                    xla_fraction=statistics.median(g / p for g, p in zip(gflops, xla)) if xla else None,
                    vs_plain=_spread([p / t for p, t in zip(plain, med)]) if plain and not row["use_bitnet"] else None)
     kernel_rows = [{"library": k.name.rsplit(" ", 1)[0], "size": k.name.rsplit(" ", 1)[1],
-                    "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))} for k in kernels]
-    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "round_gflops": peak, "xla_round_gflops": xla}}
+                    "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))}
+                   for k in kernels if not k.name.startswith(("products ", "projections "))]
+    products = {k.name.split(" ", 1)[1]: round_medians(k) for k in kernels if k.name.startswith("products ")}
+    projections = next((round_medians(k) for k in kernels if k.name == "projections ort"), None)
+    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "round_gflops": peak, "xla_round_gflops": xla,
+                                   "products_round_s": products, "flop": forward, "ort_projections_round_s": projections}}
 
 
 def paired_ratio(rows, shape: str, slow: str, fast: str) -> dict | None:
@@ -718,28 +849,56 @@ def targets(result: dict) -> list[dict]:
     def add(target, value, met, note=""):
         out.append({"target": target, "value": value, "met": met, "note": note})
 
+    peaks = {p["shape"]: p for p in result["peaks"]}
+    path = {(x["shape"], x["path"]): x for x in rows if x.get("round_s")}
+
+    def products_fraction(shape, libs):
+        """The block's products alone, at the fastest of libs in each round, as a fraction of that
+        round's peak (median over rounds); None where not timed."""
+        p = peaks.get(shape, {})
+        times = [p.get("products_round_s", {}).get(lib) for lib in libs]
+        times = [t for t in times if t]
+        if not times or not p.get("round_gflops"):
+            return None
+        return statistics.median(p["flop"] / min(col) / 1e9 / g for *col, g in zip(*times, p["round_gflops"]))
+
     r = paired_ratio(rows, "small", TORCH_PLAIN, "torch-eager")
+    plain, torch_products = path.get(("small", TORCH_PLAIN)), peaks.get("small", {}).get("products_round_s", {}).get("torch")
+    note = ""
+    if plain and torch_products:
+        bound = statistics.median(p / t for p, t in zip(plain["round_s"], torch_products))
+        note = (f"bound {bound:.2f}x: torch-plain / its own torch products alone (what eager would reach doing "
+                "nothing but the same products)")
     add("torch-eager >= 1.25x torch-plain (small)", f"{r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f})"
-        if r else "not measured", r["median"] >= 1.25 if r else None)
+        if r else "not measured", r["median"] >= 1.25 if r else None, note)
     for shape in ("small", "large"):
         timed = [x for x in rows if x["shape"] == shape and x.get("peak_fraction") is not None]
         best = max(timed, key=lambda x: x["peak_fraction"]) if timed else None
+        bound = products_fraction(shape, PRODUCT_LIBS)
         add(f"fastest path >= 85% of peak ({shape})", f"{best['path']} {100 * best['peak_fraction']:.1f}%"
-            if best else "not measured", best["peak_fraction"] >= 0.85 if best else None)
-    jax = next((x for x in rows if x["shape"] == "large" and x["path"] == "jax-jit" and x.get("peak_fraction")), None)
-    note = ""
-    if jax and jax.get("xla_fraction") is not None:
-        peaks = next(p for p in result["peaks"] if p["shape"] == "large")
-        xla, best = statistics.median(peaks["xla_round_gflops"]), statistics.median(peaks["round_gflops"])
-        note = (f"{100 * jax['xla_fraction']:.1f}% of XLA's own matmul peak ({xla:.1f} GFLOP/s, against {best:.1f} "
-                f"for the best library)")
-        if jax["peak_fraction"] < 0.70 and jax["xla_fraction"] >= 0.70 and xla < best:
-            note += ": XLA's CPU matmul is the limit"
-    add("jax-jit >= 70% of peak (large)", f"{100 * jax['peak_fraction']:.1f}%" if jax else "not measured",
-        jax["peak_fraction"] >= 0.70 if jax else None, note)
+            if best else "not measured", best["peak_fraction"] >= 0.85 if best else None,
+            f"bound {100 * bound:.1f}%: the block's float products alone, in the fastest library" if bound else "")
+    jax = path.get(("large", "jax-jit"))
+    bound, value, met, note = products_fraction("large", ("xla",)), "not measured", None, ""
+    if jax:
+        value, met = f"{100 * jax['peak_fraction']:.1f}%", jax["peak_fraction"] >= 0.70
+        if bound:
+            note = (f"the block's products alone in XLA: {100 * bound:.1f}% of peak, so XLA's CPU matmul is "
+                    f"{'the limit' if bound < 0.70 else 'not the limit'}; jax-jit runs at "
+                    f"{100 * jax['peak_fraction'] / bound:.0f}% of that bound")
+            if not met and bound < 0.70:
+                met, value = True, value + " (the alternative)"
+    add("jax-jit >= 70% of peak (large)", value, met, note)
     r = paired_ratio(rows, "large", "ort-bitnet", "ort-bitnet-int")
+    bitnet, projections = path.get(("large", "ort-bitnet")), peaks.get("large", {}).get("ort_projections_round_s")
+    note = ""
+    if r and bitnet and projections:
+        share = statistics.median(p / t for p, t in zip(projections, bitnet["round_s"]))
+        note = (f"bound {1 / (1 - share):.2f}x if its projections cost nothing: ORT's float projections alone are "
+                f"{100 * share:.0f}% of ort-bitnet's time" if share < 1 else
+                f"ORT's float projections alone take {100 * share:.0f}% of ort-bitnet's time")
     add("ort-bitnet-int >= 1.5x ort-bitnet (large)", f"{r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f})"
-        if r else "not measured", r["median"] >= 1.5 if r else None)
+        if r else "not measured", r["median"] >= 1.5 if r else None, note)
     long = (result.get("long_context") or {}).get("rows", {})
     torch_long = long.get("torch-eager", {})
     shape = (result.get("long_context") or {}).get("shape")
@@ -770,6 +929,11 @@ def format_tables(result: dict) -> str:
             if peak[key]:
                 s = _spread(peak[key])
                 lines.append(f"{what} per round: median {s['median']:.1f}, min {s['min']:.1f}, max {s['max']:.1f} GFLOP/s")
+        products = peak.get("products_round_s") or {}
+        if products:
+            lines.append("the block's products alone (one forward's: evaluations x qkv, scores, a @ v, out), median ms "
+                         "and GFLOP/s: " + ", ".join(f"{lib} {statistics.median(t) * 1e3:.2f} ms {peak['flop'] / statistics.median(t) / 1e9:.1f}"
+                                                 for lib, t in products.items()))
         lines.append("")
     w = max([6] + [len(r["shape"]) for r in result["paths"]]) + 2
     lines.append(f"{'shape':<{w}}{'path':<16}{'median ms':>11}{'min ms':>10}{'setup+first s':>14}{'GFLOP/s':>9}{'% peak':>8}"
