@@ -256,8 +256,9 @@ def test_checkpoint_same_forward_and_gradients_within_roundings(name):
     for dtype in ("float32", "float64"):
         with jax.enable_x64(dtype == "float64"):
             cfg, params, x, mask = checkpoint_case(name, dtype)
-            forward = [np.asarray(J.ode_block_jit(params, x, cfg, mask, checkpoint=c)) for c in (False, True)]
-            assert forward[0].dtype == dtype and np.array_equal(*forward)
+            if dtype == "float32":  # one precision is enough for the forward (two compilations each)
+                forward = [np.asarray(J.ode_block_jit(params, x, cfg, mask, checkpoint=c)) for c in (False, True)]
+                assert forward[0].dtype == dtype and np.array_equal(*forward)
             grad = jax.jit(jax.grad(trajectory_loss, argnums=(0, 1)), static_argnames=("cfg", "checkpoint"))
             grads[dtype] = grads_both_ways(grad, params, x, cfg, mask)
     (plain32, checkpointed32), (plain64, checkpointed64) = grads["float32"], grads["float64"]
