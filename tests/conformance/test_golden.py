@@ -27,8 +27,8 @@ def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_pa
     float64 backend summing in another order). Not bit for bit: the spec's float64 results move
     in the last bits from one CPU to another, because NumPy picks its SIMD loops (the summation
     order of its reductions) and OpenBLAS its kernels per CPU. Measured, an AVX2 machine against
-    the one that wrote the set: 88 of 108 files differ, the largest by 1.8e-14 relative (a grad
-    case), at most 0.10 of the bound. The seal is the command's output over the stored manifest."""
+    the one that wrote the set: 88 of 108 files differ, by at most 1.8e-14 relative (a grad case)
+    and at most 0.10 of the bound (a block case). The seal is the command's output over the stored manifest."""
     stored, fresh = golden.read_manifest(), golden.read_manifest(regenerated)
     assert sorted(p.name for p in regenerated.iterdir()) == sorted(
         p.name for p in golden.GOLDEN_DIR.iterdir())

@@ -91,12 +91,19 @@ def test_targets_use_the_ratios_paired_per_round():
         "note": "the block's float products alone, in the fastest library: 75.0%"}
     jax = got["jax-jit >= 70% of peak (large)"]  # 50% of the peak; its products alone in XLA reach 60%
     assert jax["met"] is True and jax["value"] == "50.0% (the alternative)"
-    assert "in XLA: 60.0% of peak, so XLA's CPU matmul is the limit; jax-jit runs at 83% of that bound" in jax["note"]
+    assert "in XLA: 60.0% of peak; jax-jit runs at 83% of that, so XLA's CPU matmul is the limit" in jax["note"]
     # ort-bitnet 2, 1, 3 s, its float projections 1 s, integer 0.5 s: 2 / 1.5, 1 / 0.5, 3 / 2.5 -> median 1.33
-    assert got["ort-bitnet-int >= 1.5x ort-bitnet (large)"]["note"].startswith("bound 1.33x: ort-bitnet with its projections")
+    assert got["ort-bitnet-int >= 1.5x ort-bitnet (large)"]["note"].startswith("estimate 1.33x: ort-bitnet with its projections")
+    rows[4]["peak_fraction"] = 0.3  # 50% of XLA's products alone: the block loses as much as XLA
+    jax = {t["target"]: t for t in B.targets(result)}["jax-jit >= 70% of peak (large)"]
+    assert jax["met"] is False and "so XLA's CPU matmul is not the only limit" in jax["note"]
+    rows[4]["peak_fraction"] = 0.5
     result["peaks"][0]["products_round_s"]["xla"] = [0.5]  # 120 GFLOP/s alone: no longer the limit
     jax = {t["target"]: t for t in B.targets(result)}["jax-jit >= 70% of peak (large)"]
     assert jax["met"] is False and "so XLA's CPU matmul is not the limit" in jax["note"]
+    rows[4]["peak_fraction"] = None  # not timed
+    assert {t["target"]: t for t in B.targets(result)}["jax-jit >= 70% of peak (large)"]["met"] is None
+    rows[4]["peak_fraction"] = 0.5
     assert got["torch-eager peak memory < 1 GB (B1 T8192 D512 H8)"]["met"] is False
     rows[1]["round_s"] = [0.5, 2.0, 1.0]  # now per round 2, 2, 2
     assert B.targets(result)[0]["met"] is True and B.targets({"paths": [], "peaks": []})[0]["met"] is None
@@ -127,7 +134,7 @@ def test_bench_quick_table_structure(tmp_path, capsys, monkeypatch):
         ratios = [p / t for p, t in zip(plain, r["round_s"])]
         want = None if r["use_bitnet"] else {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
         assert r["vs_plain"] == want  # the plain block has no BitLinear: no ratio across configs
-        assert r["setup_s"] >= 0 and r["first_call_s"] > 0 and r["max_rel_error"] < (1e-2 if r["path"] == "ort-int8" else 1e-5)
+        assert r["setup_s"] >= 0 and r["first_call_s"] > 0 and r["max_rel_error"] < (1e-2 if r["path"] == "ort-int8" else 1e-5)  # int8: test_deploy's measured bound
         assert r["memory"]["peak_rss_bytes"] > 0
     assert timed["torch-plain"]["vs_plain"] == {"median": 1.0, "min": 1.0, "max": 1.0}
     assert timed["ort-int8"]["max_rel_error"] > 1e-5 and timed["ort-int8"]["file_bytes"] > 0  # lossy int8
@@ -238,20 +245,23 @@ def test_bench_memory_refuses_bad_arguments(capsys):
 
 def test_every_library_runs_the_same_product_chain():
     """The products-alone timings run one computation in every library: product_chain in NumPy is
-    the reference, and each library's result agrees within float32 rounding of its sums (measured
-    at most 6.8e-7 relative; the bound is 16 roundings); a product wired to the wrong operand
-    differs by O(1)."""
+    the reference, and each library's result agrees within float32 rounding of its sums: measured
+    at most 6.8e-7 relative; the bound, 256 roundings (sums of 32 terms, 16 evaluations chained,
+    each library in its own order), leaves room for other CPUs' kernels; a product wired to the
+    wrong operand differs by O(1)."""
     for module in ("torch", "onnxruntime", "jax"):
         pytest.importorskip(module)
     ops = B.product_operands((1, 16, 32, 4))
     want = B.product_chain(*(ops[k] for k in B.CHAIN_ARGS), 16)
-    libs = dict(B.product_kernels((1, 16, 32, 4), 16, 1, print))
+    import torch
+
+    libs = dict(B.product_kernels((1, 16, 32, 4), 16, torch.get_num_threads(), print))
     assert set(libs) == set(B.PRODUCT_LIBS)
     for lib, fn in libs.items():
         got = fn()
         assert len(got) == len(want) == 4
         for g, w in zip(got, want):
-            assert relative_error(np.asarray(g), w) <= 16 * 2.0**-24, lib
+            assert relative_error(np.asarray(g), w) <= 256 * 2.0**-24, lib
 
 
 def test_ort_projections_sum_every_evaluation_in_both_forms():
