@@ -477,16 +477,11 @@ def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
         except ImportError as err:
             log(f"  peak: torch.mm skipped ({err})")
         try:
-            from onnx import TensorProto, helper, numpy_helper
+            from onnx import TensorProto, helper
 
-            from odeattn.export.runtime import session
-
-            graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul",
-                                      [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
-                                      [helper.make_tensor_value_info("c", TensorProto.FLOAT, [m, n])],
-                                      [numpy_helper.from_array(b, "b")])
-            sess = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), threads=threads)
-            out.append(("ort MatMul", (m, k, n), lambda sess=sess, a=a: sess.run(None, {"a": a})))
+            run = _ort_session([helper.make_node("MatMul", ["a", "b"], ["c"])], {"a": a},
+                               {"c": (TensorProto.FLOAT, (m, n))}, {"b": b}, threads)
+            out.append(("ort MatMul", (m, k, n), run))
         except ImportError as err:
             log(f"  peak: ONNX Runtime MatMul skipped ({err})")
         try:
@@ -558,6 +553,16 @@ def _ort_session(nodes, inputs: dict, outputs: dict, initializers: dict, threads
     return lambda: sess.run(None, inputs)
 
 
+def _running_sum(nodes: list, total: str | None, term: str) -> str:
+    """The name of total + term, appending its Add node to nodes; term itself when total is None."""
+    if total is None:
+        return term
+    from onnx import helper
+
+    nodes.append(helper.make_node("Add", [total, term], [f"{term}_sum"]))
+    return f"{term}_sum"
+
+
 def _ort_product_chain(ops: dict, evaluations: int, threads: int):
     """product_chain as an ONNX graph (inputs h, q, a; the rest initializers)."""
     from onnx import TensorProto, helper
@@ -565,9 +570,7 @@ def _ort_product_chain(ops: dict, evaluations: int, threads: int):
     nodes, names = [], {"h": "h", "q": "q", "a": "a"}
     for e in range(evaluations):
         nodes.append(helper.make_node("MatMul", [names["h"], "w_qkv"], [f"qkv{e}"]))
-        if e:
-            nodes.append(helper.make_node("Add", [names["total"], f"qkv{e}"], [f"total{e}"]))
-        names["total"] = f"total{e}" if e else "qkv0"
+        names["total"] = _running_sum(nodes, names.get("total"), f"qkv{e}")
         nodes += [helper.make_node("MatMul", [names["a"], "v"], [f"q{e + 1}"]),
                   helper.make_node("MatMul", [names["q"], "kt"], [f"a{e + 1}"]),
                   helper.make_node("MatMul", [names["h"], "w_out"], [f"h{e + 1}"])]
@@ -599,15 +602,13 @@ def ort_projections(shape, evaluations: int, threads: int, *, integer: bool):
         initializers = {k: np.sign(rng.standard_normal((d_model, n * d_model), dtype=np.float32))
                         for k, n in (("w_qkv", 3), ("w_out", 1))}
         elem = TensorProto.FLOAT
-    nodes = []
+    nodes, total = [], {}
     for e in range(evaluations):
         for w in ("w_qkv", "w_out"):
             args = [f"h{e}", w, "zero"] if integer else [f"h{e}", w]
             nodes.append(helper.make_node("MatMulInteger" if integer else "MatMul", args, [f"{w}{e}"]))
-            if e:
-                nodes.append(helper.make_node("Add", [f"{w}_sum{e - 1}" if e > 1 else f"{w}0", f"{w}{e}"], [f"{w}_sum{e}"]))
-    last = f"_sum{evaluations - 1}" if evaluations > 1 else "0"
-    outputs = {f"w_qkv{last}": (elem, (batch * seq, 3 * d_model)), f"w_out{last}": (elem, (batch * seq, d_model))}
+            total[w] = _running_sum(nodes, total.get(w), f"{w}{e}")
+    outputs = {total["w_qkv"]: (elem, (batch * seq, 3 * d_model)), total["w_out"]: (elem, (batch * seq, d_model))}
     return _ort_session(nodes, {f"h{e}": h for e in range(evaluations)}, outputs, initializers, threads)
 
 
