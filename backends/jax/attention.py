@@ -50,6 +50,54 @@ def masked_fill_min(s, mask):
     return jnp.where(mask, s, jnp.finfo(s.dtype).min)
 
 
+# attn computes the (seq_q, seq_k) scores a tile of heads at a time, each tile's scores at most
+# this many bytes (one head at least), so that they stay in cache between the products, the mask
+# and the softmax's passes. Measured, jax-jit at B8 T512 D512 H8 (rk4, 4 steps), as a fraction of
+# XLA's products alone in the same run: untiled 66%; tiles of 1 MiB 98%, 4 MiB 100%, 8 MiB (one
+# batch entry) 91%. A tile holds each head's scores, softmax and values whole, so the values are
+# those of the untiled computation.
+SCORE_TILE_BYTES = 4 * 2**20
+
+
+def _over(size: int, arrays, body, batch_size=None):
+    """lax.map of body over axis 0 of each array whose axis 0 has `size` entries; an array whose
+    axis 0 has one entry (broadcast along it), or None, is passed to every call as its entry."""
+    mapped = [a if a is not None and a.shape[0] == size else None for a in arrays]
+    shared = [a[0] if a is not None and a.shape[0] != size else None for a in arrays]
+    return lax.map(lambda xs: body(*(m if m is not None else s for m, s in zip(xs, shared))), mapped,
+                   batch_size=batch_size)
+
+
+def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
+    """fn(q, k, v, mask, bias) -> like q, computed over tiles of heads whose scores fit tile_bytes.
+
+    q (batch, heads, seq_q, head_dim), k, v (batch, heads, seq_k, head_dim); mask and bias None or
+    (batch | 1, heads | 1, seq_q, seq_k). fn must broadcast over leading axes: a tile calls it with
+    (tile, seq, head_dim) operands, or with (seq, head_dim) ones and the mask and bias as (seq_q,
+    seq_k) where a tile is one head. Small inputs run fn once, untiled."""
+    batch, heads, seq_q, _ = q.shape
+    per_head = seq_q * k.shape[-2] * q.dtype.itemsize
+    if batch * heads * per_head <= tile_bytes:
+        return fn(q, k, v, mask, bias)
+    per_tile = max(1, tile_bytes // per_head)  # heads in a tile
+    if per_tile >= heads:  # tiles of whole batch entries
+        return _over(batch, (q, k, v, mask, bias), fn, batch_size=per_tile // heads)
+
+    def entry(q, k, v, mask, bias):  # one batch entry: (heads, ...), mask and bias (heads | 1, ...)
+        return _over(heads, (q, k, v, mask, bias), fn, batch_size=per_tile)
+
+    return _over(batch, (q, k, v, mask, bias), entry)
+
+
+def scaled_attention(q, k, v, mask, bias, scale):
+    """softmax(q k^T * scale + bias, masked where mask is False) v: q (..., seq_q, head_dim), k, v
+    (..., seq_k, head_dim), mask and bias None or broadcast against (..., seq_q, seq_k)."""
+    s = (q @ jnp.swapaxes(k, -1, -2)) * scale
+    if bias is not None:
+        s = s + bias
+    return softmax(s if mask is None else masked_fill_min(s, mask)) @ v
+
+
 class SelfAttention(Stages):
     """The staged ODE function. Override a stage to make a variant; keep the signatures. The stage
     order and prepare are ode_ref's Stages; this class writes the stages in jax.numpy.
@@ -153,15 +201,16 @@ class SelfAttention(Stages):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
+    score_tile_bytes = SCORE_TILE_BYTES  # attn's tiles (tiled); a class attribute, so part of the jit key
+
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, ...), mask (batch | 1, 1, seq_q,
-        seq_k), bias None or (batch | 1, heads, seq_q, seq_k) -> like q."""
+        seq_k), bias None or (batch | 1, heads, seq_q, seq_k) -> like q. The scores are computed a
+        tile of heads at a time (tiled, SCORE_TILE_BYTES)."""
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (batch, heads, seq, head_dim)
-        s = (q @ k.transpose(0, 1, 3, 2)) * jnp.asarray(self.config.scale, q.dtype)  # (b, h, seq_q, seq_k)
-        if bias is not None:
-            s = s + bias
-        a = softmax(masked_fill_min(s, mask))
-        return (a @ v).transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
+        scale = jnp.asarray(self.config.scale, q.dtype)
+        y = tiled(lambda *a: scaled_attention(*a, scale), q, k, v, mask, bias, self.score_tile_bytes)
+        return y.transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
 
     def postprocess_attn(self, y, padding_mask=None):
         if padding_mask is None:
