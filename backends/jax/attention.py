@@ -50,43 +50,39 @@ def masked_fill_min(s, mask):
     return jnp.where(mask, s, jnp.finfo(s.dtype).min)
 
 
-# attn computes the (seq_q, seq_k) scores a tile of heads at a time, each tile's scores at most
-# this many bytes (one head at least), so that they stay in cache between the products, the mask
-# and the softmax's passes. Measured, jax-jit at B8 T512 D512 H8 (rk4, 4 steps), as a fraction of
-# XLA's products alone in the same run: untiled 66%; tiles of 1 MiB 98%, 4 MiB 100%, 8 MiB (one
-# batch entry) 91%. A tile holds each head's scores, softmax and values whole, so the values are
-# those of the untiled computation.
+# attn computes the scores a tile of heads at a time once they pass this many bytes: a tile is
+# every batch entry for as many heads as fit (one head at least), and only the heads axis is looped
+# over, so an array split by batch rows over devices (sharding.shard_batch) is never gathered.
+# Measured, jax-jit at B8 T512 D512 H8 (rk4, 4 steps; one head's scores over the batch take 8 MiB),
+# as a fraction of XLA's products alone in the same run: untiled 66%, one head a tile 89%, two
+# heads 85%. The conformance cases are all untiled.
 SCORE_TILE_BYTES = 4 * 2**20
-
-
-def _over(size: int, arrays, body, batch_size=None):
-    """lax.map of body over axis 0 of each array whose axis 0 has `size` entries; an array whose
-    axis 0 has one entry (broadcast along it), or None, is passed to every call as its entry."""
-    mapped = [a if a is not None and a.shape[0] == size else None for a in arrays]
-    shared = [a[0] if a is not None and a.shape[0] != size else None for a in arrays]
-    return lax.map(lambda xs: body(*(m if m is not None else s for m, s in zip(xs, shared))), mapped,
-                   batch_size=batch_size)
 
 
 def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
     """fn(q, k, v, mask, bias) -> like q, computed over tiles of heads whose scores fit tile_bytes.
 
     q (batch, heads, seq_q, head_dim), k, v (batch, heads, seq_k, head_dim); mask and bias None or
-    (batch | 1, heads | 1, seq_q, seq_k). fn must broadcast over leading axes: a tile calls it with
-    (tile, seq, head_dim) operands, or with (seq, head_dim) ones and the mask and bias as (seq_q,
-    seq_k) where a tile is one head. Small inputs run fn once, untiled."""
+    broadcast against (batch, heads, seq_q, seq_k). fn must broadcast: a tile calls it with one
+    head, (batch, 1, seq, head_dim), and the mask and bias of that head (those with one entry per
+    head on axis 1) or whole (the others). Each head's scores, softmax and values are the same
+    formulas on the same numbers as untiled, and equal up to XLA's summation order, which may
+    differ with the operands' shapes. Scores within one tile: fn once, untiled."""
     batch, heads, seq_q, _ = q.shape
-    per_head = seq_q * k.shape[-2] * q.dtype.itemsize
-    if batch * heads * per_head <= tile_bytes:
+    per_head = batch * seq_q * k.shape[-2] * q.dtype.itemsize
+    if heads * per_head <= tile_bytes:
         return fn(q, k, v, mask, bias)
-    per_tile = max(1, tile_bytes // per_head)  # heads in a tile
-    if per_tile >= heads:  # tiles of whole batch entries
-        return _over(batch, (q, k, v, mask, bias), fn, batch_size=per_tile // heads)
 
-    def entry(q, k, v, mask, bias):  # one batch entry: (heads, ...), mask and bias (heads | 1, ...)
-        return _over(heads, (q, k, v, mask, bias), fn, batch_size=per_tile)
+    def head_first(a):  # a's head axis first where a has one entry per head there; else None
+        return jnp.moveaxis(a, 1, 0) if a is not None and a.ndim == 4 and a.shape[1] == heads else None
 
-    return _over(batch, (q, k, v, mask, bias), entry)
+    def one_head(q, k, v, mask_h, bias_h):  # q, k, v (batch, seq, head_dim); mask_h, bias_h (batch | 1, ...)
+        mask_h, bias_h = (whole if h is None else h[:, None] for whole, h in ((mask, mask_h), (bias, bias_h)))
+        return fn(q[:, None], k[:, None], v[:, None], mask_h, bias_h)[:, 0]
+
+    heads_first = [head_first(a) for a in (q, k, v, mask, bias)]
+    y = lax.map(lambda xs: one_head(*xs), heads_first, batch_size=max(1, tile_bytes // per_head))
+    return jnp.moveaxis(y, 0, 1)
 
 
 def scaled_attention(q, k, v, mask, bias, scale):
@@ -201,7 +197,7 @@ class SelfAttention(Stages):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
-    score_tile_bytes = SCORE_TILE_BYTES  # attn's tiles (tiled); a class attribute, so part of the jit key
+    score_tile_bytes = SCORE_TILE_BYTES  # attn's tile size (tiled); a subclass may set its own
 
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, ...), mask (batch | 1, 1, seq_q,

@@ -19,6 +19,7 @@ import numpy as np
 import ode_ref as R
 from odeattn.backends.jax import ode_block
 from odeattn.backends.jax import sharding as S
+from odeattn.backends.jax.attention import SelfAttention
 
 
 def cases():
@@ -62,8 +63,17 @@ def run(name, cfg, params, x, mask, w, layout):
         "forward": S.collectives(jax.jit(block, static_argnums=2).lower(args[0], args[1], cfg, args[2])
                                  .compile().as_text()) if layout == S.HEADS else None,
         "with_grad": S.collectives(compiled.as_text()),
+        # attention over tiles of one head each (attention.tiled): a loop over the heads
+        "tiled_forward": S.collectives(jax.jit(lambda p, x, m: block(p, x, cfg, m, attention=one_head_tiles(cfg, x)))
+                                       .lower(*args).compile().as_text()),
     }
     return {k: np.asarray(v) for k, v in arrays.items()}, report
+
+
+def one_head_tiles(cfg, x):
+    """The default attention with tiles of one head: its tile is one head's scores over the batch."""
+    batch, seq = x.shape[:2]
+    return type("OneHeadTiles", (SelfAttention,), {"score_tile_bytes": batch * seq * seq * x.dtype.itemsize})(cfg)
 
 
 def run_psum(name, cfg, params, x, mask, w):

@@ -130,4 +130,8 @@ def test_collectives_are_the_expected_ones(sharded):
         ops = [(c["op"], c["shapes"], c["in_loop"]) for c in heads["with_grad"]]
         qkv = ("all-gather", [[x.shape[0], x.shape[1], 3, cfg.num_heads, cfg.head_dim]], True)
         assert sorted(ops) == sorted([("all-reduce", [activation], True)] * 2 * stages + [qkv] * stages + [weight])
+        # attention over tiles of one head loops over the heads only: split by batch rows, it still
+        # communicates nothing in the forward (a loop over a split axis would gather q, k and v at
+        # every evaluation); split by heads, what the untiled forward does
+        assert batch["tiled_forward"] == [] and heads["tiled_forward"] == heads["forward"]
     # These counts are XLA's choices at the pinned JAX version; the README quotes them.
