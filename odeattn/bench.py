@@ -738,19 +738,25 @@ def paired_ratio(rows, shape: str, slow: str, fast: str) -> dict | None:
     if slow not in got or fast not in got:
         return None
     return _spread([s / f for s, f in zip(got[slow]["round_s"], got[fast]["round_s"])])
+
+
+SCALING = {"steps": (1, 2, 4, 8), "seq": (64, 128, 256, 512), "export_steps": (1, 4, 16, 64),
+           "compile_steps": (1, 4, 16, 64), "compile_repeats": 3}  # the scaling lines' points; compiles timed per point
+
+
 def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
     """Time against steps and against seq (PyTorch eager), export time and size against steps,
-    JAX compile time against steps; all on the small shape."""
+    JAX compile time against steps (at the points of SCALING); all on the small shape."""
     batch, seq, d_model, heads = SHAPES["small"]
     out = {"time_vs_steps": [], "time_vs_seq": [], "export_vs_steps": [], "jax_compile_vs_steps": []}
     base = dict(hidden_size=d_model, num_heads=heads, ode_solver="rk4")
     params = R.init_params(R.ODEConfig(**base), seed=0)
     x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
     try:
-        for steps in (1, 2, 4, 8):
+        for steps in SCALING["steps"]:
             fn, _ = _setup_torch("torch-eager", R.ODEConfig(**base, ode_steps=steps), params, x, threads)
             out["time_vs_steps"].append({"steps": steps, "median_s": statistics.median(measure(fn, warmup=warmup, repeats=repeats))})
-        for s in (64, 128, 256, 512):
+        for s in SCALING["seq"]:
             xs = np.random.default_rng(0).normal(size=(batch, s, d_model))
             fn, _ = _setup_torch("torch-eager", R.ODEConfig(**base, ode_steps=4), params, xs, threads)
             out["time_vs_seq"].append({"seq": s, "median_s": statistics.median(measure(fn, warmup=warmup, repeats=repeats))})
@@ -761,7 +767,7 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
 
         from odeattn.export.deploy import inline
 
-        for steps in (1, 4, 16, 64):
+        for steps in SCALING["export_steps"]:
             cfg = R.ODEConfig(**base, ode_steps=steps)
             start = time.perf_counter()
             model = export_model(cfg, params)
@@ -782,9 +788,9 @@ def scaling(threads: int, warmup: int, repeats: int, log) -> dict:
             ode_block_jit.lower(ps, xj, cfg).compile()
 
         compile_once(R.ODEConfig(**base, ode_steps=2))  # first-use costs of the compiler, not of a config
-        for steps in (1, 4, 16, 64):
+        for steps in SCALING["compile_steps"]:
             cfg = R.ODEConfig(**base, ode_steps=steps)
-            times = measure(lambda: compile_once(cfg), warmup=0, repeats=max(3, repeats))
+            times = measure(lambda: compile_once(cfg), warmup=0, repeats=max(SCALING["compile_repeats"], repeats))
             out["jax_compile_vs_steps"].append({"steps": steps, "compile_s": statistics.median(times)})
     except ImportError as err:
         log(f"  jax compile scaling: skipped ({err})")
