@@ -508,7 +508,7 @@ def product_chain(h, q, a, w_qkv, kt, v, w_out, evaluations: int):
     (B H, T, d_h): flops()'s count. Each evaluation's operands are the previous one's products
     (h from h @ w_out, q from a @ v, a from q @ kt; the qkv projections summed), so no runtime can
     merge or drop a repeated product, and only the last ones are returned. The scores are written
-    out, as the plain block, JAX and the opset 17 export do. The same code for NumPy, torch and
+    out, as the plain block and the opset 17 export do (JAX too, below 4 MiB of them). The same code for NumPy, torch and
     traced JAX arrays (`@` and `+`)."""
     total = None
     for _ in range(evaluations):
@@ -688,25 +688,27 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
         entries.append(Timed(name, fn, flops(batch, seq, d_model, config), last))
         log(f"  {label} {name:<15} setup {setup:6.2f} s, first call {first:7.2f} s, then {last * 1e3:9.2f} ms")
     projection = (batch * seq, d_model, 3 * d_model)
-    kernels = [Timed(f"{lib} {m}x{k}x{n}", fn, 2.0 * m * k * n, 0.0)
+    matmuls = [Timed(f"{lib} {m}x{k}x{n}", fn, 2.0 * m * k * n, 0.0)
                for lib, (m, k, n), fn in peak_kernels([(s, s, s) for s in peak_sizes] + [projection], threads, log)]
     evaluations = R.TABLEAUS[solver].num_stages * steps
     forward = flops(batch, seq, d_model, R.ODEConfig(hidden_size=d_model, num_heads=shape[3], ode_solver=solver,
                                                      ode_steps=steps))
-    kernels += [Timed(f"products {lib}", fn, forward, 0.0) for lib, fn in product_kernels(shape, evaluations, threads, log)]
+    products = {lib: Timed(f"products {lib}", fn, forward, 0.0) for lib, fn in product_kernels(shape, evaluations, threads, log)}
+    projections = {}
     if any(e.name == "ort-bitnet-int" for e in entries):
         try:
-            kernels += [Timed(f"projections {form}", ort_projections(shape, evaluations, threads, integer=form == "int"),
-                              8.0 * batch * seq * d_model**2 * evaluations, 0.0) for form in ("float", "int")]
+            projections = {form: Timed(f"projections {form}", ort_projections(shape, evaluations, threads, integer=form == "int"),
+                                       8.0 * batch * seq * d_model**2 * evaluations, 0.0) for form in ("float", "int")}
         except ImportError as err:
             log(f"  projections: skipped ({err})")
+    kernels = matmuls + list(products.values()) + list(projections.values())
     for kernel in kernels:
         kernel.call_s = _first_and_warm(kernel.fn, max(warmup, 1))[2]
     log(f"  {label}: {repeats} rounds of {len(entries)} paths and {len(kernels)} matmuls and products...")
     interleave(entries + kernels, repeats, burst_s)
 
     def round_peak(libs):
-        per_kernel = [[k.flop / t / 1e9 for t in round_medians(k)] for k in kernels if k.name.rsplit(" ", 1)[0] in libs]
+        per_kernel = [[k.flop / t / 1e9 for t in round_medians(k)] for k in matmuls if k.name.rsplit(" ", 1)[0] in libs]
         return [max(col) for col in zip(*per_kernel)] if per_kernel else []
 
     peak, xla = round_peak(PEAK_LIBS), round_peak(("xla dot",))
@@ -724,12 +726,10 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
                    xla_fraction=statistics.median(g / p for g, p in zip(gflops, xla)) if xla else None,
                    vs_plain=_spread([p / t for p, t in zip(plain, med)]) if plain and not row["use_bitnet"] else None)
     kernel_rows = [{"library": k.name.rsplit(" ", 1)[0], "size": k.name.rsplit(" ", 1)[1],
-                    "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))}
-                   for k in kernels if not k.name.startswith(("products ", "projections "))]
-    products = {k.name.split(" ", 1)[1]: round_medians(k) for k in kernels if k.name.startswith("products ")}
-    projections = {k.name.split(" ", 1)[1]: round_medians(k) for k in kernels if k.name.startswith("projections ")}
+                    "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))} for k in matmuls]
     return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "round_gflops": peak, "xla_round_gflops": xla,
-                                   "products_round_s": products, "flop": forward, "ort_projections_round_s": projections}}
+                                   "products_round_s": {lib: round_medians(k) for lib, k in products.items()}, "flop": forward,
+                                   "ort_projections_round_s": {form: round_medians(k) for form, k in projections.items()}}}
 
 
 def paired_ratio(rows, shape: str, slow: str, fast: str) -> dict | None:
