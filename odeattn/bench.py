@@ -941,6 +941,10 @@ def targets(result: dict) -> list[dict]:
             if not met and limit:
                 met, value = True, value + " (the alternative)"
     add("jax-jit >= 70% of peak (large)", value, met, note)
+    for shape in ("small", "large"):  # the two exports run next to each other in every round
+        r = paired_ratio(rows, shape, "ort-opset17", "ort-opset23")
+        add(f"ort-opset23 >= ort-opset17 ({shape})", f"{r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f})"
+            if r else "not measured", r["median"] >= 1.0 if r else None)
     r = paired_ratio(rows, "large", "ort-bitnet", "ort-bitnet-int")
     bitnet, projections = path.get(("large", "ort-bitnet")), peaks.get("large", {}).get("ort_projections_round_s") or {}
     note = ""

@@ -73,7 +73,8 @@ def test_targets_use_the_ratios_paired_per_round():
     rows = [_row("small", "torch-plain", [1.0, 4.0, 2.0]), _row("small", "torch-eager", [2.0, 1.0, 3.0], peak_fraction=0.9),
             _row("large", "ort-bitnet", [2.0, 1.0, 3.0]), _row("large", "ort-bitnet-int", [1.0, 2.0, 1.0]),
             _row("large", "jax-jit", [1.0], peak_fraction=0.5, xla_fraction=0.8),
-            _row("large", "torch-eager", [1.0], peak_fraction=0.84)]
+            _row("large", "torch-eager", [1.0], peak_fraction=0.84),
+            _row("small", "ort-opset17", [1.0, 3.0, 2.0]), _row("small", "ort-opset23", [2.0, 1.0, 2.5])]
     # the block's products alone, per forward (60 GFLOP): in XLA 1 s, 60 GFLOP/s, 60% of the peak
     # (below 70%: XLA's matmul is the limit); in torch 0.8 s, 75%
     result = {"paths": rows, "peaks": [{"shape": "large", "round_gflops": [100.0], "xla_round_gflops": [60.0], "flop": 60e9,
@@ -85,6 +86,11 @@ def test_targets_use_the_ratios_paired_per_round():
     assert got["torch-eager >= 1.25x torch-plain (small)"]["met"] is False
     assert B.paired_ratio(rows, "large", "ort-bitnet", "ort-bitnet-int") == {"median": 2.0, "min": 0.5, "max": 3.0}
     assert got["ort-bitnet-int >= 1.5x ort-bitnet (large)"]["met"] is True
+    # ort-opset17 / ort-opset23 per round: 0.5, 3, 0.8 -> median 0.8 (not met), while the ratio of
+    # the medians, 2 / 2, would be 1.0 (met); the large shape has no ort rows here
+    assert got["ort-opset23 >= ort-opset17 (small)"] == {"target": "ort-opset23 >= ort-opset17 (small)",
+                                                         "value": "0.80x (min 0.50, max 3.00)", "met": False, "note": ""}
+    assert got["ort-opset23 >= ort-opset17 (large)"]["met"] is None
     assert got["fastest path >= 85% of peak (small)"]["met"] is True
     assert got["fastest path >= 85% of peak (large)"] == {
         "target": "fastest path >= 85% of peak (large)", "value": "torch-eager 84.0%", "met": False,
@@ -151,7 +157,7 @@ def test_bench_quick_table_structure(tmp_path, capsys, monkeypatch):
     assert "the block's products alone" in out and "ONNX Runtime's two projections alone" in out
     fractions = [FLOP / t / 1e9 / p for t, p in zip(timed["torch-eager"]["round_s"], peak["round_gflops"])]
     assert timed["torch-eager"]["peak_fraction"] == pytest.approx(statistics.median(fractions), rel=1e-12)
-    assert [t["met"] for t in result["targets"]] == [None] * 6  # no target's shape in this run
+    assert [t["met"] for t in result["targets"]] == [None] * 8  # no target's shape in this run
 
 
 def test_bench_long_context_reports_memory_and_skips_the_spec(tmp_path, capsys, monkeypatch):
