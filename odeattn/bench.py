@@ -12,8 +12,8 @@ runtime's threads (left out when a call takes over 0.5 s: the
 wake-up is a small part of such a call), then a burst of timed calls lasting about BURST_S
 seconds (at least one call, at most MAX_BURST; sized from the last warm-up call, then from the
 path's previous burst median). Rotating the
-turn keeps its neighbours: the paths a target compares (torch-plain and torch-eager, ort-bitnet
-and ort-bitnet-int) are side by side in PATHS (the order the paths run in, whatever the order
+turn keeps its neighbours: the paths a target compares (torch-plain and torch-eager, ort-opset17
+and ort-opset23, ort-bitnet and ort-bitnet-int) are side by side in PATHS (the order the paths run in, whatever the order
 of --paths), so they run seconds apart in every round. A path's time in a round is its burst
 median. Per round:
 
