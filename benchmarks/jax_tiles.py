@@ -30,11 +30,6 @@ from odeattn.bench import CHAIN_ARGS, SHAPES, Timed, interleave, product_chain, 
 PRODUCTS = "XLA's products alone"
 
 
-def attention(config, tile_bytes: int) -> SelfAttention:
-    """The default attention with its own tile size (a class per size: a size is part of the jit key)."""
-    return type(f"Tiles{tile_bytes}", (SelfAttention,), {"score_tile_bytes": tile_bytes})(config)
-
-
 def entries(shape) -> list[Timed]:
     batch, seq, d_model, heads = shape
     cfg = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver="rk4", ode_steps=4)
@@ -43,7 +38,7 @@ def entries(shape) -> list[Timed]:
     head = batch * seq * seq * 4  # one head's float32 scores over the batch
     forms = {f"tiles of {SCORE_TILE_BYTES // 2**20} MiB (default)": SCORE_TILE_BYTES, "tiles of two heads": 2 * head,
              "untiled": 2**62}
-    fns = {name: (lambda a=attention(cfg, size): ode_block_jit(params, x, cfg, attention=a).block_until_ready())
+    fns = {name: (lambda a=SelfAttention(cfg).with_tiles(size): ode_block_jit(params, x, cfg, attention=a).block_until_ready())
            for name, size in forms.items()}
     ops = product_operands(shape)
     chain, operands = jax.jit(product_chain, static_argnums=(7,)), [jnp.asarray(ops[k]) for k in CHAIN_ARGS]

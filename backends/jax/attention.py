@@ -11,6 +11,8 @@ The cache's slot index may be traced (lax.dynamic_slice and dynamic_update_slice
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -198,7 +200,14 @@ class SelfAttention(Stages):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
-    score_tile_bytes = SCORE_TILE_BYTES  # attn's tile size (tiled); a subclass may set its own
+    score_tile_bytes = SCORE_TILE_BYTES  # attn's tile size (tiled); with_tiles sets another
+
+    def with_tiles(self, tile_bytes: int):
+        """A copy of this attention (a variant's settings kept) whose attn computes the scores in
+        tiles of at most tile_bytes: an instance setting, so part of its jit key."""
+        out = copy.copy(self)
+        out.score_tile_bytes = tile_bytes
+        return out
 
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, ...), mask (batch | 1, 1, seq_q,

@@ -17,9 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import ode_ref as R
-from odeattn.backends.jax import ode_block
+from odeattn.backends.jax import SelfAttention, ode_block
 from odeattn.backends.jax import sharding as S
-from odeattn.backends.jax.attention import SelfAttention
 
 
 def cases():
@@ -57,23 +56,24 @@ def run(name, cfg, params, x, mask, w, layout):
         g_p = S.merge_heads(g_p, cfg)
     arrays = {f"{name}/{layout}/z": z, f"{name}/{layout}/grad/x": g_x}
     arrays.update({f"{name}/{layout}/grad/{k}": v for k, v in g_p.items()})
+    tiles = SelfAttention(cfg).with_tiles(one_head(x))  # attention over tiles of one head each
     report = {
         "shards": {k: list(v.addressable_shards[0].data.shape) for k, v in [("x", args[1]), *args[0].items()]},
         # batch: its gradient's program, which holds the forward too, shows all it communicates
         "forward": S.collectives(jax.jit(block, static_argnums=2).lower(args[0], args[1], cfg, args[2])
                                  .compile().as_text()) if layout == S.HEADS else None,
         "with_grad": S.collectives(compiled.as_text()),
-        # attention over tiles of one head each (attention.tiled): a loop over the heads
-        "tiled_forward": S.collectives(jax.jit(lambda p, x, m: block(p, x, cfg, m, attention=one_head_tiles(cfg, x)))
+        # attention.tiled over one head a tile: a loop over the heads
+        "tiled_forward": S.collectives(jax.jit(lambda p, x, m: block(p, x, cfg, m, attention=tiles))
                                        .lower(*args).compile().as_text()),
     }
     return {k: np.asarray(v) for k, v in arrays.items()}, report
 
 
-def one_head_tiles(cfg, x):
-    """The default attention with tiles of one head: its tile is one head's scores over the batch."""
+def one_head(x) -> int:
+    """Bytes of one head's scores over the batch: a tile of one head."""
     batch, seq = x.shape[:2]
-    return type("OneHeadTiles", (SelfAttention,), {"score_tile_bytes": batch * seq * seq * x.dtype.itemsize})(cfg)
+    return batch * seq * seq * x.dtype.itemsize
 
 
 def run_psum(name, cfg, params, x, mask, w):

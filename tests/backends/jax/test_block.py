@@ -318,10 +318,6 @@ TILE_CONFIGS = {  # (config, heads a tile, padded): each tile form once; ALiBi's
 }
 
 
-def attention_class(base, heads_a_tile):
-    return type(f"Tiled{base.__name__}", (base,), {"score_tile_bytes": heads_a_tile * HEAD_SCORES})
-
-
 def tile_inputs(overrides, solver="rk4"):
     cfg = R.ODEConfig(hidden_size=D_MODEL, num_heads=HEADS, ode_solver=solver, ode_steps=2, **overrides)
     padding = np.ones((BATCH, SEQ), bool)
@@ -343,20 +339,20 @@ def check_tiled_forward(cfg, params, x, mask, tiled, spec_attention=None):
 def test_tiled_forward_within_the_suite_bound(config):
     overrides, heads_a_tile, padded = TILE_CONFIGS[config]
     cfg, params, x, padding = tile_inputs(overrides)
-    check_tiled_forward(cfg, params, x, padding if padded else None, attention_class(J.SelfAttention, heads_a_tile)(cfg))
+    check_tiled_forward(cfg, params, x, padding if padded else None, J.SelfAttention(cfg).with_tiles(heads_a_tile * HEAD_SCORES))
 
 
 def test_tiled_variant_within_the_suite_bound():
     """A variant's narrowed mask (a sliding window) goes through the tiles too."""
     cfg, params, x, padding = tile_inputs({})
-    tiled = attention_class(J.LocalWindowAttention, 1)(cfg, window=3)
+    tiled = J.LocalWindowAttention(cfg, window=3).with_tiles(HEAD_SCORES)
     check_tiled_forward(cfg, params, x, padding, tiled, R.LocalWindowAttention(cfg, window=3))
 
 
 def test_tiled_decoding_within_the_suite_bound():
     """A decode step's one query against max_len cached keys, one head a tile."""
     cfg, params, x, padding = tile_inputs({"mode": "decoder"})
-    tiled = type("TiledDecode", (J.SelfAttention,), {"score_tile_bytes": BATCH * (SEQ + 1) * 4})(cfg)
+    tiled = J.SelfAttention(cfg).with_tiles(BATCH * (SEQ + 1) * 4)
     params32, x32 = as32(params), x.astype(np.float32)
     prompt, token = slice(0, SEQ - 1), slice(SEQ - 1, SEQ)
     want = R.decode_step(params, x[:, token], R.prefill(params, x[:, prompt], cfg, padding[:, prompt], max_len=SEQ + 1)[1], cfg)[0]
@@ -374,7 +370,7 @@ def test_tiled_gradients_within_the_suite_bound():
     w = np.random.default_rng(3).normal(size=x.shape)  # loss = sum(w * z(1)): z1_bar = w
     want_x, want_p = R.ode_block_vjp(params, x, cfg, w, padding)
     spec32_x, spec32_p = R.ode_block_vjp(as32(params), x.astype(np.float32), cfg, w.astype(np.float32), padding)
-    tiled = attention_class(J.SelfAttention, 2)(cfg)
+    tiled = J.SelfAttention(cfg).with_tiles(2 * HEAD_SCORES)
     loss = lambda p, x: jnp.sum(w.astype(np.float32) * J.ode_block(p, x, cfg, padding, attention=tiled))  # noqa: E731
     got_p, got_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(as32(params), x.astype(np.float32))
     for name in [None, *params]:
@@ -388,5 +384,5 @@ def test_small_inputs_are_not_tiled():
     cfg, params, x, _ = tile_inputs({})
     params32, x32 = as32(params), x.astype(np.float32)
     scans = [count_primitive(jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg, attention=a))(params32, x32).jaxpr, "scan")
-             for a in (J.SelfAttention(cfg), attention_class(J.SelfAttention, 1)(cfg))]
+             for a in (J.SelfAttention(cfg), J.SelfAttention(cfg).with_tiles(HEAD_SCORES))]
     assert scans == [1, 1 + R.TABLEAUS["rk4"].num_stages]
