@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +23,8 @@ import numpy as np
 import ode_ref as R
 from odeattn.backends.jax import ode_block_jit
 from odeattn.backends.jax.attention import SCORE_TILE_BYTES, SelfAttention
-from odeattn.bench import CHAIN_ARGS, SHAPES, Timed, interleave, product_chain, product_operands, round_medians
+from odeattn.bench import (CHAIN_ARGS, SHAPES, Timed, _first_and_warm, interleave, product_chain, product_operands,
+                           round_medians)
 
 
 PRODUCTS = "XLA's products alone"
@@ -43,13 +43,8 @@ def entries(shape) -> list[Timed]:
     ops = product_operands(shape)
     chain, operands = jax.jit(product_chain, static_argnums=(7,)), [jnp.asarray(ops[k]) for k in CHAIN_ARGS]
     fns[PRODUCTS] = lambda: jax.block_until_ready(chain(*operands, 4 * 4))
-    out = []
-    for name, fn in fns.items():
-        fn()  # compiles
-        start = time.perf_counter()
-        fn()
-        out.append(Timed(name, fn, 0.0, time.perf_counter() - start))
-    return out
+    # the first call compiles; the warm one's time sizes the first burst
+    return [Timed(name, fn, 0.0, _first_and_warm(fn, 1)[2]) for name, fn in fns.items()]
 
 
 def main(argv=None) -> None:
