@@ -836,12 +836,12 @@ def _decode_paths(runtime: str, config, params, x, threads: int):
         return (lambda: J.decode_step(ps, x_t, cache, config)[0].block_until_ready(),
                 lambda: J.ode_block_jit(ps, x32, config).block_until_ready())
     if runtime == "ort":
-        from odeattn.export.block import decode_names, export_decode_model, export_model
+        from odeattn.export.block import export_decode_model, export_model
+        from odeattn.export.decode import OnnxCache, OnnxDecoder
         from odeattn.export.runtime import session
 
         _, cache = R.prefill(ps, x32[:, :-1], config, max_len=n)  # the spec's cache, float32
-        past, _ = decode_names(config)
-        feed = {"x_t": x32[:, -1:], "index": np.array(n - 1), **dict(zip(past, [*cache.k, *cache.v, cache.padding_mask]))}
+        feed = OnnxDecoder(config).step_feed(x32[:, -1:], OnnxCache.from_spec(cache))  # only z is fetched below
         dec = session(export_decode_model(config, params), threads=threads)
         blk = session(export_model(config, params, padding_mask=False), threads=threads)
         return (lambda: dec.run(["z"], feed)), (lambda: blk.run(["z"], {"x": x32}))
