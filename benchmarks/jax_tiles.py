@@ -23,7 +23,7 @@ import numpy as np
 import ode_ref as R
 from odeattn.backends.jax import ode_block_jit
 from odeattn.backends.jax.attention import SCORE_TILE_BYTES, SelfAttention
-from odeattn.bench import (CHAIN_ARGS, SHAPES, Timed, _first_and_warm, interleave, product_chain, product_operands,
+from odeattn.bench import (CHAIN_ARGS, SHAPES, Timed, first_and_warm, interleave, product_chain, product_operands,
                            round_medians)
 
 
@@ -44,7 +44,7 @@ def entries(shape) -> list[Timed]:
     chain, operands = jax.jit(product_chain, static_argnums=(7,)), [jnp.asarray(ops[k]) for k in CHAIN_ARGS]
     fns[PRODUCTS] = lambda: jax.block_until_ready(chain(*operands, 4 * 4))
     # the first call compiles; the warm one's time sizes the first burst
-    return [Timed(name, fn, 0.0, _first_and_warm(fn, 1)[2]) for name, fn in fns.items()]
+    return [Timed(name, fn, 0.0, first_and_warm(fn, 1)[2]) for name, fn in fns.items()]
 
 
 def main(argv=None) -> None:

@@ -133,7 +133,7 @@ def _registrars():
     """Subcommands that live beside the code they drive, imported lazily by name."""
     from odeattn.conformance.cli import register as conformance
     from odeattn.export.cli import register as export
-    from odeattn.bench import register as bench
+    from odeattn.commands.bench import register as bench
     from odeattn.diagnose import register as diagnose
     from odeattn.demo import register as demo
 
@@ -150,6 +150,9 @@ def main(argv=None) -> int:
             raise
         print(f"odeattn {args.command}: needs the package {top!r}, which is not installed; "
               f"install it with: pip install 'odeattn[{EXTRAS[top]}]'", file=sys.stderr)
+        return 2
+    except ValueError as err:  # a UsageError, or a library's own check of the command's input
+        print(f"odeattn {args.command}: {err}", file=sys.stderr)
         return 2
 
 

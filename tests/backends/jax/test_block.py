@@ -275,7 +275,7 @@ def test_checkpoint_keeps_the_compiled_gradient_flat_in_steps():
     this shape, rk4, per step from 1 to 8 steps: plain 66 states (the four evaluations' activations,
     attention weights included), checkpointed 2.04 (the step's input, kept for its recomputation,
     and as much again in XLA's buffer assignment of the scan)."""
-    from odeattn.memory import jax_train_program
+    from odeattn.bench import jax_train_program
 
     batch, seq, d_model = 1, 16, 16
     state = batch * seq * d_model * 4  # bytes of one float32 state z(t)

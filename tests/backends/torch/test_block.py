@@ -271,7 +271,7 @@ def test_checkpoint_memory_grows_with_the_square_root_of_the_steps():
     Measured at this shape, rk4, in states (batch, seq, d_model): plain 25 states per step;
     checkpointed, from 1 to 32 steps, 11.6 states more (segments of 6 steps: 6 segment inputs and
     one segment's 6 step inputs), a peak 1.33 times the 1-step one."""
-    from odeattn.memory import torch_peak_bytes, torch_train_step
+    from odeattn.bench import torch_peak_bytes, torch_train_step
 
     batch, seq, d_model = 1, 32, 16
     state = batch * seq * d_model * 4  # bytes of one float32 state z(t)
@@ -337,7 +337,7 @@ def test_long_context_keeps_no_seq_by_seq_tensor(mode):
     """Without a padding mask, the encoder's attention (no mask) and the decoder's (Causal, SDPA's
     is_causal) run SDPA's fused kernel: no (seq, seq) tensor exists at any time of a forward (the
     live tensor bytes stay under one float32 seq x seq tensor; measured 19 % of it at seq 1024)."""
-    from odeattn.memory import live_tensor_bytes_mode
+    from odeattn.bench import live_tensor_bytes_mode
 
     seq = 1024
     cfg = R.ODEConfig(hidden_size=16, num_heads=2, ode_solver="rk4", ode_steps=2, mode=mode)

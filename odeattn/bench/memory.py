@@ -1,38 +1,126 @@
-"""`odeattn bench --memory`: training memory and time of one forward+backward against ode_steps,
-with and without activation checkpointing (torch: ODEAttentionBlock(config, checkpoint=True);
-JAX: ode_block(..., checkpoint=True)).
+"""Memory: each path's peak host memory in a fresh process, and training memory against steps.
 
-Peak activation memory, per runtime (parameters and the input x are excluded in both):
-
-    torch  the peak, over one forward+backward, of the bytes of tensor storages that the
-           forward's and the backward's operations created and that are still alive: what
-           autograd saved for backward (with checkpointing: the step inputs it keeps, and the
-           activations of the step being recomputed), the temporaries, and the gradients.
-           Counted exactly by LiveTensorBytes, a dispatch mode that sees every operation's
-           output storage and its release (the C++ allocator itself has no CPU statistics).
-    jax    temp_size_in_bytes of the compiled forward+backward program's memory analysis: the
-           peak of XLA's buffer assignment for everything that is neither an argument nor an
-           output (the gradients are outputs, so not counted).
-
-Time: the median wall-clock seconds of one forward+backward; the two modes of a (runtime, steps)
-pair are interleaved in short bursts (one call to wake the runtime, then `burst` timed calls,
-alternating), as in `bench --decode`, so the machine's drift hits both alike. Memory is measured
-apart from the timed calls (the counting mode slows torch down).
+Peak memory (the main table's `peak MB`, and --long-context) is the rise of a fresh process's
+resident high-water mark over a baseline taken after its imports, so one path's runtime never
+counts toward another's. Training memory (`bench --memory`) is the peak activation memory of one
+forward+backward against ode_steps, with and without activation checkpointing: torch's counted
+by LiveTensorBytes, JAX's from the compiled program's memory analysis.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
+import json
 import statistics
+import subprocess
+import sys
+import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 import ode_ref as R
 
+from .paths import PATH_SPECS, Skip, path_inputs
+from .timing import interleaved_times, measure
+
+MEMORY_CALLS = 2  # forwards after the first in a memory process
 MEMORY_SHAPE = (1, 128, 64, 4)  # batch, seq, d_model, heads
 MEMORY_STEPS = (1, 2, 4, 8, 16, 32)
 MEMORY_RUNTIMES = ("torch", "jax")
 TARGET_RATIO = 1.5  # with checkpointing, peak(32 steps) / peak(1 step) at most this
+
+
+# Peak memory of a path, in a fresh process per path
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def memory_probe(name: str, shape, solver: str, steps: int, threads: int, calls: int = MEMORY_CALLS) -> dict:
+    """Run in a fresh process: the peak RSS increase of path `name` from a baseline taken after
+    its imports, its runtime's start and the inputs, through setup, the first call and `calls`
+    more (docs/performance-method.md); with the time of the first call and of the fastest other."""
+    spec = PATH_SPECS[name]
+    for module in spec.imports:
+        importlib.import_module(module)
+    if spec.prime:
+        spec.prime(threads)
+    config, params, x = path_inputs(shape, name, solver, steps)
+    gc.collect()
+    base = _status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    start = time.perf_counter()
+    try:
+        fn, _ = spec.setup(name, config, params, x, threads)
+    except (ImportError, Skip) as err:
+        return {"skipped": str(err)}
+    fn()
+    first = time.perf_counter() - start
+    times = measure(fn, warmup=0, repeats=calls)
+    out = {"peak_rss_bytes": _status_bytes("VmHWM") - base, "setup_and_first_call_s": first,
+           "call_s": min(times) if times else None, "live_tensor_bytes": None}
+    if spec.live_bytes:
+        out["live_tensor_bytes"] = torch_peak_bytes(fn)
+    return out
+
+
+def run_memory_probe(name: str, shape, solver: str, steps: int, threads: int, calls: int = MEMORY_CALLS) -> dict:
+    """memory_probe in a fresh Python process; {"error": last line of its stderr} if it fails."""
+    args = json.dumps({"name": name, "shape": list(shape), "solver": solver, "steps": steps, "threads": threads,
+                       "calls": calls})
+    code = "import json, sys; from odeattn.bench.memory import memory_probe; print(json.dumps(memory_probe(**json.loads(sys.argv[1]))))"
+    proc = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True)
+    if proc.returncode:
+        lines = proc.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit status {proc.returncode}"
+        if proc.returncode < 0:
+            why = f"killed by signal {-proc.returncode}" + (" (out of memory?)" if proc.returncode == -9 else "")
+        return {"error": why}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory_table(jobs, solver: str, steps: int, threads: int, log, *, parallel: int = 1,
+                 calls: int = MEMORY_CALLS) -> dict:
+    """{(path, shape name): probe result} for jobs [(path, shape name, shape)]; `parallel`
+    processes at a time (each measures its own RSS, so they do not disturb each other's figure)."""
+    def one(job):
+        name, label, shape = job
+        res = run_memory_probe(name, shape, solver, steps, threads, calls)
+        mb = (f"{res['peak_rss_bytes'] / 1e6:.0f} MB" if "peak_rss_bytes" in res
+              else f"skipped ({res['skipped']})" if "skipped" in res else f"failed: {res['error']}")
+        log(f"  memory {label} {name}: {mb}")
+        return (name, label), res
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        return dict(pool.map(one, jobs))
+
+
+def long_context_table(names, shape, solver: str, steps: int, threads: int, log, calls: int = 1) -> dict:
+    """Peak memory and the time of one forward of each path at a long context, one fresh process
+    per path, one after another; a path with a long_context reason is skipped with it."""
+    log(f"long context {shape} (batch, seq, d_model, heads), one path at a time:")
+    rows = {}
+    for name in names:
+        reason = PATH_SPECS[name].long_context
+        if reason:
+            rows[name] = {"skipped": reason}
+            log(f"  {name}: skipped ({reason})")
+            continue
+        rows.update(((n, res) for (n, _), res in
+                     memory_table([(name, "long", shape)], solver, steps, threads, log, calls=calls).items()))
+    return {"shape": list(shape), "calls": calls, "rows": rows}
+
+
+# Training memory against steps (bench --memory)
 
 
 def live_tensor_bytes_mode():
@@ -135,21 +223,8 @@ def _jax_paths(config, params, x, threads: int):
     return out
 
 
-def interleaved_times(fns: dict, *, repeats: int, burst: int) -> dict:
-    """{key: [seconds, ...]}: for each repeat, each fn in turn is called once (to wake its
-    threads), then timed `burst` times."""
-    from odeattn.bench import measure
-
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            fn()
-            times[key] += measure(fn, warmup=0, repeats=burst)
-    return times
-
-
 def bench_memory(shape, steps_list, runtimes, *, solver: str, repeats: int, threads: int, log, burst: int = 2) -> list[dict]:
-    """One row per (runtime, steps, checkpoint): peak activation memory (module docstring) and the
+    """One row per (runtime, steps, checkpoint): peak activation memory (docs/performance-method.md) and the
     forward+backward time."""
     batch, seq, d_model, heads = shape
     x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
@@ -191,48 +266,8 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
-def format_memory(result: dict) -> str:
-    b, t, d, h = result["shape"]
-    lines = [f"training memory vs steps: forward+backward of sum(z(1)), batch {b}, seq {t}, d_model {d}, {h} heads, "
-             f"{result['solver']}, float32, threads {result['threads']}",
-             "peak: torch, live tensor bytes created by forward+backward; jax, the compiled program's temp bytes",
-             f"{'runtime':<8}{'steps':>6}{'peak MB':>12}{'ckpt MB':>12}{'ms':>11}{'ckpt ms':>11}{'time x':>8}"]
-    by = {(r["runtime"], r["steps"], r["checkpoint"]): r for r in result["memory"]}
-    for (runtime, steps, checkpoint), plain in by.items():
-        if checkpoint:
-            continue
-        ck = by[runtime, steps, True]
-        lines.append(f"{runtime:<8}{steps:>6}{plain['peak_bytes'] / 1e6:>12.3f}{ck['peak_bytes'] / 1e6:>12.3f}"
-                     f"{plain['median_s'] * 1e3:>11.2f}{ck['median_s'] * 1e3:>11.2f}{ck['median_s'] / plain['median_s']:>7.2f}x")
-    for r in result["ratios"]:
-        verdict = "" if r["meets_target"] is None else \
-            f"  target <= {TARGET_RATIO}x: {'met' if r['meets_target'] else 'MISSED'}"
-        lines.append(f"{r['runtime']:<6} {'with' if r['checkpoint'] else 'without'} checkpointing: peak "
-                     f"{r['to_steps']} steps / {r['from_steps']} step{'s' if r['from_steps'] > 1 else ''} = "
-                     f"{r['peak_ratio']:.2f}x{verdict}")
-    return "\n".join(lines)
-
-
-def plot_memory(result: dict, path) -> None:
-    """Two panels, log-log: peak activation memory vs steps, and time vs steps; both modes."""
-    from odeattn.cli import pyplot
-
-    plt = pyplot()
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for runtime in dict.fromkeys(r["runtime"] for r in result["memory"]):
-        for checkpoint, style in ((False, "o-"), (True, "s--")):
-            mine = [r for r in result["memory"] if r["runtime"] == runtime and r["checkpoint"] == checkpoint]
-            label = f"{runtime}, {'checkpoint' if checkpoint else 'no checkpoint'}"
-            steps = [r["steps"] for r in mine]
-            axes[0].plot(steps, [r["peak_bytes"] / 1e6 for r in mine], style, label=label)
-            axes[1].plot(steps, [r["median_s"] * 1e3 for r in mine], style, label=label)
-    for ax, title in ((axes[0], "peak activation memory (MB) vs steps"), (axes[1], "forward+backward time (ms) vs steps")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("ode_steps")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def memory_result(shape, steps_list, runtimes, *, solver: str, repeats: int, threads: int, log) -> dict:
+    """What `bench --memory --json` writes: the settings, bench_memory's rows and their ratios."""
+    rows = bench_memory(shape, steps_list, runtimes, solver=solver, repeats=repeats, threads=threads, log=log)
+    return {"threads": threads, "solver": solver, "shape": shape, "memory": rows, "ratios": ratios(rows),
+            "target_ratio": TARGET_RATIO}

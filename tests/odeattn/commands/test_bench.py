@@ -1,0 +1,148 @@
+"""`odeattn bench`: the command runs and reports what it claims to (no timing is asserted here)."""
+
+import json
+import statistics
+
+import pytest
+
+from odeattn.bench import SHAPES, scaling, timing
+from odeattn.bench import run as bench_run
+from odeattn.cli import main
+
+
+FLOP = (8 * 8 * 16**2 + 4 * 8**2 * 16) * 4 * 4  # B1 T8 D16: 8 B T D^2 + 4 B T^2 D per evaluation, rk4 x 4 steps
+
+
+def test_quick_table_gives_every_path_its_paired_ratios_memory_and_peak(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setitem(bench_run.QUICK, "peak_sizes", (32,))
+    monkeypatch.setattr(timing, "SETTLE_S", 0.0)  # the idle gaps matter for timing, not for the structure
+    code = main(["bench", "--quick", "--shape", "1,8,16,2", "--repeats", "2", "--paths",
+                 "torch-plain,torch-eager,ort-opset17,ort-int8,ort-bitnet-int", "--json", str(tmp_path / "b.json")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "vs plain (min..max)" in out and "targets (ratios from this run):" in out and "time vs steps" not in out
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["quick"] and result["repeats"] == 2 and result["scaling"] is None
+    rows = {r["path"]: r for r in result["paths"]}
+    assert "skipped" not in rows["ort-bitnet-int"] and rows["ort-bitnet-int"]["use_bitnet"]
+    timed = {p: r for p, r in rows.items() if "round_s" in r}
+    plain = timed["torch-plain"]["round_s"]
+    for r in timed.values():
+        assert len(r["round_s"]) == 2 and r["min_s"] <= r["median_s"] == statistics.median(r["round_s"])
+        assert r["gflop"] == FLOP / 1e9
+        ratios = [p / t for p, t in zip(plain, r["round_s"])]
+        want = None if r["use_bitnet"] else {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+        assert r["vs_plain"] == want  # the plain block has no BitLinear: no ratio across configs
+        assert r["setup_s"] >= 0 and r["first_call_s"] > 0 and r["max_rel_error"] < (1e-2 if r["path"] == "ort-int8" else 1e-5)  # int8: test_deploy's measured bound
+        assert r["memory"]["peak_rss_bytes"] > 0
+    assert timed["torch-plain"]["vs_plain"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    assert timed["ort-int8"]["max_rel_error"] > 1e-5 and timed["ort-int8"]["file_bytes"] > 0  # lossy int8
+    assert timed["torch-eager"]["file_bytes"] is None
+    out_bytes = 8 * 16 * 4  # the output alone is a live tensor of the forward
+    assert timed["torch-eager"]["memory"]["live_tensor_bytes"] >= out_bytes and timed["ort-opset17"]["memory"]["live_tensor_bytes"] is None
+    (peak,) = result["peaks"]
+    assert {(k["library"], k["size"]) for k in peak["kernels"]} >= {(lib, s) for lib in ("torch.mm", "numpy", "ort MatMul")
+                                                                    for s in ("32x32x32", "8x16x48")}
+    assert len(peak["round_gflops"]) == 2
+    assert set(peak["products_round_s"]) == {"torch", "numpy", "ort", "xla"} and peak["flop"] == FLOP
+    assert set(peak["ort_projections_round_s"]) == {"float", "int"}
+    assert all(len(t) == 2 and min(t) > 0 for t in [*peak["products_round_s"].values(), *peak["ort_projections_round_s"].values()])
+    assert "the block's products alone" in out and "ONNX Runtime's two projections alone" in out
+    fractions = [FLOP / t / 1e9 / p for t, p in zip(timed["torch-eager"]["round_s"], peak["round_gflops"])]
+    assert timed["torch-eager"]["peak_fraction"] == pytest.approx(statistics.median(fractions), rel=1e-12)
+    assert [t["met"] for t in result["targets"]] == [None] * 8  # no target's shape in this run
+
+
+def test_long_context_reports_memory_and_skips_the_spec(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setitem(bench_run.QUICK, "peak_sizes", (16,))
+    monkeypatch.setattr(timing, "SETTLE_S", 0.0)
+    monkeypatch.setitem(bench_run.QUICK, "long_shape", (1, 64, 16, 2))
+    code = main(["bench", "--quick", "--long-context", "--shape", "1,8,16,2", "--repeats", "1",
+                 "--paths", "spec-f64,torch-eager", "--json", str(tmp_path / "b.json")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "long context: B1 T64 D16 H2" in out and "spec-f64        skipped: the NumPy spec materialises" in out
+    result = json.loads((tmp_path / "b.json").read_text())
+    long = result["long_context"]["rows"]
+    assert long["torch-eager"]["call_s"] > 0 and long["torch-eager"]["peak_rss_bytes"] > 0
+    # the forward's live tensors include at least its output, 64 x 16 float32
+    assert long["torch-eager"]["live_tensor_bytes"] >= 64 * 16 * 4
+    (target,) = [t for t in result["targets"] if t["target"].startswith("torch-eager peak memory")]
+    assert target["met"] is (long["torch-eager"]["peak_rss_bytes"] < 1e9) and target["value"].endswith(" MB")
+
+
+def test_scaling_lines_cover_their_points_and_the_plot_is_a_png(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(bench_run, "PEAK_SIZES", (16,))
+    monkeypatch.setitem(SHAPES, "small", (1, 8, 16, 2))  # the scaling lines' shape, at fewer points
+    monkeypatch.setattr(scaling, "SCALING", {"steps": (1, 2), "seq": (8, 16), "export_steps": (1, 16), "compile_steps": (1, 4),
+                                       "compile_repeats": 1})
+    code = main(["bench", "--shape", "1,8,16,2", "--repeats", "1", "--warmup", "0", "--paths", "spec-f64",
+                 "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
+    assert code == 0
+    assert "JAX compile vs steps" in capsys.readouterr().out
+    result = json.loads((tmp_path / "b.json").read_text())
+    sizes = result["scaling"]["export_vs_steps"]
+    assert sizes[-1]["inlined_bytes"] > 2 * sizes[0]["inlined_bytes"]  # the inlined form grows with steps
+    assert [e["steps"] for e in result["scaling"]["jax_compile_vs_steps"]] == [1, 4]
+    assert [e["seq"] for e in result["scaling"]["time_vs_seq"]] == [8, 16]
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_decode_reports_both_ways_and_the_cache_size(tmp_path, capsys):
+    code = main(["bench", "--decode", "--contexts", "4,8", "--repeats", "1", "--steps", "1",
+                 "--decode-runtimes", "torch,ort", "--json", str(tmp_path / "d.json")])
+    assert code == 0
+    assert "cached decoding vs recomputing the prefix" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "d.json").read_text())["decode"]
+    assert [(r["context"], r["runtime"]) for r in rows] == [(4, "torch"), (4, "ort"), (8, "torch"), (8, "ort")]
+    # rk4 x 1 step: 4 evaluations, K and V of 256 floats per slot: 2 * 4 * 8 * 256 * 4 bytes at context 8
+    assert rows[-1]["cache_mb"] == 2 * 4 * 8 * 256 * 4 / 1e6
+    assert all(r["speedup"] == r["recompute_s"] / r["cached_s"] for r in rows)
+
+
+def test_memory_reports_both_modes_and_the_peak_ratio(tmp_path, capsys):
+    code = main(["bench", "--memory", "--shape", "1,8,16,2", "--memory-steps", "1,4", "--solver", "euler",
+                 "--repeats", "1", "--json", str(tmp_path / "m.json"), "--plot", str(tmp_path / "m.png")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "training memory vs steps" in out and "with checkpointing: peak 4 steps / 1 step" in out
+    result = json.loads((tmp_path / "m.json").read_text())
+    rows = {(r["runtime"], r["steps"], r["checkpoint"]): r for r in result["memory"]}
+    assert sorted(rows) == sorted((rt, s, c) for rt in ("torch", "jax") for s in (1, 4) for c in (False, True))
+    for runtime in ("torch", "jax"):  # without checkpointing the peak grows with steps, and more than with it
+        plain = rows[runtime, 4, False]["peak_bytes"] - rows[runtime, 1, False]["peak_bytes"]
+        checkpointed = rows[runtime, 4, True]["peak_bytes"] - rows[runtime, 1, True]["peak_bytes"]
+        assert plain > 2 * checkpointed >= 0
+    ratio = {(r["runtime"], r["checkpoint"]): r for r in result["ratios"]}
+    r = ratio["torch", True]
+    assert r["peak_ratio"] == rows["torch", 4, True]["peak_bytes"] / rows["torch", 1, True]["peak_bytes"]
+    assert r["meets_target"] == (r["peak_ratio"] <= 1.5) and ratio["torch", False]["meets_target"] is None
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, message, whole", [
+    (["bench", "--paths", "torch-eager,cuda-magic", "--no-scaling"], "unknown ['cuda-magic']", False),
+    (["bench", "--quick", "--plot", "{d}/p.png"],
+     "odeattn bench: --plot: the plot shows the scaling tables, which --quick skips; drop one of them", True),
+    (["bench", "--decode", "--contexts", "128,x"],
+     "odeattn bench: --contexts: expected comma-separated integers >= 2; got '128,x'", True),
+    (["bench", "--decode", "--decode-runtimes", "torch,tpu"], "--decode-runtimes: unknown ['tpu']", False),
+    (["bench", "--memory", "--memory-steps", "1,0"],
+     "odeattn bench: --memory-steps: expected comma-separated integers >= 1; got '1,0'", True),
+    (["bench", "--memory", "--memory-runtimes", "torch,ort"], "--memory-runtimes: unknown ['ort']; expected some of torch, jax",
+     False),
+    (["bench", "--memory", "--decode"], "--memory: measures training, --decode decoding", False),
+], ids=["unknown-path", "plot-with-quick", "decode-contexts", "decode-runtimes", "memory-steps", "memory-runtimes",
+        "memory-with-decode"])
+def test_bad_input_is_refused_in_one_line_with_exit_2(argv, message, whole, tmp_path, capsys):
+    """message is the whole of stderr (whole) or a part of it."""
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    if whole:
+        assert err.strip().splitlines() == [message]
+    else:
+        assert message in err
