@@ -1,0 +1,203 @@
+"""The README and the manual: every Python example runs as written, the manual builds with
+`mkdocs build --strict`, the performance page shows docs/bench*.json's figures, and the README
+stays a front door."""
+
+import html
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# A path of the repository named in a page: it starts with one of the top folders.
+REPO_PATH = re.compile(r"(?<![\w./~$-])((?:ode_ref|backends|conformance|export|odeattn|tests|benchmarks|docs|\.ci)/[\w./-]*)")
+README_MAX_LINES = 250
+
+
+def python_blocks(page: Path) -> list[str]:
+    return PYTHON_BLOCK.findall(page.read_text())
+
+
+def relative_error(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("odeattn_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- what each page's examples leave behind ------------------------------------------------------
+
+def _golden_case(name):
+    from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest
+
+    return load_case(next(e for e in read_manifest(GOLDEN_DIR)["cases"] if e["name"] == name), GOLDEN_DIR)
+
+
+def check_readme(ns, tmp_path):
+    """The tour's four implementations agree; the adapter passes a case, skips BitLinear, and the
+    README's command runs it from the adapter's folder."""
+    from odeattn.conformance.runner import run_case
+    import onnx
+
+    assert ns["z1"].shape == ns["z_torch"].shape == ns["z_jax"].shape == ns["z_onnx"].shape == (2, 10, 64)
+    assert relative_error(ns["z_torch"], ns["z1"]) < 1e-12
+    assert relative_error(ns["z_jax"], ns["z1"]) < 1e-5 and relative_error(ns["z_onnx"], ns["z1"]) < 1e-5
+    assert onnx.load(str(tmp_path / "block.onnx")).graph.node
+
+    backend = ns["MyBackend"]()
+    float_case = _golden_case("block_layer_norm_euler_encoder_float_nopad_s2_b1t9h4d16")
+    bitnet_case = _golden_case("block_t1_h1_decoder_bitnet")
+    assert run_case(backend, float_case, "float32").status == "passed"
+    assert run_case(backend, bitnet_case, "float32").status == "skipped"
+
+    adapter = next(b for b in python_blocks(README) if b.startswith("# mylib_odeattn.py"))
+    (tmp_path / "mylib_odeattn.py").write_text(adapter)
+    script = Path(sys.executable).with_name("odeattn")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "odeattn"]
+    done = subprocess.run([*command, "conformance", "--backend", "mylib_odeattn:MyBackend", "-j", "1",
+                           "-k", float_case.name, "-k", bitnet_case.name], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^mylib\s+float32\s+1\s+0\s+1\s+0", done.stdout, re.M), done.stdout
+
+
+def check_specification(ns, tmp_path):
+    """The variant written on the page is the shipped LocalWindowAttention, in every port."""
+    R = ns["R"]
+    shipped = R.ode_block(ns["params"], ns["x"], ns["cfg"], ns["mask"], attention=R.LocalWindowAttention(ns["cfg"], window=2))
+    assert (ns["z_local"] == shipped).all() and not (ns["z_local"] == ns["z1"]).all()
+    assert ns["onnx_local"].graph.node and type(ns["z_torch_local"].ode_func).__name__ == "LocalWindow"
+
+
+def check_conformance(ns, tmp_path):
+    """The full adapter passes a block, a decode and a grad case in both precisions."""
+    from odeattn.conformance.runner import run_case
+
+    backend = ns["MyFullBackend"]()
+    for name in ("block_rope_decoder_bitnet_pad", "decode_heun_dynamic_tanh_pad",
+                 "grad_derf_rk38_encoder_bitnet_pad_s2_alibi_b3t6h3d12"):
+        case = _golden_case(name)
+        for dtype in backend.dtypes:
+            result = run_case(backend, case, dtype)
+            assert result.status == "passed", (name, dtype, result)
+
+
+def check_export(ns, tmp_path):
+    assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and relative_error(ns["z_ref"], ns["z_spec"]) < 1e-5
+    assert (tmp_path / "block.onnx").stat().st_size > 0 and (tmp_path / "block.int8.onnx").stat().st_size > 0
+
+
+def check_decoding(ns, tmp_path):
+    assert ns["cache"].index == 8 and ns["z_next"].shape == (2, 1, 64)
+    assert ns["ocache"].index == 8 and ns["jcache"].index == 8
+    assert relative_error(ns["zj_next"], ns["z_next"]) < 1e-5 and relative_error(ns["zo_next"], ns["z_next"]) < 1e-5
+
+
+def check_training(ns, tmp_path):
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # the example leaves no process group behind
+    assert set(ns["grads"]) == set(ns["params"])
+    assert relative_error(ns["z_batch"], ns["z"]) < 1e-6 and relative_error(ns["z_heads"], ns["z"]) < 1e-6
+    assert np.isfinite(ns["loss"]) and sum(ns["sizes"]) == sum(p.numel() for p in ns["model"].parameters())
+
+
+def check_diagnose(ns, tmp_path):
+    rk4 = next(r for r in ns["result"]["solvers"] if r["solver"] == "rk4")
+    assert rk4["fewest_steps"] == 1 and ns["result"]["current_error"] < 1e-4
+    assert ns["trained"]["parameters"] == 6305 and len(ns["trained"]["losses"]) == 20
+
+
+CHECKS = {"README.md": check_readme, "specification.md": check_specification, "conformance.md": check_conformance,
+          "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
+          "diagnose.md": check_diagnose}
+EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]
+
+
+def test_every_page_with_examples_has_its_checks():
+    assert {p.name for p in EXAMPLE_PAGES} == set(CHECKS)
+
+
+@pytest.mark.parametrize("page", EXAMPLE_PAGES, ids=lambda p: p.name)
+def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
+    """A page's python blocks run in order in one namespace, in a temporary folder."""
+    for module in ("torch", "jax", "onnx", "onnxruntime"):
+        pytest.importorskip(module)
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as s:  # the DDP example's group of one meets on a free port
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
+    namespace = {"__name__": "__docs__"}
+    try:
+        for i, block in enumerate(python_blocks(page)):
+            exec(compile(block, f"{page.name}, python block {i + 1}", "exec"), namespace)
+    finally:
+        if "torch.distributed" in sys.modules and sys.modules["torch.distributed"].is_initialized():
+            sys.modules["torch.distributed"].destroy_process_group()
+            raise AssertionError(f"{page.name}: an example left a process group initialised")
+    CHECKS[page.name](namespace, tmp_path)
+
+
+def test_readme_is_at_most_250_lines():
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_pages_name_only_files_that_exist(page):
+    missing = sorted({p for p in REPO_PATH.findall(page.read_text()) if not (ROOT / p.rstrip(".")).exists()})
+    assert not missing, f"{page.name} names {missing}"
+
+
+# -- the manual's build and its generated performance page ---------------------------------------
+
+def bench_figures(name: str) -> list[str]:
+    """Figures of docs/<name> that its rendered tables must show, as they are printed."""
+    result = json.loads((DOCS / name).read_text())
+    if "paths" in result:
+        figures = [f"{r['median_s'] * 1e3:.2f}" for r in result["paths"] if "median_s" in r]
+        figures += [t["value"] for t in result["targets"]]
+        figures += [f"{m['peak_rss_bytes'] / 1e6:.1f}" for m in result["long_context"]["rows"].values() if "peak_rss_bytes" in m]
+        return figures
+    return [f"{r['peak_bytes'] / 1e6:.3f}" for r in result["memory"]] + [f"{r['peak_ratio']:.2f}x" for r in result["ratios"]]
+
+
+@pytest.mark.parametrize("use_bench", [True, False], ids=["bench-format", "markdown"])
+@pytest.mark.parametrize("name", ["bench.json", "bench_memory.json"])
+def test_performance_tables_show_the_json_figures(name, use_bench):
+    pytest.importorskip("mkdocs")
+    text = load_hooks().render(name, json.loads((DOCS / name).read_text()), use_bench=use_bench)
+    missing = [f for f in bench_figures(name) if f not in text]
+    assert not missing
+
+
+def test_mkdocs_build_strict_succeeds(tmp_path):
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        pytest.importorskip(module)
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = html.unescape((site / "performance" / "index.html").read_text())
+    missing = [f for name in ("bench.json", "bench_memory.json") for f in bench_figures(name) if f not in page]
+    assert not missing
+    api = (site / "api" / "index.html").read_text()
+    assert "ODEAttentionBlock" in api and "export_model" in api and "run_suite" in api
+    shutil.rmtree(site)
