@@ -33,7 +33,7 @@ from ode_ref.norms import layer_norm
 from .tolerance import UNIT_ROUNDOFF, relative_error
 
 TIE_FLOOR = 1e-6  # levels; float64 level noise is ~1e-13, exact lattice ties give < 1e-13
-TIE_NOISE_FACTOR = 3.0  # margin / (float32 level deviation); measured deviation ~1e-6 .. 1e-5
+TIE_NOISE_FACTOR = 3.0  # margin / (float32 level deviation), which is ~1e-6 .. 1e-5
 MAX_CONDITION = 1000.0  # spec float32 error / float32 unit roundoff
 MAX_REDRAWS = 200
 

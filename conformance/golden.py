@@ -8,9 +8,9 @@
 
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
 defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
-(grad cases: true),
-per-quantity e32 (tolerances derive from it, tolerance.py), the file name and its sha256. Everything stored is read: the versions are checked against this
-code, the shape and padding against the file, the checksums against the bytes.
+(grad cases: true), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
+and its sha256. Everything stored is read: the versions are checked against this code, the shape
+and padding against the file, the checksums against the bytes.
 
 Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
 sha256, so it covers every byte. The packaged set's digest, and each entry's, are recorded in

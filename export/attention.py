@@ -230,26 +230,10 @@ class SelfAttention(Stages):
         """-> (batch, seq, heads, head_dim) at opset 17; (batch, seq, d_model) at 23. The ALiBi
         bias is added to the scores before the mask fill (at 23, to the additive mask).
 
-        Opset 23 uses Attention on 3D q, k, v because that form measured fastest, per op, in ONNX
-        Runtime 1.32 on the CPU (2 threads, float32, AVX2): one attention alone in each candidate
-        form, `python benchmarks/opset_forms.py forms --shape small|large [--padding-mask]
-        --rounds 21 --calls 10` (interleaved rounds; median of the per-round speed ratios against
-        opset 17's Transpose/MatMul/Softmax/MatMul form on (batch, seq, heads, head_dim), min..max):
-
-            B, T, D, H        Attention, 3D       Attention, 4D       opset 17's form at 23
-            1, 128, 256, 8    1.39x (0.87..1.74)  0.93x (0.76..1.29)  0.99x (0.61..1.42)
-              padding mask    1.53x (1.09..21.9)  1.27x (0.94..17.8)  1.00x (0.11..12.9)
-            8, 512, 512, 8    1.35x (1.10..1.60)  1.12x (0.85..1.42)  1.05x (0.77..1.30)
-              padding mask    1.54x (1.35..2.07)  1.46x (1.23..2.13)  1.05x (0.85..1.56)
-
-        (4D: q, k, v transposed to (batch, heads, seq, head_dim) around the node; a ratio over 10
-        is a round where the machine stalled opset 17's burst.) The norms have no form to choose:
-        the same elementary nodes at every opset (export/norms.py); ONNX Runtime's profile
-        (SessionOptions.enable_profiling) of the two blocks shows the same nodes outside attention.
-        The whole block (rk4, 4 steps), `python benchmarks/opset_forms.py block --shape
-        small|large [--padding-mask]`, opset 23 against 17: small 1.16x (0.92..1.54, 15 rounds),
-        with a padding mask 1.34x (0.96..1.94); large 1.16x (0.82..1.68, 9 rounds), with a padding
-        mask 1.32x (1.01..1.50, 5 rounds)."""
+        Opset 23 uses Attention on 3D q, k, v: of the candidate forms (Attention on 3D or 4D q, k,
+        v, and opset 17's Transpose/MatMul/Softmax/MatMul) it ran fastest in ONNX Runtime on the
+        CPU, 1.35x opset 17's form at B8 T512 D512 H8 (benchmarks/opset_forms.py). The norms have
+        no form to choose: the same elementary nodes at every opset (export/norms.py)."""
         g, cfg = q.body, self.config
         if self.opset >= 23:
             mask, _ = self.merge_bias(mask, bias)

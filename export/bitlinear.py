@@ -15,9 +15,9 @@ integer: every projection is an integer product, exact, then one float scale per
 
 which is the spec's y = (levels / a_s) @ (ternary / w_s)^T with a_s = 127 / m. The levels go to
 MatMulInteger as uint8 (levels + 128) with zero point 128, against the int8 ternary^T: ONNX
-Runtime's CPU kernel takes int8 x int8 too, but on x86 that combination runs 7-10x slower than
-uint8 x int8 (a 4096 x 512 x 512 product: 47-66 ms against 6.2-7.5 ms, 2 threads), and both are
-exact. The file stores c (a float32 scalar per projection, no w_s) and no float copy of W.
+Runtime's CPU kernel takes int8 x int8 too, but on x86 that combination runs about 7x slower than
+uint8 x int8 (a 4096 x 512 x 512 product), and both are exact. The file stores c (a float32
+scalar per projection, no w_s) and no float copy of W.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def integer_product(levels_u8: Value, ternary_t: Value, m: Value, c: Value) -> V
     ONNX Runtime fuses out_proj's MatMulInteger, Cast and Mul into one MatMulIntegerToFloat, which
     rounds sum * c, then that times m: three roundings as well. The q, k, v products share one m * c
     (its common-subexpression elimination merges their three), which that fusion does not take: they
-    run as written. Fused, a product of the large bench shape takes ~10% less time (4096 x 512 x
-    512: 32.7 against 36.5 ms, medians of 6 interleaved bursts on this project's loaded 2-core CI kind)."""
+    run as written. Fused, a product of the large bench shape (4096 x 512 x 512) takes about 10%
+    less time."""
     g = levels_u8.body
     acc = g.op("MatMulInteger", levels_u8, ternary_t, g.const(ZERO_POINT, np.uint8))
     return g.op("Cast", acc, to=TensorProto.FLOAT) * (m * c)

@@ -55,10 +55,9 @@ def masked_fill_min(s, mask):
 # attn computes the scores a tile of heads at a time once they pass this many bytes: a tile is
 # every batch entry for as many heads as fit (one head at least), and only the heads axis is looped
 # over, so an array split by batch rows over devices (sharding.shard_batch) is never gathered.
-# Measured by `python benchmarks/jax_tiles.py --shape large` (B8 T512 D512 H8, rk4, 4 steps; one
-# head's scores over the batch take 8 MiB, so a 4 MiB tile is one head), as a fraction of XLA's
-# products alone in the same rounds: untiled 64%, one head a tile 83% (1.31x the untiled block),
-# two heads 78%. The conformance cases are all untiled.
+# 4 MiB is one head of the large bench shape (B8 T512 D512 H8), the fastest of the tiles tried
+# there: the block runs 1.31x as fast as untiled (benchmarks/jax_tiles.py). The conformance cases
+# are all untiled.
 SCORE_TILE_BYTES = 4 * 2**20
 
 

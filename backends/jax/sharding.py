@@ -13,12 +13,12 @@
     collectives(hlo_text)                           the collectives of a compiled program
 
 Nothing here changes the block: jax.jit runs ode_block on sharded arrays and XLA inserts the
-communication (the README lists the counts).
+communication (collectives() lists it).
 
 Data parallel under jit: the replicated parameters' gradient is reduced inside the backward
 loop, one fused all-reduce per step holding each stage's share of every ode_func parameter's
-gradient separately (measured: ode_steps x (stages x ode_func parameters + gate parameters)
-values). batch_parallel_grad reduces once, after the backward pass: the parameters' size.
+gradient separately (ode_steps x (stages x ode_func parameters + gate parameters) values in
+all). batch_parallel_grad reduces once, after the backward pass: the parameters' size.
 
 Head parallel: each device evaluates its own heads; the out_proj product then leaves partial
 sums, one all-reduce of (batch, seq, d_model) per evaluation of f. The qkv weight's spec layout

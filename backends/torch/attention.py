@@ -18,7 +18,7 @@ Differences, each computing the same values:
 The seed's signatures: ODEFunc(config, pos_encoder=None) and forward(t, x, logical_layer_idx=None,
 pos_encoder=None); the padding mask is keyword-only. The encoding is the config's (ode_use_pe,
 positional_encoding): a pos_encoder object is accepted and not read, and logical_layer_idx is
-accepted and unused (README, decisions).
+accepted and unused (the spec's decisions).
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ class SelfAttention(Stages, nn.Module):
         causal = isinstance(mask, Causal)
         if not causal and mask is not None and mask.is_floating_point():
             # ALiBi's additive mask: written out, not SDPA, whose CPU backward with a float mask is
-            # less accurate (a float64 grad case, measured: x_bar 9.8e-14 relative to the spec's
-            # backward through SDPA, 2.3e-16 written out; the forward agrees either way)
+            # less accurate (a float64 grad case's x_bar: 9.8e-14 from the spec's through SDPA, a
+            # rounding written out); the forward agrees either way
             y = self.dropout(torch.softmax((q @ k.transpose(-2, -1)) * self.scale + mask, dim=-1)) @ v
             return y.transpose(1, 2)
         p = self.dropout.p if self.training else 0.0

@@ -1,19 +1,17 @@
 """The six pre-norms in PyTorch; port of ode_ref/norms.py (same names, same formulas).
 
-layer_norm and rms_norm run torch's own kernels in eager mode (torch.native_layer_norm, one pass,
-and aten's _fused_rms_norm, a few operations on CPU; where the written-out formula is about ten
-elementwise operations) and keep their output unless it overflowed. They compute the same formula
-without the spec's power-of-two prescale, so they differ from it only in rounding order (the
-conformance tolerance's "another summation order"; on rows of a large mean and a small spread,
-1e13 +- 1e6, 1e11 +- 1e4 and 1e3 +- 1e-2 over 512 channels, torch's layer_norm error is 1.15x,
-1.07x and 2.8x the spec's own float32 error, which is itself 0.40, 0.50 and 1.0e-3 there: such
-rows are ill-conditioned in float32), but they square x unscaled: in float32 the sum of squares
-overflows once it passes 3.4e38 (every |x| near 1.8e19 / sqrt(d_model), or one near 1.8e19), and
-the kernel then returns 0 or NaN, where the written-out formula stays exact. Each kernel also returns its rstd = 1 / sqrt(var + eps)
-per token, which is > 0 exactly when its sum of squares stayed finite (an infinite one gives 0, a
-NaN or infinite x gives NaN): so the check reads one number per token, after the kernel, instead
-of scanning x before it. Compiled and exported code (torch.compile, torch.export) always runs the
-written-out formula, which the compiler fuses itself, and so has no data-dependent branch.
+In eager mode, layer_norm and rms_norm run torch's own kernels (torch.native_layer_norm, one pass,
+and aten's _fused_rms_norm, a few operations, where the written-out formula is about ten
+elementwise operations) and keep their output unless it overflowed. The kernels skip the spec's
+power-of-two prescale, so they differ from it only in rounding order, within the conformance
+tolerance's "another summation order" (on ill-conditioned float32 rows, a large mean and a small
+spread, torch's layer_norm error is at most 2.8x the spec's own float32 error). But they square x
+unscaled: once a float32 sum of squares passes float32's largest value the kernel returns 0 or
+NaN, where the written-out formula stays exact. Each kernel also returns its rstd = 1 / sqrt(var +
+eps) per token, which is > 0 exactly when its sum of squares stayed finite (an infinite one gives
+0, a NaN or infinite x gives NaN): so the check reads one number per token, after the kernel,
+instead of scanning x before it. Compiled and exported code (torch.compile, torch.export) always
+runs the written-out formula, which the compiler fuses itself, and so has no data-dependent branch.
 """
 
 from __future__ import annotations
