@@ -27,7 +27,7 @@ def test_classical_rk4_matches_the_seed_formula(rng):
     np.testing.assert_allclose(R.ode_block(p, x, cfg), z, rtol=1e-14, atol=1e-14)
 
 
-def test_trajectory_and_dtypes(rng):
+def test_trajectory_runs_from_x_to_z1_and_float32_computes_in_float32(rng):
     cfg, p, x = make(rng, ode_steps=3)
     z1, traj = R.ode_block(p, x, cfg, return_trajectory=True)
     assert traj.shape == (4, 2, 6, 12) and np.array_equal(traj[0], x) and np.array_equal(traj[-1], z1)
@@ -55,7 +55,7 @@ def test_padded_positions_keep_their_state_and_no_nan(rng, norm, bitnet, mode):
 
 @pytest.mark.parametrize("norm", R.NORM_TYPES)
 @pytest.mark.parametrize("bitnet", [False, True])
-def test_decoder_causality(rng, norm, bitnet):
+def test_a_decoder_token_ignores_later_tokens_and_an_encoder_one_does_not(rng, norm, bitnet):
     cfg, p, x = make(rng, norm_type=norm, use_bitnet=bitnet, mode="decoder")
     z = R.ode_block(p, x, cfg)
     for j in range(1, 6):
@@ -74,78 +74,57 @@ def test_large_inputs_stay_finite(rng):
         assert np.isfinite(R.softmax(s)).all()
 
 
-def test_single_token_single_head_odd_width(rng):
+def test_a_single_token_single_head_odd_width_block_is_finite(rng):
     cfg = R.ODEConfig(hidden_size=7, num_heads=1, mode="decoder", norm_type="prms_norm")
     x = rng.normal(size=(1, 1, 7))
     z = R.ode_block(R.init_params(cfg), x, cfg)
     assert z.shape == (1, 1, 7) and np.isfinite(z).all()
 
 
-# ---- errors name the field, the expectation and what was received ----------------------------
+# ---- errors name the argument, the expectation and what was received (ODEConfig's: test_config.py)
 
-def test_config_errors():
-    with pytest.raises(ValueError, match=r"ode_solver: expected one of 'euler', .*'rk38', 'rk2_gated'; got 'rk5'"):
-        R.ODEConfig(hidden_size=4, num_heads=2, ode_solver="rk5")
-    with pytest.raises(ValueError, match=r"norm_type: expected one of 'layer_norm'.*; got 'batch_norm'"):
-        R.ODEConfig(hidden_size=4, num_heads=2, norm_type="batch_norm")
-    with pytest.raises(ValueError, match=r"mode: expected one of 'encoder', 'decoder'; got 'both'"):
-        R.ODEConfig(hidden_size=4, num_heads=2, mode="both")
-    with pytest.raises(ValueError, match=r"ode_steps: expected an integer >= 1; got 0"):
-        R.ODEConfig(hidden_size=4, num_heads=2, ode_steps=0)
-    with pytest.raises(ValueError, match=r"hidden_size: expected a multiple of num_heads=3; got 8"):
-        R.ODEConfig(hidden_size=8, num_heads=3)
-    with pytest.raises(ValueError, match=r"dropout: expected a number in \[0, 1\); got 1.5"):
-        R.ODEConfig(hidden_size=4, num_heads=2, dropout=1.5)
-    with pytest.raises(ValueError, match=r"use_bitnet: expected True or False; got 1"):
-        R.ODEConfig(hidden_size=4, num_heads=2, use_bitnet=1)
-    with pytest.raises(ValueError, match=r"dynamic_tanh .* hidden_size >= 2; got 1"):
-        R.ODEConfig(hidden_size=1, num_heads=1, norm_type="dynamic_tanh")
-
-
-def test_from_any_accepts_dicts_and_seed_style_objects():
-    class SeedConfig:  # the seed's config object has more attributes than ours
-        hidden_size, num_heads, dropout, use_bitnet = 8, 2, 0.1, True
-        norm_type, ode_solver, ode_steps, mode, vocab_size = "dynamic_tanh", "euler", 3, "decoder", 100
-
-    c = R.ODEConfig.from_any(SeedConfig())
-    assert (c.hidden_size, c.use_bitnet, c.norm_type, c.ode_steps, c.mode) == (8, True, "dynamic_tanh", 3, "decoder")
-    assert R.ODEConfig.from_any({"hidden_size": 8, "num_heads": 2}) == R.ODEConfig(8, 2)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['hiden_size'\]"):
-        R.ODEConfig.from_any({"hiden_size": 8, "num_heads": 2})
-    with pytest.raises(ValueError, match="hidden_size: required"):
-        R.ODEConfig.from_any({"num_heads": 2})
-
-
-def test_input_errors(rng):
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x[0], cfg),
+                 ValueError, r"x: expected shape \(batch, seq, 12\) .*; got \(6, 12\)", id="x-without-batch"),
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x[..., :10], cfg),
+                 ValueError, r"x: expected shape \(batch, seq, 12\) .*; got \(2, 6, 10\)", id="x-of-another-width"),
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x.astype(np.int64), cfg),
+                 TypeError, "x: expected dtype float32 or float64; got int64", id="integer-x"),
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x.tolist(), cfg),
+                 TypeError, "x: expected a numpy.ndarray; got list", id="x-as-a-list"),
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x, cfg, np.ones((2, 5), bool)),
+                 ValueError, r"padding_mask: expected shape \(2, 6\) \(batch, seq\); got \(2, 5\)",
+                 id="padding-mask-of-another-length"),
+    pytest.param(lambda p, x, cfg: R.ode_block(p, x, cfg, np.ones((2, 6), np.int64)),
+                 TypeError, "padding_mask: expected a bool numpy.ndarray .*; got int64", id="integer-padding-mask"),
+])
+def test_a_bad_input_is_refused_naming_it(rng, call, error, message):
     cfg, p, x = make(rng)
-    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 12\) .*; got \(6, 12\)"):
-        R.ode_block(p, x[0], cfg)
-    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 12\) .*; got \(2, 6, 10\)"):
-        R.ode_block(p, x[..., :10], cfg)
-    with pytest.raises(TypeError, match="x: expected dtype float32 or float64; got int64"):
-        R.ode_block(p, x.astype(np.int64), cfg)
-    with pytest.raises(TypeError, match="x: expected a numpy.ndarray; got list"):
-        R.ode_block(p, x.tolist(), cfg)
-    with pytest.raises(ValueError, match=r"padding_mask: expected shape \(2, 6\) \(batch, seq\); got \(2, 5\)"):
-        R.ode_block(p, x, cfg, np.ones((2, 5), bool))
-    with pytest.raises(TypeError, match="padding_mask: expected a bool numpy.ndarray .*; got int64"):
-        R.ode_block(p, x, cfg, np.ones((2, 6), np.int64))
+    with pytest.raises(error, match=message):
+        call(p, x, cfg)
 
 
-def test_param_errors(rng):
+def _other_attention(p, x, cfg):
+    other = R.ODEConfig(hidden_size=12, num_heads=4)
+    R.ode_block(p, x, cfg, attention=R.SelfAttention(other))
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda p, x, cfg: R.ode_block({k: v for k, v in p.items() if k != "ode_func.norm.bias"}, x, cfg),
+                 r"missing \['ode_func.norm.bias'\], unexpected \[\]", id="missing-parameter"),
+    pytest.param(lambda p, x, cfg: R.ode_block({**p, "ode_func.qkv.bias": np.zeros(36)}, x, cfg),
+                 r"unexpected \['ode_func.qkv.bias'\]", id="unexpected-parameter"),
+    pytest.param(lambda p, x, cfg: R.ode_block({**p, "ode_func.out_proj.weight": np.zeros((12, 11))}, x, cfg),
+                 r"params\['ode_func.out_proj.weight'\]: expected shape \(12, 12\); got \(12, 11\)",
+                 id="parameter-of-another-shape"),
+    pytest.param(lambda p, x, cfg: R.ode_block({**p, "ode_func.norm.weight": np.ones(12, np.int64)}, x, cfg),
+                 r"params\['ode_func.norm.weight'\]: expected a floating dtype; got int64", id="integer-parameter"),
+    pytest.param(_other_attention, "attention: its config", id="attention-of-another-config"),
+])
+def test_bad_parameters_or_attention_are_refused_by_name(rng, call, message):
     cfg, p, x = make(rng)
-    missing = {k: v for k, v in p.items() if k != "ode_func.norm.bias"}
-    with pytest.raises(ValueError, match=r"missing \['ode_func.norm.bias'\], unexpected \[\]"):
-        R.ode_block(missing, x, cfg)
-    with pytest.raises(ValueError, match=r"unexpected \['ode_func.qkv.bias'\]"):
-        R.ode_block({**p, "ode_func.qkv.bias": np.zeros(36)}, x, cfg)
-    with pytest.raises(ValueError, match=r"params\['ode_func.out_proj.weight'\]: expected shape \(12, 12\); got \(12, 11\)"):
-        R.ode_block({**p, "ode_func.out_proj.weight": np.zeros((12, 11))}, x, cfg)
-    with pytest.raises(ValueError, match=r"params\['ode_func.norm.weight'\]: expected a floating dtype; got int64"):
-        R.ode_block({**p, "ode_func.norm.weight": np.ones(12, np.int64)}, x, cfg)
-    with pytest.raises(ValueError, match="attention: its config"):
-        other = R.ODEConfig(hidden_size=12, num_heads=4)
-        R.ode_block(p, x, cfg, attention=R.SelfAttention(other))
+    with pytest.raises(ValueError, match=message):
+        call(p, x, cfg)
 
 
 def test_a_public_call_normalises_its_config_once(monkeypatch, rng):

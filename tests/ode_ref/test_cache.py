@@ -71,7 +71,7 @@ def test_the_cache_is_immutable_and_a_step_replays():
     assert not np.allclose(zb, z1)
 
 
-def test_cache_layout_and_memory():
+def test_the_cache_holds_one_slot_array_per_evaluation_and_its_stated_size():
     cfg = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_solver="rk4", ode_steps=3)
     params = R.init_params(cfg)
     _, cache = R.prefill(params, np.zeros((2, 5, 12)), cfg, max_len=9)

@@ -44,7 +44,7 @@ def test_perturbed_norm_params_all_differ_from_identity(norm):
 
 
 @pytest.mark.parametrize("ext", [".safetensors", ".npz"])
-def test_save_load_roundtrip(tmp_path, ext):
+def test_saved_params_load_back_unchanged(tmp_path, ext):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="derf")
     p = R.init_params(cfg, perturb_norms=True)
     R.save_params(p, tmp_path / f"w{ext}")
@@ -52,35 +52,54 @@ def test_save_load_roundtrip(tmp_path, ext):
     assert q.keys() == p.keys() and all(np.array_equal(p[k], q[k]) and p[k].shape == q[k].shape for k in p)
 
 
-def test_load_refuses_pickles_and_bad_files(tmp_path):
-    np.save(tmp_path / "obj.npy", np.array([object()], dtype=object), allow_pickle=True)
-    np.savez(tmp_path / "obj.npz", a=np.array([object()], dtype=object))
-    with pytest.raises(ValueError, match="pickled"):
-        R.load_params(tmp_path / "obj.npz")
-    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(ValueError, match="not a readable safetensors file"):
-        R.load_params(tmp_path / "junk.safetensors")
-    with pytest.raises(ValueError, match=r"expected a name ending in .safetensors or .npz; got '.*w.pt'"):
-        R.load_params(tmp_path / "w.pt")
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        R.load_params(tmp_path / "missing.npz")
+def _pickled_npz(d):
+    np.savez(d / "obj.npz", a=np.array([object()], dtype=object))
+    return d / "obj.npz"
 
 
-def test_truncated_and_foreign_npz_and_unsavable_params(tmp_path):
+def _junk_safetensors(d):
+    (d / "junk.safetensors").write_bytes(b"not a safetensors file")
+    return d / "junk.safetensors"
+
+
+def _truncated_npz(d):
+    R.save_params(R.init_params(R.ODEConfig(hidden_size=8, num_heads=2)), d / "p.npz")
+    (d / "cut.npz").write_bytes((d / "p.npz").read_bytes()[:300])
+    return d / "cut.npz"
+
+
+def _npz_of_text(d):
     import zipfile
 
-    params = R.init_params(R.ODEConfig(hidden_size=8, num_heads=2))
-    R.save_params(params, tmp_path / "p.npz")
-    (tmp_path / "cut.npz").write_bytes((tmp_path / "p.npz").read_bytes()[:300])
-    with pytest.raises(ValueError, match=r"'.*cut.npz': not a readable .npz file"):
-        R.load_params(tmp_path / "cut.npz")
-    with zipfile.ZipFile(tmp_path / "odd.npz", "w") as z:
+    with zipfile.ZipFile(d / "odd.npz", "w") as z:
         z.writestr("readme.txt", "hello")
-    with pytest.raises(ValueError, match=r"member 'readme.txt' is not an .npy array"):
-        R.load_params(tmp_path / "odd.npz")
-    for ext in (".npz", ".safetensors"):
-        with pytest.raises(ValueError, match=r"params\['extra'\]: expected a numeric array; got dtype object"):
-            R.save_params({**params, "extra": np.array([object()], dtype=object)}, tmp_path / f"o{ext}")
-        assert not (tmp_path / f"o{ext}").exists()
+    return d / "odd.npz"
+
+
+@pytest.mark.parametrize("make_file, error, message", [
+    pytest.param(_pickled_npz, ValueError, "pickled", id="pickled-object-array"),
+    pytest.param(_junk_safetensors, ValueError, "not a readable safetensors file", id="not-safetensors"),
+    pytest.param(lambda d: d / "w.pt", ValueError, r"expected a name ending in .safetensors or .npz; got '.*w.pt'",
+                 id="unknown-extension"),
+    pytest.param(lambda d: d / "missing.npz", FileNotFoundError, "no such file", id="missing-file"),
+    pytest.param(_truncated_npz, ValueError, r"'.*cut.npz': not a readable .npz file", id="truncated-npz"),
+    pytest.param(_npz_of_text, ValueError, r"member 'readme.txt' is not an .npy array", id="npz-member-not-an-array"),
+])
+def test_load_refuses_pickles_and_bad_files(tmp_path, make_file, error, message):
+    path = make_file(tmp_path)
+    with pytest.raises(error, match=message):
+        R.load_params(path)
+
+
+@pytest.mark.parametrize("ext", [".npz", ".safetensors"])
+def test_save_refuses_an_object_array_and_writes_nothing(tmp_path, ext):
+    params = R.init_params(R.ODEConfig(hidden_size=8, num_heads=2))
+    with pytest.raises(ValueError, match=r"params\['extra'\]: expected a numeric array; got dtype object"):
+        R.save_params({**params, "extra": np.array([object()], dtype=object)}, tmp_path / f"o{ext}")
+    assert not (tmp_path / f"o{ext}").exists()
+
+
+def test_save_into_a_missing_folder_is_refused(tmp_path):
+    params = R.init_params(R.ODEConfig(hidden_size=8, num_heads=2))
     with pytest.raises(OSError, match=r"params file '.*/missing/w.safetensors': cannot be written"):
         R.save_params(params, tmp_path / "missing" / "w.safetensors")

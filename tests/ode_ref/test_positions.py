@@ -62,7 +62,7 @@ def test_rope_angles_are_float64_then_rounded_once():
     assert np.abs(angles32 - angles).max() > 3e-5  # what float32 angles would cost: 500x float32's u
 
 
-def test_alibi_slopes_power_of_two_and_not():
+def test_alibi_slopes_for_a_power_of_two_heads_and_for_others():
     np.testing.assert_allclose(P.alibi_slopes(8), 2.0 ** -np.arange(1, 9), rtol=1e-15)
     s4, s8 = P.alibi_slopes(4), P.alibi_slopes(8)
     np.testing.assert_allclose(P.alibi_slopes(6), np.concatenate([s4, s8[0::2][:2]]), rtol=0)

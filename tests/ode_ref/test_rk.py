@@ -42,7 +42,7 @@ def oracle(rhs, x, rtol):
 
 @pytest.mark.parametrize("variant", [R.SelfAttention, R.ScaledQueryAttention], ids=["autonomous", "time-dependent"])
 @pytest.mark.parametrize("solver", list(R.TABLEAUS))
-def test_measured_convergence_order(solver, variant):
+def test_each_solver_converges_at_its_stated_order(solver, variant):
     params, x, attention, rhs = problem(variant, solver)
     exact = oracle(rhs, x, 1e-13)
     oracle_error = np.abs(exact - oracle(rhs, x, 1e-12)).max()  # bounds the 1e-13 run's own error
@@ -63,7 +63,7 @@ def test_step_times_are_exact():
     assert R.rk.step_times(10)[7] == 0.7  # k / steps, not 0.1 + 0.1 + ... (0.1 summed 7 times is 0.7000000000000001)
 
 
-def test_stage_times_passed_to_f():
+def test_f_gets_every_stage_time():
     seen = []
     R.integrate(lambda t, y: seen.append(t) or y, 1.0, R.TABLEAUS["rk4"], 2)
     assert seen == [0.0, 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0]

@@ -6,7 +6,7 @@ from ode_ref.tableaus import ButcherTableau
 
 
 @pytest.mark.parametrize("tab", list(R.TABLEAUS.values()), ids=list(R.TABLEAUS))
-def test_order_conditions(tab):
+def test_each_tableau_meets_the_order_conditions_of_its_order_and_no_higher(tab):
     """The classical order conditions up to the tableau's claimed order (and not one beyond). A
     gated tableau's weights are (g, 1 - g): checked at g = 0.3, a gate away from 1/2 (Heun's)."""
     c, b = np.array(tab.c), np.array((0.3, 0.7) if tab.gated else tab.b)
@@ -51,12 +51,13 @@ def test_rk4_and_rk38_differ_at_h5_per_step():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(c=(0.0, 0.5), a=((), (0.4,)), b=(0.5, 0.5)), "row 1: sum\\(a\\)"),
-        (dict(c=(0.0,), a=((),), b=(0.9,)), "sum\\(b\\)"),
-        (dict(c=(0.0, 1.0), a=((), (1.0, 0.0)), b=(0.5, 0.5)), "row 1 of a must have 1 entries"),
-        (dict(c=(0.0,), a=((),), b=(0.5, 0.5)), "must all have 1 rows"),
+        pytest.param(dict(c=(0.0, 0.5), a=((), (0.4,)), b=(0.5, 0.5)), "row 1: sum\\(a\\)", id="row-sum-not-its-c"),
+        pytest.param(dict(c=(0.0,), a=((),), b=(0.9,)), "sum\\(b\\)", id="weights-not-summing-to-1"),
+        pytest.param(dict(c=(0.0, 1.0), a=((), (1.0, 0.0)), b=(0.5, 0.5)), "row 1 of a must have 1 entries",
+                     id="row-of-the-wrong-length"),
+        pytest.param(dict(c=(0.0,), a=((),), b=(0.5, 0.5)), "must all have 1 rows", id="b-of-another-length"),
     ],
 )
-def test_tableau_validation(kwargs, message):
+def test_an_inconsistent_tableau_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ButcherTableau("bad", 1, **kwargs)
