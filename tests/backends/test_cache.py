@@ -1,5 +1,8 @@
 """Cached decoding in every port: equal to the spec, refusing the same inputs with the same
-messages; and what each port promises of its decode step (torch.compile, JAX compiled once)."""
+messages. What each port promises of its own decode step (torch.compile, JAX compiled once) is
+tested beside it, in tests/backends/torch and tests/backends/jax."""
+
+import functools
 
 import numpy as np
 import pytest
@@ -87,24 +90,28 @@ def test_port_decodes_as_the_whole_sequence(port, encoding):
     assert cache.index == T + K and cache.k[0].shape == (3, T + K, 3, 4)
 
 
-def bad_calls(api, x, cache, other_cache):
-    """(expected error, call) pairs: every port must refuse each, with the field named."""
-    x_t = x[:, :1]
-    return [
-        ("max_len: expected an integer >= the prompt's length 5", lambda: api.prefill(x, None, 4)),
-        ("max_len: expected an integer >= the prompt's length 5", lambda: api.prefill(x, None, 7.0)),
-        ("cache: full", lambda: api.decode(x_t, api.prefill(x, None, 5)[1])),
-        ("cache: built for config", lambda: api.decode(x_t, other_cache)),
-        ("cache: expected the KVCache", lambda: api.decode(x_t, tuple(cache))),
-        ("x_t: expected shape (3, 1, 12)", lambda: api.decode(x[:, :2], cache)),
-        ("x_t: expected shape (3, 1, 12)", lambda: api.decode(x[:2, :1], cache)),
-        ("x_t: expected dtype", lambda: api.decode(x_t.astype(np.float32), cache)),
-        ("x_t: expected shape (batch, seq, 12)", lambda: api.decode(x_t[..., :8], cache)),
-    ]
+# (id, expected error, call(api, x, cache, other_cache)): every port must refuse each, with the field named.
+REFUSALS = [
+    ("max-len-below-the-prompt", "max_len: expected an integer >= the prompt's length 5",
+     lambda api, x, cache, other: api.prefill(x, None, 4)),
+    ("max-len-not-an-integer", "max_len: expected an integer >= the prompt's length 5",
+     lambda api, x, cache, other: api.prefill(x, None, 7.0)),
+    ("decoding-into-a-full-cache", "cache: full",
+     lambda api, x, cache, other: api.decode(x[:, :1], api.prefill(x, None, 5)[1])),
+    ("cache-of-another-config", "cache: built for config", lambda api, x, cache, other: api.decode(x[:, :1], other)),
+    ("cache-not-a-kvcache", "cache: expected the KVCache", lambda api, x, cache, other: api.decode(x[:, :1], tuple(cache))),
+    ("x-t-of-two-tokens", "x_t: expected shape (3, 1, 12)", lambda api, x, cache, other: api.decode(x[:, :2], cache)),
+    ("x-t-of-another-batch", "x_t: expected shape (3, 1, 12)", lambda api, x, cache, other: api.decode(x[:2, :1], cache)),
+    ("x-t-of-another-dtype", "x_t: expected dtype",
+     lambda api, x, cache, other: api.decode(x[:, :1].astype(np.float32), cache)),
+    ("x-t-of-another-width", "x_t: expected shape (batch, seq, 12)",
+     lambda api, x, cache, other: api.decode(x[:, :1][..., :8], cache)),
+]
 
 
-@pytest.mark.parametrize("port", list(PORTS))
-def test_every_port_refuses_the_same_inputs(port):
+@functools.cache
+def refusal_setup(port):
+    """(the port's API, x (3, T, 12), a cache of 8 slots holding x, one of another config), float64."""
     params = R.init_params(CFG)
     x = np.random.default_rng(0).normal(size=(3, T, 12))
     other = R.ODEConfig(**{**CFG.to_dict(), "ode_use_pe": False})
@@ -112,38 +119,21 @@ def test_every_port_refuses_the_same_inputs(port):
         api = PORTS[port](CFG, params, "float64")
         cache = api.prefill(x, None, 8)[1]
         other_cache = PORTS[port](other, params, "float64").prefill(x, None, 8)[1]
-        for message, call in bad_calls(api, x, cache, other_cache):
-            with pytest.raises((ValueError, TypeError), match=f"^{message}".replace("(", r"\(").replace(")", r"\)")):
-                call()
-        encoder = R.ODEConfig(hidden_size=12, num_heads=3)
+    return api, x, cache, other_cache
+
+
+@pytest.mark.parametrize("message, call", [pytest.param(m, c, id=i) for i, m, c in REFUSALS])
+@pytest.mark.parametrize("port", list(PORTS))
+def test_every_port_refuses_the_same_inputs(port, message, call):
+    with jax.enable_x64(True):
+        with pytest.raises((ValueError, TypeError), match=f"^{message}".replace("(", r"\(").replace(")", r"\)")):
+            call(*refusal_setup(port))
+
+
+@pytest.mark.parametrize("port", list(PORTS))
+def test_every_port_refuses_to_decode_with_an_encoder(port):
+    x = np.random.default_rng(0).normal(size=(3, T, 12))
+    encoder = R.ODEConfig(hidden_size=12, num_heads=3)
+    with jax.enable_x64(True):
         with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
             PORTS[port](encoder, R.init_params(encoder), "float64").prefill(x, None, 8)
-
-
-def test_torch_decode_step_compiles_fullgraph():
-    """Traced whole by Dynamo (fullgraph=True: a graph break raises); the eager backend keeps the
-    test fast, since the property is Dynamo's, not the code generator's."""
-    cfg = R.ODEConfig(**{**CFG.to_dict(), "positional_encoding": "alibi", "use_bitnet": False})
-    api = Torch(cfg, R.init_params(cfg), "float32")
-    step = torch.compile(api.block.decode_step, fullgraph=True, backend="eager")
-    x = torch.randn(3, 7, 12)
-    with torch.no_grad():
-        full = api.block(x)
-        _, cache = api.block.prefill(x[:, :4], max_len=7)
-        for i in range(4, 7):
-            z_t, cache = step(x[:, i:i + 1], cache)
-            torch.testing.assert_close(z_t, full[:, i:i + 1], rtol=0, atol=1e-5)
-
-
-def test_jax_decode_step_compiles_once_for_every_position():
-    before = J.block._decode._cache_size()
-    got, want, _ = run("jax", CFG, "float32", seed=1)
-    assert J.block._decode._cache_size() == before + 1
-    assert relative_error(got, want) <= 1e-5
-
-
-def test_jax_decode_step_refuses_a_traced_cache():
-    params = R.init_params(CFG)
-    _, cache = J.prefill(params, np.zeros((1, 2, 12), np.float32), CFG, max_len=4)
-    with pytest.raises(TypeError, match="cache: decode_step runs outside jit"):
-        jax.jit(lambda c: J.decode_step(params, np.zeros((1, 1, 12), np.float32), c, CFG))(cache)

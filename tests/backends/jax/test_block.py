@@ -8,6 +8,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends import jax as J  # noqa: E402
+from odeattn.conformance.fair import make_inputs  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
 
@@ -100,21 +101,7 @@ def test_scan_keeps_the_traced_program_independent_of_steps():
     assert sizes[0][:2] == sizes[1][:2] and (sizes[0][2], sizes[1][2]) == (1, 64)
 
 
-def count_primitive(jaxpr, name, skip_scan=False):
-    """How many `name` equations a jaxpr holds, nested calls included (optionally not inside scan)."""
-    n = 0
-    for eqn in jaxpr.eqns:
-        n += eqn.primitive.name == name
-        if skip_scan and eqn.primitive.name == "scan":
-            continue
-        for value in eqn.params.values():
-            inner = getattr(value, "jaxpr", value)
-            if hasattr(inner, "eqns"):
-                n += count_primitive(inner, name, skip_scan)
-    return n
-
-
-def test_weight_quantisation_outside_the_loop():
+def test_weight_quantisation_outside_the_loop(count_primitive):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=4, use_bitnet=True, ode_solver="rk4")
     closed = jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32))
     scan = next(e for e in closed.jaxpr.eqns if e.primitive.name == "scan")
@@ -134,23 +121,33 @@ def test_padded_positions_unchanged_and_decoder_causal(x64):
     np.testing.assert_array_equal(np.asarray(block_jit(params, x2, cfg))[:, :3], np.asarray(block_jit(params, x, cfg))[:, :3])
 
 
-def test_errors():
+def _x32(shape=(1, 3, 8)):
+    return np.zeros(shape, np.float32)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda p32, cfg: J.ode_block(p32, np.zeros((1, 3, 8)), cfg),
+                 TypeError, r"x: got float64 but JAX's x64 mode is off", id="float64-x-with-x64-off"),
+    pytest.param(lambda p32, cfg: J.ode_block(p32, _x32((1, 3, 7)), cfg),
+                 ValueError, r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(1, 3, 7\)", id="x-of-another-width"),
+    pytest.param(lambda p32, cfg: J.ode_block(p32, np.zeros((1, 3, 8), np.int32), cfg),
+                 TypeError, "x: expected dtype float32 or bfloat16; got int32", id="integer-x"),
+    pytest.param(lambda p32, cfg: J.ode_block(p32, _x32(), cfg, np.ones((1, 2), bool)),
+                 ValueError, r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 2\)",
+                 id="padding-mask-of-another-length"),
+    pytest.param(lambda p32, cfg: J.ode_block(p32, _x32(), cfg, np.ones((1, 3), np.int32)),
+                 TypeError, "padding_mask: expected a bool jax.Array .*; got int32", id="integer-padding-mask"),
+    pytest.param(lambda p32, cfg: J.ode_block({**p32, "ode_func.qkv.weight": np.zeros((8, 8), np.float32)}, _x32(), cfg),
+                 ValueError, r"params\['ode_func.qkv.weight'\]: expected shape \(24, 8\); got \(8, 8\)",
+                 id="parameter-of-another-shape"),
+    pytest.param(lambda p32, cfg: J.ode_block(p32, _x32(), {"hidden_size": 8, "num_heads": 2, "mode": "causal"}),
+                 ValueError, "mode: expected one of 'encoder', 'decoder'; got 'causal'", id="unknown-mode"),
+])
+def test_the_jax_block_refuses_what_the_spec_refuses(call, error, message):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
     p32 = as32(R.init_params(cfg))
-    with pytest.raises(TypeError, match=r"x: got float64 but JAX's x64 mode is off"):
-        J.ode_block(p32, np.zeros((1, 3, 8)), cfg)
-    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(1, 3, 7\)"):
-        J.ode_block(p32, np.zeros((1, 3, 7), np.float32), cfg)
-    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int32"):
-        J.ode_block(p32, np.zeros((1, 3, 8), np.int32), cfg)
-    with pytest.raises(ValueError, match=r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 2\)"):
-        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), cfg, np.ones((1, 2), bool))
-    with pytest.raises(TypeError, match="padding_mask: expected a bool jax.Array .*; got int32"):
-        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), cfg, np.ones((1, 3), np.int32))
-    with pytest.raises(ValueError, match=r"params\['ode_func.qkv.weight'\]: expected shape \(24, 8\); got \(8, 8\)"):
-        J.ode_block({**p32, "ode_func.qkv.weight": np.zeros((8, 8), np.float32)}, np.zeros((1, 3, 8), np.float32), cfg)
-    with pytest.raises(ValueError, match="mode: expected one of 'encoder', 'decoder'; got 'causal'"):
-        J.ode_block(p32, np.zeros((1, 3, 8), np.float32), {"hidden_size": 8, "num_heads": 2, "mode": "causal"})
+    with pytest.raises(error, match=message):
+        call(p32, cfg)
 
 
 def test_equal_variants_share_one_compilation():
@@ -234,7 +231,7 @@ def grads_both_ways(grad, *case):
 
 @pytest.mark.parametrize("name", CHECKPOINT_CONFIGS)
 def test_checkpoint_same_forward_and_gradients_within_roundings(name):
-    """The forward is equal bit for bit. The gradients are not, for two reasons (README, Training):
+    """The forward is equal bit for bit. The gradients are not, for two reasons:
     JAX transposes the plain scan's step and the checkpointed step (a remat) as different
     sequences of additions: a parameter's cotangent is a running sum over every evaluation in the
     plain scan, the step's evaluations summed first, then added, under jax.checkpoint (this shows
@@ -247,11 +244,10 @@ def test_checkpoint_same_forward_and_gradients_within_roundings(name):
     So the checkpointed gradient is the same float computation summed in another order, and it is
     held to the conformance suite's bound for exactly that (conformance/tolerance.py): each
     gradient's own float32 error e32 (the plain float32 gradient against the plain float64 one),
-    times SAFETY, in float32 and rescaled to float64. Measured, max |a - b| / max |a| per gradient
-    over the two cases: float32 at most 2.97 e32, float64 at most 1.40 e32 rescaled (bound: 32).
-    A bound of a few epsilon of the largest entry is not one: the gate bias's gradient is a sum
-    over every token and step that cancels to 0.37 (e32 3.8e-7), and its two orders differ by
-    1.1e-6 relative on one machine, 6.8e-7 on another. A wrong gradient would differ by O(1)."""
+    times SAFETY, in float32 and rescaled to float64; the largest difference seen is 2.97 e32
+    against the bound's 32. A bound of a few epsilon of the largest entry is not one: the gate
+    bias's gradient is a sum over every token and step that partly cancels, so its two orders
+    differ by more than that. A wrong gradient would differ by O(1)."""
     grads = {}
     for dtype in ("float32", "float64"):
         with jax.enable_x64(dtype == "float64"):
@@ -296,93 +292,28 @@ def test_checkpoint_option_is_checked_by_name():
         J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32), cfg, checkpoint="yes")
 
 
-# ---- attention over tiles of heads (attention.tiled) ----------------------------------------
-# The conformance cases are too small to be tiled (their scores fit one 4 MiB tile), so these tests
-# run the tiled forms on small inputs by shrinking the tile: one head a tile, two heads, and three
-# of the four heads (a remainder of one). Each head's scores, mask, softmax and values are the same
-# formulas on the same numbers either way, but XLA picks its dot kernel by the operands' shapes (a
-# tile's one head against all heads at once), so they may sum in another order: last-bit
-# differences (seen here, up to 2.4e-7 absolute on values of order 1). So the tiled block is held
-# to the conformance suite's own bound for that (conformance/tolerance.py): tolerance(e32,
-# "float32"), with e32 the spec's own float32 error (for the gradients, that of the spec's
-# hand-written backward pass). A wrong tile (a head's mask or bias swapped with another's, a
-# dropped remainder) is an O(1) error. That the tiles never gather an array split by batch rows
-# over devices is checked with the sharded runs (test_sharding.py).
-
-BATCH, SEQ, HEADS, D_MODEL = 3, 16, 4, 32
-HEAD_SCORES = BATCH * SEQ * SEQ * 4  # bytes of one head's float32 scores over the batch
-TILE_CONFIGS = {  # (config, heads a tile, padded): each tile form once; ALiBi's bias (1, heads, ...) unpadded
-    "encoder": ({}, 2, False),
-    "rope decoder": ({"ode_use_pe": True, "positional_encoding": "rope", "mode": "decoder"}, 3, True),
-    "alibi": ({"ode_use_pe": True, "positional_encoding": "alibi"}, 1, False),  # padded: the gradient test
-}
+# ---- cached decoding: what the JAX decode step promises (its agreement: tests/backends/test_cache.py)
+DECODE_CFG = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_solver="heun", ode_steps=2, use_bitnet=True,
+                         norm_type="derf", ode_use_pe=True, positional_encoding="rope")
 
 
-def tile_inputs(overrides, solver="rk4"):
-    cfg = R.ODEConfig(hidden_size=D_MODEL, num_heads=HEADS, ode_solver=solver, ode_steps=2, **overrides)
-    padding = np.ones((BATCH, SEQ), bool)
-    padding[1, 10:] = False
-    x = np.random.default_rng(0).normal(size=(BATCH, SEQ, D_MODEL))
-    return cfg, R.init_params(cfg, seed=1), x, padding
+def test_decode_step_compiles_once_for_every_position():
+    prompt, decoded = 5, 3
+    params = R.init_params(DECODE_CFG, seed=1, perturb_norms=True)
+    x, mask, _ = make_inputs(DECODE_CFG, params, 3, prompt + decoded, seed=1, padding=True, decoded=decoded)
+    before = J.block._decode._cache_size()
+    z, cache = J.prefill(params, x[:, :prompt].astype("float32"), DECODE_CFG, mask[:, :prompt], max_len=prompt + decoded)
+    out = [np.asarray(z)]
+    for i in range(prompt, prompt + decoded):
+        z_t, cache = J.decode_step(params, x[:, i:i + 1].astype("float32"), cache, DECODE_CFG)
+        out.append(np.asarray(z_t))
+    got, want = np.concatenate(out, axis=1), R.ode_block(params, x, DECODE_CFG, mask)
+    assert J.block._decode._cache_size() == before + 1
+    assert relative_error(got, want) <= 1e-5
 
 
-def check_tiled_forward(cfg, params, x, mask, tiled, spec_attention=None):
-    """The tiled block in float32 within the suite's bound of the spec's float64 output."""
-    params32, x32 = as32(params), x.astype(np.float32)
-    want = R.ode_block(params, x, cfg, mask, attention=spec_attention)
-    e32 = relative_error(R.ode_block(params32, x32, cfg, mask, attention=spec_attention), want)
-    got = J.ode_block_jit(params32, x32, cfg, mask, attention=tiled)
-    assert relative_error(np.asarray(got), want) <= tolerance(e32, "float32")
-
-
-@pytest.mark.parametrize("config", TILE_CONFIGS)
-def test_tiled_forward_within_the_suite_bound(config):
-    overrides, heads_a_tile, padded = TILE_CONFIGS[config]
-    cfg, params, x, padding = tile_inputs(overrides)
-    check_tiled_forward(cfg, params, x, padding if padded else None, J.SelfAttention(cfg).with_tiles(heads_a_tile * HEAD_SCORES))
-
-
-def test_tiled_variant_within_the_suite_bound():
-    """A variant's narrowed mask (a sliding window) goes through the tiles too."""
-    cfg, params, x, padding = tile_inputs({})
-    tiled = J.LocalWindowAttention(cfg, window=3).with_tiles(HEAD_SCORES)
-    check_tiled_forward(cfg, params, x, padding, tiled, R.LocalWindowAttention(cfg, window=3))
-
-
-def test_tiled_decoding_within_the_suite_bound():
-    """A decode step's one query against max_len cached keys, one head a tile."""
-    cfg, params, x, padding = tile_inputs({"mode": "decoder"})
-    tiled = J.SelfAttention(cfg).with_tiles(BATCH * (SEQ + 1) * 4)
-    params32, x32 = as32(params), x.astype(np.float32)
-    prompt, token = slice(0, SEQ - 1), slice(SEQ - 1, SEQ)
-    want = R.decode_step(params, x[:, token], R.prefill(params, x[:, prompt], cfg, padding[:, prompt], max_len=SEQ + 1)[1], cfg)[0]
-    spec32 = R.decode_step(params32, x32[:, token], R.prefill(params32, x32[:, prompt], cfg, padding[:, prompt],
-                                                              max_len=SEQ + 1)[1], cfg)[0]
-    _, cache = J.prefill(params32, x32[:, prompt], cfg, padding[:, prompt], max_len=SEQ + 1, attention=tiled)
-    got = J.decode_step(params32, x32[:, token], cache, cfg, attention=tiled)[0]
-    assert relative_error(np.asarray(got), want) <= tolerance(relative_error(spec32, want), "float32")
-
-
-def test_tiled_gradients_within_the_suite_bound():
-    """jax.grad through the tiles (float32) against the spec's hand-written backward pass
-    (ode_ref.backward, float64), with e32 the spec's own float32 gradient error."""
-    cfg, params, x, padding = tile_inputs(TILE_CONFIGS["alibi"][0], solver="euler")
-    w = np.random.default_rng(3).normal(size=x.shape)  # loss = sum(w * z(1)): z1_bar = w
-    want_x, want_p = R.ode_block_vjp(params, x, cfg, w, padding)
-    spec32_x, spec32_p = R.ode_block_vjp(as32(params), x.astype(np.float32), cfg, w.astype(np.float32), padding)
-    tiled = J.SelfAttention(cfg).with_tiles(2 * HEAD_SCORES)
-    loss = lambda p, x: jnp.sum(w.astype(np.float32) * J.ode_block(p, x, cfg, padding, attention=tiled))  # noqa: E731
-    got_p, got_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(as32(params), x.astype(np.float32))
-    for name in [None, *params]:
-        got, want, spec32 = (got_x, want_x, spec32_x) if name is None else (got_p[name], want_p[name], spec32_p[name])
-        assert relative_error(np.asarray(got), want) <= tolerance(relative_error(spec32, want), "float32"), name
-
-
-def test_small_inputs_are_not_tiled():
-    """Scores within one tile run untiled: no loop besides the steps' own scan; tiled, one loop
-    over the heads per evaluation (rk4: 4 a step)."""
-    cfg, params, x, _ = tile_inputs({})
-    params32, x32 = as32(params), x.astype(np.float32)
-    scans = [count_primitive(jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg, attention=a))(params32, x32).jaxpr, "scan")
-             for a in (J.SelfAttention(cfg), J.SelfAttention(cfg).with_tiles(HEAD_SCORES))]
-    assert scans == [1, 1 + R.TABLEAUS["rk4"].num_stages]
+def test_decode_step_refuses_a_traced_cache():
+    params = R.init_params(DECODE_CFG)
+    _, cache = J.prefill(params, np.zeros((1, 2, 12), np.float32), DECODE_CFG, max_len=4)
+    with pytest.raises(TypeError, match="cache: decode_step runs outside jit"):
+        jax.jit(lambda c: J.decode_step(params, np.zeros((1, 1, 12), np.float32), c, DECODE_CFG))(cache)

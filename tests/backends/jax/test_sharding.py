@@ -23,12 +23,10 @@ sys.path.insert(0, str(SCRIPT.parent))
 import sharded_run  # noqa: E402
 
 # Sharding splits sums: the out_proj product is added up from each device's heads, and the
-# parameters' gradients from each device's batch rows, in another order than on one device.
-# Measured (relative error, per array): forward 5e-19 (batch) and 1.3e-16 (heads); gradients
-# <= 1.1e-15 (batch, and batch_parallel_grad) and <= 1.4e-14 (heads), the largest gate.bias's,
-# one number summed over every token and stage, whose terms partly cancel. Bound 1e-12: ~70x
-# the largest reordering error, and far below any wrong result (a lost head or batch row, or
-# a gradient summed twice, is an O(1) error).
+# parameters' gradients from each device's batch rows, in another order than on one device. The
+# largest reordering error is 1.4e-14 relative (head parallel, gate.bias's gradient: one number
+# summed over every token and stage, whose terms partly cancel); 1e-12 stays far below any wrong
+# result (a lost head or batch row, or a gradient summed twice, is an O(1) error).
 TOL = 1e-12
 
 
@@ -105,8 +103,8 @@ def test_arrays_are_split_over_the_two_devices(sharded):
         assert heads["x"] == list(x.shape)
 
 
-def test_collectives_are_the_expected_ones(sharded):
-    """What each layout communicates, read from the compiled programs (README, Beyond one machine)."""
+def test_each_layout_compiles_to_its_stated_collectives(sharded):
+    """What each layout communicates, read from the compiled programs (sharding.py says why)."""
     for name, cfg, params, x, mask, w in sharded_run.cases():
         batch, heads = sharded[1][f"{name}/batch"], sharded[1][f"{name}/heads"]
         n_params, stages = sum(v.size for v in params.values()), 2  # rk2_gated: 2 evaluations of f per step
@@ -134,4 +132,4 @@ def test_collectives_are_the_expected_ones(sharded):
         # communicates nothing in the forward (a loop over a split axis would gather q, k and v at
         # every evaluation); split by heads, what the untiled forward does
         assert batch["tiled_forward"] == [] and heads["tiled_forward"] == heads["forward"]
-    # These counts are XLA's choices at the pinned JAX version; the README quotes them.
+    # These counts are XLA's choices at the pinned JAX version.
