@@ -1,4 +1,5 @@
-"""The exported graph: validity, structure, shapes, masks, and the torch.onnx route.
+"""The exported graph: validity, structure, shapes and masks (running it: test_runtime.py; the
+torch.onnx route: test_from_torch.py).
 (Agreement with the spec on every golden case runs in the main job, tests/odeattn/test_cli.py, through
 the onnxruntime, onnxruntime-opset23 and onnx-reference backends.)"""
 
@@ -13,8 +14,7 @@ pytest.importorskip("onnxruntime")
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
-from odeattn.export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
-from odeattn.cli import main  # noqa: E402
+from odeattn.export.runtime import run, session  # noqa: E402
 
 
 def cfg(**kw):
@@ -25,7 +25,7 @@ def cfg(**kw):
 @pytest.mark.parametrize("norm", R.NORM_TYPES)
 @pytest.mark.parametrize("bitnet", [False, True])
 @pytest.mark.parametrize("mode", R.MODES)
-def test_checker_with_full_shape_inference(opset, norm, bitnet, mode):
+def test_every_export_passes_the_checker_with_full_shape_inference(opset, norm, bitnet, mode):
     c = cfg(norm_type=norm, use_bitnet=bitnet, mode=mode, ode_solver="rk38")
     model = export_model(c, R.init_params(c, perturb_norms=True), opset=opset)
     check(model)
@@ -39,7 +39,7 @@ def test_checker_with_full_shape_inference(opset, norm, bitnet, mode):
     assert not ops & {"LayerNormalization", "RMSNormalization"}
 
 
-def test_metadata_and_weights_stored_once():
+def test_metadata_holds_the_config_and_each_weight_is_stored_once():
     c = cfg(use_bitnet=True, ode_steps=5)
     model = export_model(c, R.init_params(c, perturb_norms=True))
     meta = {p.key: p.value for p in model.metadata_props}
@@ -65,10 +65,10 @@ def test_file_size_does_not_grow_with_steps():
             c = R.ODEConfig(hidden_size=width, num_heads=4, ode_steps=steps)
             sizes[steps] = len(export_model(c, R.init_params(c)).SerializeToString())
         per_step[width] = (sizes[16] - sizes[1]) / 15
-    # measured: 212 B per step at both widths (3,180 B more on 269 kB at width 128, 1.2%): the call
-    # node names the four projection weights (see test_inlined_projections_read_initializers) and
-    # the step's time t, a value_float Constant. The bound is what matters: anything width-sized
-    # stored per step would cost at least one 64 x 64 float32 block, 16 kB
+    # a step costs about 200 B at both widths: the call node names the four projection weights (see
+    # test_inlined_projections_read_initializers) and the step's time t, a value_float Constant.
+    # The bound is what matters: anything width-sized stored per step would cost at least one 64 x
+    # 64 float32 block, 16 kB
     assert per_step[64] == per_step[128] < 300, per_step
 
 
@@ -85,9 +85,8 @@ def test_inlined_projections_read_initializers():
     assert len(weights) == 4 * 2 * 2 and set(weights) == {f"ode_func.qkv.{b}_weight_t" for b in "qkv"} | {"ode_func.out_proj.weight_t"}
 
 
-
 @pytest.mark.parametrize("padding_mask", [False, True])
-def test_opset23_attention_form(tmp_path, padding_mask):
+def test_opset23_runs_one_attention_node_per_evaluation_on_3d_projections(tmp_path, padding_mask):
     """Opset 23's attention is the form measured fastest (export/attention.py, SelfAttention.attn):
     one Attention node per evaluation on 3D q, k, v straight from their projections, its output
     into the out projection (no Reshape, Transpose or Softmax anywhere), the additive mask
@@ -116,6 +115,7 @@ def test_opset23_attention_form(tmp_path, padding_mask):
     session(model, optimized_path=optimized)
     ops = [n.op_type for n in onnx.load(optimized).graph.node]
     assert ops.count("Attention") == 4 and "Softmax" not in ops
+
 
 @pytest.mark.parametrize("opset", [17, 23])
 def test_one_export_runs_at_every_batch_and_seq(opset):
@@ -149,106 +149,15 @@ def test_decoder_causality_in_the_graph(bitnet):
         np.testing.assert_array_equal(run(model, sess, x2)["z"][:, :j], z[:, :j])
 
 
-def test_reference_evaluator_agrees_with_onnxruntime():
-    c = cfg(use_bitnet=False, norm_type="derf", ode_solver="heun")
-    model = export_model(c, R.init_params(c, 2, perturb_norms=True))
-    x = np.random.default_rng(2).normal(size=(2, 5, 12)).astype(np.float32)
-    mask = np.array([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], bool)
-    assert relative_error(run_reference(model, x, mask)["z"], run(model, session(model), x, mask)["z"]) < 1e-5
-
-
-def test_torch_route_gives_the_same_outputs():
-    torch = pytest.importorskip("torch")
-    from odeattn.backends.torch import ODEAttentionBlock
-    from odeattn.export.from_torch import export_torch
-
-    # two steps, the state carried from one to the next: torch.export traces every evaluation of
-    # every step (measured: 13 s at one step, 26 s at three)
-    c = cfg(use_bitnet=False, norm_type="rms_norm", ode_steps=2)
-    params = R.init_params(c, 5, perturb_norms=True)
-    block = ODEAttentionBlock.from_params(c, params)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        export_torch(block, f"{d}/t.onnx", seq=8)
-        via_torch = onnx.load(f"{d}/t.onnx")
-    direct = export_model(c, params)
-    rng = np.random.default_rng(4)
-    for batch in (1, 5):  # exported once at (2, 8); run at other batch sizes and lengths
-        for seq in (1, 37, 300):
-            x = rng.normal(size=(batch, seq, 12)).astype(np.float32)
-            mask = np.ones((batch, seq), bool)
-            mask[-1, -1] = seq == 1  # a padded token, except where it would be the only one
-            a = run(via_torch, session(via_torch), x, mask)["z"]
-            b = run(direct, session(direct), x, mask)["z"]
-            e32 = relative_error(R.ode_block(params, x, c, mask), R.ode_block(params, x.astype(np.float64), c, mask))
-            assert relative_error(a, b) <= tolerance(e32, "float32"), (batch, seq)
-
-
-def test_feed_errors_name_the_input():
+@pytest.mark.parametrize("kwargs, message", [
+    pytest.param(dict(opset=19), "opset: expected one of \\(17, 23\\); got 19", id="unknown-opset"),
+    pytest.param(dict(attention=R.LocalWindowAttention(cfg(ode_steps=5))), r"attention: its config .* differs from config",
+                 id="variant-of-another-config"),
+])
+def test_export_refuses_an_unknown_opset_or_a_variant_of_another_config(kwargs, message):
     c = cfg()
-    model = export_model(c, R.init_params(c))
-    with pytest.raises(TypeError, match="x: expected dtype float32; got float64"):
-        make_feed(model, np.zeros((1, 2, 12)))
-    with pytest.raises(ValueError, match=r"x: expected shape \[batch, seq, 12\] with batch, seq >= 1; got \[1, 2, 10\]"):
-        make_feed(model, np.zeros((1, 2, 10), np.float32))
-    with pytest.raises(ValueError, match=r"padding_mask: expected shape \[1, 2\] \(batch, seq\); got \[1, 3\]"):
-        make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 3), bool))
-    with pytest.raises(TypeError, match="padding_mask: expected dtype bool; got int64"):
-        make_feed(model, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), np.int64))
-    renamed = onnx.ModelProto()
-    renamed.CopyFrom(model)
-    renamed.graph.input[0].name = "input"
-    with pytest.raises(ValueError, match=r"model inputs: expected 'x'; the model declares \['input', 'padding_mask'\]"):
-        make_feed(renamed, np.zeros((1, 2, 12), np.float32))
-    nomask = export_model(c, R.init_params(c), padding_mask=False)
-    with pytest.raises(ValueError, match="exported without a padding_mask input"):
-        make_feed(nomask, np.zeros((1, 2, 12), np.float32), np.ones((1, 2), bool))
-    with pytest.raises(ValueError, match="opset: expected one of \\(17, 23\\); got 19"):
-        export_model(c, R.init_params(c), opset=19)
-    with pytest.raises(ValueError, match=r"attention: its config .* differs from config"):
-        export_model(c, R.init_params(c), attention=R.LocalWindowAttention(cfg(ode_steps=5)))
-
-
-def test_cli_export_and_run(tmp_path, capsys):
-    c = cfg(use_bitnet=True)
-    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
-    R.save_params(R.init_params(c, perturb_norms=True), tmp_path / "w.safetensors")
-    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
-                 "-o", str(tmp_path / "m.onnx"), "--opset", "23"]) == 0
-    out = capsys.readouterr().out
-    assert "nodes stored" in out and "max relative error vs ode_ref" in out
-    x = np.random.default_rng(0).normal(size=(1, 4, 12)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "x.npy"), "-o", str(tmp_path / "z.npy")]) == 0
-    assert np.load(tmp_path / "z.npy").shape == (1, 4, 12)
-    assert main(["run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "r.npy"), "--batch", "5", "--seq", "3"]) == 0
-    assert np.load(tmp_path / "r.npy").shape == (5, 3, 12)
-    np.save(tmp_path / "bad.npy", x[..., :5])
-    assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "bad.npy")]) == 2
-    assert "x: expected shape [batch, seq, 12] with batch, seq >= 1; got [1, 4, 5]" in capsys.readouterr().err
-    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
-                 "-o", str(tmp_path / "n.onnx"), "--opset", "18"]) == 2
-    assert "--opset: the direct route exports opset 17 or 23; got 18" in capsys.readouterr().err
-    assert main(["export", "--config", str(tmp_path / "none.json"), "--weights", str(tmp_path / "w.safetensors"),
-                 "-o", str(tmp_path / "n.onnx")]) == 2
-    assert "none.json" in capsys.readouterr().err
-    (tmp_path / "bad.json").write_text(json.dumps({**c.to_dict(), "ode_solver": "rk5"}))
-    assert main(["export", "--config", str(tmp_path / "bad.json"), "--weights", str(tmp_path / "w.safetensors"),
-                 "-o", str(tmp_path / "n.onnx")]) == 2
-    assert "ode_solver: expected one of" in capsys.readouterr().err
-
-
-def test_missing_and_corrupt_models(tmp_path):
-    with pytest.raises(ModelError, match="no such file"):
-        load_model(tmp_path / "none.onnx")
-    (tmp_path / "junk.onnx").write_bytes(b"\x08\x07garbage")
-    with pytest.raises(ModelError, match="not a valid ONNX model"):
-        load_model(tmp_path / "junk.onnx")
-    c = cfg()
-    (tmp_path / "t.onnx").write_bytes(export_model(c, R.init_params(c)).SerializeToString()[:500])
-    with pytest.raises(ModelError, match="not a valid ONNX model"):
-        load_model(tmp_path / "t.onnx")
+    with pytest.raises(ValueError, match=message):
+        export_model(c, R.init_params(c), **kwargs)
 
 
 def test_weight_work_is_outside_the_steps():

@@ -1,6 +1,7 @@
 """The decode-step ONNX model: a generation loop in ONNX Runtime equals the spec; and the
 positional encodings pass the checker in both the block and the decode-step model.
-(The block's agreement with the spec on the positional golden cases runs in the main job.)"""
+(The block's agreement with the spec on the positional golden cases runs in the main job;
+`odeattn export --prefill/--decode`: test_cli.py.)"""
 
 import numpy as np
 import pytest
@@ -61,41 +62,16 @@ def test_positions_pass_the_checker(opset, encoding):
     assert ({"Cos", "Sin"} <= ops) == (encoding == "rope") and ("Abs" in ops) == (encoding == "alibi")
 
 
-def test_decode_model_refuses_what_it_cannot_do():
-    for export in (export_prefill_model, export_decode_model):
-        with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
-            export(cfg(mode="encoder"), R.init_params(cfg(mode="encoder")))
-    with pytest.raises(ValueError, match="^opset: the prefill and decode-step models are exported at opset 17"):
-        export_decode_model(cfg(), R.init_params(cfg()), opset=23)
+@pytest.mark.parametrize("export, fields, kwargs, message", [
+    pytest.param(export_prefill_model, dict(mode="encoder"), {}, "^mode: cached decoding needs mode='decoder'",
+                 id="prefill-of-an-encoder"),
+    pytest.param(export_decode_model, dict(mode="encoder"), {}, "^mode: cached decoding needs mode='decoder'",
+                 id="decode-step-of-an-encoder"),
+    pytest.param(export_decode_model, {}, dict(opset=23),
+                 "^opset: the prefill and decode-step models are exported at opset 17", id="decode-step-at-opset-23"),
+])
+def test_decode_model_refuses_what_it_cannot_do(export, fields, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        export(cfg(**fields), R.init_params(cfg(**fields)), **kwargs)
 
 
-def test_cli_exports_and_runs_the_cached_models(tmp_path, capsys):
-    """`odeattn export --prefill/--decode`, then `odeattn run`: the prefill model on x, and the
-    decode-step model generating x's tokens from an empty cache, both give ode_block's z."""
-    import json
-
-    from odeattn.cli import main
-
-    c = cfg(positional_encoding="alibi")
-    params = R.init_params(c, seed=2)
-    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
-    R.save_params(params, tmp_path / "w.safetensors")
-    x = np.random.default_rng(0).normal(size=(2, 6, 14)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    want = R.ode_block(params, x.astype(np.float64), c)
-    for flag in ("--prefill", "--decode"):
-        model, z = tmp_path / f"{flag[2:]}.onnx", tmp_path / f"{flag[2:]}.npy"
-        assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
-                     "-o", str(model), flag]) == 0
-        assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "-o", str(z)]) == 0
-        assert relative_error(np.load(z), want) < 1e-5  # float32 against float64: a few roundings
-    capsys.readouterr()
-    (tmp_path / "e.json").write_text(json.dumps(cfg(mode="encoder").to_dict()))
-    for argv, message in [
-        (["--config", str(tmp_path / "e.json"), "--decode"], "odeattn: mode: cached decoding needs mode='decoder'"),
-        (["--config", str(tmp_path / "c.json"), "--prefill", "--opset", "23"], "odeattn: opset: the prefill and decode-step"),
-        (["--config", str(tmp_path / "c.json"), "--prefill", "--route", "torch"], "odeattn: --prefill: the direct route only"),
-    ]:
-        assert main(["export", "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "m.onnx"), *argv]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(message), err

@@ -91,16 +91,20 @@ class NumpyWhere(R.SelfAttention):
         return np.where(y > 0.0, np.sqrt(np.abs(y) + 1.0), y)
 
 
-def test_a_stage_with_no_onnx_form_is_refused_by_stage_and_operation():
+@pytest.mark.parametrize("variant, kwargs, error, message", [
+    pytest.param(Cumulative, {}, NotImplementedError, r"attention: the variant Cumulative's stage build_mask cannot be exported: "
+                                                      r"np.cumsum: has no ONNX form in this export \(it has: .*sqrt",
+                 id="numpy-function-with-no-onnx-form"),
+    pytest.param(ModuleHelper, {}, NotImplementedError,
+                 "attention: the variant ModuleHelper's stage build_mask cannot be exported: ", id="the-modules-numpy-helper"),
+    pytest.param(R.TiedKeysAttention, dict(opset=23), ValueError, r"opset: a variant \(TiedKeysAttention\) exports at opset 17, .*; got 23",
+                 id="a-variant-at-opset-23"),
+])
+def test_a_variant_the_export_cannot_express_is_refused_by_stage_and_operation(variant, kwargs, error, message):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
     params = R.init_params(cfg)
-    with pytest.raises(NotImplementedError, match=r"attention: the variant Cumulative's stage build_mask cannot be exported: "
-                                                   r"np.cumsum: has no ONNX form in this export \(it has: .*sqrt"):
-        export_model(cfg, params, attention=Cumulative(cfg))
-    with pytest.raises(NotImplementedError, match="attention: the variant ModuleHelper's stage build_mask cannot be exported: "):
-        export_model(cfg, params, attention=ModuleHelper(cfg))
-    with pytest.raises(ValueError, match=r"opset: a variant \(TiedKeysAttention\) exports at opset 17, .*; got 23"):
-        export_model(cfg, params, attention=R.TiedKeysAttention(cfg), opset=23)
+    with pytest.raises(error, match=message):
+        export_model(cfg, params, attention=variant(cfg), **kwargs)
 
 
 class DiagonalOrFirst(R.SelfAttention):

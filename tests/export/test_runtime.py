@@ -1,0 +1,80 @@
+"""Running an exported block (export/runtime.py): the feed checked against the model's inputs, the
+model file checked on loading, and onnx's reference evaluator agreeing with ONNX Runtime."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import ode_ref as R  # noqa: E402
+from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.export.block import export_model  # noqa: E402
+from odeattn.export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
+
+
+def cfg(**kw):
+    return R.ODEConfig(**{**dict(hidden_size=12, num_heads=3, mode="decoder", norm_type="dynamic_tanh", ode_steps=3), **kw})
+
+
+def test_reference_evaluator_agrees_with_onnxruntime():
+    c = cfg(use_bitnet=False, norm_type="derf", ode_solver="heun")
+    model = export_model(c, R.init_params(c, 2, perturb_norms=True))
+    x = np.random.default_rng(2).normal(size=(2, 5, 12)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], bool)
+    assert relative_error(run_reference(model, x, mask)["z"], run(model, session(model), x, mask)["z"]) < 1e-5
+
+
+X = np.zeros((1, 2, 12), np.float32)
+
+
+@pytest.mark.parametrize("prepare, error, message", [
+    pytest.param(lambda model: (model, np.zeros((1, 2, 12))),
+                 TypeError, "x: expected dtype float32; got float64", id="float64-x"),
+    pytest.param(lambda model: (model, np.zeros((1, 2, 10), np.float32)),
+                 ValueError, r"x: expected shape \[batch, seq, 12\] with batch, seq >= 1; got \[1, 2, 10\]", id="x-of-another-width"),
+    pytest.param(lambda model: (model, X, np.ones((1, 3), bool)),
+                 ValueError, r"padding_mask: expected shape \[1, 2\] \(batch, seq\); got \[1, 3\]",
+                 id="padding-mask-of-another-length"),
+    pytest.param(lambda model: (model, X, np.ones((1, 2), np.int64)),
+                 TypeError, "padding_mask: expected dtype bool; got int64", id="integer-padding-mask"),
+    pytest.param(lambda model: (_renamed_input(model), X),
+                 ValueError, r"model inputs: expected 'x'; the model declares \['input', 'padding_mask'\]", id="model-input-renamed"),
+    pytest.param(lambda model: (export_model(cfg(), R.init_params(cfg()), padding_mask=False), X, np.ones((1, 2), bool)),
+                 ValueError, "exported without a padding_mask input", id="mask-for-a-model-without-one"),
+])
+def test_feed_errors_name_the_input(prepare, error, message):
+    """prepare(the exported block) -> (the model to feed, make_feed's arrays)."""
+    c = cfg()
+    model, *arrays = prepare(export_model(c, R.init_params(c)))
+    with pytest.raises(error, match=message):
+        make_feed(model, *arrays)
+
+
+def _renamed_input(model):
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    renamed.graph.input[0].name = "input"
+    return renamed
+
+
+def _junk(d):
+    (d / "junk.onnx").write_bytes(b"\x08\x07garbage")
+    return d / "junk.onnx"
+
+
+def _truncated(d):
+    c = cfg()
+    (d / "t.onnx").write_bytes(export_model(c, R.init_params(c)).SerializeToString()[:500])
+    return d / "t.onnx"
+
+
+@pytest.mark.parametrize("make_file, message", [
+    pytest.param(lambda d: d / "none.onnx", "no such file", id="missing-file"),
+    pytest.param(_junk, "not a valid ONNX model", id="not-onnx"),
+    pytest.param(_truncated, "not a valid ONNX model", id="truncated-model"),
+])
+def test_a_missing_or_corrupt_model_is_refused(tmp_path, make_file, message):
+    path = make_file(tmp_path)
+    with pytest.raises(ModelError, match=message):
+        load_model(path)
