@@ -18,7 +18,7 @@ Differences, each computing the same values:
 The seed's signatures: ODEFunc(config, pos_encoder=None) and forward(t, x, logical_layer_idx=None,
 pos_encoder=None); the padding mask is keyword-only. The encoding is the config's (ode_use_pe,
 positional_encoding): a pos_encoder object is accepted and not read, and logical_layer_idx is
-accepted and unused (the spec's decisions).
+accepted and unused (docs/specification.md, decisions).
 """
 
 from __future__ import annotations

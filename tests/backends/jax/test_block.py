@@ -267,10 +267,10 @@ def test_checkpoint_same_forward_and_gradients_within_roundings(name):
 
 
 def test_checkpoint_keeps_the_compiled_gradient_flat_in_steps():
-    """temp_size_in_bytes of the compiled forward+backward (odeattn.memory's measure). Measured at
-    this shape, rk4, per step from 1 to 8 steps: plain 66 states (the four evaluations' activations,
-    attention weights included), checkpointed 2.04 (the step's input, kept for its recomputation,
-    and as much again in XLA's buffer assignment of the scan)."""
+    """temp_size_in_bytes of the compiled forward+backward (odeattn.bench's measure), per step at
+    this shape, rk4: checkpointed, about 2 states (the step's input, kept for its recomputation,
+    and as much again in XLA's buffer assignment of the scan), where the plain scan keeps the four
+    evaluations' activations, attention weights included."""
     from odeattn.bench import jax_train_program
 
     batch, seq, d_model = 1, 16, 16

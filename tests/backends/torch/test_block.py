@@ -299,11 +299,10 @@ def test_checkpoint_is_off_without_grad(monkeypatch):
 
 
 def test_checkpoint_memory_grows_with_the_square_root_of_the_steps():
-    """Bytes of the tensors that forward+backward create and that are alive at once (odeattn.memory's
-    LiveTensorBytes: saved_tensors_hooks cannot see inside a checkpoint, whose own hooks take over).
-    Measured at this shape, rk4, in states (batch, seq, d_model): plain 25 states per step;
-    checkpointed, from 1 to 32 steps, 11.6 states more (segments of 6 steps: 6 segment inputs and
-    one segment's 6 step inputs), a peak 1.33 times the 1-step one."""
+    """Bytes of the tensors that forward+backward create and that are alive at once (odeattn.bench's
+    LiveTensorBytes: saved_tensors_hooks cannot see inside a checkpoint, whose own hooks take over),
+    in states (batch, seq, d_model) at this shape, rk4: checkpointed, from 1 to 32 steps, about 12
+    states more (segments of 6 steps: 6 segment inputs and one segment's 6 step inputs)."""
     from odeattn.bench import torch_peak_bytes, torch_train_step
 
     batch, seq, d_model = 1, 32, 16
@@ -335,7 +334,7 @@ def test_checkpoint_option_is_checked_by_name():
 def test_long_context_keeps_no_seq_by_seq_tensor(mode):
     """Without a padding mask, the encoder's attention (no mask) and the decoder's (Causal, SDPA's
     is_causal) run SDPA's fused kernel: no (seq, seq) tensor exists at any time of a forward (the
-    live tensor bytes stay under one float32 seq x seq tensor; measured 19 % of it at seq 1024)."""
+    live tensor bytes stay under one float32 seq x seq tensor: about a fifth of it at seq 1024)."""
     from odeattn.bench import live_tensor_bytes_mode
 
     seq = 1024
