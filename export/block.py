@@ -8,7 +8,7 @@ weight quantisation (computed once), then one node per step calling the local fu
 `ode_step`, whose body is ode_ref.rk.rk_step run on symbolic values: one call of the local
 function `ode_func` per stage, combined with the tableau's coefficients. Every step and stage is
 therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
-once: a step adds one call node to the file (~160 bytes), nothing that grows with the width. The
+once: a step adds one call node to the file (~200 bytes), nothing that grows with the width. The
 calls pass the projection weights by their initializer names, so the inlined graph's MatMuls read
 them directly (export.deploy).
 
