@@ -108,7 +108,7 @@ from typing import Callable
 import numpy as np
 
 import ode_ref as R
-from odeattn.cli import check_output_path, non_negative_int, positive_int
+from odeattn.commands.args import check_output_path, non_negative_int, positive_int
 
 SHAPES = {  # name -> (batch, seq, d_model, heads)
     "small": (1, 128, 256, 8),
@@ -1052,7 +1052,7 @@ def format_tables(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    from odeattn.cli import pyplot
+    from odeattn.plotting import pyplot
 
     plt = pyplot()
 
@@ -1104,7 +1104,7 @@ def cmd_bench(args) -> int:
         check_output_path("--json", args.json, ".json")
         check_output_path("--plot", args.plot, ".png")
         if args.plot:
-            from odeattn.cli import require
+            from odeattn.commands.args import require
 
             require("matplotlib")  # a missing extra is named before the work starts
         named = {shape: name for name, shape in SHAPES.items()}  # a named shape keeps its name (and targets)
@@ -1219,7 +1219,7 @@ def _cmd_memory(args, threads: int, log) -> int:
             raise ValueError(f"--shape: --memory takes one shape; got {len(args.shape)}")
         shape = parse_shape(args.shape[0]) if args.shape else M.MEMORY_SHAPE
         if args.plot:
-            from odeattn.cli import require
+            from odeattn.commands.args import require
 
             require("matplotlib")  # a missing extra is named before the work starts
     except ValueError as err:

@@ -215,7 +215,7 @@ def format_memory(result: dict) -> str:
 
 def plot_memory(result: dict, path) -> None:
     """Two panels, log-log: peak activation memory vs steps, and time vs steps; both modes."""
-    from odeattn.cli import pyplot
+    from odeattn.plotting import pyplot
 
     plt = pyplot()
 

@@ -1,6 +1,6 @@
 """export_model(..., bitlinear="integer"): BitLinear's projections as exact integer products
 (MatMulInteger on the stored int8 ternary weights) times one float scale per token. Its agreement
-with the spec on every use_bitnet golden case runs in the main job (tests/odeattn/test_cli.py)
+with the spec on every use_bitnet golden case runs in the main job (tests/odeattn/commands/test_conformance.py)
 through the onnxruntime-integer backend; here, a few of them, the option's refusals and
 what the file holds."""
 
@@ -110,7 +110,7 @@ def test_cli_writes_the_integer_form(files, capsys, export_cli):
 
 
 @pytest.mark.parametrize("extra, name, message", [
-    (["--bitlinear", "integer"], "c", "odeattn: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
+    (["--bitlinear", "integer"], "c", "odeattn export: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
                                       "config with use_bitnet=true; got use_bitnet=false"),
     (["--bitlinear", "integer", "--decode"], "b", "--bitlinear integer: expected the block model of the direct route; got --decode"),
     (["--bitlinear", "integer", "--route", "torch"], "b",

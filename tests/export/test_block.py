@@ -1,5 +1,5 @@
 """The exported graph: validity, structure, shapes, masks, and the torch.onnx route.
-(Agreement with the spec on every golden case runs in the main job, tests/odeattn/test_cli.py, through
+(Agreement with the spec on every golden case runs in the main job, tests/odeattn/commands/test_conformance.py, through
 the onnxruntime, onnxruntime-opset23 and onnx-reference backends.)"""
 
 import json
