@@ -1,15 +1,15 @@
-"""The `odeattn` command: info, conformance, export, run, bench, diagnose, demo."""
+"""The `odeattn` command: info, init, conformance, export, run, bench, diagnose, demo."""
 
 from __future__ import annotations
 
 import sys
 
 import ode_ref
-from odeattn.commands import bench, conformance, demo, diagnose, export, info, run
+from odeattn.commands import bench, conformance, demo, diagnose, export, info, init, run
 from odeattn.commands.args import EXTRAS, Parser
 
 # the order of `odeattn --help`
-COMMANDS = {m.__name__.rpartition(".")[2]: m for m in (info, conformance, export, run, bench, diagnose, demo)}
+COMMANDS = {m.__name__.rpartition(".")[2]: m for m in (info, init, conformance, export, run, bench, diagnose, demo)}
 
 
 def build_parser() -> Parser:

@@ -10,7 +10,7 @@ def test_help_lists_the_commands_in_order(capsys):
         build_parser().parse_args(["--help"])
     out = capsys.readouterr().out
     assert info.value.code == 0
-    assert "{info,conformance,export,run,bench,diagnose,demo}" in out
+    assert "{info,init,conformance,export,run,bench,diagnose,demo}" in out
 
 
 def test_version_and_python_dash_m():
