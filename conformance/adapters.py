@@ -1,35 +1,8 @@
-"""Adapters: the protocol through which the suite runs a backend, the built-in adapters (the
-spec, our ports, ONNX Runtime), and how third-party adapters are found.
+"""Adapters: the built-in backends (the spec, our ports, ONNX Runtime) the suite runs, and how
+third-party adapters are found.
 
-An adapter is any object with these attributes (no base class needed):
-
-    name: str                          shown in reports, e.g. "mylib"; not a built-in's name
-    dtypes: tuple[str, ...]            the precisions it runs: "float32" and/or "float64"
-    supports(config, dtype) -> str | None
-                                       None if it runs this config in this dtype, else the reason
-                                       (anything else is reported as an error)
-    run_block(config, params, x, padding_mask, dtype) -> z1
-                                       the block forward; params: dict name -> array (dtype),
-                                       x: (batch, seq, d_model) array of dtype, padding_mask:
-                                       bool (batch, seq) or None; returns z(1), same shape, dtype
-optional, for finer reports:
-    run_trajectory(config, params, x, padding_mask, dtype) -> (steps + 1, batch, seq, d_model)
-                                       z at every step (then run_block is not called)
-    run_func(config, params, t, x, padding_mask, dtype) -> f(t, x)
-    run_decode(config, params, x, padding_mask, prompt, dtype) -> (batch, seq, d_model)
-                                       cached decoding (decoder mode): prefill on the first
-                                       `prompt` tokens (padding_mask covers them; the rest are
-                                       real), then one decode step per remaining token; returns
-                                       the prompt's z then each decoded token's z. Without it,
-                                       the decode cases are reported "not supported"
-    run_vjp(config, params, x, padding_mask, z1_bar, dtype) -> (x_bar, params_bar)
-                                       the block's backward pass: the vector-Jacobian product of
-                                       z(1) for the cotangent z1_bar (x's shape); params_bar a dict
-                                       with every parameter name. Without it, the grad cases are
-                                       reported "not supported"
-
-config is an ode_ref.ODEConfig; all arrays are NumPy, fresh copies for every call. Register a
-backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
+An adapter is any object that follows the protocol of protocol.py (no base class needed). Register
+a backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
 or a zero-argument factory), or pass `--backend package.module:object` to `odeattn conformance`.
 Every backend runs in a worker process of its own (conformance.worker): the run never imports
 a plug-in itself.
@@ -51,6 +24,7 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
+from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
 
@@ -253,35 +227,22 @@ class _ExportedAdapter:
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         """The exported prefill model on the prompt, then the decode-step model per token, each
-        step's present cache fed back as the next past."""
-        from odeattn.export.block import decode_names, export_decode_model, export_prefill_model
+        step's present cache fed back as the next past (export.decode.OnnxDecoder)."""
+        from odeattn.export.block import export_decode_model, export_prefill_model
+        from odeattn.export.decode import OnnxDecoder
 
-        prefill_run = self._build(export_prefill_model(config, params, opset=self.opset))
-        decode_run = self._build(export_decode_model(config, params, opset=self.opset))
-        past, present = decode_names(config)
-
-        def prefill(x, mask, max_len):
-            mask = np.ones(x.shape[:2], bool) if mask is None else mask
-            out = prefill_run({"x": x, "padding_mask": mask, "max_len": np.array(max_len, np.int64)})
-            return out["z"], (x.shape[1], [out[n] for n in present])
-
-        def decode_step(x_t, cache):
-            index, state = cache
-            out = decode_run({"x_t": x_t, "index": np.array(index, np.int64), **dict(zip(past, state))})
-            return out["z"], (index + 1, [out[n] for n in present])
-
-        return decode_loop(prefill, decode_step, x, padding_mask, prompt)
+        decoder = OnnxDecoder(config, self._build(export_prefill_model(config, params, opset=self.opset)),
+                              self._build(export_decode_model(config, params, opset=self.opset)))
+        return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 
 
 class OnnxRuntimeAdapter(_ExportedAdapter):
     name = "onnxruntime"
 
     def _build(self, model):
-        from odeattn.export.runtime import session
+        from odeattn.export.decode import session_runner
 
-        sess = session(model, threads=_threads())
-        names = [o.name for o in sess.get_outputs()]
-        return lambda feed: dict(zip(names, sess.run(names, feed)))
+        return session_runner(model, threads=_threads())
 
 
 class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
@@ -370,10 +331,11 @@ def _instantiate(obj):
 
 
 def check_adapter(adapter) -> tuple[str, ...]:
-    """Its dtypes as a tuple (read once), or TypeError naming what an adapter lacks."""
-    missing = [a for a in ("name", "dtypes", "supports", "run_block") if not hasattr(adapter, a)]
+    """Its dtypes as a tuple (read once), or TypeError naming what an adapter lacks of the
+    protocol (protocol.Adapter)."""
+    missing = [a for a in REQUIRED if not hasattr(adapter, a)]
     if missing:
-        raise TypeError(f"adapter {adapter!r}: expected attributes name, dtypes, supports, run_block; missing {missing}")
+        raise TypeError(f"adapter {adapter!r}: expected attributes {', '.join(REQUIRED)}; missing {missing}")
     if not isinstance(adapter.name, str) or not adapter.name:
         raise TypeError(f"adapter {adapter!r}: name must be a non-empty string; got {adapter.name!r}")
     dtypes = adapter.dtypes

@@ -170,6 +170,26 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
     return path
 
 
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What generate wrote: the manifest, the number of case files, their bytes with the
+    manifest's, and the set's digest."""
+
+    manifest: Path
+    cases: int
+    size: int
+    digest: str
+
+
+def generate(directory=GOLDEN_DIR, progress=None) -> Written:
+    """write_golden of every case into directory, and what it wrote (`odeattn conformance generate`).
+    progress: called with each case's name once it is written."""
+    path = write_golden(directory, progress=progress)
+    files = sorted(Path(directory).glob("*.safetensors"))
+    return Written(path, len(files), sum(f.stat().st_size for f in files) + path.stat().st_size, digest(directory))
+
+
 def write_seal(manifest_path: Path, seal_file: Path = SEAL_FILE) -> None:
     manifest = json.loads(manifest_path.read_text())
     lines = [

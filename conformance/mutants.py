@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import sys
 import types
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -388,25 +387,6 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-def main(args) -> int:
-    from .cli import _progress
-    from .golden import GOLDEN_DIR, load_cases
-
-    unused = [o for o, v in (("--backend", args.backend), ("-k", args.include), ("--exclude", args.exclude),
-                             ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit)) if v]
-    if unused:
-        print(f"odeattn conformance mutants: {', '.join(unused)}: not taken here (only --golden and -j)", file=sys.stderr)
-        return 2
-    try:
-        cases = load_cases(args.golden or GOLDEN_DIR)
-    except ValueError as err:
-        for line in str(err).splitlines():
-            print(f"odeattn conformance mutants: {line}", file=sys.stderr)
-        return 2
-    rows = kill_table(cases, jobs=args.jobs, progress=_progress())
-    print(format_table(rows))
-    survivors = [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"]) or r["errors"]]
-    if survivors:
-        print(f"survived in float32 or float64, or errored: {', '.join(survivors)}", file=sys.stderr)
-    return 1 if survivors else 0
-
+def survivors(rows) -> list[str]:
+    """The mutants of a kill table that some precision did not kill, or that errored."""
+    return [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"]) or r["errors"]]

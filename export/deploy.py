@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import tempfile
+from pathlib import Path
 
 import onnx
 
@@ -103,3 +104,19 @@ def save_optimized(model_path, out_path, *, threads: int | None = None) -> None:
     from .runtime import session
 
     session(model_path, threads=threads, optimized_path=out_path)
+
+
+def optimized_path(output) -> Path:
+    """Where the optimised model of `output` is written: block.onnx -> block.optimized.onnx."""
+    return Path(output).with_suffix(".optimized.onnx")
+
+
+def node_counts(model: onnx.ModelProto) -> tuple[int, int]:
+    """(nodes in the file, nodes ONNX Runtime runs once the local functions are inlined)."""
+    sizes = {f.name: len(f.node) for f in model.functions}
+
+    def inlined(nodes):
+        return sum(inlined(next(f.node for f in model.functions if f.name == n.op_type)) if n.op_type in sizes else 1
+                   for n in nodes)
+
+    return len(model.graph.node) + sum(sizes.values()), inlined(model.graph.node)

@@ -27,6 +27,23 @@ def load_model(path) -> onnx.ModelProto:
     return model
 
 
+def block_width(model: onnx.ModelProto) -> int:
+    """d_model from the model's x (or x_t) input; ModelError unless it is a block, prefill or
+    decode-step model: an input x [batch, seq, d_model] or x_t [batch, 1, d_model] (d_model
+    fixed) and an output z."""
+    inputs = {vi.name: vi for vi in model.graph.input}
+    outputs = [o.name for o in model.graph.output]
+    name = "x_t" if "x_t" in inputs else "x"
+    if name not in inputs:
+        raise ModelError(f"model: expected an input 'x' [batch, seq, d_model]; it has inputs {sorted(inputs)}")
+    if "z" not in outputs:
+        raise ModelError(f"model: expected an output 'z'; it has outputs {outputs}")
+    dims = inputs[name].type.tensor_type.shape.dim
+    if len(dims) != 3 or not dims[2].HasField("dim_value"):
+        raise ModelError(f"model: input 'x' must be [batch, seq, d_model] with d_model fixed; it has rank {len(dims)}")
+    return dims[2].dim_value
+
+
 def session(model, *, threads: int | None = None, optimized_path=None):
     """An onnxruntime InferenceSession on the CPU, every graph optimisation on; optimized_path:
     also write the optimised graph there (ONNX Runtime's warning that it may be specific to this

@@ -17,15 +17,11 @@ one seed, a few hundred steps.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import sys
 import time
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.cli import check_output_path, positive_int, require
 
 SOLVERS = ("euler", "rk4", "rk2_gated")
 
@@ -146,7 +142,7 @@ def format_summary(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Training loss against step, one curve per solver, log y."""
-    from odeattn.cli import pyplot
+    from odeattn.plotting import pyplot
 
     plt = pyplot()
 
@@ -161,46 +157,3 @@ def plot(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def check_options(args) -> None:
-    """ValueError naming the option unless the outputs can be written; a missing matplotlib (for
-    --plot) is raised as ModuleNotFoundError, which main() turns into the extra's name. Before any work."""
-    check_output_path("--json", args.json, ".json")
-    if args.plot:
-        check_output_path("--plot", args.plot, ".png")
-        require("matplotlib")
-
-
-def cmd_train(args) -> int:
-    try:
-        check_options(args)
-    except ValueError as err:
-        print(f"odeattn demo train: {err}", file=sys.stderr)
-        return 2
-    result = run(steps=args.steps, seed=args.seed, threads=args.threads,
-                 log=lambda m: print(m, file=sys.stderr, flush=True))
-    print(format_summary(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-        print(f"json: {args.json}")
-    if args.plot:
-        plot(result, args.plot)
-        print(f"plot: {args.plot}")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("demo", help="small demonstrations on CPU")
-    demos = p.add_subparsers(dest="demo", required=True)
-    t = demos.add_parser("train", help="loss curves of euler, rk4 and rk2_gated on a tiny task (under a minute)",
-                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--steps", type=positive_int, default=300, help="Adam steps per solver (default 300)")
-    t.add_argument("--seed", type=int, default=0, help="of the initial weights and of the data (default 0)")
-    t.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: on a busy machine more threads wait on each other at this size)")
-    t.add_argument("--plot", type=Path, default=Path("demo_train.png"),
-                   help="PNG of the loss curves (default demo_train.png; needs odeattn[bench])")
-    t.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
-    t.add_argument("--json", type=Path, help="the losses of every step, per solver")
-    t.set_defaults(func=cmd_train)

@@ -23,15 +23,12 @@ Method (the spec, float64, every token real):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import ode_ref as R
-from odeattn.cli import check_output_path, positive_int, require
 
 REFERENCE_SOLVER = "rk4"
 NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
@@ -217,7 +214,7 @@ def format_report(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Log-log error against steps, one line per solver, the noise level dashed."""
-    from odeattn.cli import pyplot
+    from odeattn.plotting import pyplot
 
     plt = pyplot()
 
@@ -238,104 +235,3 @@ def plot(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def positive_fraction(text: str) -> float:
-    """argparse type: a number in (0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value < 1.0:
-        raise __import__("argparse").ArgumentTypeError(f"expected a number in (0, 1); got {text!r}")
-    return value
-
-
-@contextlib.contextmanager
-def naming(option: str):
-    """Errors raised inside name the option, as ValueError or TypeError: "--x: ..." (a message that
-    already starts with it is kept); a missing file or a folder given as a file too."""
-    try:
-        yield
-    except OSError as err:
-        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror else str(err)
-        raise ValueError(f"{option}: {detail}") from None
-    except (ValueError, TypeError) as err:
-        raise type(err)(str(err) if str(err).startswith(option) else f"{option}: {err}") from None
-
-
-def load_inputs(args) -> tuple[R.ODEConfig, dict, np.ndarray]:
-    """(config, params, x) from --config, --weights (else init_params with --seed) and --x (else a
-    random normal batch with --seed); ValueError or TypeError naming the option otherwise."""
-    from odeattn.export.cli import check_finite, read_json
-
-    with naming("--config"):
-        config = R.ODEConfig.from_any(read_json("--config", args.config))
-    with naming("--weights"):
-        params = R.load_params(args.weights) if args.weights else R.init_params(config, seed=args.seed)
-        R.check_params(params, config)
-        check_finite(params)
-    if not args.x:
-        return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
-    with naming("--x"):
-        try:
-            x = np.load(args.x, allow_pickle=False)
-        except ValueError:  # not .npy, or an object array that would need unpickling
-            raise ValueError(f"expected a .npy array of floats; {str(args.x)!r} is not one NumPy reads without "
-                             "unpickling") from None
-        R.check_input(x, config, name="--x")
-        if not np.isfinite(x).all():
-            raise ValueError("holds NaN or Inf")
-    return config, params, x
-
-
-def check_options(args) -> None:
-    """ValueError naming the option unless the steps and the plot make sense; before any work."""
-    if args.ref_steps % 2 or args.ref_steps < 2 * args.max_steps:
-        raise ValueError(f"--ref-steps: expected an even integer >= 2 x --max-steps ({2 * args.max_steps}); "
-                         f"got {args.ref_steps}")
-    if args.plot:
-        check_output_path("--plot", args.plot, ".png")
-        require("matplotlib")  # main() names the extra that installs it
-
-
-def cmd_diagnose(args) -> int:
-    try:
-        check_options(args)
-        config, params, x = load_inputs(args)
-    except (ValueError, TypeError) as err:
-        return _fail(str(err))
-    weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
-    source = str(args.x) if args.x else f"random normal, seed {args.seed}"
-    print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
-    result = diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
-    print(format_report(result))
-    if args.plot:
-        plot(result, args.plot)
-        print(f"plot: {args.plot}")
-    return 0
-
-
-def _fail(message: str) -> int:
-    print(f"odeattn diagnose: {message}", file=sys.stderr)
-    return 2
-
-
-def register(sub) -> None:
-    p = sub.add_parser("diagnose", help="error of z(1) against steps for every solver: how many steps you need",
-                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
-    p.add_argument("--weights", type=Path,
-                   help=".safetensors or .npz with the spec's parameter names; default: init_params(config, --seed), "
-                        "random weights, said so in the output")
-    p.add_argument("--x", type=Path, help=".npy float [batch, seq, d_model]; default: a random normal batch (--seed)")
-    p.add_argument("--batch", type=positive_int, default=2, help="of the random x (default 2)")
-    p.add_argument("--seq", type=positive_int, default=8, help="of the random x (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="of the random x and of the default weights (default 0)")
-    p.add_argument("--tol", type=positive_fraction, default=1e-4, help="relative error to meet (default 1e-4)")
-    p.add_argument("--max-steps", type=positive_int, default=128, help="steps 1, 2, 4, ... up to this (default 128)")
-    p.add_argument("--ref-steps", type=positive_int, default=1024, help="steps of the rk4 reference (default 1024)")
-    p.add_argument("--plot", type=Path, default=Path("diagnose.png"),
-                   help="the log-log PNG of error against steps (default diagnose.png; needs odeattn[bench])")
-    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
-    p.set_defaults(func=cmd_diagnose)

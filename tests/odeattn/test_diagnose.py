@@ -1,15 +1,13 @@
-"""`odeattn diagnose`: the orders it observes, the fewest steps it reports, the BitLinear floor,
-and the command's table and plot."""
+"""odeattn.diagnose: the orders it observes, the fewest steps it reports, and the BitLinear floor
+(the command's table and plot: tests/odeattn/commands/test_diagnose.py)."""
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
 
 import ode_ref as R
 from odeattn import diagnose as D
-from odeattn.cli import main
 
 SMOOTH = R.ODEConfig(hidden_size=16, num_heads=2)
 BITNET = R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True)
@@ -109,32 +107,3 @@ def test_a_solver_the_weights_cannot_run_is_skipped_with_the_reason(monkeypatch)
     assert rows["heun"].skip == "needs gate.weight, which the weights lack"
     assert rows["not_a_solver"].skip.startswith("not runnable with this config (ode_solver: expected one of")
     assert rows["rk4"].skip is None and set(rows["rk4"].params) == set(shapes(SMOOTH))
-
-
-def test_the_command_prints_the_table_and_writes_the_plot(tmp_path, capsys):
-    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=3)
-    (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
-    R.save_params(R.init_params(cfg, seed=1), tmp_path / "w.safetensors")
-    np.save(tmp_path / "x.npy", np.random.default_rng(1).normal(size=(1, 3, 8)).astype(np.float32))
-    code = main(["diagnose", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
-                 "--x", str(tmp_path / "x.npy"), "--max-steps", "16", "--ref-steps", "256",
-                 "--plot", str(tmp_path / "d.png")])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert f"weights: {tmp_path / 'w.safetensors'}; x: {tmp_path / 'x.npy'}, shape [1, 3, 8]" in out
-    assert "reference: rk4 with 256 steps; its own error (vs 128 steps)" in out
-    assert all(f"\n{name:<10}" in out for name in R.TABLEAUS)
-    assert "this config (heun, 3 steps): error" in out
-    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_a_missing_matplotlib_is_named_before_any_work(tmp_path, capsys, monkeypatch):
-    import importlib.util
-
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
-    (tmp_path / "c.json").write_text(json.dumps(SMOOTH.to_dict()))
-    assert main(["diagnose", "--config", str(tmp_path / "c.json"), "--plot", str(tmp_path / "d.png")]) == 2
-    assert capsys.readouterr().err.strip() == ("odeattn diagnose: needs the package 'matplotlib', which is not "
-                                               "installed; install it with: pip install 'odeattn[bench]'")
-    assert not (tmp_path / "d.png").exists()

@@ -106,9 +106,9 @@ def test_cli_exports_and_runs_the_cached_models(tmp_path, capsys):
     capsys.readouterr()
     (tmp_path / "e.json").write_text(json.dumps(decode_cfg(mode="encoder").to_dict()))
     for argv, message in [
-        (["--config", str(tmp_path / "e.json"), "--decode"], "odeattn: mode: cached decoding needs mode='decoder'"),
-        (["--config", str(tmp_path / "c.json"), "--prefill", "--opset", "23"], "odeattn: opset: the prefill and decode-step"),
-        (["--config", str(tmp_path / "c.json"), "--prefill", "--route", "torch"], "odeattn: --prefill: the direct route only"),
+        (["--config", str(tmp_path / "e.json"), "--decode"], "odeattn export: mode: cached decoding needs mode='decoder'"),
+        (["--config", str(tmp_path / "c.json"), "--prefill", "--opset", "23"], "odeattn export: opset: the prefill and decode-step"),
+        (["--config", str(tmp_path / "c.json"), "--prefill", "--route", "torch"], "odeattn export: --prefill: the direct route only"),
     ]:
         assert main(["export", "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "m.onnx"), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -127,7 +127,7 @@ def test_cli_writes_the_integer_form(files, capsys, export_cli):
 
 
 @pytest.mark.parametrize("extra, name, message", [
-    (["--bitlinear", "integer"], "c", "odeattn: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
+    (["--bitlinear", "integer"], "c", "odeattn export: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
                                       "config with use_bitnet=true; got use_bitnet=false"),
     (["--bitlinear", "integer", "--decode"], "b", "--bitlinear integer: expected the block model of the direct route; got --decode"),
     (["--bitlinear", "integer", "--route", "torch"], "b",

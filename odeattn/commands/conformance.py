@@ -1,0 +1,160 @@
+"""`odeattn conformance`: run the golden cases on every installed backend (the main job);
+`odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
+`odeattn conformance mutants`: run the mutation battery and print its kill table.
+
+Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
+suite file. Every usage error is found before any case runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
+                       description=__doc__)
+    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
+                   help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
+    p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
+    p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
+    p.add_argument("--backend", action="append", default=[], metavar="NAME|module:object",
+                   help="a backend to run (repeatable); default: every installed one")
+    p.add_argument("-k", dest="include", action="append", default=[], metavar="REGEX", help="only cases matching (repeatable, OR)")
+    p.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="skip cases matching (repeatable)")
+    p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
+                   help="expected failures, matched against 'backend/dtype/case' (repeatable); an unexpected pass fails")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
+                   help="worker processes at once (default: the core count)")
+    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="per-case timeout in seconds (default 120)")
+    p.add_argument("--float64-bound", type=positive_float, default=None, metavar="E",
+                   help="also fail a float64 quantity whose relative error exceeds E (e.g. 1e-12)")
+    p.add_argument("--json", type=Path, help="write a JSON report here")
+    p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
+
+
+def title(args) -> str:
+    return "conformance" if args.action == "run" else f"conformance {args.action}"
+
+
+def progress():
+    """A tqdm bar factory (total -> bar) on stderr, or None without tqdm."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return lambda total: tqdm(total=total, unit="case", file=sys.stderr, disable=None, leave=False)
+
+
+def run(args) -> int:
+    """The command, with Ctrl-C and SIGTERM ending it in one line (the workers are killed)."""
+    import signal
+
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("odeattn conformance: interrupted; every worker process was stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
+    from odeattn.conformance.pool import core_count
+
+    args.jobs = args.jobs or core_count()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
+    if args.action == "generate":
+        return generate(args)
+    if args.action == "mutants":
+        return mutants(args)
+    return suite(args)
+
+
+def generate(args) -> int:
+    from odeattn.conformance.cases import case_specs
+    from odeattn.conformance.golden import GOLDEN_DIR, generate as write_set
+
+    directory = args.golden or GOLDEN_DIR
+    bars = progress()
+    bar = bars(len(case_specs())) if bars else None
+    try:
+        written = write_set(directory, progress=(lambda name: bar.update(1)) if bar else None)
+    except OSError as err:  # an unwritable folder
+        raise UsageError(str(err)) from None
+    finally:
+        if bar:
+            bar.close()
+    print(f"wrote {written.cases} cases and {written.manifest.name} to {directory} ({written.size / 1e6:.2f} MB), "
+          f"digest {written.digest}")
+    return 0
+
+
+def mutants(args) -> int:
+    from odeattn.conformance.golden import GOLDEN_DIR, load_cases
+    from odeattn.conformance.mutants import format_table, kill_table, survivors
+
+    unused = [o for o, v in (("--backend", args.backend), ("-k", args.include), ("--exclude", args.exclude),
+                             ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit)) if v]
+    if unused:
+        raise UsageError(f"{', '.join(unused)}: not taken here (only --golden and -j)")
+    cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError (ValueError): one line per defect
+    rows = kill_table(cases, jobs=args.jobs, progress=progress())
+    print(format_table(rows))
+    alive = survivors(rows)
+    if alive:
+        print(f"survived in float32 or float64, or errored: {', '.join(alive)}", file=sys.stderr)
+    return 1 if alive else 0
+
+
+def prepare(args):
+    """(cases, backend refs, notes, backend errors, report header, the built-in names); UsageError
+    or ValueError for any usage error or bad suite file, before any case runs."""
+    from odeattn.conformance.adapters import BUILTIN, discover
+    from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
+    from odeattn.conformance.runner import compile_patterns, select
+
+    compile_patterns("--xfail", args.xfail)
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit)
+    directory = args.golden or GOLDEN_DIR
+    if args.golden is not None and not args.golden.is_dir():
+        raise UsageError(f"--golden: expected a folder; got {os.fspath(args.golden)!r}")
+    cases = select(load_cases(directory), args.include, args.exclude)  # GoldenError is a ValueError
+    if not cases:
+        raise UsageError("-k/--exclude: no case matches the patterns")
+    set_digest = digest(directory)
+    if args.expect_digest and args.expect_digest != set_digest:
+        raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
+    refs, notes, errors = discover(args.backend, timeout=args.timeout)
+    header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
+              "cases": len(cases)}
+    return cases, refs, notes, errors, header, set(BUILTIN)
+
+
+def suite(args) -> int:
+    from odeattn.conformance.runner import BackendError, format_report, run_suite, write_json, write_junit
+
+    cases, refs, notes, errors, header, taken = prepare(args)
+    print(f"golden set: {header['golden']}, {len(cases)} cases, digest {header['digest']}")
+    print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})")
+    report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,
+                       float64_bound=args.float64_bound, progress=progress(), taken=taken)
+    report.notes += notes
+    report.errors += [BackendError(label, message) for label, message in errors]
+    print(format_report(report))
+    if args.json:
+        write_json(report, args.json, header)
+    if args.junit:
+        write_junit(report, args.junit, header)
+    return report.exit_code

@@ -1,0 +1,109 @@
+"""`odeattn diagnose`: the error of z(1) against steps for every solver, and the fewest steps that
+meet a tolerance (the method: odeattn.diagnose)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from odeattn.commands.args import UsageError, check_output_path, positive_int, read_json, require
+
+
+def positive_fraction(text: str) -> float:
+    """argparse type: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1); got {text!r}")
+    return value
+
+
+def register(sub) -> None:
+    from odeattn import diagnose as D
+
+    p = sub.add_parser("diagnose", help="error of z(1) against steps for every solver: how many steps you need",
+                       description=D.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
+    p.add_argument("--weights", type=Path,
+                   help=".safetensors or .npz with the spec's parameter names; default: init_params(config, --seed), "
+                        "random weights, said so in the output")
+    p.add_argument("--x", type=Path, help=".npy float [batch, seq, d_model]; default: a random normal batch (--seed)")
+    p.add_argument("--batch", type=positive_int, default=2, help="of the random x (default 2)")
+    p.add_argument("--seq", type=positive_int, default=8, help="of the random x (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="of the random x and of the default weights (default 0)")
+    p.add_argument("--tol", type=positive_fraction, default=1e-4, help="relative error to meet (default 1e-4)")
+    p.add_argument("--max-steps", type=positive_int, default=128, help="steps 1, 2, 4, ... up to this (default 128)")
+    p.add_argument("--ref-steps", type=positive_int, default=1024, help="steps of the rk4 reference (default 1024)")
+    p.add_argument("--plot", type=Path, default=Path("diagnose.png"),
+                   help="the log-log PNG of error against steps (default diagnose.png; needs odeattn[bench])")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
+
+
+@contextlib.contextmanager
+def naming(option: str):
+    """Errors raised inside name the option, as ValueError or TypeError: "--x: ..." (a message that
+    already starts with it is kept); a missing file or a folder given as a file too."""
+    try:
+        yield
+    except OSError as err:
+        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror else str(err)
+        raise UsageError(f"{option}: {detail}") from None
+    except (ValueError, TypeError) as err:
+        raise type(err)(str(err) if str(err).startswith(option) else f"{option}: {err}") from None
+
+
+def load_inputs(args):
+    """(config, params, x) from --config, --weights (else init_params with --seed) and --x (else a
+    random normal batch with --seed); ValueError or TypeError naming the option otherwise."""
+    import numpy as np
+
+    import ode_ref as R
+    from odeattn.export.weights import check_finite
+
+    with naming("--config"):
+        config = R.ODEConfig.from_any(read_json("--config", args.config))
+    with naming("--weights"):
+        params = R.load_params(args.weights) if args.weights else R.init_params(config, seed=args.seed)
+        R.check_params(params, config)
+        check_finite(params)
+    if not args.x:
+        return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
+    with naming("--x"):
+        try:
+            x = np.load(args.x, allow_pickle=False)
+        except ValueError:  # not .npy, or an object array that would need unpickling
+            raise ValueError(f"expected a .npy array of floats; {str(args.x)!r} is not one NumPy reads without "
+                             "unpickling") from None
+        R.check_input(x, config, name="--x")
+        if not np.isfinite(x).all():
+            raise ValueError("holds NaN or Inf")
+    return config, params, x
+
+
+def check_options(args) -> None:
+    """UsageError naming the option unless the steps and the plot make sense; before any work."""
+    if args.ref_steps % 2 or args.ref_steps < 2 * args.max_steps:
+        raise UsageError(f"--ref-steps: expected an even integer >= 2 x --max-steps ({2 * args.max_steps}); "
+                         f"got {args.ref_steps}")
+    if args.plot:
+        check_output_path("--plot", args.plot, ".png")
+        require("matplotlib")  # main() names the extra that installs it
+
+
+def run(args) -> int:
+    from odeattn import diagnose as D
+
+    check_options(args)
+    config, params, x = load_inputs(args)
+    weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
+    source = str(args.x) if args.x else f"random normal, seed {args.seed}"
+    print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
+    result = D.diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
+    print(D.format_report(result))
+    if args.plot:
+        D.plot(result, args.plot)
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,212 @@
+"""`odeattn export`: a block's config and weights in, an .onnx file out, checked against the spec
+on a random batch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from odeattn.commands.args import UsageError, check_output_path, read_json
+
+DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a block (config + weights) to ONNX",
+                       description="`odeattn export` (config and weights in, .onnx out) and `odeattn run` (an exported "
+                                   "model on inputs from .npy files or a random batch).")
+    p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
+    p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
+    p.add_argument("-o", "--output", required=True, type=Path, help="the .onnx file to write")
+    p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
+                   help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
+    p.add_argument("--no-padding-mask", action="store_true", help="omit the padding_mask input")
+    p.add_argument("--route", choices=["direct", "torch"], default="direct",
+                   help="direct: built from the spec with onnx's helpers (default); torch: torch.onnx.export")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--prefill", action="store_true",
+                      help="the prefill model: the prompt's z and the KV cache it leaves (decoder mode, opset 17)")
+    kind.add_argument("--decode", action="store_true",
+                      help="the decode-step model: one token and the cache in, its z and the new cache out "
+                           "(decoder mode, opset 17)")
+    p.add_argument("--bitlinear", choices=["float", "integer"], default="float",
+                   help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
+                        "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "
+                        "(block model of the direct route)")
+    p.add_argument("--inline", action="store_true",
+                   help="write the graph without model-local functions, for tools and runtimes that do not read "
+                        "them (the same z; the file grows with the steps)")
+    p.add_argument("--quantize", choices=["int8"],
+                   help="int8: onnxruntime's dynamic quantisation of the four projections, on the inlined graph; "
+                        "lossy, so not a conformance backend (float weights only: not with use_bitnet)")
+    p.add_argument("--optimize", action="store_true",
+                   help="also write the graph ONNX Runtime runs after its optimisations, as <output>.optimized.onnx "
+                        "(it may hold kernels specific to this machine's CPU)")
+
+
+def load_block(args):
+    """(config, params) from --config and --weights, checked; UsageError naming them for a file
+    that is missing or unreadable (the spec's ValueError and TypeError pass through)."""
+    import ode_ref as R
+    from odeattn.export.weights import check_finite
+
+    try:
+        config = R.ODEConfig.from_any(read_json("--config", args.config))
+        params = R.load_params(args.weights)
+    except FileNotFoundError as err:
+        raise UsageError(f"--config/--weights: {err}") from None
+    except OSError as err:  # a folder given as a file, an unreadable file
+        raise UsageError(f"--config/--weights: {err.strerror}: {err.filename!r}") from None
+    R.check_params(params, config)
+    check_finite(params)
+    return config, params
+
+
+def run(args) -> int:
+    import ode_ref as R
+    from odeattn.export.block import check, export_model
+    from odeattn.export.deploy import node_counts, optimized_path
+    from odeattn.export.runtime import run as run_model, session
+
+    check_output_path("-o", args.output, ".onnx")
+    config, params = load_block(args)
+    allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
+    opset = args.opset or allowed[0]
+    if opset not in allowed:
+        raise UsageError(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
+    check_deploy_options(args, config)
+    check_bitlinear(args, config)
+    if args.prefill or args.decode:
+        return export_cached(args, config, params, opset)
+    notes = []
+    if args.route == "direct":
+        model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear)
+        check(model)
+        try:
+            model, notes = deploy_form(model, args)
+        except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
+            print(f"odeattn export: {err}", file=sys.stderr)
+            return 1
+        args.output.write_bytes(model.SerializeToString())
+        if args.bitlinear == "integer":
+            from ode_ref.cache import evaluations
+            from odeattn.export.deploy import PROJECTIONS
+
+            notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
+                         "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
+    else:
+        from odeattn.backends.torch import ODEAttentionBlock
+        from odeattn.export.from_torch import export_torch
+
+        block = ODEAttentionBlock.from_params(config, params)
+        if args.no_padding_mask:
+            raise UsageError("--no-padding-mask: the torch route always has a padding_mask input")
+        export_torch(block, args.output, opset=opset)
+    import onnx
+
+    model = onnx.load(str(args.output))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 8, config.hidden_size))
+    mask = None if args.no_padding_mask else np.array([[True] * 8, [True] * 5 + [False] * 3])
+    z = run_model(model, session(model), x.astype(np.float32), mask)["z"]
+    want = R.ode_block(params, x, config, mask)
+    err = float(np.abs(z - want).max() / np.abs(want).max())
+    stored, executed = node_counts(model)
+    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
+          f"{stored} nodes stored ({executed} executed after inlining), "
+          f"max relative error vs ode_ref (float64) on a random batch (2 x 8): {err:.2e}")
+    if args.optimize:
+        from odeattn.export.deploy import save_optimized
+
+        optimized = optimized_path(args.output)
+        save_optimized(args.output, optimized)
+        notes.append(f"optimised model: {optimized}, {optimized.stat().st_size / 1e3:.1f} kB "
+                     "(ONNX Runtime's graph after every optimisation; it may hold kernels specific to this machine's CPU)")
+    for note in notes:
+        print(f"  {note}")
+    return 0
+
+
+def _other_form(args) -> str | None:
+    """The option that asks for something other than the direct route's block model, if any."""
+    return ("--prefill" if args.prefill else "--decode" if args.decode
+            else f"--route {args.route}" if args.route != "direct" else None)
+
+
+def check_deploy_options(args, config) -> None:
+    """UsageError naming the option unless --inline, --quantize and --optimize apply: the direct
+    route's block model, float weights for int8, a writable path for the optimised model."""
+    from odeattn.export.deploy import check_quantizable, optimized_path
+
+    given = [f"--{o}" for o in DEPLOY_OPTIONS if getattr(args, o)]
+    if not given:
+        return
+    other = _other_form(args)
+    if other:
+        raise UsageError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
+    if args.quantize:
+        check_quantizable(config)
+    if args.optimize:
+        check_output_path("--optimize", optimized_path(args.output), ".onnx")
+
+
+def check_bitlinear(args, config) -> None:
+    """UsageError naming --bitlinear unless the integer form applies: the direct route's block
+    model of a use_bitnet config (export.bitlinear.check_form)."""
+    from odeattn.export.bitlinear import check_form
+
+    if args.bitlinear == "float":
+        return
+    other = _other_form(args)
+    if other:
+        raise UsageError(f"--bitlinear {args.bitlinear}: expected the block model of the direct route; got {other}")
+    try:
+        check_form(args.bitlinear, config)
+    except ValueError as err:
+        raise UsageError(f"--{err}") from None  # its message begins 'bitlinear: '
+
+
+def deploy_form(model, args):
+    """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
+    int8 on its inlined graph (--quantize int8)."""
+    from odeattn.export.deploy import PROJECTIONS, inline, quantize_int8
+
+    if args.quantize:
+        int8 = quantize_int8(model)
+        return int8, [f"int8 dynamic quantisation (lossy, not a conformance backend): {PROJECTIONS} projections x "
+                      f"{sum(n.op_type == 'MatMulInteger' for n in int8.graph.node) // PROJECTIONS} evaluations as "
+                      f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
+    if args.inline:
+        return inline(model), ["inlined: no model-local functions; the file grows with the steps"]
+    return model, []
+
+
+def export_cached(args, config, params, opset: int) -> int:
+    """--prefill or --decode: write the model, then run it as `odeattn run` does on a random batch
+    of 8 tokens (the decode-step model generating them from an empty cache) and compare with
+    ode_block on the whole sequence."""
+    import ode_ref as R
+    from odeattn.export.block import check, decode_names, export_decode_model, export_prefill_model
+    from odeattn.export.decode import OnnxDecoder, session_runner
+
+    flag = "--prefill" if args.prefill else "--decode"
+    if args.route != "direct":
+        raise UsageError(f"{flag}: the direct route only; got --route {args.route}")
+    model = (export_prefill_model if args.prefill else export_decode_model)(config, params, opset=opset)
+    check(model)
+    args.output.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(0).normal(size=(2, 8, config.hidden_size))
+    want = R.ode_block(params, x, config)
+    x32 = x.astype(np.float32)
+    if args.prefill:
+        out = OnnxDecoder(config, prefill_run=session_runner(model)).prefill(x32, None, x32.shape[1])[0]
+    else:
+        out = OnnxDecoder(config, decode_run=session_runner(model)).generate(x32)
+    err = float(np.abs(out - want).max() / np.abs(want).max())
+    what = "the prefill of 8 tokens" if args.prefill else "8 tokens decoded one by one from an empty cache"
+    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "
+          f"{len(decode_names(config)[0]) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} "
+          f"(batch 2): {err:.2e}")
+    return 0

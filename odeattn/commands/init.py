@@ -1,0 +1,79 @@
+"""`odeattn init DIR`: a block to start from. Writes DIR/config.json (the ODEConfig fields),
+DIR/weights.safetensors (ode_ref.init_params with --seed, float32, the spec's parameter names)
+and DIR/x.npy (a seeded normal batch, float32 [batch, seq, hidden_size]): the inputs of
+`odeattn export`, `odeattn run` and `odeattn diagnose`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import ode_ref as R
+from odeattn.commands.args import UsageError, check_output_path, positive_int, require
+
+FILES = ("config.json", "weights.safetensors", "x.npy")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("init", help="write a config, seeded weights and an input batch to start from",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", type=Path, metavar="DIR", help="the folder to write into (made if missing)")
+    p.add_argument("--hidden-size", type=positive_int, default=64, help="d_model (default 64)")
+    p.add_argument("--num-heads", type=positive_int, default=4, help="heads; must divide --hidden-size (default 4)")
+    p.add_argument("--solver", choices=list(R.SOLVERS), default="rk4", help="the Butcher tableau (default rk4)")
+    p.add_argument("--steps", type=positive_int, default=4, help="ode_steps (default 4)")
+    p.add_argument("--mode", choices=list(R.MODES), default="encoder", help="encoder (default) or decoder (causal)")
+    p.add_argument("--norm-type", choices=list(R.NORM_TYPES), default="layer_norm", help="the pre-norm (default layer_norm)")
+    p.add_argument("--bitnet", action="store_true", help="BitLinear (ternary weights) in both projections")
+    p.add_argument("--seed", type=int, default=0, help="of the weights and of x (default 0)")
+    p.add_argument("--batch", type=positive_int, default=2, help="of x (default 2)")
+    p.add_argument("--seq", type=positive_int, default=8, help="of x (default 8)")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
+
+
+def check_paths(folder: Path, force: bool) -> dict[str, Path]:
+    """The three paths, once DIR is a folder (made if missing) that takes them; UsageError naming
+    DIR or the files that exist (unless force)."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"DIR: expected a folder; got the file {str(folder)!r}")
+    out = {name: folder / name for name in FILES}
+    existing = [str(p) for p in out.values() if p.exists()]
+    if existing and not force:
+        raise UsageError(f"{', '.join(existing)}: {'exists' if len(existing) == 1 else 'exist'} already; "
+                         "pass --force to overwrite")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"DIR: cannot make the folder {str(folder)!r} ({err.strerror or err})") from None
+    for path in out.values():
+        check_output_path("DIR", path, path.suffix)
+    return out
+
+
+def run(args) -> int:
+    import numpy as np
+
+    require("safetensors")  # before anything is written; main() names the extra that installs it
+    config = R.ODEConfig(hidden_size=args.hidden_size, num_heads=args.num_heads, ode_solver=args.solver,
+                         ode_steps=args.steps, mode=args.mode, norm_type=args.norm_type, use_bitnet=args.bitnet)
+    out = check_paths(args.dir, args.force)
+    params = R.init_params(config, seed=args.seed, dtype=np.float32)
+    x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size)).astype(np.float32)
+    out["config.json"].write_text(json.dumps(config.to_dict(), indent=1) + "\n")
+    R.save_params(params, out["weights.safetensors"])
+    np.save(out["x.npy"], x)
+    fields = ", ".join(f"{k}={v!r}" for k, v in config.to_dict().items() if k in (
+        "hidden_size", "num_heads", "ode_solver", "ode_steps", "mode", "norm_type", "use_bitnet"))
+    print(f"wrote {out['config.json']}: {fields}")
+    print(f"wrote {out['weights.safetensors']}: init_params(seed={args.seed}), {len(params)} arrays, "
+          f"{sum(v.size for v in params.values()):,} parameters, float32")
+    print(f"wrote {out['x.npy']}: float32 {list(x.shape)} (batch, seq, hidden_size), normal, seed {args.seed}")
+    q = {name: shlex.quote(str(path)) for name, path in out.items()}
+    onnx = shlex.quote(str(args.dir / "block.onnx"))
+    print("next:")
+    print(f"  odeattn export --config {q['config.json']} --weights {q['weights.safetensors']} -o {onnx}")
+    print(f"  odeattn run {onnx} --x {q['x.npy']}")
+    print(f"  odeattn diagnose --config {q['config.json']} --weights {q['weights.safetensors']} --x {q['x.npy']}")
+    return 0

@@ -1,0 +1,107 @@
+"""`odeattn run`: an exported model in ONNX Runtime on inputs from .npy files or a random batch;
+a prefill model on all of x, a decode-step model generating x's tokens from an empty cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int
+
+
+def register(sub) -> None:
+    r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
+                                   "--seq tokens from an empty cache)")
+    r.add_argument("model", type=Path)
+    r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model]; default: a random batch")
+    r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
+    r.add_argument("--batch", type=positive_int, default=2)
+    r.add_argument("--seq", type=positive_int, default=8)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
+    r.add_argument("--repeats", type=positive_int, default=None,
+                   help="also time N runs after one warm-up: latency median and min..max, and the session's creation")
+    r.add_argument("--threads", type=non_negative_int, default=0,
+                   help="ONNX Runtime's intra-op threads; default (0): every core")
+
+
+def check_cached_inputs(x, mask, kind: str) -> None:
+    """TypeError or ValueError unless a prefill or decode-step model can take x and the mask: x
+    float32 [batch, seq, d_model]; no mask for a decode-step model (every token decoded is real)."""
+    if x.dtype != np.float32 or x.ndim != 3:
+        raise TypeError(f"x: expected float32 [batch, seq, d_model]; got {x.dtype} of shape {list(x.shape)}")
+    if kind != "prefill" and mask is not None:
+        raise ValueError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
+
+
+def load_inputs(args, width: int):
+    """(x, mask) from --x and --padding-mask, or a random float32 batch of --batch x --seq."""
+    try:
+        if args.x:
+            x = np.load(args.x, allow_pickle=False)
+        else:
+            x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
+        mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from None
+    except OSError as err:  # a folder given as a file, an unreadable file
+        raise UsageError(f"--x/--padding-mask: {err.strerror}: {err.filename!r}") from None
+    return x, mask
+
+
+def run(args) -> int:
+    import os
+    import time
+
+    from odeattn.export.decode import OnnxDecoder, session_runner
+    from odeattn.export.runtime import block_width, load_model, make_feed, session
+
+    threads = args.threads or os.cpu_count() or 1
+    check_output_path("-o", args.output, ".npy")
+    model = load_model(args.model)
+    x, mask = load_inputs(args, block_width(model))
+    meta = {p.key: p.value for p in model.metadata_props}
+    kind = meta.get("kind", "block")
+    if kind == "block":
+        feed = make_feed(model, x, mask)  # checked before the session is built
+        start = time.perf_counter()
+        sess = session(model, threads=threads)
+        created = time.perf_counter() - start
+        forward = lambda: sess.run(["z"], feed)[0]  # noqa: E731
+    else:
+        check_cached_inputs(x, mask, kind)
+        start = time.perf_counter()
+        runner = session_runner(model, threads=threads)
+        created = time.perf_counter() - start
+        config = json.loads(meta["config"])
+        if kind == "prefill":
+            decoder = OnnxDecoder(config, prefill_run=runner)
+            forward = lambda: decoder.prefill(x, mask, x.shape[1])[0]  # noqa: E731
+        else:
+            decoder = OnnxDecoder(config, decode_run=runner)
+            forward = lambda: decoder.generate(x)  # noqa: E731
+    z = forward()  # also the warm-up of --repeats
+    summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
+    if args.output:
+        np.save(args.output, z)
+        summary += f", saved to {args.output}"
+    print(summary)
+    if args.repeats:
+        print(latency(forward, args.repeats, created, threads, kind, x.shape))
+    return 0
+
+
+def latency(forward, repeats: int, created: float, threads: int, kind: str, shape) -> str:
+    """One line: the median and min..max of `repeats` timed forwards (after the warm-up the caller
+    ran), the thread count and the session's creation time."""
+    import statistics
+
+    from odeattn.bench import measure
+
+    times = measure(forward, warmup=0, repeats=repeats)
+    what = "a forward" if kind == "block" else "the prefill" if kind == "prefill" else f"decoding {shape[1]} tokens"
+    return (f"latency of {what} (batch {shape[0]}, seq {shape[1]}), {repeats} runs after 1 warm-up, threads {threads}: "
+            f"median {statistics.median(times) * 1e3:.2f} ms, min..max {min(times) * 1e3:.2f}..{max(times) * 1e3:.2f} ms; "
+            f"session created in {created * 1e3:.0f} ms")

@@ -1,0 +1,69 @@
+"""`odeattn init DIR`: a config, seeded weights and an input that load back and that export, run
+and diagnose take; nothing overwritten without --force."""
+
+import json
+
+import numpy as np
+import pytest
+
+import ode_ref as R
+from odeattn.cli import main
+
+SMALL = ["--hidden-size", "8", "--num-heads", "2", "--steps", "2", "--batch", "3", "--seq", "5"]
+
+
+def test_the_three_files_load_back(tmp_path, capsys):
+    folder = tmp_path / "new" / "block"  # made, parents too
+    assert main(["init", str(folder), *SMALL, "--solver", "rk2_gated", "--mode", "decoder", "--norm-type", "rms_norm",
+                 "--bitnet", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    config = R.ODEConfig.from_any(json.loads((folder / "config.json").read_text()))
+    assert config == R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, ode_solver="rk2_gated", mode="decoder",
+                                 norm_type="rms_norm", use_bitnet=True)
+    params = R.load_params(folder / "weights.safetensors")
+    R.check_params(params, config)
+    want = R.init_params(config, seed=3)
+    assert all(v.dtype == np.float32 and np.array_equal(v, want[k].astype(np.float32)) for k, v in params.items())
+    x = np.load(folder / "x.npy")
+    assert x.dtype == np.float32 and x.shape == (3, 5, 8)
+    for name in ("config.json", "weights.safetensors", "x.npy"):
+        assert f"wrote {folder / name}" in out
+    assert f"odeattn run {folder / 'block.onnx'} --x {folder / 'x.npy'}" in out
+
+
+def test_the_defaults_are_the_documented_block(tmp_path, capsys):
+    assert main(["init", str(tmp_path)]) == 0
+    config = R.ODEConfig.from_any(json.loads((tmp_path / "config.json").read_text()))
+    assert (config.hidden_size, config.num_heads, config.ode_solver, config.ode_steps, config.mode, config.norm_type,
+            config.use_bitnet) == (64, 4, "rk4", 4, "encoder", "layer_norm", False)
+    assert np.load(tmp_path / "x.npy").shape == (2, 8, 64)
+
+
+def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
+    assert main(["init", str(tmp_path), *SMALL]) == 0
+    (tmp_path / "x.npy").write_bytes(b"mine")
+    capsys.readouterr()
+    assert main(["init", str(tmp_path), *SMALL, "--seed", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("odeattn init: ") and str(tmp_path / "config.json") in err[0], err
+    assert "--force" in err[0] and (tmp_path / "x.npy").read_bytes() == b"mine"
+    assert main(["init", str(tmp_path), *SMALL, "--seed", "1", "--force"]) == 0
+    assert np.load(tmp_path / "x.npy").shape == (3, 5, 8)
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["init", "{d}/c.json"], "DIR: expected a folder; got the file '{d}/c.json'", id="dir-is-a-file"),
+    pytest.param(["init", "{d}/new", "--hidden-size", "10", "--num-heads", "4"],
+                 "hidden_size: expected a multiple of num_heads=4; got 10", id="width-not-a-multiple-of-heads"),
+])
+def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
+    refused_in_one_line(files, argv, message, capsys)
+
+
+def test_export_and_run_take_what_init_writes(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    assert main(["init", str(tmp_path), *SMALL]) == 0
+    assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "weights.safetensors"),
+                 "-o", str(tmp_path / "block.onnx")]) == 0
+    assert main(["run", str(tmp_path / "block.onnx"), "--x", str(tmp_path / "x.npy")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("z: shape [3, 5, 8], dtype float32, finite True")
