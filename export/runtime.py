@@ -17,13 +17,24 @@ class ModelError(ValueError):
 
 
 def load_model(path) -> onnx.ModelProto:
+    """The model at path, checked by onnx.checker; ModelError naming the file if it is missing,
+    is not an ONNX model at all (another kind of file, or one cut short), or is not a valid one.
+    The message is one line: no parser's dump of the file."""
+    shown = os.fspath(path)
     if not os.path.isfile(path):
-        raise ModelError(f"model: no such file {os.fspath(path)!r}")
+        raise ModelError(f"model: no such file {shown!r}")
     try:
-        model = onnx.load(os.fspath(path))
+        model = onnx.load(shown)
+    except OSError as err:  # an unreadable file
+        raise ModelError(f"model {shown!r}: {err.strerror or err}") from None
+    except Exception:  # protobuf's DecodeError, or json_format's ParseError for a .json file
+        raise ModelError(f"model {shown!r}: not an ONNX model (it does not parse as one; "
+                         "expected a .onnx file written by odeattn export)") from None
+    try:
         onnx.checker.check_model(model)
-    except Exception as err:  # protobuf DecodeError, ValidationError, ...
-        raise ModelError(f"model {os.fspath(path)!r}: not a valid ONNX model ({type(err).__name__}: {err})") from err
+    except Exception as err:  # ValidationError, ...
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise ModelError(f"model {shown!r}: not a valid ONNX model ({type(err).__name__}: {reason})") from None
     return model
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int
+from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -37,17 +37,13 @@ def check_cached_inputs(x, mask, kind: str) -> None:
 
 
 def load_inputs(args, width: int):
-    """(x, mask) from --x and --padding-mask, or a random float32 batch of --batch x --seq."""
-    try:
-        if args.x:
-            x = np.load(args.x, allow_pickle=False)
-        else:
-            x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
-        mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
-    except FileNotFoundError as err:
-        raise UsageError(str(err)) from None
-    except OSError as err:  # a folder given as a file, an unreadable file
-        raise UsageError(f"--x/--padding-mask: {err.strerror}: {err.filename!r}") from None
+    """(x, mask) from --x and --padding-mask (.npy files, never unpickled), or a random float32
+    batch of --batch x --seq; UsageError naming the option for a file it cannot read as an array."""
+    if args.x:
+        x = load_npy("--x", args.x)
+    else:
+        x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
+    mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     return x, mask
 
 

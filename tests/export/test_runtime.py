@@ -1,6 +1,8 @@
 """Running an exported block (export/runtime.py): the feed checked against the model's inputs, the
 model file checked on loading, and onnx's reference evaluator agreeing with ONNX Runtime."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -69,12 +71,33 @@ def _truncated(d):
     return d / "t.onnx"
 
 
+def _json_config(d):
+    (d / "config.json").write_text(json.dumps(cfg().to_dict()))
+    return d / "config.json"
+
+
+def _invalid_graph(d):
+    """A file that parses as a ModelProto but fails onnx.checker (a node of no known operator)."""
+    graph = onnx.helper.make_graph([onnx.helper.make_node("NoSuchOp", ["x"], ["z"])], "g",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    (d / "bad_graph.onnx").write_bytes(model.SerializeToString())
+    return d / "bad_graph.onnx"
+
+
 @pytest.mark.parametrize("make_file, message", [
-    pytest.param(lambda d: d / "none.onnx", "no such file", id="missing-file"),
-    pytest.param(_junk, "not a valid ONNX model", id="not-onnx"),
-    pytest.param(_truncated, "not a valid ONNX model", id="truncated-model"),
+    pytest.param(lambda d: d / "none.onnx", "model: no such file", id="missing-file"),
+    pytest.param(_junk, "junk.onnx': not an ONNX model", id="not-onnx"),
+    pytest.param(_truncated, "t.onnx': not an ONNX model", id="truncated-model"),
+    pytest.param(_json_config, "config.json': not an ONNX model", id="json-config-given-as-the-model"),
+    pytest.param(_invalid_graph, "bad_graph.onnx': not a valid ONNX model (ValidationError: ", id="model-failing-the-checker"),
 ])
-def test_a_missing_or_corrupt_model_is_refused(tmp_path, make_file, message):
+def test_a_missing_or_corrupt_model_is_refused_in_one_line_naming_the_file(tmp_path, make_file, message):
+    """One line naming the file: no protobuf or JSON parser's dump of what it read."""
     path = make_file(tmp_path)
-    with pytest.raises(ModelError, match=message):
+    with pytest.raises(ModelError) as info:
         load_model(path)
+    text = str(info.value)
+    assert message in text and len(text.splitlines()) == 1, text
+    assert "Available Fields" not in text and "Error parsing message" not in text

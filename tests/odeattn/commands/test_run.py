@@ -18,10 +18,49 @@ from odeattn.cli import main
                  id="output-not-npy"),
     pytest.param(["run", "{d}/m.onnx", "-o", "{d}/missing/z.npy"], "-o: the folder '{d}/missing' does not exist",
                  id="output-in-a-missing-folder"),
-    pytest.param(["run", "{d}/m.onnx", "--x", "{d}"], "--x/--padding-mask: Is a directory", id="x-is-a-folder"),
+    pytest.param(["run", "{d}/m.onnx", "--x", "{d}"], "--x: Is a directory: '{d}'", id="x-is-a-folder"),
+    pytest.param(["run", "{d}/m.onnx", "--x", "{d}/none.npy"], "--x: no such file '{d}/none.npy'", id="x-missing"),
+    pytest.param(["run", "{d}/c.json"], "model '{d}/c.json': not an ONNX model", id="model-is-a-json-config"),
+    pytest.param(["run", "{d}/w.safetensors"], "model '{d}/w.safetensors': not an ONNX model", id="model-is-weights"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)
+
+
+@pytest.fixture
+def arrays(files):
+    """files, with .npy files that are not arrays of numbers: a pickle, an object array, a .npz."""
+    import pickle
+
+    (files / "pickled.npy").write_bytes(pickle.dumps({"x": [1.0]}))
+    np.save(files / "objects.npy", np.array([{"x": 1.0}], dtype=object), allow_pickle=True)
+    np.savez(files / "two.npz", x=np.zeros((1, 2, 8), np.float32))
+    np.save(files / "x.npy", np.zeros((1, 2, 8), np.float32))
+    (files / "cut.npy").write_bytes((files / "x.npy").read_bytes()[:-8])
+    return files
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--x", "{d}/c.json"], "--x: expected a .npy array; '{d}/c.json' is not one", id="x-is-a-json-config"),
+    pytest.param(["--x", "{d}/pickled.npy"], "--x: expected a .npy array; '{d}/pickled.npy' is not one", id="x-is-a-pickle"),
+    pytest.param(["--x", "{d}/objects.npy"], "--x: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects",
+                 id="x-is-an-object-array"),
+    pytest.param(["--x", "{d}/two.npz"], "--x: expected a .npy array; '{d}/two.npz' is a .npz archive", id="x-is-an-npz"),
+    pytest.param(["--x", "{d}/cut.npy"], "--x: expected a .npy array; '{d}/cut.npy' is a damaged .npy file", id="x-cut-short"),
+    pytest.param(["--x", "{d}/x.npy", "--padding-mask", "{d}/c.json"],
+                 "--padding-mask: expected a .npy array; '{d}/c.json' is not one", id="mask-is-a-json-config"),
+    pytest.param(["--x", "{d}/x.npy", "--padding-mask", "{d}/objects.npy"],
+                 "--padding-mask: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects",
+                 id="mask-is-an-object-array"),
+])
+def test_an_input_that_is_not_a_npy_array_is_named_and_never_unpickled(arrays, argv, message, capsys, refused_in_one_line):
+    """NumPy's advice to load the file unpickled never reaches the user."""
+    refused_in_one_line(arrays, ["run", "{d}/m.onnx", *argv], message, capsys)
+
+
+def test_diagnose_reads_x_the_same_way(arrays, capsys, refused_in_one_line):
+    refused_in_one_line(arrays, ["diagnose", "--config", "{d}/c.json", "--x", "{d}/objects.npy", "--no-plot"],
+                        "--x: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects", capsys)
 
 
 @pytest.mark.parametrize("option", ["--seq", "--batch", "--repeats"])
