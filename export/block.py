@@ -14,7 +14,8 @@ them directly (export.deploy).
 
 export_prefill_model: the prompt through a decoder-mode block, returning the cache, opset 17:
 
-    inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq]; max_len int64 []
+    inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq] (unless omitted);
+             max_len int64 []
     outputs: z float32 [batch, seq, d_model]; present_key_<e>, present_value_<e> float32
              [batch, max_len, heads, head_dim]; present_padding_mask bool [batch, max_len]
 
@@ -295,18 +296,22 @@ def _check_cached(config, params, opset, attention):
     return _checked(cfg, params, opset, attention)
 
 
-def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
+def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True,
+                         attention=None) -> onnx.ModelProto:
     """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto
-    (float32); see the module's docstring for its inputs and outputs."""
+    (float32); see the module's docstring for its inputs and outputs. padding_mask=False: a model
+    without that input, for prompts whose every token is real (the cache's present_padding_mask
+    is then True for the prompt's slots, as the spec's prefill without a mask gives)."""
     cfg, att = _check_cached(config, params, opset, attention)
     main = Body("", opset)
-    x, mask = Value(main, "x"), Value(main, "padding_mask")
+    x, mask = Value(main, "x"), Value(main, "padding_mask") if padding_mask else None
     max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
     z, cache = att.prefill(_weights(cfg, main), x, mask, max_len)
     d = cfg.hidden_size
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d]),
-              helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]),
-              helper.make_tensor_value_info("max_len", TensorProto.INT64, [])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
+    if padding_mask:
+        inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
+    inputs.append(helper.make_tensor_value_info("max_len", TensorProto.INT64, []))
     return _cached_model(cfg, params, opset, main, z, cache, inputs, "prefill")
 
 

@@ -3,7 +3,9 @@
 The decode-step model's feeds are x_t [batch, 1, d_model], index (int64 scalar: the slot the
 token goes to) and the past cache, named as decode_names says; its outputs are z and the present
 cache under the matching names. OnnxDecoder wires those names once, for every caller (the
-conformance adapter, `odeattn run` and the bench).
+conformance adapter, `odeattn run` and the bench), and checks every feed once for all of them:
+its own inputs against the config, and (over a SessionRun) the whole feed against the model's
+declared inputs, so a wrong input is refused by name before ONNX Runtime sees it.
 """
 
 from __future__ import annotations
@@ -33,20 +35,68 @@ class OnnxCache(NamedTuple):
         return cls(tuple(arrays), int(cache.index))
 
 
-def session_runner(model, *, threads: int | None = None) -> Run:
-    """A Run over an onnxruntime session of `model` (a ModelProto or a path)."""
-    from .runtime import session
+class SessionRun:
+    """A Run over an onnxruntime session of `model` (a ModelProto or a path) whose every feed is
+    checked against the model's declared inputs first (export.runtime.check_feed), so a wrong
+    name, dtype or shape is one error naming the input, not ONNX Runtime's. The session is built
+    by start() (session_runner starts it at once), or on the first run: check() can refuse a
+    feed before that work."""
 
-    sess = session(model, threads=threads)
-    names = [o.name for o in sess.get_outputs()]
-    return lambda feed: dict(zip(names, sess.run(names, feed)))
+    def __init__(self, model, *, threads: int | None = None):
+        import onnx
+
+        from .runtime import declared_inputs
+
+        self.model, self.threads = model, threads
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+        self.declared = declared_inputs(proto)
+        self._sess = self._names = None
+
+    def start(self) -> float:
+        """Builds the session (once); the seconds that took."""
+        import time
+
+        from .runtime import session
+
+        begun = time.perf_counter()
+        if self._sess is None:
+            self._sess = session(self.model, threads=self.threads)
+            self._names = [o.name for o in self._sess.get_outputs()]
+        return time.perf_counter() - begun
+
+    def check(self, feed: dict) -> dict:
+        from .runtime import check_feed
+
+        return check_feed(self.declared, feed)
+
+    def __call__(self, feed: dict) -> dict:
+        feed = self.check(feed)
+        self.start()
+        return dict(zip(self._names, self._sess.run(self._names, feed)))
+
+
+def session_runner(model, *, threads: int | None = None) -> SessionRun:
+    """A Run over an onnxruntime session of `model` (a ModelProto or a path), built now; its
+    feeds are checked against the model's inputs (SessionRun)."""
+    run = SessionRun(model, threads=threads)
+    run.start()
+    return run
+
+
+def _checked(run, feed: dict) -> dict:
+    """feed, checked by the run's own check (a SessionRun's: against its model's inputs) if it has one."""
+    check = getattr(run, "check", None)
+    return check(feed) if check is not None else feed
 
 
 class OnnxDecoder:
     """prefill and decode_step over the exported models, with the spec's cache semantics.
 
     config: the block's ODEConfig (decoder mode); prefill_run, decode_run: a Run for the prefill
-    and decode-step models (either may be None when a caller needs only the other).
+    and decode-step models (either may be None when a caller needs only the other). Every input
+    is checked before a model runs: x and x_t float32 [batch, seq | 1, d_model], the prompt's
+    padding_mask bool [batch, seq], max_len an integer >= seq, and (a SessionRun's) every feed
+    against the model's declared inputs; TypeError or ValueError naming the input.
     """
 
     def __init__(self, config, prefill_run: Run | None = None, decode_run: Run | None = None):
@@ -66,12 +116,29 @@ class OnnxDecoder:
         kv = np.zeros((batch, max_len, cfg.num_heads, cfg.head_dim), np.float32)
         return OnnxCache((kv,) * (len(self.past) - 1) + (np.zeros((batch, max_len), bool),), 0)
 
+    def prefill_feed(self, x, padding_mask=None, max_len: int | None = None) -> dict:
+        """The prefill model's feed for the prompt x, checked. No padding_mask: every token real
+        (an all-True mask, unless the model was exported without that input)."""
+        from .runtime import NO_MASK, check_mask, check_x
+
+        x = check_x(x, self.config.hidden_size)
+        batch, seq = x.shape[:2]
+        if max_len is None:
+            max_len = seq
+        if isinstance(max_len, (bool, np.bool_)) or not isinstance(max_len, (int, np.integer)) or max_len < seq:
+            raise ValueError(f"max_len: expected an integer >= the prompt's {seq} tokens; got {max_len!r}")
+        feed = {"x": x, "max_len": np.array(max_len, np.int64)}
+        takes_mask = "padding_mask" in getattr(self.prefill_run, "declared", {"padding_mask": None})
+        if padding_mask is not None and not takes_mask:
+            raise ValueError(NO_MASK)
+        if takes_mask:
+            feed["padding_mask"] = np.ones((batch, seq), bool) if padding_mask is None else check_mask(padding_mask, (batch, seq))
+        return _checked(self.prefill_run, feed)
+
     def prefill(self, x, padding_mask=None, max_len: int | None = None):
         """(z [batch, seq, d_model], the cache of max_len slots, default seq) for the prompt x."""
-        batch, seq = x.shape[:2]
-        mask = np.ones((batch, seq), bool) if padding_mask is None else padding_mask
-        out = self.prefill_run({"x": x, "padding_mask": mask, "max_len": np.array(seq if max_len is None else max_len, np.int64)})
-        return out["z"], OnnxCache(tuple(out[n] for n in self.present), seq)
+        out = self.prefill_run(self.prefill_feed(x, padding_mask, max_len))
+        return out["z"], OnnxCache(tuple(out[n] for n in self.present), int(np.shape(x)[1]))
 
     def step_feed(self, x_t, cache: OnnxCache) -> dict:
         """The decode-step model's feed for token x_t [batch, 1, d_model] at slot cache.index."""
@@ -79,11 +146,24 @@ class OnnxDecoder:
 
     def decode_step(self, x_t, cache: OnnxCache):
         """(z_t [batch, 1, d_model], the cache with x_t appended); the given cache is not changed."""
-        out = self.decode_run(self.step_feed(x_t, cache))
+        from .runtime import check_x
+
+        x_t = check_x(x_t, self.config.hidden_size, name="x_t", seq=1)
+        out = self.decode_run(self.step_feed(x_t, cache))  # a SessionRun checks the whole feed
         return out["z"], OnnxCache(tuple(out[n] for n in self.present), cache.index + 1)
+
+    def check_generate(self, x) -> np.ndarray:
+        """x checked for generate: float32 [batch, seq, d_model], and its first step's feed
+        against the decode-step model's inputs (a SessionRun's), before anything runs."""
+        from .runtime import check_x
+
+        x = check_x(x, self.config.hidden_size)
+        _checked(self.decode_run, self.step_feed(x[:, :1], self.empty(x.shape[0], x.shape[1])))
+        return x
 
     def generate(self, x):
         """Every token of x [batch, seq, d_model] decoded one by one from an empty cache of seq slots."""
+        x = self.check_generate(x)
         cache, out = self.empty(x.shape[0], x.shape[1]), []
         for i in range(x.shape[1]):
             z, cache = self.decode_step(x[:, i:i + 1], cache)

@@ -17,13 +17,24 @@ class ModelError(ValueError):
 
 
 def load_model(path) -> onnx.ModelProto:
+    """The model at path, checked by onnx.checker; ModelError naming the file if it is missing,
+    is not an ONNX model at all (another kind of file, or one cut short), or is not a valid one.
+    The message is one line: no parser's dump of the file."""
+    shown = os.fspath(path)
     if not os.path.isfile(path):
-        raise ModelError(f"model: no such file {os.fspath(path)!r}")
+        raise ModelError(f"model: no such file {shown!r}")
     try:
-        model = onnx.load(os.fspath(path))
+        model = onnx.load(shown)
+    except OSError as err:  # an unreadable file
+        raise ModelError(f"model {shown!r}: {err.strerror or err}") from None
+    except Exception:  # protobuf's DecodeError, or json_format's ParseError for a .json file
+        raise ModelError(f"model {shown!r}: not an ONNX model (it does not parse as one; "
+                         "expected a .onnx file written by odeattn export)") from None
+    try:
         onnx.checker.check_model(model)
-    except Exception as err:  # protobuf DecodeError, ValidationError, ...
-        raise ModelError(f"model {os.fspath(path)!r}: not a valid ONNX model ({type(err).__name__}: {err})") from err
+    except Exception as err:  # ValidationError, ...
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise ModelError(f"model {shown!r}: not a valid ONNX model ({type(err).__name__}: {reason})") from None
     return model
 
 
@@ -61,39 +72,95 @@ def session(model, *, threads: int | None = None, optimized_path=None):
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
-def _declared(model: onnx.ModelProto) -> dict:
-    """input name -> (elem_type name, dims: int or symbolic str)."""
+def declared_inputs(model: onnx.ModelProto) -> dict:
+    """input name -> (NumPy dtype, dims: int or symbolic str), for the inputs a feed gives (not
+    an initializer that a model also lists as an input)."""
+    stored = {t.name for t in model.graph.initializer}
     out = {}
     for vi in model.graph.input:
+        if vi.name in stored:
+            continue
         t = vi.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
-        out[vi.name] = (onnx.helper.tensor_dtype_to_np_dtype(t.elem_type), dims)
+        out[vi.name] = (np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)), dims)
     return out
+
+
+def check_x(x, width=None, *, name: str = "x", dtype=np.float32, seq=None) -> np.ndarray:
+    """x as an array, checked: dtype float32 (or the one given), shape [batch, seq, width] with
+    batch, seq >= 1 (width None: any; seq given: exactly that); TypeError or ValueError naming it."""
+    x = np.asarray(x)
+    if x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}; got {x.dtype}")
+    if x.ndim != 3 or (width is not None and x.shape[-1] != width) or 0 in x.shape or (seq is not None and x.shape[1] != seq):
+        raise ValueError(f"{name}: expected shape [batch, {'seq' if seq is None else seq}, {'d_model' if width is None else width}] "
+                         f"with batch, seq >= 1; got {list(x.shape)}")
+    return x
+
+
+def check_mask(mask, shape, *, name: str = "padding_mask") -> np.ndarray:
+    """mask as an array, checked: dtype bool, the given shape (batch, seq); TypeError or ValueError naming it."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name}: expected dtype bool; got {mask.dtype}")
+    if mask.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {list(shape)} (batch, seq); got {list(mask.shape)}")
+    return mask
+
+
+NO_MASK = "padding_mask: this model was exported without a padding_mask input; got one"
 
 
 def make_feed(model: onnx.ModelProto, x, padding_mask=None) -> dict:
     """The feed for a block model, checked: x float32 [batch, seq, d_model]; padding_mask bool
     [batch, seq] (all True if the model takes one and none is given)."""
-    declared = _declared(model)
+    declared = declared_inputs(model)
     if "x" not in declared:
         raise ValueError(f"model inputs: expected 'x'; the model declares {sorted(declared)}")
-    x = np.asarray(x)
     dtype, dims = declared["x"]
-    if x.dtype != dtype:
-        raise TypeError(f"x: expected dtype {np.dtype(dtype).name}; got {x.dtype}")
-    if x.ndim != len(dims) or (isinstance(dims[-1], int) and x.shape[-1] != dims[-1]) or 0 in x.shape:
-        raise ValueError(f"x: expected shape [batch, seq, {dims[-1]}] with batch, seq >= 1; got {list(x.shape)}")
+    x = check_x(x, dims[-1] if dims and isinstance(dims[-1], int) else None, dtype=dtype)
     feed = {"x": x}
     if "padding_mask" in declared:
-        mask = np.ones(x.shape[:2], bool) if padding_mask is None else np.asarray(padding_mask)
-        if mask.dtype != np.bool_:
-            raise TypeError(f"padding_mask: expected dtype bool; got {mask.dtype}")
-        if mask.shape != x.shape[:2]:
-            raise ValueError(f"padding_mask: expected shape {list(x.shape[:2])} (batch, seq); got {list(mask.shape)}")
-        feed["padding_mask"] = mask
+        feed["padding_mask"] = np.ones(x.shape[:2], bool) if padding_mask is None else check_mask(padding_mask, x.shape[:2])
     elif padding_mask is not None:
-        raise ValueError("padding_mask: this model was exported without a padding_mask input; got one")
+        raise ValueError(NO_MASK)
     return feed
+
+
+def check_feed(declared: dict, feed: dict) -> dict:
+    """feed, checked against a model's declared inputs (declared_inputs) before ONNX Runtime sees
+    it: every input given and no other, each of its declared dtype and rank, every fixed dim as
+    declared, each symbolic dim (batch, seq, max_len) >= 1 and the same in every input that has
+    it; TypeError or ValueError naming the input. The prefill and decode-step models' feeds
+    (export.decode.OnnxDecoder) are checked with this, as make_feed checks a block model's."""
+    extra = sorted(set(feed) - set(declared))
+    if extra:
+        if extra == ["padding_mask"]:
+            raise ValueError(NO_MASK)
+        raise ValueError(f"{extra[0]}: the model has no such input; it takes {sorted(declared)}")
+    missing = [name for name in declared if name not in feed]
+    if missing:
+        raise ValueError(f"{missing[0]}: the model takes this input; the feed has {sorted(feed)}")
+    sizes: dict = {}  # symbolic dim -> (size, the input that set it)
+    out = {}
+    for name, (dtype, dims) in declared.items():
+        a = np.asarray(feed[name])
+        if a.dtype != dtype:
+            raise TypeError(f"{name}: expected dtype {dtype.name}; got {a.dtype}")
+        shown = "[" + ", ".join(map(str, dims)) + "]"
+        if a.ndim != len(dims):
+            raise ValueError(f"{name}: expected shape {shown}; got {list(a.shape)}")
+        for dim, size in zip(dims, a.shape):
+            if isinstance(dim, int) and dim and size != dim:
+                raise ValueError(f"{name}: expected shape {shown}; got {list(a.shape)}")
+            if isinstance(dim, str) and dim:
+                if size < 1:
+                    raise ValueError(f"{name}: expected shape {shown} with {dim} >= 1; got {list(a.shape)}")
+                known, source = sizes.setdefault(dim, (size, name))
+                if size != known:
+                    raise ValueError(f"{name}: expected shape {shown} with {dim} = {known}, as in {source}; got {list(a.shape)}")
+        out[name] = a
+    return out
 
 
 def run(model: onnx.ModelProto, sess, x, padding_mask=None, outputs=None) -> dict:

@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -18,10 +19,84 @@ class UsageError(ValueError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (exit 2) instead of the usage block; --help has the usage."""
+    """argparse with a one-line error (exit 2) instead of the usage block; --help has the usage.
+
+    Whatever argparse stumbled on first, an option that the command does not take is what the
+    line names, with the nearest one it does take ("unknown option --backends; did you mean
+    --backend?"), and a missing subcommand is named with the ones there are. (argparse would
+    otherwise let a positional such as `conformance`'s action take the unknown option's value
+    and report that instead.)"""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # what error() explains
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        prog, message = _explain(self, getattr(self, "_given", []), message)
+        self.exit(2, f"{prog}: {message} (see {prog} --help)\n")
+
+
+def _looks_negative(token: str) -> bool:
+    """A negative number (a value, not an option), as argparse reads one."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _taken(parser, token: str):
+    """The action the option `token` (maybe `--opt=value`, `-jN`, or an abbreviation) names in
+    parser; True for an ambiguous abbreviation (argparse reports that itself); None if none."""
+    actions = parser._option_string_actions
+    name = token.partition("=")[0] if token.startswith("--") else token[:2]
+    if token in actions or name in actions:
+        return actions[token if token in actions else name]
+    if token.startswith("--") and parser.allow_abbrev:
+        matches = {actions[o] for o in actions if o.startswith(name)}
+        if matches:
+            return matches.pop() if len(matches) == 1 else True
+    return None
+
+
+def _scan(parser, tokens, depth: int = 0):
+    """(the parser the tokens end in, its depth below the one given, the first option there that
+    it does not take or None, whether a positional was given to it), following subcommands."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    positional, i = False, 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token == "--":
+            return parser, depth, None, True
+        if token.startswith("-") and len(token) > 1 and not _looks_negative(token):
+            action = _taken(parser, token)
+            if action is None and " " not in token:
+                return parser, depth, token.partition("=")[0], positional
+            attached = "=" in token if token.startswith("--") else len(token) > 2  # --opt=value, -jN
+            if isinstance(action, argparse.Action) and not attached:
+                i += 1 if action.nargs is None else action.nargs if isinstance(action.nargs, int) else 0  # its values
+            continue
+        positional = True
+        if sub is not None and token in sub.choices:
+            return _scan(sub.choices[token], tokens[i:], depth + 1)
+    return parser, depth, None, positional
+
+
+def _explain(parser, given, message: str):
+    """(the prog to name, the message): an unknown option, or a missing subcommand, if the
+    arguments hold one; argparse's own message otherwise."""
+    import difflib
+
+    where, depth, unknown, positional = _scan(parser, given)
+    if unknown is not None:
+        near = difflib.get_close_matches(unknown, [o for o in where._option_string_actions if o.startswith("--")], n=1)
+        return where.prog, f"unknown option {unknown}" + (f"; did you mean {near[0]}?" if near else "")
+    sub = next((a for a in where._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is not None and sub.required and not positional:
+        what = "subcommand" if depth or " " in where.prog else "command"
+        return where.prog, f"expected a {what}: {', '.join(sub.choices)}"
+    return parser.prog, message
 
 
 # a missing module -> the extra that installs it
@@ -66,6 +141,40 @@ def read_json(option: str, path: Path):
         return json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UsageError(f"{option} {os.fspath(path)!r}: not valid JSON ({err})") from None
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_npy(option: str, path):
+    """The array in the .npy file at path, read without ever unpickling; UsageError naming the
+    option and the file if it is missing, a folder, not a .npy file (a .npz archive, JSON, a
+    pickle...), an array of Python objects or damaged. NumPy's own advice on unpickling never
+    reaches the user: a file that would need it is refused here."""
+    import numpy as np
+
+    shown = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(NPY_MAGIC))
+            if head != NPY_MAGIC:
+                what = "a .npz archive (save one array with numpy.save)" if head.startswith(b"PK") else "not one (no .npy header)"
+                raise UsageError(f"{option}: expected a .npy array; {shown!r} is {what}")
+            f.seek(0)
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"{option}: no such file {shown!r}") from None
+    except OSError as err:  # a folder given as a file, an unreadable file
+        raise UsageError(f"{option}: {err.strerror or err}: {shown!r}") from None
+    except UsageError:
+        raise
+    except ValueError as err:
+        if "pickle" in str(err) or "Object arrays" in str(err):
+            raise UsageError(f"{option}: expected a .npy array of numbers; {shown!r} holds Python objects, "
+                             "which are never unpickled") from None
+        raise UsageError(f"{option}: expected a .npy array; {shown!r} is a damaged .npy file ({err})") from None
+    except EOFError as err:
+        raise UsageError(f"{option}: expected a .npy array; {shown!r} is a damaged .npy file ({err or 'truncated'})") from None
 
 
 def comma_list(option: str, text: str, allowed=None, *, positive_ints: bool = False) -> list:

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from odeattn.commands.args import UsageError, check_output_path, positive_int, read_json, require
+from odeattn.commands.args import UsageError, check_output_path, load_npy, positive_int, read_json, require
 
 
 def positive_fraction(text: str) -> float:
@@ -72,11 +72,7 @@ def load_inputs(args):
     if not args.x:
         return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
     with naming("--x"):
-        try:
-            x = np.load(args.x, allow_pickle=False)
-        except ValueError:  # not .npy, or an object array that would need unpickling
-            raise ValueError(f"expected a .npy array of floats; {str(args.x)!r} is not one NumPy reads without "
-                             "unpickling") from None
+        x = load_npy("--x", args.x)  # never unpickled
         R.check_input(x, config, name="--x")
         if not np.isfinite(x).all():
             raise ValueError("holds NaN or Inf")

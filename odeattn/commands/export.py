@@ -22,7 +22,9 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, type=Path, help="the .onnx file to write")
     p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
-    p.add_argument("--no-padding-mask", action="store_true", help="omit the padding_mask input")
+    p.add_argument("--no-padding-mask", action="store_true",
+                   help="omit the padding_mask input (block and prefill models: every token real); "
+                        "not with --decode, whose padding_mask is the cache's")
     p.add_argument("--route", choices=["direct", "torch"], default="direct",
                    help="direct: built from the spec with onnx's helpers (default); torch: torch.onnx.export")
     kind = p.add_mutually_exclusive_group()
@@ -194,7 +196,13 @@ def export_cached(args, config, params, opset: int) -> int:
     flag = "--prefill" if args.prefill else "--decode"
     if args.route != "direct":
         raise UsageError(f"{flag}: the direct route only; got --route {args.route}")
-    model = (export_prefill_model if args.prefill else export_decode_model)(config, params, opset=opset)
+    if args.no_padding_mask and args.decode:
+        raise UsageError("--no-padding-mask: expected the block or prefill model; the decode-step model's padding_mask "
+                         "is the cache's record of which slots hold real tokens, not an input to omit; got --decode")
+    if args.prefill:
+        model = export_prefill_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
+    else:
+        model = export_decode_model(config, params, opset=opset)
     check(model)
     args.output.write_bytes(model.SerializeToString())
     x = np.random.default_rng(0).normal(size=(2, 8, config.hidden_size))

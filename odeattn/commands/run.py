@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int
+from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -27,27 +27,14 @@ def register(sub) -> None:
                    help="ONNX Runtime's intra-op threads; default (0): every core")
 
 
-def check_cached_inputs(x, mask, kind: str) -> None:
-    """TypeError or ValueError unless a prefill or decode-step model can take x and the mask: x
-    float32 [batch, seq, d_model]; no mask for a decode-step model (every token decoded is real)."""
-    if x.dtype != np.float32 or x.ndim != 3:
-        raise TypeError(f"x: expected float32 [batch, seq, d_model]; got {x.dtype} of shape {list(x.shape)}")
-    if kind != "prefill" and mask is not None:
-        raise ValueError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
-
-
 def load_inputs(args, width: int):
-    """(x, mask) from --x and --padding-mask, or a random float32 batch of --batch x --seq."""
-    try:
-        if args.x:
-            x = np.load(args.x, allow_pickle=False)
-        else:
-            x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
-        mask = np.load(args.padding_mask, allow_pickle=False) if args.padding_mask else None
-    except FileNotFoundError as err:
-        raise UsageError(str(err)) from None
-    except OSError as err:  # a folder given as a file, an unreadable file
-        raise UsageError(f"--x/--padding-mask: {err.strerror}: {err.filename!r}") from None
+    """(x, mask) from --x and --padding-mask (.npy files, never unpickled), or a random float32
+    batch of --batch x --seq; UsageError naming the option for a file it cannot read as an array."""
+    if args.x:
+        x = load_npy("--x", args.x)
+    else:
+        x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
+    mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     return x, mask
 
 
@@ -55,7 +42,7 @@ def run(args) -> int:
     import os
     import time
 
-    from odeattn.export.decode import OnnxDecoder, session_runner
+    from odeattn.export.decode import OnnxDecoder, SessionRun
     from odeattn.export.runtime import block_width, load_model, make_feed, session
 
     threads = args.threads or os.cpu_count() or 1
@@ -71,17 +58,19 @@ def run(args) -> int:
         created = time.perf_counter() - start
         forward = lambda: sess.run(["z"], feed)[0]  # noqa: E731
     else:
-        check_cached_inputs(x, mask, kind)
-        start = time.perf_counter()
-        runner = session_runner(model, threads=threads)
-        created = time.perf_counter() - start
+        runner = SessionRun(model, threads=threads)  # the feeds are checked before the session is built
         config = json.loads(meta["config"])
         if kind == "prefill":
             decoder = OnnxDecoder(config, prefill_run=runner)
-            forward = lambda: decoder.prefill(x, mask, x.shape[1])[0]  # noqa: E731
+            decoder.prefill_feed(x, mask)  # max_len: the prompt's length
+            forward = lambda: decoder.prefill(x, mask)[0]  # noqa: E731
         else:
+            if mask is not None:
+                raise UsageError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
             decoder = OnnxDecoder(config, decode_run=runner)
+            decoder.check_generate(x)
             forward = lambda: decoder.generate(x)  # noqa: E731
+        created = runner.start()
     z = forward()  # also the warm-up of --repeats
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:

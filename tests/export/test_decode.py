@@ -1,7 +1,8 @@
 """The decode-step ONNX model: a generation loop in ONNX Runtime equals the spec; and the
 positional encodings pass the checker in both the block and the decode-step model.
+The prefill model without a padding_mask input, and the feeds of both models refused by name.
 (The block's agreement with the spec on the positional golden cases runs in the main job;
-`odeattn export --prefill/--decode`: test_cli.py.)"""
+`odeattn export --prefill/--decode`: tests/odeattn/commands.)"""
 
 import numpy as np
 import pytest
@@ -75,3 +76,78 @@ def test_decode_model_refuses_what_it_cannot_do(export, fields, kwargs, message)
         export(cfg(**fields), R.init_params(cfg(**fields)), **kwargs)
 
 
+
+
+def test_a_prefill_model_without_a_padding_mask_input_is_the_one_with_an_all_real_mask():
+    """export_prefill_model(padding_mask=False): no padding_mask input; z and the cache equal, bit
+    for bit, those of the model with one fed an all-True mask, and the spec's prefill within
+    float32 rounding; OnnxDecoder feeds it no mask and refuses one by name."""
+    from odeattn.export.decode import OnnxDecoder, session_runner
+
+    c = cfg()
+    params = R.init_params(c, seed=3)
+    without = export_prefill_model(c, params, padding_mask=False)
+    check(without)
+    assert [i.name for i in without.graph.input] == ["x", "max_len"]
+    x = np.random.default_rng(3).normal(size=(2, 5, 14))
+    x32 = x.astype(np.float32)
+    z, cache = OnnxDecoder(c, prefill_run=session_runner(without)).prefill(x32, None, 7)
+    z_mask, cache_mask = OnnxDecoder(c, prefill_run=session_runner(export_prefill_model(c, params))).prefill(
+        x32, np.ones((2, 5), bool), 7)
+    np.testing.assert_array_equal(z, z_mask)
+    for a, b in zip(cache.arrays, cache_mask.arrays):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(cache.arrays[-1], np.broadcast_to(np.arange(7) < 5, (2, 7)))
+    want, _ = R.prefill(params, x, c, max_len=7)
+    assert relative_error(z, want) < 1e-5
+    with pytest.raises(ValueError, match="^padding_mask: this model was exported without a padding_mask input; got one"):
+        OnnxDecoder(c, prefill_run=session_runner(without)).prefill(x32, np.ones((2, 5), bool))
+
+
+@pytest.fixture(scope="module")
+def decoders():
+    """(a prefill decoder, a decode-step decoder) over ONNX Runtime sessions of cfg()'s models."""
+    from odeattn.export.decode import OnnxDecoder, session_runner
+
+    c = cfg()
+    params = R.init_params(c)
+    return (OnnxDecoder(c, prefill_run=session_runner(export_prefill_model(c, params))),
+            OnnxDecoder(c, decode_run=session_runner(export_decode_model(c, params))))
+
+
+X14 = np.zeros((2, 4, 14), np.float32)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda p, d: p.prefill(np.zeros((2, 4, 12), np.float32)), ValueError,
+                 r"^x: expected shape \[batch, seq, 14\] with batch, seq >= 1; got \[2, 4, 12\]", id="prefill-x-of-another-width"),
+    pytest.param(lambda p, d: p.prefill(X14.astype(np.float64)), TypeError, "^x: expected dtype float32; got float64",
+                 id="prefill-float64-x"),
+    pytest.param(lambda p, d: p.prefill(X14[0]), ValueError, r"^x: expected shape \[batch, seq, 14\].*; got \[4, 14\]",
+                 id="prefill-x-of-rank-2"),
+    pytest.param(lambda p, d: p.prefill(X14, np.ones((2, 5), bool)), ValueError,
+                 r"^padding_mask: expected shape \[2, 4\] \(batch, seq\); got \[2, 5\]", id="prefill-mask-of-another-shape"),
+    pytest.param(lambda p, d: p.prefill(X14, np.ones((2, 4), np.int64)), TypeError,
+                 "^padding_mask: expected dtype bool; got int64", id="prefill-integer-mask"),
+    pytest.param(lambda p, d: p.prefill(X14, None, 3), ValueError,
+                 "^max_len: expected an integer >= the prompt's 4 tokens; got 3", id="prefill-max-len-below-the-prompt"),
+    pytest.param(lambda p, d: p.prefill(X14, None, 6.0), ValueError, "^max_len: expected an integer", id="prefill-float-max-len"),
+    pytest.param(lambda p, d: d.generate(np.zeros((2, 4, 12), np.float32)), ValueError,
+                 r"^x: expected shape \[batch, seq, 14\] with batch, seq >= 1; got \[2, 4, 12\]", id="generate-x-of-another-width"),
+    pytest.param(lambda p, d: d.generate(X14.astype(np.float64)), TypeError, "^x: expected dtype float32; got float64",
+                 id="generate-float64-x"),
+    pytest.param(lambda p, d: d.generate(np.zeros((2, 0, 14), np.float32)), ValueError, r"^x: .* got \[2, 0, 14\]",
+                 id="generate-empty-x"),
+    pytest.param(lambda p, d: d.decode_step(X14, d.empty(2, 4)), ValueError,
+                 r"^x_t: expected shape \[batch, 1, 14\] with batch, seq >= 1; got \[2, 4, 14\]", id="decode-step-of-four-tokens"),
+    pytest.param(lambda p, d: d.decode_step(X14[:, :1], d.empty(3, 4)), ValueError,
+                 r"^past_key_0: expected shape \[batch, max_len, 2, 7\] with batch = 2, as in x_t; got \[3, 4, 2, 7\]",
+                 id="decode-step-cache-of-another-batch"),
+    pytest.param(lambda p, d: d.decode_run({**d.step_feed(X14[:, :1], d.empty(2, 4)), "index": np.array(0, np.int32)}),
+                 TypeError, "^index: expected dtype int64; got int32", id="decode-run-int32-index"),
+])
+def test_the_cached_models_feeds_are_refused_by_name(decoders, call, error, message):
+    """OnnxDecoder's inputs, and (over session_runner) every feed of the two models, are checked
+    before ONNX Runtime sees them: one error naming the input, not ONNX Runtime's."""
+    with pytest.raises(error, match=message):
+        call(*decoders)

@@ -33,8 +33,9 @@ DIAGNOSE = ["diagnose", "--config", "{d}/c.json", "--plot", "{d}/d.png"]
     pytest.param(DIAGNOSE + ["--x", "{d}/ints.npy"], "--x: expected dtype float32 or float64; got int64", id="x-of-integers"),
     pytest.param(DIAGNOSE + ["--x", "{d}/nan_x.npy"], "--x: holds NaN or Inf", id="x-with-nan"),
     pytest.param(DIAGNOSE + ["--x", "{d}"], "--x: Is a directory: '{d}'", id="x-is-a-folder"),
-    pytest.param(DIAGNOSE + ["--x", "{d}/c.json"], "--x: expected a .npy array of floats; '{d}/c.json' is not one NumPy reads",
+    pytest.param(DIAGNOSE + ["--x", "{d}/c.json"], "--x: expected a .npy array; '{d}/c.json' is not one (no .npy header)",
                  id="x-not-npy"),
+    pytest.param(DIAGNOSE + ["--x", "{d}/none.npy"], "--x: no such file '{d}/none.npy'", id="x-missing"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)

@@ -16,6 +16,12 @@ EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
                  "--config '{d}/bad.json': not valid JSON", id="config-not-json"),
     pytest.param(["export", "--config", "{d}", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
                  "--config/--weights: Is a directory", id="config-is-a-folder"),
+    pytest.param(["export", "--config", "{d}/dec.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx", "--decode",
+                  "--no-padding-mask"], "--no-padding-mask: expected the block or prefill model; the decode-step model's "
+                 "padding_mask is the cache's record of which slots hold real tokens", id="no-padding-mask-for-the-decode-step-model"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
+    import json
+
+    (files / "dec.json").write_text(json.dumps({**json.loads((files / "c.json").read_text()), "mode": "decoder"}))
     refused_in_one_line(files, argv, message, capsys)

@@ -115,6 +115,32 @@ def test_cli_exports_and_runs_the_cached_models(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith(message), err
 
 
+@pytest.mark.parametrize("flag, inputs", [
+    pytest.param("--prefill", ["x", "max_len"], id="prefill-without-a-padding-mask-input"),
+    pytest.param(None, ["x"], id="block-without-a-padding-mask-input"),
+])
+def test_no_padding_mask_is_honoured_for_the_block_and_prefill_models(tmp_path, capsys, flag, inputs):
+    """`--no-padding-mask` writes a model without the padding_mask input (every token real), which
+    `odeattn run` runs to ode_block's z and refuses a mask for by name."""
+    c = decode_cfg()
+    params = R.init_params(c, seed=1)
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    x = np.random.default_rng(1).normal(size=(2, 5, 14)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "mask.npy", np.ones((2, 5), bool))
+    model = tmp_path / "m.onnx"
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(model),
+                 "--no-padding-mask", *([flag] if flag else [])]) == 0
+    assert [i.name for i in onnx.load(model).graph.input] == inputs
+    assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "-o", str(tmp_path / "z.npy")]) == 0
+    assert relative_error(np.load(tmp_path / "z.npy"), R.ode_block(params, x.astype(np.float64), c)) < 1e-5
+    capsys.readouterr()
+    assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "--padding-mask", str(tmp_path / "mask.npy")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "odeattn run: padding_mask: this model was exported without a padding_mask input; got one")
+
+
 def test_cli_writes_the_integer_form(files, capsys, export_cli):
     assert export_cli(files, "-o", str(files / "i.onnx"), "--bitlinear", "integer", name="b") == 0
     out = capsys.readouterr().out

@@ -57,3 +57,61 @@ def test_a_command_error_is_one_line_per_message_line_and_exit_2(error, capsys, 
     assert main(["info"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.splitlines() == ["odeattn info: first: wrong", "odeattn info: second: wrong too"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    pytest.param(["conformance", "--backends", "torch"],
+                 "odeattn conformance: unknown option --backends; did you mean --backend?", id="conformance-backends"),
+    pytest.param(["conformance", "--backends=torch"],
+                 "odeattn conformance: unknown option --backends; did you mean --backend?", id="conformance-backends-equals"),
+    pytest.param(["conformance", "generate", "--goldn", "g"],
+                 "odeattn conformance: unknown option --goldn; did you mean --golden?", id="conformance-generate-goldn"),
+    pytest.param(["run", "m.onnx", "--sq", "3"], "odeattn run: unknown option --sq; did you mean --seq?", id="run-sq"),
+    pytest.param(["run", "--treads", "2", "m.onnx"], "odeattn run: unknown option --treads; did you mean --threads?",
+                 id="run-treads-before-the-model"),
+    pytest.param(["export", "--prefll"], "odeattn export: unknown option --prefll; did you mean --prefill?",
+                 id="export-prefil-before-the-required-options"),
+    pytest.param(["demo", "train", "--stpes", "3"], "odeattn demo train: unknown option --stpes; did you mean --steps?",
+                 id="demo-train-stpes"),
+    pytest.param(["info", "--zzz"], "odeattn info: unknown option --zzz", id="info-nothing-near"),
+    pytest.param(["--verison"], "odeattn: unknown option --verison; did you mean --version?", id="top-level-verison"),
+    pytest.param(["demo"], "odeattn demo: expected a subcommand: train", id="demo-without-a-subcommand"),
+    pytest.param([], "odeattn: expected a command: info, init, conformance, export, run, bench, diagnose, demo",
+                 id="no-command"),
+])
+def test_an_unknown_option_or_a_missing_subcommand_is_named(argv, line, capsys):
+    """Parser (odeattn/commands/args.py), for every command: an option it does not take is named,
+    with the nearest it does (not what a positional made of the option's value), and a missing
+    subcommand with the ones there are; one line, exit 2."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and err[0].startswith(line), err
+
+
+@pytest.mark.parametrize("argv, line", [
+    pytest.param(["conformance", "torch"], "odeattn conformance: argument action: invalid choice: 'torch'", id="unknown-action"),
+    pytest.param(["demo", "trian"], "odeattn demo: argument demo: invalid choice: 'trian' (choose from 'train')",
+                 id="unknown-subcommand"),
+    pytest.param(["run", "m.onnx", "--x"], "odeattn run: argument --x: expected one argument", id="option-without-its-value"),
+    pytest.param(["run"], "odeattn run: the following arguments are required: model", id="missing-positional"),
+])
+def test_argparse_s_own_message_stays_where_it_is_the_right_one(argv, line, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and err[0].startswith(line), err
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["run", "m.onnx", "--seed", "-1"], id="negative-number-value"),
+    pytest.param(["conformance", "--back", "spec", "-j2"], id="abbreviation-and-attached-short-value"),
+    pytest.param(["conformance", "-k=-x-", "--exclude=-y"], id="values-that-look-like-options"),
+    pytest.param(["run", "m.onnx", "--", "extra"], id="after-a-double-dash"),
+])
+def test_what_argparse_takes_is_still_taken(argv):
+    if "--" in argv:  # a positional too many after --: argparse's own message, not an unknown option
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        return
+    build_parser().parse_args(argv)

@@ -18,10 +18,110 @@ from odeattn.cli import main
                  id="output-not-npy"),
     pytest.param(["run", "{d}/m.onnx", "-o", "{d}/missing/z.npy"], "-o: the folder '{d}/missing' does not exist",
                  id="output-in-a-missing-folder"),
-    pytest.param(["run", "{d}/m.onnx", "--x", "{d}"], "--x/--padding-mask: Is a directory", id="x-is-a-folder"),
+    pytest.param(["run", "{d}/m.onnx", "--x", "{d}"], "--x: Is a directory: '{d}'", id="x-is-a-folder"),
+    pytest.param(["run", "{d}/m.onnx", "--x", "{d}/none.npy"], "--x: no such file '{d}/none.npy'", id="x-missing"),
+    pytest.param(["run", "{d}/c.json"], "model '{d}/c.json': not an ONNX model", id="model-is-a-json-config"),
+    pytest.param(["run", "{d}/w.safetensors"], "model '{d}/w.safetensors': not an ONNX model", id="model-is-weights"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)
+
+
+@pytest.fixture
+def arrays(files):
+    """files, with .npy files that are not arrays of numbers: a pickle, an object array, a .npz."""
+    import pickle
+
+    (files / "pickled.npy").write_bytes(pickle.dumps({"x": [1.0]}))
+    np.save(files / "objects.npy", np.array([{"x": 1.0}], dtype=object), allow_pickle=True)
+    np.savez(files / "two.npz", x=np.zeros((1, 2, 8), np.float32))
+    np.save(files / "x.npy", np.zeros((1, 2, 8), np.float32))
+    (files / "cut.npy").write_bytes((files / "x.npy").read_bytes()[:-8])
+    return files
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--x", "{d}/c.json"], "--x: expected a .npy array; '{d}/c.json' is not one", id="x-is-a-json-config"),
+    pytest.param(["--x", "{d}/pickled.npy"], "--x: expected a .npy array; '{d}/pickled.npy' is not one", id="x-is-a-pickle"),
+    pytest.param(["--x", "{d}/objects.npy"], "--x: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects",
+                 id="x-is-an-object-array"),
+    pytest.param(["--x", "{d}/two.npz"], "--x: expected a .npy array; '{d}/two.npz' is a .npz archive", id="x-is-an-npz"),
+    pytest.param(["--x", "{d}/cut.npy"], "--x: expected a .npy array; '{d}/cut.npy' is a damaged .npy file", id="x-cut-short"),
+    pytest.param(["--x", "{d}/x.npy", "--padding-mask", "{d}/c.json"],
+                 "--padding-mask: expected a .npy array; '{d}/c.json' is not one", id="mask-is-a-json-config"),
+    pytest.param(["--x", "{d}/x.npy", "--padding-mask", "{d}/objects.npy"],
+                 "--padding-mask: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects",
+                 id="mask-is-an-object-array"),
+])
+def test_an_input_that_is_not_a_npy_array_is_named_and_never_unpickled(arrays, argv, message, capsys, refused_in_one_line):
+    """NumPy's advice to load the file unpickled never reaches the user."""
+    refused_in_one_line(arrays, ["run", "{d}/m.onnx", *argv], message, capsys)
+
+
+def test_diagnose_reads_x_the_same_way(arrays, capsys, refused_in_one_line):
+    refused_in_one_line(arrays, ["diagnose", "--config", "{d}/c.json", "--x", "{d}/objects.npy", "--no-plot"],
+                        "--x: expected a .npy array of numbers; '{d}/objects.npy' holds Python objects", capsys)
+
+
+@pytest.fixture
+def cached(files):
+    """files, with a decoder block's prefill model (p.onnx), the same without a padding_mask input
+    (pn.onnx), its decode-step model (d.onnx), and inputs of the wrong width, dtype or shape."""
+    import ode_ref as R
+    from odeattn.export.block import export_decode_model, export_prefill_model
+
+    c = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_steps=1)
+    params = R.init_params(c)
+    (files / "p.onnx").write_bytes(export_prefill_model(c, params).SerializeToString())
+    (files / "pn.onnx").write_bytes(export_prefill_model(c, params, padding_mask=False).SerializeToString())
+    (files / "d.onnx").write_bytes(export_decode_model(c, params).SerializeToString())
+    np.save(files / "x.npy", np.zeros((2, 4, 8), np.float32))
+    np.save(files / "wide.npy", np.zeros((2, 4, 12), np.float32))
+    np.save(files / "x64.npy", np.zeros((2, 4, 8)))
+    np.save(files / "scalar.npy", np.float32(1.0))
+    np.save(files / "mask.npy", np.ones((2, 4), bool))
+    np.save(files / "long_mask.npy", np.ones((2, 5), bool))
+    np.save(files / "int_mask.npy", np.ones((2, 4), np.int64))
+    return files
+
+
+WIDE = "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [2, 4, 12]"
+
+
+@pytest.mark.parametrize("model, argv, message", [
+    pytest.param("p", ["--x", "{d}/wide.npy"], WIDE, id="prefill-x-of-another-width"),
+    pytest.param("p", ["--x", "{d}/x64.npy"], "x: expected dtype float32; got float64", id="prefill-float64-x"),
+    pytest.param("p", ["--x", "{d}/x.npy", "--padding-mask", "{d}/long_mask.npy"],
+                 "padding_mask: expected shape [2, 4] (batch, seq); got [2, 5]", id="prefill-mask-of-another-shape"),
+    pytest.param("p", ["--x", "{d}/x.npy", "--padding-mask", "{d}/int_mask.npy"],
+                 "padding_mask: expected dtype bool; got int64", id="prefill-integer-mask"),
+    pytest.param("p", ["--padding-mask", "{d}/mask.npy"], "padding_mask: expected shape [2, 8] (batch, seq); got [2, 4]",
+                 id="prefill-mask-for-the-random-batch"),
+    pytest.param("pn", ["--x", "{d}/x.npy", "--padding-mask", "{d}/mask.npy"],
+                 "padding_mask: this model was exported without a padding_mask input; got one", id="prefill-mask-for-a-model-without-one"),
+    pytest.param("p", ["--x", "{d}/scalar.npy"], "x: expected shape [batch, seq, 8] with batch, seq >= 1; got []",
+                 id="prefill-x-a-scalar"),
+    pytest.param("d", ["--x", "{d}/scalar.npy"], "x: expected shape [batch, seq, 8] with batch, seq >= 1; got []",
+                 id="decode-step-x-a-scalar"),
+    pytest.param("d", ["--x", "{d}/wide.npy"], WIDE, id="decode-step-x-of-another-width"),
+    pytest.param("d", ["--x", "{d}/x64.npy"], "x: expected dtype float32; got float64", id="decode-step-float64-x"),
+    pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/mask.npy"],
+                 "--padding-mask: a decode-step model decodes real tokens only; got a mask", id="decode-step-given-a-mask"),
+    pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/int_mask.npy"],
+                 "--padding-mask: a decode-step model decodes real tokens only; got a mask", id="decode-step-given-an-integer-mask"),
+])
+def test_the_cached_models_inputs_are_refused_by_name(cached, model, argv, message, capsys, refused_in_one_line):
+    """The prefill and decode-step models' feeds are checked as the block model's are, before the
+    session is built: one line naming the input, never ONNX Runtime's error."""
+    refused_in_one_line(cached, ["run", f"{{d}}/{model}.onnx", *argv], message, capsys)
+
+
+@pytest.mark.parametrize("model", ["p", "pn", "d"])
+def test_the_cached_models_run_on_good_inputs(cached, model, capsys):
+    assert main(["run", str(cached / f"{model}.onnx"), "--x", str(cached / "x.npy")]) == 0
+    assert capsys.readouterr().out.startswith("z: shape [2, 4, 8], dtype float32, finite True")
+    if model == "p":
+        assert main(["run", str(cached / "p.onnx"), "--x", str(cached / "x.npy"), "--padding-mask", str(cached / "mask.npy")]) == 0
 
 
 @pytest.mark.parametrize("option", ["--seq", "--batch", "--repeats"])
