@@ -6,7 +6,8 @@ an existing one. build_case runs the spec in float64 and records, per quantity, 
 float32 error (e32), from which every backend's tolerance is derived (tolerance.py).
 
 Quantities, in the order they are computed:
-  block cases:  f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1
+  block cases:  step_0 = z(0), which is x; f0 = f(0, x); step_1 .. step_n = the state after each
+                step; z1 = the state at t = 1
   decode cases: prefill = z(1) of the prompt (the first seq - decoded tokens, by ode_ref.prefill),
                 decode_1 .. decode_k = z(1) of each token decoded after it (ode_ref.decode_step)
   grad cases:   x_bar, then grad.<parameter> for every parameter: the block's vector-Jacobian
@@ -81,18 +82,23 @@ class Case:
         return self.x.shape[1] - self.decoded
 
     def quantities(self) -> dict:
-        """name -> float64 golden array, in the order computed; z1 is the last step's state."""
+        """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
+        trajectory's first state, which is x), z1 the last step's state."""
         if self.decoded:
             return split_decoded(self.decode, self.prompt)
         if self.z1_bar is not None:
             return dict(self.grads)
-        out = {"f0": self.f0}
+        out = {"step_0": self.trajectory[0], "f0": self.f0}
         out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
         out["z1"] = self.z1
         return out
 
     def e32_of(self, quantity: str) -> float:
-        """The spec's own float32 error of a quantity (z1 is the last step's state)."""
+        """The spec's own float32 error of a quantity (z1 is the last step's state). z(0) is x, the
+        input itself, computed by nothing: no e32 is stored for it and its tolerance is the floor,
+        a few roundings of x to the backend's dtype."""
+        if quantity == "step_0":
+            return 0.0
         return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
 
 
