@@ -227,6 +227,24 @@ def case_specs() -> list[CaseSpec]:
     return specs
 
 
+def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: int = 0, z1_bar=None) -> dict:
+    """The spec's own float32 error of each quantity, e32 = relative_error(spec32, golden), from
+    float64 inputs and the float64 quantities golden (quantity -> array, those of
+    Case.quantities() that carry an e32): what the generator stores, and what loading a team's
+    set recomputes to bound the e32 it stores (golden.py)."""
+    x32 = x.astype(np.float32)
+    if decoded:
+        prompt = x.shape[1] - decoded
+        z32 = split_decoded(run_decode(config, params, x32, padding_mask, prompt), prompt)
+    elif z1_bar is not None:
+        z32 = vjp_quantities(config, params, x32, padding_mask, z1_bar.astype(np.float32))
+    else:
+        z32 = {"f0": R.ode_func(params, 0.0, x32, config, padding_mask)}
+        _, traj32 = R.ode_block(params, x32, config, padding_mask, return_trajectory=True)
+        z32.update({f"step_{k}": traj32[k] for k in range(1, len(traj32))})
+    return {q: relative_error(z32[q], golden[q]) for q in quantity_names(config, decoded, z1_bar is not None)}
+
+
 def build_case(spec: CaseSpec) -> Case:
     cfg = spec.config
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
@@ -235,24 +253,18 @@ def build_case(spec: CaseSpec) -> Case:
     if spec.decoded:
         prompt = spec.seq - spec.decoded
         z = run_decode(cfg, params, x, mask, prompt)
-        z32 = split_decoded(run_decode(cfg, params, x.astype(np.float32), mask, prompt), prompt)
-        e32 = {q: relative_error(z32[q], want) for q, want in split_decoded(z, prompt).items()}
+        e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=spec.decoded)
         return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
                     decoded=spec.decoded, decode=z)
     if spec.vjp:
         z1_bar = np.random.default_rng(name_seed(spec.name, "cotangent")).normal(size=x.shape)
         grads = vjp_quantities(cfg, params, x, mask, z1_bar)
-        grads32 = vjp_quantities(cfg, params, x.astype(np.float32), mask, z1_bar.astype(np.float32))
-        e32 = {q: relative_error(grads32[q], want) for q, want in grads.items()}
+        e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
         return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
                     z1_bar=z1_bar, grads=grads)
     f0 = R.ode_func(params, 0.0, x, cfg, mask)
     _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
-    x32 = x.astype(np.float32)
-    f0_32 = R.ode_func(params, 0.0, x32, cfg, mask)
-    _, traj32 = R.ode_block(params, x32, cfg, mask, return_trajectory=True)
-    e32 = {"f0": relative_error(f0_32, f0)}
-    e32.update({f"step_{k}": relative_error(traj32[k], traj[k]) for k in range(1, len(traj))})
+    e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}})
     return Case(spec.name, cfg, params, x, mask, f0, traj, e32, input_seed=used, param_seed=spec.param_seed)
 
 

@@ -13,7 +13,8 @@ and its sha256. Everything stored is read: the versions are checked against this
 and padding against the file, the checksums against the bytes. Every size a manifest declares is
 bounded (MAX_SIZE) and checked against the bytes its file holds before anything is built from it;
 every stored array must be float64 (the padding mask bool) and finite, and a trajectory's first
-state must be x.
+state must be x. A team's set (not sealed) also has each stored e32 bounded by the spec's own
+float32 error for its case, recomputed at load (E32_FACTOR; docs/specification.md says why).
 
 Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
 sha256, so it covers every byte. The packaged set's digest, and each entry's, are recorded in
@@ -37,7 +38,8 @@ import numpy as np
 
 import ode_ref as R
 
-from .cases import CASES_VERSION, Case, build_all, quantity_names
+from .cases import CASES_VERSION, Case, build_all, float32_errors, quantity_names
+from .tolerance import UNIT_ROUNDOFF
 
 FORMAT = 4  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"); older sets read as they did
 READ_FORMATS = (2, 3, 4)
@@ -51,6 +53,10 @@ _NUMBER = {"type": "number", "minimum": 0}
 # array is built from them: a manifest cannot make loading allocate more than its files hold.
 MAX_SIZE = 1 << 16
 _SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_SIZE}
+# A team's stored e32 may be at most this many times the spec's own float32 error for the case,
+# recomputed at load (counted as at least one float32 rounding, 2^-24); see docs/specification.md,
+# "The stored e32 of a team's golden set is bounded".
+E32_FACTOR = 256.0
 SCHEMA = {
     "type": "object",
     "required": ["format", "cases_version", "spec_version", "cases"],
@@ -345,7 +351,8 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
 def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     """One case from its (validated) manifest entry, after verifying the file's sha256, the
     arrays' names, shapes and dtypes, that every one is finite and that the trajectory starts at
-    x."""
+    x; for a team's set (not the packaged, sealed one), each stored e32 is also bounded by the
+    spec's own float32 error for the case, recomputed here (check_e32)."""
     from safetensors.numpy import load
 
     path = Path(directory) / entry["file"]
@@ -367,12 +374,17 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
         got = {k: list(v.shape) for k, v in t.items()}
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
     _check_arrays(t, path)
-    return Case(
+    case = Case(
         name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
         decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
         grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
     )
+    if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed
+        defects = check_e32(case, Path(directory))
+        if defects:
+            raise GoldenError(defects)
+    return case
 
 
 def _role(name: str) -> str:
@@ -397,6 +409,30 @@ def _check_arrays(t: dict, path: Path) -> None:
         at = np.argwhere(t["trajectory"][0] != t["x"])[0]
         raise GoldenError(f"{os.fspath(path)}: array 'trajectory': expected its first state z(0) to be 'x' bit for "
                           f"bit; they differ at {at.tolist()}")
+
+
+def check_e32(case: Case, directory: Path) -> list:
+    """One line if any stored e32 of the case exceeds E32_FACTOR times the spec's own float32
+    error for it, recomputed here (at least 2^-24, one float32 rounding: below it the tolerance
+    is its floor anyway). Tolerances derive from e32: an inflated one lets a wrong backend pass."""
+    golden = {q: a for q, a in case.quantities().items() if q in case.e32}
+    try:
+        with np.errstate(all="ignore"):  # a float32 overflow gives a non-finite error, refused below
+            recomputed = float32_errors(case.config, case.params, case.x, case.padding_mask, golden,
+                                        decoded=case.decoded, z1_bar=case.z1_bar)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: the spec cannot run it in float32 to bound its "
+                f"e32 ({err})"]
+    floor = UNIT_ROUNDOFF["float32"]
+    over = [q for q in case.e32 if not case.e32[q] <= E32_FACTOR * max(recomputed[q], floor)]  # NaN: over
+    if not over:
+        return []
+    q = max(over, key=lambda q: case.e32[q] / max(recomputed[q], floor))
+    more = f" (and {len(over) - 1} other quantit{'y' if len(over) == 2 else 'ies'})" if len(over) > 1 else ""
+    return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: e32.{q} = {case.e32[q]:.3g} is over "
+            f"{E32_FACTOR:g} times the spec's own float32 error for this case, {recomputed[q]:.3g} recomputed here "
+            f"(counted as at least 2^-24){more}; a tolerance derives from e32, so this one would let wrong "
+            "results pass"]
 
 
 def load_cases(directory=GOLDEN_DIR) -> list[Case]:

@@ -373,3 +373,72 @@ def test_a_huge_size_in_a_team_manifest_is_one_line_before_any_allocation(small_
     if "JSON" not in expected:
         assert lines[0].startswith(f"{where}$.cases[{i}]"), lines
     assert got["seconds"] < 0.25 and got["peak"] < 4 << 20, got
+
+
+# ---- the stored e32 of a team's set is bounded by the spec's own float32 error, recomputed -----------
+class _Planted:
+    """The spec with a planted bug in its output z(1): the minimal protocol, run_block only."""
+
+    dtypes = ("float32",)
+
+    def __init__(self, name, bug):
+        self.name, self.bug = name, bug
+
+    def supports(self, config, dtype):
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self.bug(R.ode_block(params, x, config, padding_mask))
+
+
+PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.asarray(1e-3, z.dtype))]
+
+
+def _verdicts(cases, backend):
+    from odeattn.conformance.runner import run_case
+
+    return [run_case(backend, c, "float32").status for c in cases if c.trajectory is not None]
+
+
+def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_passes(team):
+    """Every e32 raised by 10^8, the manifest's digest the new one (what --expect-digest would pin):
+    every case is refused by name. Had the set loaded, both planted bugs would pass every case;
+    at the most the bound lets a set store (E32_FACTOR times the recomputed error), both still
+    fail the run."""
+    import dataclasses
+
+    from odeattn.conformance.cases import float32_errors
+    from odeattn.conformance.tolerance import UNIT_ROUNDOFF
+
+    honest = golden.load_cases(team)
+    m = _manifest(team)
+    for e in m["cases"]:
+        e["e32"] = {q: v * 1e8 for q, v in e["e32"].items()}
+    _write(team, m)
+    defects = _defects(team)
+    assert len(defects) == len(m["cases"]) and all(
+        d.startswith(f"{team / 'manifest.json'}: case {e['name']!r}: e32.") and
+        " is over 256 times the spec's own float32 error for this case, " in d for d, e in zip(defects, m["cases"]))
+    inflated = [dataclasses.replace(c, e32={q: v * 1e8 for q, v in c.e32.items()}) for c in honest]
+    for bug in PLANTED:
+        assert set(_verdicts(inflated, bug)) == {"passed"}, bug.name  # what the bound prevents
+
+    for e, c in zip(m["cases"], honest, strict=True):
+        golden_q = {q: a for q, a in c.quantities().items() if q in c.e32}
+        recomputed = float32_errors(c.config, c.params, c.x, c.padding_mask, golden_q, decoded=c.decoded, z1_bar=c.z1_bar)
+        e["e32"] = {q: golden.E32_FACTOR * max(r, UNIT_ROUNDOFF["float32"]) for q, r in recomputed.items()}
+    _write(team, m)
+    most = golden.load_cases(team)  # the bound admits it
+    assert set(_verdicts(most, PLANTED[0])) == {"failed"}
+    assert "failed" in _verdicts(most, PLANTED[1])
+
+
+def test_one_inflated_quantity_is_named(small_team):
+    m = _manifest(small_team)
+    e = m["cases"][0]
+    e["e32"]["f0"] *= 1000
+    _write(small_team, m)
+    defects = _defects(small_team)
+    assert len(defects) == 1 and defects[0].startswith(
+        f"{small_team / 'manifest.json'}: case {e['name']!r}: e32.f0 = {e['e32']['f0']:.3g} is over 256 times the spec's "
+        "own float32 error for this case, "), defects
