@@ -6,7 +6,8 @@ an existing one. build_case runs the spec in float64 and records, per quantity, 
 float32 error (e32), from which every backend's tolerance is derived (tolerance.py).
 
 Quantities, in the order they are computed:
-  block cases:  f0 = f(0, x), step_1 .. step_n = the state after each step, z1 = the state at t = 1
+  block cases:  step_0 = z(0), which is x; f0 = f(0, x); step_1 .. step_n = the state after each
+                step; z1 = the state at t = 1
   decode cases: prefill = z(1) of the prompt (the first seq - decoded tokens, by ode_ref.prefill),
                 decode_1 .. decode_k = z(1) of each token decoded after it (ode_ref.decode_step)
   grad cases:   x_bar, then grad.<parameter> for every parameter: the block's vector-Jacobian
@@ -81,18 +82,23 @@ class Case:
         return self.x.shape[1] - self.decoded
 
     def quantities(self) -> dict:
-        """name -> float64 golden array, in the order computed; z1 is the last step's state."""
+        """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
+        trajectory's first state, which is x), z1 the last step's state."""
         if self.decoded:
             return split_decoded(self.decode, self.prompt)
         if self.z1_bar is not None:
             return dict(self.grads)
-        out = {"f0": self.f0}
+        out = {"step_0": self.trajectory[0], "f0": self.f0}
         out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
         out["z1"] = self.z1
         return out
 
     def e32_of(self, quantity: str) -> float:
-        """The spec's own float32 error of a quantity (z1 is the last step's state)."""
+        """The spec's own float32 error of a quantity (z1 is the last step's state). z(0) is x, the
+        input itself, computed by nothing: no e32 is stored for it and its tolerance is the floor,
+        a few roundings of x to the backend's dtype."""
+        if quantity == "step_0":
+            return 0.0
         return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
 
 
@@ -221,6 +227,24 @@ def case_specs() -> list[CaseSpec]:
     return specs
 
 
+def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: int = 0, z1_bar=None) -> dict:
+    """The spec's own float32 error of each quantity, e32 = relative_error(spec32, golden), from
+    float64 inputs and the float64 quantities golden (quantity -> array, those of
+    Case.quantities() that carry an e32): what the generator stores, and what loading a team's
+    set recomputes to bound the e32 it stores (golden.py)."""
+    x32 = x.astype(np.float32)
+    if decoded:
+        prompt = x.shape[1] - decoded
+        z32 = split_decoded(run_decode(config, params, x32, padding_mask, prompt), prompt)
+    elif z1_bar is not None:
+        z32 = vjp_quantities(config, params, x32, padding_mask, z1_bar.astype(np.float32))
+    else:
+        z32 = {"f0": R.ode_func(params, 0.0, x32, config, padding_mask)}
+        _, traj32 = R.ode_block(params, x32, config, padding_mask, return_trajectory=True)
+        z32.update({f"step_{k}": traj32[k] for k in range(1, len(traj32))})
+    return {q: relative_error(z32[q], golden[q]) for q in quantity_names(config, decoded, z1_bar is not None)}
+
+
 def build_case(spec: CaseSpec) -> Case:
     cfg = spec.config
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
@@ -229,24 +253,18 @@ def build_case(spec: CaseSpec) -> Case:
     if spec.decoded:
         prompt = spec.seq - spec.decoded
         z = run_decode(cfg, params, x, mask, prompt)
-        z32 = split_decoded(run_decode(cfg, params, x.astype(np.float32), mask, prompt), prompt)
-        e32 = {q: relative_error(z32[q], want) for q, want in split_decoded(z, prompt).items()}
+        e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=spec.decoded)
         return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
                     decoded=spec.decoded, decode=z)
     if spec.vjp:
         z1_bar = np.random.default_rng(name_seed(spec.name, "cotangent")).normal(size=x.shape)
         grads = vjp_quantities(cfg, params, x, mask, z1_bar)
-        grads32 = vjp_quantities(cfg, params, x.astype(np.float32), mask, z1_bar.astype(np.float32))
-        e32 = {q: relative_error(grads32[q], want) for q, want in grads.items()}
+        e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
         return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
                     z1_bar=z1_bar, grads=grads)
     f0 = R.ode_func(params, 0.0, x, cfg, mask)
     _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
-    x32 = x.astype(np.float32)
-    f0_32 = R.ode_func(params, 0.0, x32, cfg, mask)
-    _, traj32 = R.ode_block(params, x32, cfg, mask, return_trajectory=True)
-    e32 = {"f0": relative_error(f0_32, f0)}
-    e32.update({f"step_{k}": relative_error(traj32[k], traj[k]) for k in range(1, len(traj))})
+    e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}})
     return Case(spec.name, cfg, params, x, mask, f0, traj, e32, input_seed=used, param_seed=spec.param_seed)
 
 

@@ -10,7 +10,11 @@ Each manifest entry holds the case's name, its config (the fields that differ fr
 defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
 (grad cases: true), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
 and its sha256. Everything stored is read: the versions are checked against this code, the shape
-and padding against the file, the checksums against the bytes.
+and padding against the file, the checksums against the bytes. Every size a manifest declares is
+bounded (MAX_SIZE) and checked against the bytes its file holds before anything is built from it;
+every stored array must be float64 (the padding mask bool) and finite, and a trajectory's first
+state must be x. A team's set (not sealed) also has each stored e32 bounded by the spec's own
+float32 error for its case, recomputed at load (E32_FACTOR; docs/specification.md says why).
 
 Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
 sha256, so it covers every byte. The packaged set's digest, and each entry's, are recorded in
@@ -26,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -33,7 +38,8 @@ import numpy as np
 
 import ode_ref as R
 
-from .cases import CASES_VERSION, Case, build_all, quantity_names
+from .cases import CASES_VERSION, Case, build_all, float32_errors, quantity_names
+from .tolerance import UNIT_ROUNDOFF
 
 FORMAT = 4  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"); older sets read as they did
 READ_FORMATS = (2, 3, 4)
@@ -42,6 +48,15 @@ SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
 
 _NUMBER = {"type": "number", "minimum": 0}
+# The largest size a manifest may declare: steps, batch, seq, d_model, heads and decoded tokens each.
+# Sizes are then checked against the bytes of the case's file (_check_sizes), before any list or
+# array is built from them: a manifest cannot make loading allocate more than its files hold.
+MAX_SIZE = 1 << 16
+_SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_SIZE}
+# A team's stored e32 may be at most this many times the spec's own float32 error for the case,
+# recomputed at load (counted as at least one float32 rounding, 2^-24); see docs/specification.md,
+# "The stored e32 of a team's golden set is bounded".
+E32_FACTOR = 256.0
 SCHEMA = {
     "type": "object",
     "required": ["format", "cases_version", "spec_version", "cases"],
@@ -59,10 +74,11 @@ SCHEMA = {
                 "additionalProperties": False,
                 "properties": {
                     "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
-                    "config": {"type": "object", "required": ["hidden_size", "num_heads"]},
-                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 3, "maxItems": 3},
+                    "config": {"type": "object", "required": ["hidden_size", "num_heads"],
+                               "properties": {"hidden_size": _SIZE, "num_heads": _SIZE, "ode_steps": _SIZE}},
+                    "shape": {"type": "array", "items": _SIZE, "minItems": 3, "maxItems": 3},
                     "padding": {"type": "boolean"},
-                    "decoded": {"type": "integer", "minimum": 1},
+                    "decoded": _SIZE,
                     "vjp": {"const": True},
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
@@ -241,16 +257,63 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
         except (TypeError, ValueError) as err:
             defects.append(f"{field}.config: {err}")
             continue
-        decoded = e.get("decoded", 0)
-        quantities = quantity_names(config, decoded, e.get("vjp", False))
-        if set(e["e32"]) != set(quantities):
-            defects.append(f"{field}.e32: expected the quantities {', '.join(quantities)}; got {sorted(e['e32'])}")
-        if e["shape"][2] != config.hidden_size:
-            defects.append(f"{field}.shape: expected d_model {config.hidden_size} last; got {e['shape']}")
-        if decoded and (decoded >= e["shape"][1] or config.mode != "decoder"):
-            defects.append(f"{field}.decoded: expected fewer than seq = {e['shape'][1]} tokens of a decoder-mode "
-                           f"config; got {decoded} ({config.mode})")
+        defects += _check_sizes(e, config, Path(directory), field)  # before anything is built from the sizes
     return defects + unlisted
+
+
+def _expected_arrays(entry: dict, config) -> dict:
+    """name -> shape of every array a (schema-valid) entry's file holds; tuples only, no arrays."""
+    shape = tuple(entry["shape"])
+    if entry.get("vjp", False):
+        outputs = {"z1_bar": shape, "x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}}
+    elif entry.get("decoded", 0):
+        outputs = {"decode": shape}
+    else:
+        outputs = {"f0": shape, "trajectory": (config.ode_steps + 1, *shape)}
+    expected = {"x": shape, **outputs, **R.param_shapes(config)}
+    if entry["padding"]:
+        expected["padding_mask"] = shape[:2]
+    return expected
+
+
+def _itemsize(name: str) -> int:
+    return 1 if name == "padding_mask" else 8  # bool; every other array float64
+
+
+def _names(names) -> str:
+    names = list(names)
+    return ", ".join(names) if len(names) <= 8 else f"{', '.join(names[:3])}, ..., {names[-1]} ({len(names)} quantities)"
+
+
+def _check_sizes(entry: dict, config, directory: Path, field: str) -> list:
+    """The entry's sizes against each other, against its e32 (counted before any name is built)
+    and against the bytes of its file (a stat, no read): a manifest that declares more than it or
+    its file holds is refused before anything is built from its sizes. One line at most."""
+    shape, decoded, vjp = entry["shape"], entry.get("decoded", 0), entry.get("vjp", False)
+    if shape[2] != config.hidden_size:
+        return [f"{field}.shape: expected d_model {config.hidden_size} last; got {shape}"]
+    if decoded and (decoded >= shape[1] or config.mode != "decoder"):
+        return [f"{field}.decoded: expected fewer than seq = {shape[1]} tokens of a decoder-mode "
+                f"config; got {decoded} ({config.mode})"]
+    count = 1 + (len(R.param_shapes(config)) if vjp else decoded or config.ode_steps)
+    stored = entry["e32"]
+    if len(stored) != count or set(stored) != set(quantity_names(config, decoded, vjp)):  # names: as many as stored
+        if count > 8 and not vjp:
+            first, name = ("prefill", "decode") if decoded else ("f0", "step")
+            wanted = f"{first}, {name}_1, ..., {name}_{count - 1} ({count} quantities)"
+        else:
+            wanted = _names(quantity_names(config, decoded, vjp))
+        return [f"{field}.e32: expected the quantities {wanted}; got [{_names(repr(q) for q in sorted(stored))}]"]
+    path = directory / entry["file"]
+    if not path.is_file():
+        return []  # reported by name when the case is loaded
+    need = sum(_itemsize(k) * math.prod(s) for k, s in _expected_arrays(entry, config).items())
+    have = path.stat().st_size
+    if need > have:
+        return [f"{field}: its sizes (shape {shape}, ode_steps {config.ode_steps}"
+                f"{f', decoded {decoded}' if decoded else ''}) need at least {need} bytes of arrays; "
+                f"{os.fspath(path)} holds {have}"]
+    return []
 
 
 def check_seal(manifest: dict, directory: Path) -> list[str]:
@@ -273,6 +336,19 @@ def _no_constant(name: str):
     raise json.JSONDecodeError(f"{name} is not a number JSON allows", name, 0)
 
 
+def _small_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:  # parsed before any bound is checked: a 5000-digit integer is no size
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is no size or count")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise ValueError(f"{text[:30]} is not a finite number (it overflows float64)")
+    return value
+
+
 def read_manifest(directory=GOLDEN_DIR) -> dict:
     """The parsed, validated manifest (sealed, for the packaged folder); GoldenError otherwise."""
     directory = Path(directory)
@@ -280,8 +356,9 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
     if not path.is_file():
         raise GoldenError(f"{os.fspath(path)}: no such file; run `odeattn conformance generate`")
     try:
-        manifest = json.loads(path.read_text(), parse_constant=_no_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        manifest = json.loads(path.read_text(), parse_constant=_no_constant, parse_float=_finite_float,
+                              parse_int=_small_int)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise GoldenError(f"{os.fspath(path)}: not valid JSON ({err})") from err
     defects = validate_manifest(manifest, directory)
     if not defects and directory.resolve() == GOLDEN_DIR.resolve():
@@ -292,7 +369,10 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
 
 
 def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
-    """One case from its (validated) manifest entry, after verifying the file's sha256."""
+    """One case from its (validated) manifest entry, after verifying the file's sha256, the
+    arrays' names, shapes and dtypes, that every one is finite and that the trajectory starts at
+    x; for a team's set (not the packaged, sealed one), each stored e32 is also bounded by the
+    spec's own float32 error for the case, recomputed here (check_e32)."""
     from safetensors.numpy import load
 
     path = Path(directory) / entry["file"]
@@ -308,25 +388,82 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = R.ODEConfig.from_any(entry["config"])
-    steps, shape, decoded, vjp = config.ode_steps, tuple(entry["shape"]), entry.get("decoded", 0), entry.get("vjp", False)
-    outputs = {"decode": shape} if decoded else {"f0": shape, "trajectory": (steps + 1, *shape)}
-    if vjp:
-        grads = {"x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}}
-        outputs = {"z1_bar": shape, **grads}
-    expected = {"x": shape, **outputs, **R.param_shapes(config)}
-    if entry["padding"]:
-        expected["padding_mask"] = tuple(entry["shape"][:2])
+    decoded, vjp = entry.get("decoded", 0), entry.get("vjp", False)
+    expected = _expected_arrays(entry, config)
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
         got = {k: list(v.shape) for k, v in t.items()}
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
-    return Case(
+    _check_arrays(t, path)
+    case = Case(
         name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
         decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
         grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
     )
+    if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed
+        defects = check_e32(case, Path(directory))
+        if defects:
+            raise GoldenError(defects)
+    return case
+
+
+def _role(name: str) -> str:
+    if name in ("x", "padding_mask", "z1_bar"):
+        return "input"
+    return "quantity" if name in ("f0", "trajectory", "decode", "x_bar") or name.startswith("grad.") else "parameter"
+
+
+def _check_arrays(t: dict, path: Path) -> None:
+    """GoldenError naming the file and the array unless every array is float64 (the padding mask
+    bool) and finite, and a trajectory's first state is x (z(0) = x, checked by the runner)."""
+    for name, value in t.items():
+        want = np.bool_ if name == "padding_mask" else np.float64
+        if value.dtype != want:
+            raise GoldenError(f"{os.fspath(path)}: array {name!r}: expected dtype {np.dtype(want)}; got {value.dtype}")
+        if want is np.float64 and not np.isfinite(value).all():
+            at = np.argwhere(~np.isfinite(value))[0]
+            raise GoldenError(f"{os.fspath(path)}: array {name!r}, a stored {_role(name)}, holds {value[tuple(at)]} at "
+                              f"{at.tolist()}; expected finite values (a non-finite golden value passes or fails "
+                              "any backend alike)")
+    if "trajectory" in t and not np.array_equal(t["trajectory"][0], t["x"]):
+        at = np.argwhere(t["trajectory"][0] != t["x"])[0]
+        raise GoldenError(f"{os.fspath(path)}: array 'trajectory': expected its first state z(0) to be 'x' bit for "
+                          f"bit; they differ at {at.tolist()}")
+
+
+def check_e32(case: Case, directory: Path) -> list:
+    """One line if any stored e32 of the case exceeds E32_FACTOR times the spec's own float32
+    error for it, recomputed here (at least 2^-24, one float32 rounding: below it the tolerance
+    is its floor anyway). Tolerances derive from e32: an inflated one lets a wrong backend pass."""
+    golden = {q: a for q, a in case.quantities().items() if q in case.e32}
+    try:
+        with np.errstate(all="ignore"):  # a float32 overflow gives a non-finite error, refused below
+            recomputed = float32_errors(case.config, case.params, case.x, case.padding_mask, golden,
+                                        decoded=case.decoded, z1_bar=case.z1_bar)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: the spec cannot run it in float32 to bound its "
+                f"e32 ({err})"]
+    floor = UNIT_ROUNDOFF["float32"]
+    over = [q for q in case.e32 if not case.e32[q] <= E32_FACTOR * max(recomputed[q], floor)]  # NaN: over
+    if not over:
+        return []
+    q = max(over, key=lambda q: case.e32[q] / max(recomputed[q], floor))
+    more = f" (and {len(over) - 1} other quantit{'y' if len(over) == 2 else 'ies'})" if len(over) > 1 else ""
+    return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: e32.{q} = {case.e32[q]:.3g} is over "
+            f"{E32_FACTOR:g} times the spec's own float32 error for this case, {recomputed[q]:.3g} recomputed here "
+            f"(counted as at least 2^-24){more}; a tolerance derives from e32, so this one would let wrong "
+            "results pass"]
 
 
 def load_cases(directory=GOLDEN_DIR) -> list[Case]:
-    """Every frozen case, the manifest validated (and sealed) and each file checked."""
-    return [load_case(e, directory) for e in read_manifest(directory)["cases"]]
+    """Every frozen case, the manifest validated (and sealed) and each file checked; GoldenError
+    with one line for each case that fails."""
+    cases, defects = [], []
+    for e in read_manifest(directory)["cases"]:
+        try:
+            cases.append(load_case(e, directory))
+        except GoldenError as err:
+            defects += err.defects
+    if defects:
+        raise GoldenError(defects)
+    return cases

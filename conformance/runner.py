@@ -1,8 +1,8 @@
 """Run cases on backends, compare with the goldens, report where a backend diverges first.
 
 Each (backend, dtype, case) yields a CaseResult. The comparison checks, in order: the output's
-dtype, its shape, finiteness, then every quantity the backend provides (f0, step_1 .. step_n,
-z1) against its tolerance. The first quantity over tolerance is the divergence reported: a
+dtype, its shape, finiteness, then every quantity the backend provides (step_0 = z(0), which is
+x, f0, step_1 .. step_n, z1) against its tolerance. The first quantity over tolerance is the divergence reported: a
 failure at f0 points at ODEFunc, a failure first at step k points at the solver or at error
 growth over steps.
 
@@ -80,6 +80,8 @@ class Report:
 
 
 def _step_time(case: Case, quantity: str) -> str:
+    if quantity == "step_0":
+        return f" (t = 0/{case.config.ode_steps}: z(0), which is x, the input)"
     if quantity.startswith("step_"):
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     if quantity.startswith("decode_"):
@@ -100,12 +102,15 @@ def split_outputs(case: Case, outputs: dict) -> dict:
             raise ValueError(f"run_decode: expected shape {case.x.shape} (the prompt's z, then each token's); got {z.shape}")
         return split_decoded(z, case.prompt)
     out = {}
-    if "f0" in outputs:
-        out["f0"] = outputs["f0"]
+    traj = None
     if "trajectory" in outputs:
         traj = np.asarray(outputs["trajectory"])
         if traj.shape[:1] != (case.config.ode_steps + 1,):
             raise ValueError(f"run_trajectory: expected {case.config.ode_steps + 1} states; got shape {traj.shape}")
+        out["step_0"] = traj[0]  # every state is checked, the first too: z(0) is x, and a wrong one fails
+    if "f0" in outputs:
+        out["f0"] = outputs["f0"]
+    if traj is not None:
         out.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
         out["z1"] = traj[-1]
     elif "z1" in outputs:

@@ -138,18 +138,42 @@ def load_params(path) -> dict:
         raise ValueError(f"params file {os.fspath(path)!r}: not a readable safetensors file ({err})") from err
 
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first bytes (one with members, an empty one)
+
+
+def _not_npz(path, why: str) -> ValueError:
+    return ValueError(f"params file {os.fspath(path)!r}: not a NumPy .npz archive of arrays ({why})")
+
+
 def _load_npz(path) -> dict:
+    """The arrays of an .npz. Anything else named .npz (a pickle, a single .npy, text) is refused
+    by its first bytes before NumPy reads it: np.load would otherwise take a non-zip file for a
+    pickle and answer with its own advice on unpickling, naming no file."""
     import zipfile
 
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as err:
+        raise ValueError(f"params file {os.fspath(path)!r}: cannot be read ({err.strerror})") from None
+    if head[:4] not in _ZIP_MAGIC:
+        why = ("it is empty" if not head else "it is a pickle, which is never loaded" if head[:1] == b"\x80"
+               else "it is a single .npy array, not a zip archive of named ones" if head == b"\x93NUMPY"
+               else f"it starts with {head!r}, not a zip archive's bytes")
+        raise _not_npz(path, why)
     try:
         with np.load(path, allow_pickle=False) as data:
             others = [n for n in data.zip.namelist() if not n.endswith(".npy")]
             if others:
                 raise ValueError(f"params file {os.fspath(path)!r}: member {others[0]!r} is not an .npy array")
-            try:
-                return {k: data[k] for k in data.files}
-            except ValueError as err:  # an object array: NumPy would need to unpickle it
-                raise ValueError(f"params file {os.fspath(path)!r}: holds pickled objects, refused ({err})") from err
+            arrays = {}
+            for k in data.files:
+                try:
+                    arrays[k] = data[k]
+                except ValueError as err:  # an object array (NumPy would need to unpickle it), or a damaged member
+                    why = "it holds pickled objects, which are never loaded" if "pickle" in str(err) else str(err)
+                    raise _not_npz(path, f"member {k + '.npy'!r}: {why}") from None
+            return arrays
     except (zipfile.BadZipFile, EOFError, OSError) as err:
         raise ValueError(f"params file {os.fspath(path)!r}: not a readable .npz file ({err})") from None
 

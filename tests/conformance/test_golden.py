@@ -205,3 +205,240 @@ def test_a_stray_tampered_or_missing_file_is_a_defect_naming_it(copy, damage, ex
     damage(copy, entry)
     defects = _defects(copy)
     assert expected(defects, copy, entry), defects
+
+
+# ---- a team's own set (--golden DIR): validated, not sealed ------------------------------------------
+@pytest.fixture
+def team(copy, monkeypatch):
+    monkeypatch.setattr(golden, "GOLDEN_DIR", copy.parent / "elsewhere")
+    return copy
+
+
+@pytest.fixture
+def small_team(team):
+    """A team's set of four cases: the first block, padded block, decode and grad case."""
+    m = _manifest(team)
+    keep = {_index(m, kind) for kind in ("block", "padded", "decode", "grad")}
+    for i, e in enumerate(m["cases"]):
+        if i not in keep:
+            (team / e["file"]).unlink()
+    m["cases"] = [e for i, e in enumerate(m["cases"]) if i in keep]
+    _write(team, m)
+    return team
+
+
+def _index(m, kind):
+    """The index of the first case of a kind: block, padded (a padded block case), decode or grad."""
+    test = {"block": lambda e: e["name"].startswith("block_"), "decode": lambda e: "decoded" in e,
+            "grad": lambda e: e.get("vjp", False), "padded": lambda e: e["name"].startswith("block_") and e["padding"]}
+    return next(i for i, e in enumerate(m["cases"]) if test[kind](e))
+
+
+def _rewrite_arrays(copy, kind, edit):
+    """Edit one case's arrays in place and update its sha256, as a team regenerating its set would:
+    no checksum can catch it. Returns the file's path."""
+    from safetensors.numpy import load_file, save_file
+
+    m = _manifest(copy)
+    entry = m["cases"][_index(m, kind)]
+    path = copy / entry["file"]
+    arrays = load_file(path)
+    edit(arrays)
+    save_file(arrays, str(path))
+    entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    _write(copy, m)
+    return path
+
+
+def _put(name, value, at=0):
+    def edit(arrays):
+        arrays[name] = arrays[name].copy()
+        arrays[name].reshape(-1)[at] = value
+    return edit
+
+
+@pytest.mark.parametrize("kind, edit, expected", [
+    pytest.param("block", _put("trajectory", np.nan, 99), "array 'trajectory', a stored quantity, holds nan at [",
+                 id="nan-in-trajectory"),
+    pytest.param("block", _put("f0", np.inf), "array 'f0', a stored quantity, holds inf at [0, 0, 0]", id="inf-in-f0"),
+    pytest.param("decode", _put("decode", np.nan), "array 'decode', a stored quantity, holds nan", id="nan-in-decode"),
+    pytest.param("grad", _put("grad.ode_func.out_proj.weight", -np.inf), "array 'grad.ode_func.out_proj.weight', a "
+                 "stored quantity, holds -inf at [0, 0]", id="inf-in-a-gradient"),
+    pytest.param("block", _put("x", np.nan, 3), "array 'x', a stored input, holds nan at [0, 0, 3]", id="nan-in-x"),
+    pytest.param("grad", _put("z1_bar", np.inf), "array 'z1_bar', a stored input, holds inf", id="inf-in-the-cotangent"),
+    pytest.param("block", _put("ode_func.qkv.weight", np.nan), "array 'ode_func.qkv.weight', a stored parameter, "
+                 "holds nan at [0, 0]", id="nan-in-a-parameter"),
+    pytest.param("block", lambda a: a.update(f0=a["f0"].astype(np.float32)), "array 'f0': expected dtype float64; got "
+                 "float32", id="float32-quantity"),
+    pytest.param("padded", lambda a: a.update(padding_mask=a["padding_mask"].astype(np.uint8)), "array 'padding_mask': "
+                 "expected dtype bool; got uint8", id="integer-padding-mask"),
+    pytest.param("block", _put("trajectory", 0.5), "array 'trajectory': expected its first state z(0) to be 'x' bit for "
+                 "bit; they differ at [0, 0, 0]", id="first-state-not-x"),
+])
+def test_a_non_finite_or_inconsistent_stored_array_is_refused_naming_file_and_array(small_team, kind, edit, expected):
+    """With its sha256 updated, a NaN golden value would pass (or fail) any backend alike: a NaN
+    trajectory passed a backend returning 2 z."""
+    path = _rewrite_arrays(small_team, kind, edit)
+    defects = _defects(small_team)
+    assert len(defects) == 1 and defects[0].startswith(f"{path}: {expected}"), defects
+
+
+def test_an_e32_that_overflows_to_inf_is_refused(small_team):
+    m = _manifest(small_team)
+    (small_team / "manifest.json").write_text(json.dumps(m).replace('"f0": ', '"f0": 1e999, "x": ', 1))
+    assert _defects(small_team) == [f"{small_team / 'manifest.json'}: not valid JSON (1e999 is not a finite number "
+                                    "(it overflows float64))"]
+
+
+# The command on a team's set, in a process of its own under a memory limit: run once (its imports
+# and first uses), then timed, then with tracemalloc for the peak of Python's allocations (apart,
+# tracemalloc slows every allocation). It reports the seconds, the peak and what it printed.
+_BUDGETED = r"""
+import contextlib, io, json, resource, sys, time, tracemalloc
+from odeattn.cli import main
+
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))  # 512 MiB more than now
+
+def run():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["conformance", "--golden", sys.argv[1], "--backend", "spec"])
+    return code, err.getvalue()
+
+run()
+start = time.perf_counter()
+code, stderr = run()
+seconds = time.perf_counter() - start
+tracemalloc.start()
+run()
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"code": code, "seconds": seconds, "peak": peak, "stderr": stderr}))
+"""
+
+
+def _set(path, value):
+    def edit(m):
+        *parents, last = path
+        target = m
+        for p in parents:
+            target = target[p]
+        target[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("kind, edit, expected", [
+    pytest.param("block", _set(("config", "ode_steps"), 10**9), "config.ode_steps: 1000000000 is greater than the "
+                 "maximum of 65536", id="ode_steps-1e9"),
+    pytest.param("decode", _set(("decoded",), 10**10), "decoded: 10000000000 is greater than the maximum of 65536",
+                 id="decoded-1e10"),
+    pytest.param("block", _set(("shape", 1), 10**9), "shape[1]: 1000000000 is greater than the maximum of 65536",
+                 id="seq-1e9"),
+    pytest.param("block", _set(("shape", 0), 10**12), "shape[0]: 1000000000000 is greater than the maximum of 65536",
+                 id="batch-1e12"),
+    pytest.param("block", _set(("config", "num_heads"), 10**9), "config.num_heads: 1000000000 is greater than the "
+                 "maximum of 65536", id="heads-1e9"),
+    pytest.param("block", _set(("config", "hidden_size"), 10**9), "config.hidden_size: 1000000000 is greater than the "
+                 "maximum of 65536", id="d_model-1e9"),
+    pytest.param("block", _set(("config", "ode_steps"), 65536), "e32: expected the quantities f0, step_1, ..., "
+                 "step_65536 (65537 quantities); got ['f0', 'step_1']", id="ode_steps-beyond-the-e32"),
+    pytest.param("block", lambda m: m.update(config={**m["config"], "ode_steps": 4096},
+                                             e32={"f0": 1e-7, **{f"step_{k}": 1e-7 for k in range(1, 4097)}}),
+                 ": its sizes (shape [2, 5, 8], ode_steps 4096) need at least 2625552 bytes of arrays; ",
+                 id="ode_steps-beyond-the-file"),
+    pytest.param("decode", lambda m: m.update(shape=[m["shape"][0], 4096, m["shape"][2]], decoded=4095,
+                                              e32={"prefill": 1e-7, **{f"decode_{j}": 1e-7 for j in range(1, 4096)}}),
+                 "need at least", id="prompt-and-decoded-beyond-the-file"),
+    pytest.param("block", _set(("shape", 1), "HUGE"), "not valid JSON (an integer of 5000 digits is no size or "
+                 "count)", id="a-5000-digit-integer"),
+])
+def test_a_huge_size_in_a_team_manifest_is_one_line_before_any_allocation(small_team, kind, edit, expected):
+    """Every size a manifest declares is bounded and checked against its file's bytes before a list
+    or an array is built from it: refused in well under a second, within a few MB of allocations,
+    under a 512 MiB memory limit, one line naming the field, exit 2. (Unbounded, ode_steps = 10^9
+    built a billion quantity names, and ran out of memory after a minute.)"""
+    import subprocess
+    import sys
+
+    m = _manifest(small_team)
+    i = _index(m, kind)
+    edit(m["cases"][i])
+    (small_team / "manifest.json").write_text((json.dumps(m, indent=1) + "\n").replace('"HUGE"', "9" * 5000))
+    run = subprocess.run([sys.executable, "-c", _BUDGETED, str(small_team)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    lines = got["stderr"].splitlines()
+    where = f"odeattn conformance: {small_team / 'manifest.json'}: "
+    assert got["code"] == 2 and len(lines) == 1 and lines[0].startswith(where) and expected in lines[0], lines
+    if "JSON" not in expected:
+        assert lines[0].startswith(f"{where}$.cases[{i}]"), lines
+    assert got["seconds"] < 0.25 and got["peak"] < 4 << 20, got
+
+
+# ---- the stored e32 of a team's set is bounded by the spec's own float32 error, recomputed -----------
+class _Planted:
+    """The spec with a planted bug in its output z(1): the minimal protocol, run_block only."""
+
+    dtypes = ("float32",)
+
+    def __init__(self, name, bug):
+        self.name, self.bug = name, bug
+
+    def supports(self, config, dtype):
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self.bug(R.ode_block(params, x, config, padding_mask))
+
+
+PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.asarray(1e-3, z.dtype))]
+
+
+def _verdicts(cases, backend):
+    from odeattn.conformance.runner import run_case
+
+    return [run_case(backend, c, "float32").status for c in cases if c.trajectory is not None]
+
+
+def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_passes(team):
+    """Every e32 raised by 10^8, the manifest's digest the new one (what --expect-digest would pin):
+    every case is refused by name. Had the set loaded, both planted bugs would pass every case;
+    at the most the bound lets a set store (E32_FACTOR times the recomputed error), both still
+    fail the run."""
+    import dataclasses
+
+    from odeattn.conformance.cases import float32_errors
+    from odeattn.conformance.tolerance import UNIT_ROUNDOFF
+
+    honest = golden.load_cases(team)
+    m = _manifest(team)
+    for e in m["cases"]:
+        e["e32"] = {q: v * 1e8 for q, v in e["e32"].items()}
+    _write(team, m)
+    defects = _defects(team)
+    assert len(defects) == len(m["cases"]) and all(
+        d.startswith(f"{team / 'manifest.json'}: case {e['name']!r}: e32.") and
+        " is over 256 times the spec's own float32 error for this case, " in d for d, e in zip(defects, m["cases"]))
+    inflated = [dataclasses.replace(c, e32={q: v * 1e8 for q, v in c.e32.items()}) for c in honest]
+    for bug in PLANTED:
+        assert set(_verdicts(inflated, bug)) == {"passed"}, bug.name  # what the bound prevents
+
+    for e, c in zip(m["cases"], honest, strict=True):
+        golden_q = {q: a for q, a in c.quantities().items() if q in c.e32}
+        recomputed = float32_errors(c.config, c.params, c.x, c.padding_mask, golden_q, decoded=c.decoded, z1_bar=c.z1_bar)
+        e["e32"] = {q: golden.E32_FACTOR * max(r, UNIT_ROUNDOFF["float32"]) for q, r in recomputed.items()}
+    _write(team, m)
+    most = golden.load_cases(team)  # the bound admits it
+    assert set(_verdicts(most, PLANTED[0])) == {"failed"}
+    assert "failed" in _verdicts(most, PLANTED[1])
+
+
+def test_one_inflated_quantity_is_named(small_team):
+    m = _manifest(small_team)
+    e = m["cases"][0]
+    e["e32"]["f0"] *= 1000
+    _write(small_team, m)
+    defects = _defects(small_team)
+    assert len(defects) == 1 and defects[0].startswith(
+        f"{small_team / 'manifest.json'}: case {e['name']!r}: e32.f0 = {e['e32']['f0']:.3g} is over 256 times the spec's "
+        "own float32 error for this case, "), defects

@@ -293,3 +293,33 @@ def test_a_wrong_gradient_is_named_by_its_parameter():
         "diverges first at grad.ode_func.out_proj.weight (the gradient of the parameter ode_func.out_proj.weight)")
     skipped = run_case(NoGradients(), case, "float64")
     assert skipped.status == "skipped" and skipped.message == "not supported: gradients (the backend has no run_vjp)"
+
+
+@pytest.mark.parametrize("first_state, reported", [
+    pytest.param(lambda x: np.zeros_like(x), "diverges first at step_0 (t = 0/", id="zeros-at-t0"),
+    pytest.param(lambda x: x + np.asarray(1e-3, x.dtype) * np.abs(x).max(), "diverges first at step_0 (t = 0/",
+                 id="offset-at-t0"),
+    pytest.param(lambda x: 2 * x, "diverges first at step_0 (t = 0/", id="doubled-at-t0"),
+    pytest.param(lambda x: np.full_like(x, np.nan), "step_0: non-finite values (NaN or inf) at [0, 0, 0]", id="nan-at-t0"),
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_wrong_first_state_fails(first_state, reported, dtype):
+    """The trajectory's first state z(0), which is x, is a returned quantity like the others: a
+    backend right at every later step but wrong at t = 0 fails there, and z(0) is reported first."""
+    from odeattn.conformance.adapters import SpecAdapter
+
+    class WrongAtTimeZero(SpecAdapter):
+        name, dtypes = "wrong-at-t0", ("float32", "float64")
+
+        def run_trajectory(self, config, params, x, padding_mask, dtype):
+            traj = super().run_trajectory(config, params, x, padding_mask, dtype)
+            traj[0] = first_state(x)
+            return traj
+
+    cases = [c for c in SOME if c.trajectory is not None]
+    for case in cases:
+        result = run_case(WrongAtTimeZero(), case, dtype)
+        assert result.status == "failed" and result.message.startswith(reported), (case.name, result.message)
+        assert run_case(SpecAdapter(), case, "float64").status == "passed"
+    checked = [q.quantity for q in run_case(SpecAdapter(), cases[0], "float64").quantities]
+    assert checked[:2] == ["step_0", "f0"] and checked[-1] == "z1"

@@ -76,6 +76,47 @@ def _npz_of_text(d):
     return d / "odd.npz"
 
 
+def _pickle_named_npz(d):
+    import pickle
+
+    (d / "w.npz").write_bytes(pickle.dumps({"ode_func.qkv.weight": np.zeros((24, 8))}))
+    return d / "w.npz"
+
+
+def _npy_named_npz(d):
+    np.save(d / "w.npy", np.zeros(3))
+    (d / "w.npy").rename(d / "w.npz")
+    return d / "w.npz"
+
+
+def _text_named_npz(d):
+    (d / "w.npz").write_text("ode_func.qkv.weight = 0\n")
+    return d / "w.npz"
+
+
+def _empty_npz(d):
+    (d / "w.npz").write_bytes(b"")
+    return d / "w.npz"
+
+
+@pytest.mark.parametrize("make_file, why", [
+    pytest.param(_pickle_named_npz, "it is a pickle, which is never loaded", id="pickle-named-npz"),
+    pytest.param(_npy_named_npz, "it is a single .npy array", id="npy-named-npz"),
+    pytest.param(_text_named_npz, "it starts with b'ode_fu'", id="text-named-npz"),
+    pytest.param(_empty_npz, "it is empty", id="empty-npz"),
+    pytest.param(_pickled_npz, "member 'a.npy': it holds pickled objects, which are never loaded", id="object-array-member"),
+])
+def test_a_file_named_npz_that_is_not_an_archive_of_arrays_is_refused_by_name(tmp_path, make_file, why):
+    """np.load takes any file that is not a zip archive for a pickle, and refuses it with advice on
+    unpickling that names no file; none of that reaches the user."""
+    path = make_file(tmp_path)
+    with pytest.raises(ValueError) as info:
+        R.load_params(path)
+    message = str(info.value)
+    assert message.startswith(f"params file {str(path)!r}: not a NumPy .npz archive of arrays (") and why in message
+    assert "allow_pickle" not in message and "pickle.load" not in message
+
+
 @pytest.mark.parametrize("make_file, error, message", [
     pytest.param(_pickled_npz, ValueError, "pickled", id="pickled-object-array"),
     pytest.param(_junk_safetensors, ValueError, "not a readable safetensors file", id="not-safetensors"),
