@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 import ode_ref as R
+from ode_ref.cache import check_cache_index
 
 from .block import decode_names
 
@@ -145,10 +146,16 @@ class OnnxDecoder:
         return {"x_t": x_t, "index": np.array(cache.index, np.int64), **dict(zip(self.past, cache.arrays))}
 
     def decode_step(self, x_t, cache: OnnxCache):
-        """(z_t [batch, 1, d_model], the cache with x_t appended); the given cache is not changed."""
+        """(z_t [batch, 1, d_model], the cache with x_t appended); the given cache is not changed.
+        The cache is refused by name unless it is an OnnxCache with a valid slot index (the spec's
+        check_cache_index: the graph would write no slot for an index out of range)."""
         from .runtime import check_x
 
         x_t = check_x(x_t, self.config.hidden_size, name="x_t", seq=1)
+        if not isinstance(cache, OnnxCache):
+            raise TypeError(f"cache: expected an ONNX Runtime cache from OnnxDecoder.prefill (an OnnxCache); "
+                            f"got {type(cache).__name__}")
+        cache = cache._replace(index=check_cache_index(cache.index, cache.arrays[-1].shape[1]))
         out = self.decode_run(self.step_feed(x_t, cache))  # a SessionRun checks the whole feed
         return out["z"], OnnxCache(tuple(out[n] for n in self.present), cache.index + 1)
 

@@ -11,11 +11,14 @@ float32 math. The same parameters serve every step and stage. This is evaluation
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from .attention import SelfAttention
+from .attention import SelfAttention, Stages
 from .cache import check_decode_input, check_max_len, check_mode
 from .config import ODEConfig, dtype_name
+from .memory import cache_need, check_memory, scores_needs, subject
 from .params import check_params
 
 # Input dtypes, decided here once for every path: float32 and float64 everywhere; bfloat16 in the
@@ -65,13 +68,75 @@ def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dt
             )
 
 
+PORT_NAMES = {"ode_ref": "spec", "odeattn.backends.torch": "torch", "odeattn.backends.jax": "JAX"}
+
+
+def _package(cls: type) -> str:
+    """'odeattn.backends.torch' for a class of odeattn.backends.torch.attention, 'ode_ref' for the spec's."""
+    return cls.__module__.rpartition(".")[0] or cls.__module__
+
+
+def _named(obj) -> str:
+    """How a message names what was passed as a variant: a class, an instance, anything else."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    whose = "the spec's " if issubclass(cls, SelfAttention) else ""
+    full = f"{cls.__module__}.{cls.__qualname__}"
+    return f"{whose or 'the '}class {full}" if isinstance(obj, type) else f"an instance of {whose}{full}"
+
+
+def _example(obj, default: type) -> str:
+    """What to pass instead of obj (a class, another port's variant, anything) to a port whose
+    SelfAttention is default."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    package = _package(default)
+    if issubclass(cls, default):
+        return f"{cls.__name__}(config, ...)"  # the right class, not instantiated
+    if not issubclass(cls, Stages):
+        return f"{package}.SelfAttention(config) or a variant, {package}.LocalWindowAttention(config, window=2)"
+    shipped = getattr(sys.modules.get(package), cls.__name__, None)
+    if isinstance(shipped, type) and issubclass(shipped, default) and shipped.__qualname__ == cls.__qualname__:
+        return f"{package}.{cls.__name__}(config, ...)"  # the same variant, as this port ships it
+    if issubclass(cls, SelfAttention):  # the spec's variant, to be ported
+        return f"port_variant({cls.__name__}, {package}.SelfAttention)(config, ...)"
+    if default is SelfAttention:  # another port's variant, to the spec: the class it was ported from
+        return f"{cls.__name__}(config, ...) of the spec's class, not the port's"
+    return f"port_variant(the spec's {cls.__name__}, {package}.SelfAttention)(config, ...)"
+
+
+def check_attention(attention, default: type = SelfAttention, *, name: str = "attention") -> None:
+    """TypeError, in one line saying what to pass, unless attention is an instance of the port's
+    SelfAttention default (or of a variant of it): a class passed uninstantiated, the spec's
+    variant given to a port (instead of port_variant's class), or another port's."""
+    if isinstance(attention, default) and not isinstance(attention, type):
+        return
+    package = _package(default)
+    port = PORT_NAMES.get(package, package)
+    wanted = ("the spec's SelfAttention or a variant of it" if default is SelfAttention else
+              f"a {port} SelfAttention ({package}.SelfAttention or a variant ported to it)")
+    raise TypeError(f"{name}: expected an instance of {wanted}, e.g. {_example(attention, default)}; "
+                    f"got {_named(attention)}")
+
+
 def attention_for(cfg: ODEConfig, attention=None, default=SelfAttention, *, name: str = "attention"):
     """The attention to run: the given one (a variant), else default(cfg); every port uses this.
-    ValueError if the variant was built with another config."""
+    TypeError if it is not an instance of default (check_attention), ValueError if the variant
+    was built with another config."""
     attention = default(cfg) if attention is None else attention
+    check_attention(attention, default, name=name)
     if attention.config != cfg:
         raise ValueError(f"{name}: its config {attention.config} differs from config {cfg}")
     return attention
+
+
+def check_spec_memory(call: str, cfg: ODEConfig, x, padding_mask=None, max_len: int | None = None) -> int:
+    """The spec's estimate for a call on x (bytes), or MemoryLimitError: the attention's scores
+    over x's sequence (memory.scores_needs) and, for prefill, the cache of max_len slots."""
+    batch, seq = x.shape[:2]
+    dtype, itemsize = dtype_name(x.dtype), x.dtype.itemsize
+    needs = scores_needs(cfg, batch, seq, seq, dtype, itemsize, padding_mask is not None)
+    if max_len is not None:
+        needs.append(cache_need(cfg, batch, max_len, dtype, itemsize))
+    return check_memory(subject(call, x.shape, max_len), *needs)
 
 
 def _checked(params, x, config, padding_mask, attention):
@@ -81,14 +146,15 @@ def _checked(params, x, config, padding_mask, attention):
     return cfg, attention_for(cfg, attention)
 
 
-def _setup(params, x, config, padding_mask, attention):
+def _setup(params, x, config, padding_mask, attention, call: str):
     cfg, attention = _checked(params, x, config, padding_mask, attention)
+    check_spec_memory(call, cfg, x, padding_mask)
     return cfg, attention, attention.prepare(params, x, padding_mask)
 
 
 def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
     """f(t, x): (batch, seq, d_model) -> (batch, seq, d_model), one evaluation."""
-    _, attention, prepared = _setup(params, x, config, padding_mask, attention)
+    _, attention, prepared = _setup(params, x, config, padding_mask, attention, "ode_func")
     return attention(prepared, t, x)
 
 
@@ -100,7 +166,7 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     (ode_steps + 1, batch, seq, d_model): z at t = 0, 1/steps, ..., 1.
     attention: a SelfAttention (or a subclass: a variant) built with the same config.
     """
-    _, attention, prepared = _setup(params, x, config, padding_mask, attention)
+    _, attention, prepared = _setup(params, x, config, padding_mask, attention, "ode_block")
     states = attention.integrate(prepared, x)
     if return_trajectory:
         return states[-1], np.stack(states)
@@ -113,7 +179,9 @@ def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=Non
     cfg = ODEConfig.from_any(config)
     check_mode(cfg)
     _, attention = _checked(params, x, cfg, padding_mask, attention)
-    return attention.prefill(params, x, padding_mask, check_max_len(max_len, x.shape[1]))
+    max_len = check_max_len(max_len, x.shape[1])
+    check_spec_memory("prefill", cfg, x, padding_mask, max_len)
+    return attention.prefill(params, x, padding_mask, max_len)
 
 
 def decode_step(params, x_t, cache, config, *, attention=None):
@@ -122,5 +190,5 @@ def decode_step(params, x_t, cache, config, *, attention=None):
     cfg = ODEConfig.from_any(config)
     check_params(params, cfg)
     check_input(x_t, cfg, name="x_t")
-    check_decode_input(x_t, cache, cfg)
+    cache = check_decode_input(x_t, cache, cfg)
     return attention_for(cfg, attention).decode(params, x_t, cache)

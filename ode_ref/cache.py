@@ -10,7 +10,8 @@ the T + k tokens, up to the order of floating-point sums.
                evaluation order: step-major, stage-minor), padding_mask (batch, max_len), index
     CacheSlots the hook Stages.evaluate calls after preprocess_qkv: records K, V (prefill) or
                writes the new token's K, V at `index` and returns every slot (decode)
-    check_decode_input  the checks every port runs before a decode step
+    check_decode_input  the checks every port runs before a decode step, the cache's own port and
+               slot index included (check_cache_port, check_cache_index)
 
 Memory: 2 x ode_steps x stages x max_len x d_model values per batch row (stages: 1 Euler, 4 RK4).
 The Python-level state is immutable: each step returns a new cache and never writes the old one,
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import numbers
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from .config import ODEConfig, dtype_name
 from .tableaus import TABLEAUS
@@ -85,11 +88,58 @@ def check_max_len(max_len, seq_len: int) -> int:
     return int(max_len)
 
 
-def check_decode_input(x_t, cache, cfg: ODEConfig) -> None:
-    """ValueError/TypeError naming what is wrong with a decode step's x_t or cache."""
+def array_kind(array_type: type) -> str:
+    """'numpy.ndarray', 'torch.Tensor', 'jax.Array': a class of arrays by library and name, as
+    messages name it (JAX's concrete class lives in jaxlib, under another name)."""
+    root = array_type.__module__.partition(".")[0]
+    return "jax.Array" if root in ("jax", "jaxlib") else f"{root}.{array_type.__name__}"
+
+
+class CachePort(NamedTuple):
+    """What a port's caches hold, for check_decode_input: the port's name in messages, the
+    function that makes its caches, and the class of their arrays."""
+
+    name: str  # "spec", "torch", "JAX"
+    source: str  # "ode_ref.prefill", ...
+    array_type: Any  # np.ndarray, torch.Tensor, jax.Array
+
+
+SPEC_CACHE = CachePort("spec", "ode_ref.prefill", np.ndarray)
+
+
+def check_cache_port(cache: KVCache, port: CachePort = SPEC_CACHE) -> None:
+    """TypeError unless every array of the cache is the port's: a KVCache made by another port
+    (the spec's NumPy arrays given to torch, torch's tensors to JAX) is refused by name."""
+    for a in (*cache.k, *cache.v, cache.padding_mask):
+        if not isinstance(a, port.array_type):
+            raise TypeError(f"cache: expected a {port.name} cache from {port.source} (a KVCache of "
+                            f"{array_kind(port.array_type)}); got a KVCache of {array_kind(type(a))}")
+
+
+def check_cache_index(index, max_len: int) -> int:
+    """The cache's slot index as a Python int: an integer (Python or NumPy; not a bool, a float
+    or an array) in [0, max_len), one message for every way it is not (TypeError for the type,
+    ValueError for the value); index == max_len is a full cache, said so. Unchecked, a negative
+    index writes a slot counted from the end (the spec, JAX) or fails deep inside (torch), and a
+    float indexes nothing or comes back a float index."""
+    wrong_type = isinstance(index, (bool, np.bool_)) or not isinstance(index, numbers.Integral)
+    if not wrong_type and index == max_len:
+        raise ValueError(f"cache: full ({index} of {max_len} slots written); prefill with a larger max_len")
+    if wrong_type or not 0 <= index < max_len:
+        raise (TypeError if wrong_type else ValueError)(
+            f"cache.index: expected an integer in [0, {max_len}) (the next slot; a Python or NumPy integer, "
+            f"not a bool); got {index!r} ({type(index).__name__})")
+    return int(index)
+
+
+def check_decode_input(x_t, cache, cfg: ODEConfig, port: CachePort = SPEC_CACHE) -> KVCache:
+    """The cache, its index a Python int, after the checks of a decode step's x_t and cache:
+    ValueError/TypeError naming what is wrong. port: the caller's (CachePort), whose arrays the
+    cache must hold. Every port runs this before a decode step, and decodes the cache it returns."""
     check_mode(cfg)
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache: expected the KVCache that prefill or decode_step returned; got {type(cache).__name__}")
+    check_cache_port(cache, port)
     if cache.config != cfg:
         raise ValueError(f"cache: built for config {cache.config}, not {cfg}")
     n = evaluations(cfg)
@@ -100,5 +150,5 @@ def check_decode_input(x_t, cache, cfg: ODEConfig) -> None:
         raise ValueError(f"x_t: expected shape {want} (the cache's batch, one token, d_model); got {tuple(x_t.shape)}")
     if dtype_name(x_t.dtype) != dtype_name(cache.k[0].dtype):
         raise TypeError(f"x_t: expected dtype {dtype_name(cache.k[0].dtype)} (the cache's); got {dtype_name(x_t.dtype)}")
-    if cache.index >= cache.max_len:
-        raise ValueError(f"cache: full ({cache.index} of {cache.max_len} slots written); prefill with a larger max_len")
+    index = check_cache_index(cache.index, cache.max_len)
+    return cache if type(cache.index) is int else cache._replace(index=index)

@@ -21,21 +21,40 @@ gets the cache index when decoding.
 
 from __future__ import annotations
 
+import math
+import numbers
 import types
+
+import numpy as np
 
 from .attention import SelfAttention, Stages
 
 
 def check_window(window) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    """window as a Python int: an integer >= 1, Python or NumPy (as the config takes them), not a
+    bool. A window wider than the sequence is every key (within the variant's own rule)."""
+    if isinstance(window, (bool, np.bool_)) or not isinstance(window, numbers.Integral) or window < 1:
         raise ValueError(f"window: expected an integer >= 1; got {window!r}")
-    return window
+    return int(window)
 
 
 def check_factor(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ValueError(f"{name}: expected a number; got {value!r}")
-    return float(value)
+    """value as a Python float: a finite real number, Python or NumPy, not a bool. NaN and +-inf
+    are refused (a non-finite factor makes every output NaN: inf * 0 and inf - inf in the softmax
+    and the products), and so is a number with no finite float (10**400). Any finite value has a
+    meaning, zero and negative ones included: query_scale 0 is uniform attention, a negative one
+    prefers the least similar keys; output_scale 0 makes f zero, the block the identity."""
+    number = math.nan
+    if not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Real):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond every float
+            pass
+    if not math.isfinite(number):
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else f"{shown[:20]}... ({len(shown)} characters)"
+        raise ValueError(f"{name}: expected a finite number; got {shown}")
+    return number
 
 
 class ScaledQueryAttention(SelfAttention):

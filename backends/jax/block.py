@@ -21,6 +21,18 @@ prefill and decode_step check their inputs in Python, then call one jitted funct
 cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
 decode step compiles once for every position. Their steps are unrolled (steps x stages
 evaluations of one token), each evaluation reading its own cache slot.
+
+The slot index is checked where it is still a Python value: decode_step refuses a traced cache
+(it runs outside jit), and runs the spec's check_decode_input on the concrete one: a JAX cache
+(jax.Array K and V), an index that is an int or a NumPy integer (not a bool, a float or an array)
+in [0, max_len). Inside the jitted step it is an int32 tracer whose value no Python check can see:
+there lax.dynamic_update_slice takes a negative index from the end and clamps one past it to the
+last slot, silently. So the step is only safe through decode_step; a user's own jit around
+SelfAttention.decode gets no index check.
+
+Memory: ode_block, ode_func and prefill estimate what they allocate from the shapes
+(check_jax_memory: a tile of heads' scores, the ALiBi bias, the mask, the cache) and refuse it
+before compiling when it exceeds ode_ref.memory's limit; under jit too, since shapes are static.
 """
 
 from __future__ import annotations
@@ -32,8 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_flag, check_input
-from ode_ref.cache import KVCache, check_decode_input, check_max_len, check_mode
-from ode_ref.config import ODEConfig
+from ode_ref.cache import CachePort, KVCache, check_decode_input, check_max_len, check_mode
+from ode_ref.config import ODEConfig, dtype_name
+from ode_ref.memory import cache_need, check_memory, scores_needs, subject
 from ode_ref.params import check_params
 from ode_ref.rk import rk_step
 from ode_ref.tableaus import TABLEAUS
@@ -71,14 +84,38 @@ def _checked(params, x, config, padding_mask, attention):
     return cfg, attention_for(cfg, attention, SelfAttention), x, padding_mask
 
 
-def _setup(params, x, config, padding_mask, attention):
+# XLA keeps about three (batch, heads | tile, seq_q, seq_k) arrays alive in the compiled attention
+# (the products, the exponentials, the weights), measured with memory_analysis on CPU:
+# tests/backends/jax/test_block.py holds the estimate to it
+SCORE_ARRAYS = 3
+
+
+def check_jax_memory(call: str, cfg: ODEConfig, attention: SelfAttention, x, padding_mask=None,
+                     max_len: int | None = None) -> int:
+    """The estimate for a call on x (bytes), or MemoryLimitError; from shapes alone, so under jit
+    too. The scores of one tile of heads (attention.attn: tiled, score_tile_bytes), the whole ALiBi
+    bias (twice when tiled: its heads-first copy), the mask, and, for prefill, the cache."""
+    batch, seq = x.shape[:2]
+    dtype, itemsize = dtype_name(x.dtype), jnp.dtype(x.dtype).itemsize
+    per_head = batch * seq * seq * itemsize  # as tiled() reckons a head's scores
+    heads, tile_bytes = cfg.num_heads, attention.score_tile_bytes
+    tile_heads = None if heads * per_head <= tile_bytes else min(heads, max(1, tile_bytes // per_head))
+    needs = scores_needs(cfg, batch, seq, seq, dtype, itemsize, padding_mask is not None, score_arrays=SCORE_ARRAYS,
+                         tile_heads=tile_heads, bias_arrays=1 if tile_heads is None else 2)
+    if max_len is not None:
+        needs.append(cache_need(cfg, batch, max_len, dtype, itemsize))
+    return check_memory(subject(call, x.shape, max_len), *needs)
+
+
+def _setup(params, x, config, padding_mask, attention, call: str):
     cfg, attention, x, padding_mask = _checked(params, x, config, padding_mask, attention)
+    check_jax_memory(call, cfg, attention, x, padding_mask)
     return cfg, attention, x, attention.prepare(params, x, padding_mask)
 
 
 def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
     """f(t, x): (batch, seq, d_model) -> (batch, seq, d_model), one evaluation."""
-    _, attention, x, prepared = _setup(params, x, config, padding_mask, attention)
+    _, attention, x, prepared = _setup(params, x, config, padding_mask, attention, "ode_func")
     return attention(prepared, t, x)
 
 
@@ -86,7 +123,7 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model)).
     checkpoint: recompute each step's activations in the backward pass (jax.checkpoint on the step)."""
     check_flag("checkpoint", checkpoint)
-    cfg, attention, x, prepared = _setup(params, x, config, padding_mask, attention)
+    cfg, attention, x, prepared = _setup(params, x, config, padding_mask, attention, "ode_block")
     tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
     h = 1.0 / steps
 
@@ -127,12 +164,17 @@ def _decode(params, x_t, k, v, padding_mask, index, config, attention):
     return z, cache.k, cache.v, cache.padding_mask
 
 
+CACHE = CachePort("JAX", "odeattn.backends.jax.prefill", jax.Array)  # what decode_step takes
+
+
 def prefill(params, x, config, padding_mask=None, *, max_len: int, attention=None):
     """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
     cfg = ODEConfig.from_any(config)
     check_mode(cfg)
     cfg, attention, x, padding_mask = _checked(params, x, cfg, padding_mask, attention)
-    z, k, v, mask = _prefill(params, x, padding_mask, cfg, attention, check_max_len(max_len, x.shape[1]))
+    max_len = check_max_len(max_len, x.shape[1])
+    check_jax_memory("prefill", cfg, attention, x, padding_mask, max_len)
+    z, k, v, mask = _prefill(params, x, padding_mask, cfg, attention, max_len)
     return z, KVCache(cfg, k, v, mask, x.shape[1])
 
 
@@ -145,7 +187,7 @@ def decode_step(params, x_t, cache, config, *, attention=None):
     check_input(x_t, cfg, array_type=jax.Array, float_dtypes=_float_dtypes(), name="x_t")
     if isinstance(cache, KVCache) and isinstance(cache.index, jax.core.Tracer):
         raise TypeError("cache: decode_step runs outside jit (it compiles itself once); got a traced cache")
-    check_decode_input(x_t, cache, cfg)
+    cache = check_decode_input(x_t, cache, cfg, CACHE)
     attention = attention_for(cfg, attention, SelfAttention)
     z, k, v, mask = _decode(params, x_t, cache.k, cache.v, cache.padding_mask, jnp.asarray(cache.index, jnp.int32),
                             cfg, attention)

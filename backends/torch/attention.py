@@ -31,7 +31,8 @@ from torch import nn
 
 from ode_ref.attention import Prepared, Stages
 from ode_ref.block import INPUT_DTYPES, check_input
-from ode_ref.config import ODEConfig
+from ode_ref.config import ODEConfig, dtype_name
+from ode_ref.memory import Need, cache_need, check_memory, subject
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
@@ -240,7 +241,46 @@ class SelfAttention(Stages, nn.Module):
     def forward(self, t, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None):
         """f(t, x) once; the seed's signature (logical_layer_idx, pos_encoder: accepted, not read)."""
         check_seed_arguments(logical_layer_idx)
+        self.check(x, padding_mask)
+        check_torch_memory("ODEFunc.forward", self, x, padding_mask)  # before prepare builds the mask
         return self.evaluate(self.prepare(x, padding_mask), t, x)
+
+
+# Arrays of (batch, heads, seq_q, seq_k) alive at once where this port writes the scores out:
+# ALiBi's path (the additive mask, the scores, the weights) and SDPA's own math path, which CPU runs
+# for dropout in training (measured by peak RSS: 3.0 and 3.5 arrays)
+ALIBI_SCORE_ARRAYS, MATH_SCORE_ARRAYS = 3, 4
+
+
+def memory_needs(attention: SelfAttention, x, padding_mask=None, max_len: int | None = None) -> list[Need]:
+    """What a forward (or a prefill of max_len slots) of this port allocates beyond its states,
+    from shapes: the scores only where they are written out (ALiBi; CPU dropout in training),
+    never for SDPA's fused kernels, which hold none; the dense (seq_q, seq_k) mask and SDPA's
+    float copy of it where the decoder's mask meets a padding mask; and the cache."""
+    cfg, (batch, seq) = attention.config, x.shape[:2]
+    dtype, itemsize = dtype_name(x.dtype), x.element_size()
+    scores = (batch, cfg.num_heads, seq, seq)
+    needs = []
+    if cfg.position_encoding == "alibi":
+        needs.append(Need("the ALiBi scores, written out", ALIBI_SCORE_ARRAYS, scores, dtype, itemsize))
+    elif attention.training and cfg.dropout > 0 and x.device.type == "cpu":
+        needs.append(Need("the attention scores (SDPA's math path: dropout on CPU)", MATH_SCORE_ARRAYS, scores,
+                          dtype, itemsize))
+    if cfg.mode == "decoder" and padding_mask is not None and cfg.position_encoding != "alibi":
+        needs += [Need("the mask", 1, (batch, 1, seq, seq), "bool", 1),
+                  Need("SDPA's float copy of the mask", 1, (batch, 1, seq, seq), dtype, itemsize)]
+    if max_len is not None:
+        needs.append(cache_need(cfg, batch, max_len, dtype, itemsize))
+    return needs
+
+
+def check_torch_memory(call: str, attention: SelfAttention, x, padding_mask=None, max_len: int | None = None) -> int:
+    """ode_ref.memory.check_memory on memory_needs: the estimate in bytes, or MemoryLimitError.
+    Skipped (0) while torch.compile or a tracer runs the forward: it reads the environment, which
+    a compiled graph would freeze; the eager call is checked."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return 0
+    return check_memory(subject(call, x.shape, max_len), *memory_needs(attention, x, padding_mask, max_len))
 
 
 def check_seed_arguments(logical_layer_idx) -> None:

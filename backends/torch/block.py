@@ -27,12 +27,12 @@ from torch import nn
 
 from ode_ref.attention import Stages
 from ode_ref.block import attention_for, check_flag
-from ode_ref.cache import check_decode_input, check_max_len, check_mode
+from ode_ref.cache import CachePort, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS
 
-from .attention import SelfAttention, check_seed_arguments
+from .attention import SelfAttention, check_seed_arguments, check_torch_memory
 from .params import load_params
 
 
@@ -41,6 +41,9 @@ def checkpoint(fn, *args):
     activations are not saved but recomputed in the backward pass. The RNG state is restored for
     the recomputation, so dropout draws the same mask."""
     return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+
+
+CACHE = CachePort("torch", "ODEAttentionBlock.prefill", torch.Tensor)  # what decode_step takes
 
 
 class ODEAttentionBlock(nn.Module):
@@ -76,6 +79,7 @@ class ODEAttentionBlock(nn.Module):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""
         check_seed_arguments(logical_layer_idx)
         self.ode_func.check(x, padding_mask)
+        check_torch_memory("ODEAttentionBlock.forward", self.ode_func, x, padding_mask)
         prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask)
         wrapper = checkpoint if self.checkpoint and torch.is_grad_enabled() else None
         states = self.ode_func.integrate(prepared, x, checkpoint=wrapper, trajectory=return_trajectory)
@@ -87,11 +91,13 @@ class ODEAttentionBlock(nn.Module):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
         check_mode(self.config)
         self.ode_func.check(x, padding_mask)
-        return self.ode_func.prefill(self.block_params(), x, padding_mask, check_max_len(max_len, x.shape[1]))
+        max_len = check_max_len(max_len, x.shape[1])
+        check_torch_memory("ODEAttentionBlock.prefill", self.ode_func, x, padding_mask, max_len)
+        return self.ode_func.prefill(self.block_params(), x, padding_mask, max_len)
 
     def decode_step(self, x_t, cache):
         """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache
         given is not written. Compiles with torch.compile(fullgraph=True)."""
         self.ode_func.check(x_t, name="x_t")
-        check_decode_input(x_t, cache, self.config)
+        cache = check_decode_input(x_t, cache, self.config, CACHE)
         return self.ode_func.decode(self.block_params(), x_t, cache)

@@ -3,6 +3,7 @@ messages. What each port promises of its own decode step (torch.compile, JAX com
 tested beside it, in tests/backends/torch and tests/backends/jax."""
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -137,3 +138,55 @@ def test_every_port_refuses_to_decode_with_an_encoder(port):
     with jax.enable_x64(True):
         with pytest.raises(ValueError, match="^mode: cached decoding needs mode='decoder'"):
             PORTS[port](encoder, R.init_params(encoder), "float64").prefill(x, None, 8)
+
+
+INDEX = "cache.index: expected an integer in [0, 8) (the next slot; a Python or NumPy integer, not a bool); got "
+BAD_INDICES = {"negative": (-1, "-1 (int)"), "past-the-end": (9, "9 (int)"), "float": (5.0, "5.0 (float)"),
+               "integral-float": (np.float64(6.0), "np.float64(6.0) (float64)"), "bool": (True, "True (bool)"),
+               "numpy-bool": (np.True_, "np.True_ (bool)"), "array": (np.array(5), "array(5) (ndarray)"),
+               "string": ("5", "'5' (str)")}
+
+
+@pytest.mark.parametrize("bad", list(BAD_INDICES))
+@pytest.mark.parametrize("port", list(PORTS))
+def test_every_port_refuses_a_bad_cache_index_with_one_message(port, bad):
+    """An index is an int or a NumPy integer in [0, max_len): a negative one was taken by the spec
+    and JAX (a slot counted from the end: a finite, wrong z), a float was an IndexError in the
+    spec and came back from JAX as a float index. The cache stays usable."""
+    index, shown = BAD_INDICES[bad]
+    api, x, cache, _ = refusal_setup(port)
+    kind = ValueError if bad in ("negative", "past-the-end") else TypeError
+    with jax.enable_x64(True):
+        with pytest.raises(kind, match=f"^{re.escape(INDEX + shown)}$"):
+            api.decode(x[:, :1], cache._replace(index=index))
+        _, after = api.decode(x[:, :1], cache)
+    assert after.index == T + 1
+
+
+@pytest.mark.parametrize("port", list(PORTS))
+def test_every_port_takes_a_numpy_integer_index_and_returns_an_int(port):
+    api, x, cache, _ = refusal_setup(port)
+    with jax.enable_x64(True):
+        z, want = api.decode(x[:, :1], cache)
+        z64, got = api.decode(x[:, :1], cache._replace(index=np.int64(T)))
+    assert type(got.index) is int and got.index == want.index == T + 1
+    np.testing.assert_array_equal(api.array(z64), api.array(z))
+
+
+CACHE_FROM = {"spec": "ode_ref.prefill (a KVCache of numpy.ndarray)",
+              "torch": "ODEAttentionBlock.prefill (a KVCache of torch.Tensor)",
+              "jax": "odeattn.backends.jax.prefill (a KVCache of jax.Array)"}
+ARRAYS = {"spec": "numpy.ndarray", "torch": "torch.Tensor", "jax": "jax.Array"}
+
+
+@pytest.mark.parametrize("maker,port", [(m, p) for m in PORTS for p in PORTS if m != p], ids=lambda v: v)
+def test_a_cache_from_another_port_is_refused_by_name(maker, port):
+    """The spec's cache given to torch was an AttributeError ('new_ones'), torch's to the spec
+    another ('copy'), torch's to JAX a raw tracing error, and the spec's to JAX was taken."""
+    name = {"spec": "spec", "torch": "torch", "jax": "JAX"}[port]
+    foreign = refusal_setup(maker)[2]
+    api, x, _, _ = refusal_setup(port)
+    message = f"cache: expected a {name} cache from {CACHE_FROM[port]}; got a KVCache of {ARRAYS[maker]}"
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            api.decode(x[:, :1], foreign)

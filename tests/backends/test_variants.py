@@ -2,6 +2,8 @@
 JAX, each rebuilt from the spec's class by port_variant: equal to the spec on golden cases, and
 decoding with a cache; and a user's variant ports the same way."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -101,5 +103,132 @@ def test_variant_settings_are_checked_in_every_port(port):
     module = {"spec": R, "torch": T, "jax": J}[port]
     with pytest.raises(ValueError, match="window: expected an integer >= 1; got 0"):
         module.RecentKeysAttention(cfg, window=0)
-    with pytest.raises(ValueError, match="output_scale: expected a number; got 'x'"):
+    with pytest.raises(ValueError, match="output_scale: expected a finite number; got 'x'"):
         module.ScaledOutputAttention(cfg, output_scale="x")
+
+
+FACTORS = [("ScaledQueryAttention", "query_scale"), ("ScaledQueryAttention", "time_gain"),
+           ("ScaledOutputAttention", "output_scale")]
+NON_FINITE = {"inf": (float("inf"), "inf"), "-inf": (-float("inf"), "-inf"), "nan": (float("nan"), "nan"),
+              "numpy-inf": (np.float32("inf"), "np.float32(inf)"), "bool": (True, "True"),
+              "beyond-float": (10**400, "10000000000000000000... (401 characters)"), "array": (np.array(2.0), "array(2.)")}
+
+
+@pytest.mark.parametrize("value", list(NON_FINITE))
+@pytest.mark.parametrize("variant,factor", FACTORS, ids=lambda v: v)
+@pytest.mark.parametrize("port", ["spec", "torch", "jax"])
+def test_every_port_refuses_a_non_finite_factor(port, variant, factor, value):
+    """query_scale=inf, time_gain=-inf and output_scale=inf gave an all-NaN output in every port;
+    10**400 was an OverflowError. A finite factor of any sign (0 included) has a meaning, and NumPy
+    floats are taken."""
+    module = {"spec": R, "torch": T, "jax": J}[port]
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    given, shown = NON_FINITE[value]
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{factor}: expected a finite number; got {shown}')}$"):
+        getattr(module, variant)(cfg, **{factor: given})
+    for ok in (0, -2, np.float32(1.5), np.int64(3)):
+        assert type(getattr(getattr(module, variant)(cfg, **{factor: ok}), factor)) is float
+
+
+@pytest.mark.parametrize("variant", ["LocalWindowAttention", "RecentKeysAttention"])
+@pytest.mark.parametrize("port", ["spec", "torch", "jax"])
+def test_every_port_takes_a_numpy_integer_window_and_refuses_a_bool(port, variant):
+    """As the config takes NumPy integers (read from arrays or checkpoints): the window is stored
+    as a Python int, so the JAX port's jit key is the same for 2 and np.int64(2)."""
+    module = {"spec": R, "torch": T, "jax": J}[port]
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    for window in (np.int64(2), np.int32(2), np.uint8(2)):
+        att = getattr(module, variant)(cfg, window=window)
+        assert type(att.window) is int and att.window == 2
+    if port == "jax":
+        assert getattr(module, variant)(cfg, window=np.int64(2)) == getattr(module, variant)(cfg, window=2)
+    for bad in (np.True_, True, 2.0, np.int64(0)):
+        with pytest.raises(ValueError, match=f"^window: expected an integer >= 1; got {re.escape(repr(bad))}$"):
+            getattr(module, variant)(cfg, window=bad)
+
+
+WRONG_VARIANTS = {
+    # (port, what is passed) -> the one line that says what to pass
+    "spec-given-a-class": ("spec", lambda cfg: R.LocalWindowAttention,
+                           "attention: expected an instance of the spec's SelfAttention or a variant of it, e.g. "
+                           "LocalWindowAttention(config, ...); got the spec's class ode_ref.variants.LocalWindowAttention"),
+    "spec-given-a-torch-variant": ("spec", lambda cfg: T.LocalWindowAttention(cfg),
+                                   "attention: expected an instance of the spec's SelfAttention or a variant of it, e.g. "
+                                   "ode_ref.LocalWindowAttention(config, ...); got an instance of "
+                                   "odeattn.backends.torch.variants.LocalWindowAttention"),
+    "spec-given-a-users-ported-variant": ("spec", lambda cfg: R.port_variant(Shifted, J.SelfAttention)(cfg),
+                                          "attention: expected an instance of the spec's SelfAttention or a variant of "
+                                          "it, e.g. Shifted(config, ...) of the spec's class, not the port's; got an "
+                                          f"instance of {Shifted.__module__}.Shifted"),
+    "torch-given-a-class": ("torch", lambda cfg: T.LocalWindowAttention,
+                            "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch.SelfAttention "
+                            "or a variant ported to it), e.g. LocalWindowAttention(config, ...); got the class "
+                            "odeattn.backends.torch.variants.LocalWindowAttention"),
+    "torch-given-the-spec-class": ("torch", lambda cfg: R.LocalWindowAttention,
+                                   "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch."
+                                   "SelfAttention or a variant ported to it), e.g. odeattn.backends.torch."
+                                   "LocalWindowAttention(config, ...); got the spec's class "
+                                   "ode_ref.variants.LocalWindowAttention"),
+    "torch-given-a-spec-variant": ("torch", lambda cfg: R.LocalWindowAttention(cfg, window=2),
+                                   "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch."
+                                   "SelfAttention or a variant ported to it), e.g. odeattn.backends.torch."
+                                   "LocalWindowAttention(config, ...); got an instance of the spec's "
+                                   "ode_ref.variants.LocalWindowAttention"),
+    "torch-given-a-users-spec-variant": ("torch", lambda cfg: Shifted(cfg),
+                                         "ode_func: expected an instance of a torch SelfAttention (odeattn.backends."
+                                         "torch.SelfAttention or a variant ported to it), e.g. port_variant(Shifted, "
+                                         "odeattn.backends.torch.SelfAttention)(config, ...); got an instance of the "
+                                         f"spec's {Shifted.__module__}.Shifted"),
+    "torch-given-a-jax-variant": ("torch", lambda cfg: J.LocalWindowAttention(cfg),
+                                  "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch."
+                                  "SelfAttention or a variant ported to it), e.g. odeattn.backends.torch."
+                                  "LocalWindowAttention(config, ...); got an instance of "
+                                  "odeattn.backends.jax.variants.LocalWindowAttention"),
+    "jax-given-a-spec-variant": ("jax", lambda cfg: R.LocalWindowAttention(cfg, window=2),
+                                 "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax."
+                                 "SelfAttention or a variant ported to it), e.g. odeattn.backends.jax."
+                                 "LocalWindowAttention(config, ...); got an instance of the spec's "
+                                 "ode_ref.variants.LocalWindowAttention"),
+    "jax-jit-given-a-spec-variant": ("jax-jit", lambda cfg: R.LocalWindowAttention(cfg, window=2),
+                                     "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax."
+                                     "SelfAttention or a variant ported to it), e.g. odeattn.backends.jax."
+                                     "LocalWindowAttention(config, ...); got an instance of the spec's "
+                                     "ode_ref.variants.LocalWindowAttention"),
+    "jax-given-a-class": ("jax", lambda cfg: J.LocalWindowAttention,
+                          "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax.SelfAttention "
+                          "or a variant ported to it), e.g. LocalWindowAttention(config, ...); got the class "
+                          "odeattn.backends.jax.variants.LocalWindowAttention"),
+    "jax-given-something-else": ("jax", lambda cfg: "local",
+                                 "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax."
+                                 "SelfAttention or a variant ported to it), e.g. odeattn.backends.jax.SelfAttention"
+                                 "(config) or a variant, odeattn.backends.jax.LocalWindowAttention(config, window=2); "
+                                 "got an instance of builtins.str"),
+    "export-given-a-class": ("export", lambda cfg: R.LocalWindowAttention,
+                             "attention: expected an instance of the spec's SelfAttention or a variant of it, e.g. "
+                             "LocalWindowAttention(config, ...); got the spec's class ode_ref.variants.LocalWindowAttention"),
+}
+
+
+def _run(port, cfg, attention):
+    params = R.init_params(cfg)
+    x = np.zeros((1, 3, 8), np.float32)
+    if port == "spec":
+        return R.ode_block(params, x, cfg, attention=attention)
+    if port == "torch":
+        return T.ODEAttentionBlock(cfg, ode_func=attention)
+    if port in ("jax", "jax-jit"):
+        return (J.ode_block_jit if port == "jax-jit" else J.ode_block)(params, x, cfg, attention=attention)
+    from odeattn.export.block import export_model
+    return export_model(cfg, params, opset=17, attention=attention)
+
+
+@pytest.mark.parametrize("case", list(WRONG_VARIANTS))
+def test_a_variant_used_wrongly_gets_one_line_saying_what_to_pass(case):
+    """A class for an instance was an AttributeError ('config'); the spec's variant in the torch
+    block an AttributeError ('check'), in JAX a TracerArrayConversionError."""
+    port, make, message = WRONG_VARIANTS[case]
+    if port == "export":
+        pytest.importorskip("onnx")
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}($|\n)"):  # under jit, JAX appends a note of its own
+        _run(port, cfg, make(cfg))

@@ -151,3 +151,25 @@ def test_the_cached_models_feeds_are_refused_by_name(decoders, call, error, mess
     before ONNX Runtime sees them: one error naming the input, not ONNX Runtime's."""
     with pytest.raises(error, match=message):
         call(*decoders)
+
+
+@pytest.mark.parametrize("bad", ["negative", "past-the-end", "float", "bool", "spec-cache"])
+def test_the_onnx_decoder_refuses_a_bad_cache_as_the_ports_do(bad):
+    """OnnxDecoder.decode_step runs the spec's index check before feeding the model (whose
+    Where(slot == index) writes no slot for an index out of range), and names a KVCache as not its
+    own; the model is never run (no session: decode_run is None)."""
+    from odeattn.export.decode import OnnxCache, OnnxDecoder
+
+    c = cfg()
+    decoder = OnnxDecoder(c)
+    cache = decoder.empty(1, 4)
+    x_t = np.zeros((1, 1, c.hidden_size), np.float32)
+    if bad == "spec-cache":
+        _, spec = R.prefill(R.init_params(c), np.zeros((1, 2, c.hidden_size)), c, max_len=4)
+        with pytest.raises(TypeError, match=r"^cache: expected an ONNX Runtime cache from OnnxDecoder.prefill "
+                                            r"\(an OnnxCache\); got KVCache$"):
+            decoder.decode_step(x_t, spec)
+        return
+    index = {"negative": -1, "past-the-end": 5, "float": 2.0, "bool": True}[bad]
+    with pytest.raises((TypeError, ValueError), match=r"^cache\.index: expected an integer in \[0, 4\) "):
+        decoder.decode_step(x_t, OnnxCache(cache.arrays, index))

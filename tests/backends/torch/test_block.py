@@ -344,3 +344,78 @@ def test_long_context_keeps_no_seq_by_seq_tensor(mode):
     with torch.no_grad(), counter:
         block(torch.randn(1, seq, 16))
     assert counter.peak < seq * seq * 4
+
+
+def memory_config(case: str, **kw) -> R.ODEConfig:
+    alibi = "alibi" in case
+    return R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1, ode_solver="euler",
+                       mode="encoder" if "encoder" in case else "decoder", ode_use_pe=alibi,
+                       positional_encoding="alibi" if alibi else "rope", dropout=0.1 if "dropout" in case else 0.0, **kw)
+
+
+@pytest.mark.parametrize("case", ["decoder", "encoder", "encoder-padded"])
+def test_sdpa_forward_is_not_refused_for_scores_it_never_holds(case, monkeypatch):
+    """Torch at T = 65,536 runs (SDPA's fused kernel holds no scores), so the torch forward must
+    not be refused for them. Under a limit of one byte, which any score array exceeds, a small
+    SDPA forward runs, the spec and JAX refuse the same input for their scores, and at 65,536
+    tokens torch's estimate is still 0 (a meta tensor: nothing is computed)."""
+    from ode_ref.memory import LIMIT_VARIABLE, MemoryLimitError
+    from odeattn.backends.torch.attention import check_torch_memory
+
+    cfg = memory_config(case)
+    params = R.init_params(cfg)
+    x = np.random.default_rng(0).normal(size=(1, 64, 8))
+    mask = np.ones((1, 64), bool) if "padded" in case else None
+    monkeypatch.setenv(LIMIT_VARIABLE, "1")
+    got = run(build(cfg, params), x, mask)
+    with pytest.raises(MemoryLimitError, match="the attention scores"):
+        R.ode_block(params, x, cfg, mask)
+    block = build(cfg, params)
+    long = torch.empty(1, 65_536, 8, dtype=torch.float64, device="meta")
+    long_mask = None if mask is None else torch.ones(1, 65_536, dtype=torch.bool, device="meta")
+    assert check_torch_memory("ODEAttentionBlock.forward", block.ode_func, long, long_mask) == 0
+    monkeypatch.delenv(LIMIT_VARIABLE)
+    assert relative_error(got.numpy(), R.ode_block(params, x, cfg, mask)) <= 1e-12
+
+
+@pytest.mark.parametrize("case", ["alibi", "alibi-padded", "decoder-padded", "dropout-train"])
+def test_what_torch_writes_out_is_refused_and_estimated(case, monkeypatch):
+    """Where this port does hold (seq, seq) arrays (ALiBi's written-out scores; the decoder's
+    dense mask with padding, and SDPA's float copy of it; SDPA's math path for CPU dropout), a
+    limit below them refuses the forward; and the estimate is within [0.75, 1.5] of the live
+    tensor bytes of a forward (measured 0.94 to 1.13)."""
+    from ode_ref.memory import LIMIT_VARIABLE, MemoryLimitError
+    from odeattn.backends.torch.attention import memory_needs
+    from odeattn.bench import live_tensor_bytes_mode
+
+    cfg = memory_config(case)
+    block = build(cfg, R.init_params(cfg), torch.float32).train("train" in case)
+    x = torch.randn(1, 512, 8)
+    mask = torch.ones(1, 512, dtype=torch.bool) if "padded" in case else None
+    counter = live_tensor_bytes_mode()
+    with torch.no_grad(), counter:
+        block(x, padding_mask=mask)
+    estimate = sum(n.nbytes for n in memory_needs(block.ode_func, x, mask))
+    assert 0.75 <= estimate / counter.peak <= 1.5, (estimate, counter.peak)
+    monkeypatch.setenv(LIMIT_VARIABLE, str(estimate // 2))
+    with pytest.raises(MemoryLimitError, match=r"^ODEAttentionBlock.forward: x of shape \(1, 512, 8\): needs an "
+                                               r"estimated .*\(ODEATTN_MEMORY_LIMIT="):
+        block(x, padding_mask=mask)
+
+
+def test_prefill_refuses_a_cache_that_cannot_fit(monkeypatch):
+    """max_len = 10^9: K and V of one evaluation (Euler, one step), 2 x 10^9 x 8 float32, was
+    tried in every port; refused before the cache is allocated. ODEFunc alone is checked as the
+    block is."""
+    from ode_ref.memory import LIMIT_VARIABLE, MemoryLimitError
+
+    monkeypatch.delenv(LIMIT_VARIABLE, raising=False)
+    cfg = memory_config("decoder-alibi")
+    block = build(cfg, R.init_params(cfg), torch.float32)
+    with pytest.raises(MemoryLimitError, match=r"^ODEAttentionBlock.prefill: x of shape \(1, 3, 8\), max_len 1000000000: "
+                                               r"needs an estimated 59.6 GiB \(the KV cache \(K and V of every evaluation\), "
+                                               r"2 x \(1, 1000000000, 8\) float32: 59.6 GiB; smaller arrays\), more than"):
+        block.prefill(torch.zeros(1, 3, 8), max_len=10**9)
+    monkeypatch.setenv(LIMIT_VARIABLE, "1024")
+    with pytest.raises(MemoryLimitError, match=r"^ODEFunc.forward: x of shape \(1, 64, 8\): .*the ALiBi scores"):
+        block.ode_func(0.0, torch.zeros(1, 64, 8))
