@@ -52,10 +52,11 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def check_quantizable(config) -> None:
-    """ValueError unless int8 dynamic quantisation applies to this block: float weights."""
+def check_quantizable(config, *, name: str = "int8 quantisation") -> None:
+    """ValueError unless int8 dynamic quantisation applies to this block: float weights. The
+    message begins with name (a command passes the option that asked for it)."""
     if R.ODEConfig.from_any(config).use_bitnet:
-        raise ValueError("--quantize int8: expected a float block; got use_bitnet=true, whose ternary weights are "
+        raise ValueError(f"{name}: expected a float block; got use_bitnet=true, whose ternary weights are "
                          "dequantised in the graph (nothing to quantise; its exact integer path is BitLinear)")
 
 

@@ -124,7 +124,8 @@ def prepare(args):
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
     from odeattn.conformance.runner import compile_patterns, select
 
-    compile_patterns("--xfail", args.xfail)
+    for option, patterns in (("-k", args.include), ("--exclude", args.exclude), ("--xfail", args.xfail)):
+        compile_patterns(option, patterns)
     check_output_path("--json", args.json)
     check_output_path("--junit", args.junit)
     directory = args.golden or GOLDEN_DIR
@@ -136,7 +137,10 @@ def prepare(args):
     set_digest = digest(directory)
     if args.expect_digest and args.expect_digest != set_digest:
         raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
-    refs, notes, errors = discover(args.backend, timeout=args.timeout)
+    try:
+        refs, notes, errors = discover(args.backend, timeout=args.timeout)
+    except ValueError as err:  # its message begins 'backend'
+        raise UsageError(f"--{err}") from None
     header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
               "cases": len(cases)}
     return cases, refs, notes, errors, header, set(BUILTIN)

@@ -98,7 +98,7 @@ def run(args) -> int:
     source = str(args.x) if args.x else f"random normal, seed {args.seed}"
     print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
     result = D.diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
-    print(D.format_report(result))
+    print(D.format_report(result, knobs=("--ref-steps", "--tol")))
     if args.plot:
         D.plot(result, args.plot)
         print(f"plot: {args.plot}")

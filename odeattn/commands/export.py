@@ -62,7 +62,10 @@ def load_block(args):
     except OSError as err:  # a folder given as a file, an unreadable file
         raise UsageError(f"--config/--weights: {err.strerror}: {err.filename!r}") from None
     R.check_params(params, config)
-    check_finite(params)
+    try:
+        check_finite(params)
+    except ValueError as err:
+        raise UsageError(f"--weights: {err}") from None
     return config, params
 
 
@@ -149,7 +152,7 @@ def check_deploy_options(args, config) -> None:
     if other:
         raise UsageError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
     if args.quantize:
-        check_quantizable(config)
+        check_quantizable(config, name="--quantize int8")
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx")
 

@@ -68,7 +68,7 @@ def test_int8_quantises_every_projection_and_is_lossy_within_a_measured_bound():
 
 
 def test_int8_refuses_a_bitlinear_block():
-    with pytest.raises(ValueError, match="--quantize int8: expected a float block; got use_bitnet=true"):
+    with pytest.raises(ValueError, match="^int8 quantisation: expected a float block; got use_bitnet=true"):
         cb = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True)
         quantize_int8(export_model(cb, R.init_params(cb)))
 
