@@ -15,7 +15,7 @@ EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
     pytest.param(["export", "--config", "{d}/bad.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
                  "--config '{d}/bad.json': not valid JSON", id="config-not-json"),
     pytest.param(["export", "--config", "{d}", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
-                 "--config/--weights: Is a directory", id="config-is-a-folder"),
+                 "--config: Is a directory: '{d}'", id="config-is-a-folder"),
     pytest.param(["export", "--config", "{d}/dec.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx", "--decode",
                   "--no-padding-mask"], "--no-padding-mask: expected the block or prefill model; the decode-step model's "
                  "padding_mask is the cache's record of which slots hold real tokens", id="no-padding-mask-for-the-decode-step-model"),
