@@ -1,7 +1,7 @@
 """ONNX Runtime's deployment tools on the exported block: the inlined graph, int8 dynamic
 quantisation (lossy: reported and bounded here, never a conformance backend), the saved
 optimised model (`odeattn export --inline/--quantize/--optimize` and `odeattn run --repeats`:
-test_cli.py)."""
+tests/odeattn/commands/test_export.py)."""
 
 
 import numpy as np

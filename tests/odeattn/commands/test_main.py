@@ -14,7 +14,7 @@ def test_help_lists_the_commands_in_order(capsys):
     assert "{info,init,conformance,export,run,bench,diagnose,demo}" in out
 
 
-def test_version_and_python_dash_m():
+def test_python_dash_m_odeattn_runs_the_command_and_version_prints_the_version():
     import subprocess
     import sys
 
