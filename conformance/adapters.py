@@ -349,7 +349,7 @@ def parse_reference(ref: str) -> tuple[str, str]:
     """('package.module', 'object.attr') from 'package.module:object.attr', or ValueError."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--backend: expected a backend name or 'package.module:object'; got {ref!r}")
+        raise ValueError(f"backend: expected a backend name or 'package.module:object'; got {ref!r}")
     return module_name, attr
 
 
@@ -376,13 +376,13 @@ def make_adapter(ref: str):
 
 
 def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:
-    """Why ref cannot name an object (a usage error), or None. Imports the plug-in in a
-    throwaway process, so that nothing it does at import time reaches this one."""
+    """Why ref cannot name an object (a usage error, beginning "backend REF: "), or None. Imports
+    the plug-in in a throwaway process, so that nothing it does at import time reaches this one."""
     import subprocess
 
     module_name, _ = parse_reference(ref)  # ValueError for a malformed one
     if module_name.startswith("."):
-        return f"--backend {ref}: expected an absolute module name; got the relative {module_name!r}"
+        return f"backend {ref}: expected an absolute module name; got the relative {module_name!r}"
     code = ("import sys; sys.path[:] = sys.argv[2:]\n"
             "from odeattn.conformance.adapters import load_reference\n"
             "try:\n    load_reference(sys.argv[1])\n"
@@ -391,9 +391,9 @@ def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:
         done = subprocess.run([sys.executable, "-c", code, ref, *sys.path], capture_output=True, text=True,
                               timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired:
-        return f"--backend {ref}: importing it took longer than the timeout ({timeout:g} s)"
+        return f"backend {ref}: importing it took longer than the timeout ({timeout:g} s)"
     if done.returncode == 3:
-        return f"--backend {ref}: cannot be loaded ({done.stdout.strip()})"
+        return f"backend {ref}: cannot be loaded ({done.stdout.strip()})"
     return None
 
 
@@ -403,7 +403,8 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
     Without `requested`: every built-in whose packages are installed (a missing package is a
     note), then every entry point of the group (one taking a built-in's name is an error).
     With it: those names (built-in or entry point) and 'module:object' references only; an
-    unknown name or a reference that cannot be loaded raises ValueError (a usage error)."""
+    unknown name or a reference that cannot be loaded raises ValueError (a usage error), its
+    message beginning with "backend" (the parameter's item: a command names its option)."""
     entry_points = {}
     errors = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -414,13 +415,13 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
     refs, notes = [], []
     repeated = sorted({n for n in requested if list(requested).count(n) > 1})
     if repeated:
-        raise ValueError(f"--backend: each backend once; got {', '.join(repeated)} more than once")
+        raise ValueError(f"backend: each backend once; got {', '.join(repeated)} more than once")
     for name in requested or [*BUILTIN, *entry_points]:
         if name in BUILTIN:
             missing = missing_requirements(name)
             if missing:
                 if requested:
-                    raise ValueError(f"--backend {name}: not installed (missing {', '.join(missing)})")
+                    raise ValueError(f"backend {name}: not installed (missing {', '.join(missing)})")
                 notes.append(f"{name}: not installed (missing {', '.join(missing)})")
                 continue
             refs.append(BackendRef(name, BUILTIN[name].reference, builtin=True))
@@ -432,8 +433,8 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
                 raise ValueError(why)
             refs.append(BackendRef(name, name))
         elif name in NOT_BACKENDS:
-            raise ValueError(f"--backend {name}: not a conformance backend: {NOT_BACKENDS[name]}")
+            raise ValueError(f"backend {name}: not a conformance backend: {NOT_BACKENDS[name]}")
         else:
             known = ", ".join([*BUILTIN, *entry_points])
-            raise ValueError(f"--backend: expected one of {known}, or 'package.module:object'; got {name!r}")
+            raise ValueError(f"backend: expected one of {known}, or 'package.module:object'; got {name!r}")
     return refs, notes, errors if not requested else []

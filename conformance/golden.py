@@ -148,7 +148,7 @@ def _entry(case: Case, file: str, sha: str) -> dict:
     }
 
 
-def _writable(directory: Path) -> None:
+def check_writable(directory: Path) -> None:
     """PermissionError unless files can be created in directory (made if missing); tried, not
     guessed from permission bits, so a read-only file system counts too."""
     import tempfile
@@ -167,7 +167,7 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
     from safetensors.numpy import save_file
 
     directory = Path(directory)
-    _writable(directory)
+    check_writable(directory)
     cases = build_all() if cases is None else cases
     entries = []
     for stale in directory.glob("*.safetensors"):  # a renamed or removed case leaves no file behind

@@ -187,7 +187,8 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
 
 
 def compile_patterns(option: str, patterns) -> list:
-    """re.compile each pattern; ValueError naming the option and the pattern if one is invalid."""
+    """re.compile each pattern; ValueError naming `option` (the parameter, or a command's option)
+    and the pattern if one is invalid."""
     out = []
     for p in patterns:
         try:
@@ -199,7 +200,7 @@ def compile_patterns(option: str, patterns) -> list:
 
 def select(cases, include=(), exclude=()):
     """Cases whose name matches any include regex (all if none) and no exclude regex."""
-    inc, exc = compile_patterns("-k", include), compile_patterns("--exclude", exclude)
+    inc, exc = compile_patterns("include", include), compile_patterns("exclude", exclude)
     return [c for c in cases
             if (not inc or any(p.search(c.name) for p in inc)) and not any(p.search(c.name) for p in exc)]
 
@@ -211,7 +212,7 @@ def apply_xfail(result: CaseResult, patterns) -> CaseResult:
             result.status = "xfailed"
         elif result.status == "passed":
             result.status = "xpassed"
-            result.message = "unexpected pass: the case matches an --xfail pattern but passed"
+            result.message = "unexpected pass: the case matches an xfail pattern but passed"
     return result
 
 
@@ -241,7 +242,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row)."""
     from .pool import core_count, run_workers
 
-    xfail = compile_patterns("--xfail", xfail)
+    xfail = compile_patterns("xfail", xfail)
     jobs = jobs or core_count()
     report = Report()
     names = {}

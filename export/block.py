@@ -296,6 +296,24 @@ def _check_cached(config, params, opset, attention):
     return _checked(cfg, params, opset, attention)
 
 
+KINDS = ("block", "prefill", "decode_step")  # export_model, export_prefill_model, export_decode_model
+
+
+def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OPSET, bitlinear: str = "float",
+                 attention=None) -> None:
+    """The checks the export of `kind` runs before building anything (parameters, opset, mode,
+    the BitLinear form, a variant that can be exported): ValueError or TypeError naming what it
+    refuses, so a caller can check its input before the work."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(KINDS)}; got {kind!r}")
+    if kind == "block":
+        _checked(config, params, opset, attention, bitlinear)
+    elif bitlinear != "float":
+        raise ValueError(f"bitlinear: the {kind} model has the float form only; got {bitlinear!r}")
+    else:
+        _check_cached(config, params, opset, attention)
+
+
 def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True,
                          attention=None) -> onnx.ModelProto:
     """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto

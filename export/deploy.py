@@ -15,6 +15,10 @@ graph and no initializer reaches a MatMul.
 save_optimized(model, path): the graph ONNX Runtime runs after every optimisation
 (SessionOptions.optimized_model_filepath); at ORT_ENABLE_ALL it may hold kernels specific to
 this machine's CPU, so it is for the machine kind it was written on.
+
+check_against_spec(model, config, params): the error of an exported model (the block, the
+prefill or the decode-step model, in any of these forms) in ONNX Runtime against the spec on a
+random batch: what `odeattn export` prints after writing a file.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 import ode_ref as R
@@ -52,10 +57,11 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def check_quantizable(config) -> None:
-    """ValueError unless int8 dynamic quantisation applies to this block: float weights."""
+def check_quantizable(config, *, name: str = "int8 quantisation") -> None:
+    """ValueError unless int8 dynamic quantisation applies to this block: float weights. The
+    message begins with name (a command passes the option that asked for it)."""
     if R.ODEConfig.from_any(config).use_bitnet:
-        raise ValueError("--quantize int8: expected a float block; got use_bitnet=true, whose ternary weights are "
+        raise ValueError(f"{name}: expected a float block; got use_bitnet=true, whose ternary weights are "
                          "dequantised in the graph (nothing to quantise; its exact integer path is BitLinear)")
 
 
@@ -120,3 +126,28 @@ def node_counts(model: onnx.ModelProto) -> tuple[int, int]:
                    for n in nodes)
 
     return len(model.graph.node) + sum(sizes.values()), inlined(model.graph.node)
+
+
+def check_against_spec(model: onnx.ModelProto, config, params) -> float:
+    """max|z - z_spec| / max|z_spec| of the exported model, run in ONNX Runtime in float32, against
+    ode_ref.ode_block in float64 on a random batch: x normal [2, 8, hidden_size], seed 0. A block
+    model runs on it with the second row padded after 5 tokens (every token real if the model has
+    no padding_mask input); a prefill model on the 8 tokens; a decode-step model generates them one
+    by one from an empty cache."""
+    from .decode import OnnxDecoder, session_runner
+    from .runtime import run, session
+
+    cfg = R.ODEConfig.from_any(config)
+    kind = _props(model).get("kind", "block")
+    x = np.random.default_rng(0).normal(size=(2, 8, cfg.hidden_size))
+    x32, mask = x.astype(np.float32), None
+    if kind == "block":
+        if "padding_mask" in {i.name for i in model.graph.input}:
+            mask = np.array([[True] * 8, [True] * 5 + [False] * 3])
+        z = run(model, session(model), x32, mask)["z"]
+    elif kind == "prefill":
+        z = OnnxDecoder(cfg, prefill_run=session_runner(model)).prefill(x32, None, x32.shape[1])[0]
+    else:
+        z = OnnxDecoder(cfg, decode_run=session_runner(model)).generate(x32)
+    want = R.ode_block(params, x, cfg, mask)
+    return float(np.abs(z - want).max() / np.abs(want).max())

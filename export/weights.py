@@ -10,4 +10,4 @@ def check_finite(params: dict) -> None:
     """ValueError naming the first parameter that holds NaN or Inf."""
     for name, value in params.items():
         if not np.isfinite(value).all():
-            raise ValueError(f"--weights: params[{name!r}] holds NaN or Inf; a block with them computes nothing useful")
+            raise ValueError(f"params[{name!r}] holds NaN or Inf; a block with them computes nothing useful")

@@ -16,14 +16,12 @@ head_dim's last channel untouched, and frequency i is base ** (-i / (P - 1)), fr
 Precision, decided here: the angle (p * rope_scaling) * frequency_i and its cos and sin are
 computed in float64, then cos and sin are rounded once to the state's dtype. An angle computed in
 float32, as the seed computes it in the tensor's dtype, carries an absolute error of about
-|angle| * u32 per rounding: at p = 2047 with rope_scaling 0.7 it is off by 7e-5 rad (measured,
-tests/ode_ref/test_positions.py), a relative error of 7e-5 in q and k, over 1000 times float32's
-unit roundoff and growing with the context. Rounded from float64, cos and sin carry one rounding
-each (u), and the rotation two products and a sum: a relative error of a few u in q and k, the
-order of the projection before it. So the suite's float32 tolerance, derived from the spec's own
-float32 run of each case (tolerance.py), covers RoPE without a term of its own; float32 angles
-would not be covered. Ports without float64 at run time (JAX with x64 off) gather rows of a
-table this module computes in float64.
+|angle| * u32 that grows with the context (at p = 2047, over 1000 times float32's unit roundoff
+in q and k: tests/ode_ref/test_positions.py). Rounded from float64, cos and sin add a few
+roundings to q and k, the order of the projection before them, which the suite's float32
+tolerance (derived from the spec's own float32 run of each case, tolerance.py) covers without a
+term of its own. Ports without float64 at run time (JAX with x64 off) gather rows of a table this
+module computes in float64.
 
 ALiBi: bias[h, i, j] = -(slope_h * |p_i - p_j|), in the state's dtype (the distance is an exact
 integer, so one rounding); added to the scaled scores before the mask fill (attention.py), so a

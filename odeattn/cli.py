@@ -6,7 +6,7 @@ import sys
 
 import ode_ref
 from odeattn.commands import bench, conformance, demo, diagnose, export, info, init, run
-from odeattn.commands.args import EXTRAS, Parser
+from odeattn.commands.args import EXTRAS, CommandFailed, Parser, UsageError
 
 # the order of `odeattn --help`
 COMMANDS = {m.__name__.rpartition(".")[2]: m for m in (info, init, conformance, export, run, bench, diagnose, demo)}
@@ -28,9 +28,11 @@ def title(args) -> str:
 
 
 def main(argv=None) -> int:
-    """Run one command. The one error exit of every command: bad input (UsageError, or a
-    library's ValueError or TypeError) prints `odeattn COMMAND: message`, a line per line of the
-    message, and returns 2; so does a missing optional package, named with the extra that installs it."""
+    """Run one command. The one error exit of every command: bad input (a UsageError, raised while
+    the command reads and checks its input: commands.args.user_input) prints `odeattn COMMAND:
+    message`, a line per line of the message, and returns 2; so does a missing optional package,
+    named with the extra that installs it. A CommandFailed prints the same way and returns its
+    code. Anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
@@ -41,10 +43,10 @@ def main(argv=None) -> int:
         print(f"odeattn {title(args)}: needs the package {top!r}, which is not installed; "
               f"install it with: pip install 'odeattn[{EXTRAS[top]}]'", file=sys.stderr)
         return 2
-    except (ValueError, TypeError) as err:  # UsageError and export.runtime.ModelError are ValueErrors
+    except (UsageError, CommandFailed) as err:
         for line in str(err).splitlines() or [type(err).__name__]:
             print(f"odeattn {title(args)}: {line}", file=sys.stderr)
-        return 2
+        return err.code
 
 
 if __name__ == "__main__":

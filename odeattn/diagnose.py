@@ -176,8 +176,10 @@ def _cell(error: float, noise: float) -> str:
     return f"{error:>9.1e}" + ("*" if error <= noise else " ")
 
 
-def format_report(result: dict) -> str:
-    """The error table (steps by solver), then one line per solver: orders, fewest steps, notes."""
+def format_report(result: dict, *, knobs=("ref_steps", "tol")) -> str:
+    """The error table (steps by solver), then one line per solver: orders, fewest steps, notes.
+    knobs: what the warning of a tol at or below the noise level tells to raise (diagnose's
+    parameters; a command passes its options)."""
     ref, rows = result["reference"], result["solvers"]
     run = [r for r in rows if r["skip"] is None]
     lines = [f"reference: {ref['solver']} with {ref['steps']} steps; its own error (vs {ref['steps'] // 2} steps) "
@@ -203,7 +205,7 @@ def format_report(result: dict) -> str:
         if r["note"]:
             lines.append(f"{'':<10}  {r['note']}")
     if result["tol"] <= result["noise"]:
-        lines.append(f"warning: tol {result['tol']:.0e} is at or below the noise level; raise --ref-steps or --tol")
+        lines.append(f"warning: tol {result['tol']:.0e} is at or below the noise level; raise {knobs[0]} or {knobs[1]}")
     cfg = result["config"]
     if result["current_error"] is not None:
         met = "meets" if result["current_error"] + ref["error"] <= result["tol"] else "does not meet"

@@ -5,18 +5,46 @@ the project's modules, named as installed (pyproject's package-dir: backends/ is
 """
 
 import ast
-import tomllib
+import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND_LAYER = ("odeattn.__main__", "odeattn.cli", "odeattn.commands")  # __main__: `python -m odeattn`
 LIBRARIES = ("ode_ref", "odeattn.backends", "odeattn.conformance", "odeattn.export")
+PROJECT = ("ode_ref", "odeattn")  # the top-level import names
 MAX_LINES = 600
+
+
+def _setuptools_by_hand(text: str) -> dict:
+    """pyproject.toml's [tool.setuptools] `packages` and `package-dir`, read without a TOML parser
+    (Python 3.10 has no tomllib): a list of strings and an inline table of strings."""
+    table = text.split("[tool.setuptools]", 1)[1].split("\n[", 1)[0]
+    packages = re.search(r"^packages\s*=\s*\[(.*?)\]", table, re.M | re.S).group(1)
+    package_dir = re.search(r"^package-dir\s*=\s*\{(.*?)\}", table, re.M | re.S).group(1)
+    return {"packages": re.findall(r'"([^"]+)"', packages),
+            "package-dir": dict(re.findall(r'"([^"]+)"\s*=\s*"([^"]+)"', package_dir))}
+
+
+def _setuptools() -> dict:
+    """pyproject.toml's [tool.setuptools]: by tomllib (Python 3.11+) or tomli where there is one,
+    else the two keys the scan needs, read by hand."""
+    text = (ROOT / "pyproject.toml").read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            return _setuptools_by_hand(text)
+    return tomllib.loads(text)["tool"]["setuptools"]
 
 
 def _folders() -> dict[str, str]:
     """installed package name -> its folder in the repository, from pyproject.toml."""
-    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tool = _setuptools()
     folders = {name: name.replace(".", "/") for name in tool["packages"]}
     for name, folder in tool["package-dir"].items():  # a package and the packages under it
         for package in folders:
@@ -166,7 +194,71 @@ def test_argparse_stays_in_the_command_layer():
     assert not wrong, wrong
 
 
+def _tracked_python() -> list[Path]:
+    """Every tracked .py file of the checkout (the packages, benchmarks/, docs/hooks.py, tests/)."""
+    try:
+        done = subprocess.run(["git", "ls-files", "-z", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [ROOT / name for name in done.stdout.split("\0") if name and (ROOT / name).is_file()]
+
+
+def test_pyproject_s_two_keys_read_by_hand_match_tomllib():
+    """The fallback of Python 3.10 reads what a TOML parser reads."""
+    tomllib = pytest.importorskip("tomllib")
+    text = (ROOT / "pyproject.toml").read_text()
+    tool = tomllib.loads(text)["tool"]["setuptools"]
+    assert _setuptools_by_hand(text) == {"packages": tool["packages"], "package-dir": tool["package-dir"]}
+
+
 def test_no_source_file_over_600_lines():
-    lengths = {_relative(n): len(file.read_text().splitlines()) for n, file in MODULES.items()}
+    files = _tracked_python()
+    assert {MODULES["odeattn.cli"], ROOT / "docs" / "hooks.py", Path(__file__).resolve()} <= set(files)
+    lengths = {f.relative_to(ROOT).as_posix(): len(f.read_text().splitlines()) for f in files}
     wrong = sorted(f"{path}: {lines} lines" for path, lines in lengths.items() if lines > MAX_LINES)
     assert not wrong, wrong
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_uses(file: Path) -> list[str]:
+    """The underscore-private names of the project that file uses: imported (`from odeattn.x import
+    _name`, a private module) or reached as an attribute of a name it imported (`bench._name`)."""
+    tree = ast.parse(file.read_text(), str(file))
+    bound = {}  # a name the file binds -> the project's dotted name it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").partition(".")[0] in PROJECT:
+            bound.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+        elif isinstance(node, ast.Import):  # `import a.b` binds a, `import a.b as c` binds c to a.b
+            for alias in node.names:
+                top = alias.name.partition(".")[0]
+                if top in PROJECT:
+                    bound[alias.asname or top] = alias.name if alias.asname else top
+    found = {name for name in bound.values() if any(_private(part) for part in name.split("."))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                found.add(".".join([bound[base.id], *chain]))
+    return sorted(found)
+
+
+def test_the_private_name_check_finds_each_form(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("from odeattn.bench import timing, _first_and_warm as warm\nimport odeattn.bench.timing\n"
+                      "import ode_ref as R\nfrom odeattn.bench._x import y\n"
+                      "timing._burst(); odeattn.bench.timing._rounds(); R._eps; R.__version__; R.ode_block\n")
+    assert _private_uses(script) == ["ode_ref._eps", "odeattn.bench._first_and_warm", "odeattn.bench._x.y",
+                                     "odeattn.bench.timing._burst", "odeattn.bench.timing._rounds"]
+
+
+def test_the_benchmark_scripts_use_public_names_only():
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert scripts
+    wrong = [f"{f.relative_to(ROOT).as_posix()} uses {name}" for f in scripts for name in _private_uses(f)]
+    assert not wrong, "\n".join(wrong)

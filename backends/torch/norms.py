@@ -1,17 +1,10 @@
 """The six pre-norms in PyTorch; port of ode_ref/norms.py (same names, same formulas).
 
-In eager mode, layer_norm and rms_norm run torch's own kernels (torch.native_layer_norm, one pass,
-and aten's _fused_rms_norm, a few operations, where the written-out formula is about ten
-elementwise operations) and keep their output unless it overflowed. The kernels skip the spec's
-power-of-two prescale, so they differ from it only in rounding order, within the conformance
-tolerance's "another summation order" (on ill-conditioned float32 rows, a large mean and a small
-spread, torch's layer_norm error is at most 2.8x the spec's own float32 error). But they square x
-unscaled: once a float32 sum of squares passes float32's largest value the kernel returns 0 or
-NaN, where the written-out formula stays exact. Each kernel also returns its rstd = 1 / sqrt(var +
-eps) per token, which is > 0 exactly when its sum of squares stayed finite (an infinite one gives
-0, a NaN or infinite x gives NaN): so the check reads one number per token, after the kernel,
-instead of scanning x before it. Compiled and exported code (torch.compile, torch.export) always
-runs the written-out formula, which the compiler fuses itself, and so has no data-dependent branch.
+In eager mode, layer_norm and rms_norm run torch's own kernels, which skip the spec's power-of-two
+prescale and so differ from it only in rounding order, within the conformance tolerance (on
+ill-conditioned float32 rows, at most 2.8x the spec's own float32 error). Squaring x unscaled, a
+kernel gives 0 or NaN once a sum of squares overflows; its per-token rstd then is not > 0, and the
+written-out formula runs instead. Compiled and exported code always runs the written-out formula.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def decode_paths(runtime: str, config, params, x, threads: int):
         return _jax_paths(config, ps, x32)
     if runtime == "ort":
         return _ort_paths(config, params, ps, x32, threads)
-    raise ValueError(f"--decode-runtimes: unknown {runtime!r}; expected some of {', '.join(DECODE_RUNTIMES)}")
+    raise ValueError(f"runtime: unknown {runtime!r}; expected one of {', '.join(DECODE_RUNTIMES)}")
 
 
 def decode_config(solver: str, steps: int) -> R.ODEConfig:

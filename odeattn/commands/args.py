@@ -1,12 +1,16 @@
 """Argument helpers shared by every command. A leaf: it imports nothing of the project.
 
-A command reports a usage error by raising UsageError (or ValueError/TypeError from a library's
-own checks); odeattn.cli.main prints it as one line, `odeattn COMMAND: message`, and exits 2.
+A command reads and checks its input inside `with user_input():`, which turns a library's
+ValueError or TypeError (and an unreadable file's OSError) into a UsageError; odeattn.cli.main
+prints a UsageError as one line, `odeattn COMMAND: message`, and exits 2, and a CommandFailed the
+same way with its own exit code. Any other error, raised by the work after the checks, is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -16,6 +20,39 @@ from pathlib import Path
 
 class UsageError(ValueError):
     """Bad input to a command: printed as one line, exit 2, before any long work starts."""
+
+    code = 2
+
+
+class CommandFailed(Exception):
+    """A command that ran and failed in a way its user can act on (not a bug): printed as a
+    UsageError is, `odeattn COMMAND: message`, with exit code `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def _named(option: str | None, message: str) -> str:
+    return message if option is None or message.startswith(option) else f"{option}: {message}"
+
+
+@contextlib.contextmanager
+def user_input(option: str | None = None):
+    """The phase of a command that reads and checks its input: a ValueError or TypeError raised
+    inside (a library's check of the input) becomes a UsageError, and so does an OSError (a file
+    that is missing, a folder, unreadable: named). With option, the message names it, "--x: ..."
+    (a message that already starts with it is kept). Wrap exactly that phase, before any long
+    work: what the work raises after it is a bug, and keeps its traceback."""
+    try:
+        yield
+    except OSError as err:
+        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror and err.filename else str(err)
+        raise UsageError(_named(option, detail or type(err).__name__)) from None
+    except (ValueError, TypeError) as err:
+        if isinstance(err, UsageError) and option is None:
+            raise
+        raise UsageError(_named(option, str(err) or type(err).__name__)) from None
 
 
 class Parser(argparse.ArgumentParser):
@@ -112,7 +149,7 @@ def require(module: str) -> None:
 
 
 def check_output_path(option: str, path, suffix: str | None = None) -> None:
-    """ValueError unless `path` can be written: the expected suffix, not a folder, in a folder that
+    """UsageError unless `path` can be written: the expected suffix, not a folder, in a folder that
     exists and takes a file (tried by opening it, so a read-only file system counts too; nothing
     is left behind). Every command checks its outputs with this before any work starts."""
     if path is None:

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import ode_ref as R
 from odeattn.bench import (DECODE_CONTEXTS, DECODE_RUNTIMES, DEFAULT_REPEATS, MEMORY_RUNTIMES, MEMORY_SHAPE, PATHS, QUICK,
-                           SHAPES, decode_result, format_decode, format_memory, format_tables, memory_result, plot_memory,
-                           plot_scaling, run_bench)
+                           SHAPES, TORCH_PLAIN, decode_result, format_decode, format_memory, format_tables, memory_result,
+                           plot_memory, plot_scaling, run_bench)
 from odeattn.commands.args import (UsageError, check_output_path, comma_list, non_negative_int, positive_int,
-                                   require)
+                                   require, user_input)
+
 
 def parse_shape(text: str) -> tuple:
     """(batch, seq, d_model, heads); UsageError naming --shape unless four positive integers with
@@ -63,29 +64,25 @@ def _check(args) -> tuple[list, dict]:
     if (args.decode or args.memory) and table_only:
         mode = "--decode" if args.decode else "--memory"
         raise UsageError(f"{table_only[0]}: an option of the main table, which {mode} replaces; drop one of them")
+    if not (args.decode or args.memory) and TORCH_PLAIN in names and R.TABLEAUS[args.solver].gated:
+        raise UsageError(f"--solver {args.solver}: {TORCH_PLAIN}, in the main table's paths, runs the fixed tableaus only; "
+                         f"pick another solver, or --paths without {TORCH_PLAIN}")
     return names, shapes
 
 
-def _write_json(args, result: dict) -> None:
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-
-
-def _run_decode(args, threads: int, log) -> int:
+def _check_decode(args) -> tuple[list, list]:
+    """(contexts, runtimes) of --decode; UsageError for bad input, before any work."""
     contexts = [int(c) if c.strip().isdigit() and int(c) >= 2 else -1 for c in args.contexts.split(",")]
     if -1 in contexts:
         raise UsageError(f"--contexts: expected comma-separated integers >= 2; got {args.contexts!r}")
     runtimes = comma_list("--decode-runtimes", args.decode_runtimes, DECODE_RUNTIMES)
     if args.plot:
         raise UsageError("--plot: the decode table has no plot; drop --plot")
-    result = decode_result(contexts, runtimes, solver=args.solver, steps=args.steps,
-                           repeats=args.repeats or DEFAULT_REPEATS, threads=threads, log=log)
-    print(format_decode(result))
-    _write_json(args, result)
-    return 0
+    return contexts, runtimes
 
 
-def _run_memory(args, threads: int, log) -> int:
+def _check_memory(args) -> tuple[tuple, list, list]:
+    """(shape, steps, runtimes) of --memory; UsageError for bad input, before any work."""
     steps = comma_list("--memory-steps", args.memory_steps, positive_ints=True)
     runtimes = comma_list("--memory-runtimes", args.memory_runtimes, MEMORY_RUNTIMES)
     if len(args.shape) > 1:
@@ -93,30 +90,37 @@ def _run_memory(args, threads: int, log) -> int:
     shape = parse_shape(args.shape[0]) if args.shape else MEMORY_SHAPE
     if args.plot:
         require("matplotlib")  # a missing extra is named before the work starts
-    result = memory_result(shape, steps, runtimes, solver=args.solver, repeats=args.repeats or DEFAULT_REPEATS,
-                           threads=threads, log=log)
-    print(format_memory(result))
-    _write_json(args, result)
-    if args.plot:
-        plot_memory(result, args.plot)
-        print(f"plot: {args.plot}")
-    return 0
+    return shape, steps, runtimes
 
 
 def run(args) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     threads = args.threads or os.cpu_count() or 1
-    names, shapes = _check(args)
+    repeats = args.repeats or DEFAULT_REPEATS
+    with user_input():
+        names, shapes = _check(args)
+        if args.decode:
+            contexts, runtimes = _check_decode(args)
+        elif args.memory:
+            shape, steps, runtimes = _check_memory(args)
     if args.decode:
-        return _run_decode(args, threads, log)
-    if args.memory:
-        return _run_memory(args, threads, log)
-    result = run_bench(shapes, names, solver=args.solver, steps=args.steps, warmup=args.warmup, threads=threads,
-                       quick=args.quick, repeats=args.repeats, long_context=args.long_context,
-                       scaling=not args.no_scaling, log=log)
-    print(format_tables(result))
-    _write_json(args, result)
-    if args.plot and result["scaling"]:
+        result = decode_result(contexts, runtimes, solver=args.solver, steps=args.steps, repeats=repeats,
+                               threads=threads, log=log)
+        print(format_decode(result))
+    elif args.memory:
+        result = memory_result(shape, steps, runtimes, solver=args.solver, repeats=repeats, threads=threads, log=log)
+        print(format_memory(result))
+    else:
+        result = run_bench(shapes, names, solver=args.solver, steps=args.steps, warmup=args.warmup, threads=threads,
+                           quick=args.quick, repeats=args.repeats, long_context=args.long_context,
+                           scaling=not args.no_scaling, log=log)
+        print(format_tables(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.plot and args.memory:
+        plot_memory(result, args.plot)
+        print(f"plot: {args.plot}")
+    elif args.plot and result["scaling"]:
         plot_scaling(result, args.plot)
         print(f"plot: {args.plot}")
     return 0
@@ -149,4 +153,3 @@ def register(sub) -> None:
                    help="instead: training memory and time against steps, with and without checkpointing (see below)")
     p.add_argument("--memory-steps", default="1,2,4,8,16,32", help="with --memory: the ode_steps values")
     p.add_argument("--memory-runtimes", default="torch,jax", help="with --memory: some of torch,jax")
-    p.set_defaults(func=run)

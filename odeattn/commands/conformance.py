@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int
+from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int, user_input
 
 
 def register(sub) -> None:
@@ -83,15 +83,15 @@ def _run(args) -> int:
 
 def generate(args) -> int:
     from odeattn.conformance.cases import case_specs
-    from odeattn.conformance.golden import GOLDEN_DIR, generate as write_set
+    from odeattn.conformance.golden import GOLDEN_DIR, check_writable, generate as write_set
 
     directory = args.golden or GOLDEN_DIR
+    with user_input():
+        check_writable(directory)  # made if missing
     bars = progress()
     bar = bars(len(case_specs())) if bars else None
     try:
         written = write_set(directory, progress=(lambda name: bar.update(1)) if bar else None)
-    except OSError as err:  # an unwritable folder
-        raise UsageError(str(err)) from None
     finally:
         if bar:
             bar.close()
@@ -108,7 +108,8 @@ def mutants(args) -> int:
                              ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit)) if v]
     if unused:
         raise UsageError(f"{', '.join(unused)}: not taken here (only --golden and -j)")
-    cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError (ValueError): one line per defect
+    with user_input():
+        cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError: one line per defect
     rows = kill_table(cases, jobs=args.jobs, progress=progress())
     print(format_table(rows))
     alive = survivors(rows)
@@ -118,25 +119,30 @@ def mutants(args) -> int:
 
 
 def prepare(args):
-    """(cases, backend refs, notes, backend errors, report header, the built-in names); UsageError
-    or ValueError for any usage error or bad suite file, before any case runs."""
+    """(cases, backend refs, notes, backend errors, report header, the built-in names), once the
+    options, the golden set (a GoldenError: a line per defect) and the backends are checked; run
+    inside user_input, before any case runs."""
     from odeattn.conformance.adapters import BUILTIN, discover
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
     from odeattn.conformance.runner import compile_patterns, select
 
-    compile_patterns("--xfail", args.xfail)
+    for option, patterns in (("-k", args.include), ("--exclude", args.exclude), ("--xfail", args.xfail)):
+        compile_patterns(option, patterns)
     check_output_path("--json", args.json)
     check_output_path("--junit", args.junit)
     directory = args.golden or GOLDEN_DIR
     if args.golden is not None and not args.golden.is_dir():
         raise UsageError(f"--golden: expected a folder; got {os.fspath(args.golden)!r}")
-    cases = select(load_cases(directory), args.include, args.exclude)  # GoldenError is a ValueError
+    cases = select(load_cases(directory), args.include, args.exclude)
     if not cases:
         raise UsageError("-k/--exclude: no case matches the patterns")
     set_digest = digest(directory)
     if args.expect_digest and args.expect_digest != set_digest:
         raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
-    refs, notes, errors = discover(args.backend, timeout=args.timeout)
+    try:
+        refs, notes, errors = discover(args.backend, timeout=args.timeout)
+    except ValueError as err:  # its message begins 'backend'
+        raise UsageError(f"--{err}") from None
     header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
               "cases": len(cases)}
     return cases, refs, notes, errors, header, set(BUILTIN)
@@ -145,7 +151,8 @@ def prepare(args):
 def suite(args) -> int:
     from odeattn.conformance.runner import BackendError, format_report, run_suite, write_json, write_junit
 
-    cases, refs, notes, errors, header, taken = prepare(args)
+    with user_input():
+        cases, refs, notes, errors, header, taken = prepare(args)
     print(f"golden set: {header['golden']}, {len(cases)} cases, digest {header['digest']}")
     print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})")
     report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from odeattn.commands.args import check_output_path, positive_int, require
+from odeattn.commands.args import check_output_path, positive_int, require, user_input
 
 
 def register(sub) -> None:
@@ -43,7 +43,8 @@ def check_options(args) -> None:
 def run(args) -> int:
     from odeattn import demo as D
 
-    check_options(args)
+    with user_input():
+        check_options(args)
     result = D.run(steps=args.steps, seed=args.seed, threads=args.threads,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     print(D.format_summary(result))

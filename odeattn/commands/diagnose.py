@@ -4,10 +4,10 @@ meet a tolerance (the method: odeattn.diagnose)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 
-from odeattn.commands.args import UsageError, check_output_path, load_npy, positive_int, read_json, require
+from odeattn.commands.args import UsageError, check_output_path, positive_int, require, user_input
+from odeattn.commands.inputs import load_block, load_x
 
 
 def positive_fraction(text: str) -> float:
@@ -42,37 +42,16 @@ def register(sub) -> None:
     p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
 
 
-@contextlib.contextmanager
-def naming(option: str):
-    """Errors raised inside name the option, as ValueError or TypeError: "--x: ..." (a message that
-    already starts with it is kept); a missing file or a folder given as a file too."""
-    try:
-        yield
-    except OSError as err:
-        detail = f"{err.strerror}: {str(err.filename)!r}" if err.strerror else str(err)
-        raise UsageError(f"{option}: {detail}") from None
-    except (ValueError, TypeError) as err:
-        raise type(err)(str(err) if str(err).startswith(option) else f"{option}: {err}") from None
-
-
 def load_inputs(args):
     """(config, params, x) from --config, --weights (else init_params with --seed) and --x (else a
-    random normal batch with --seed); ValueError or TypeError naming the option otherwise."""
+    random normal batch with --seed, float64); UsageError naming the option otherwise."""
     import numpy as np
 
     import ode_ref as R
-    from odeattn.export.weights import check_finite
 
-    with naming("--config"):
-        config = R.ODEConfig.from_any(read_json("--config", args.config))
-    with naming("--weights"):
-        params = R.load_params(args.weights) if args.weights else R.init_params(config, seed=args.seed)
-        R.check_params(params, config)
-        check_finite(params)
-    if not args.x:
-        return config, params, np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size))
-    with naming("--x"):
-        x = load_npy("--x", args.x)  # never unpickled
+    config, params = load_block(args.config, args.weights, seed=args.seed)
+    with user_input("--x"):
+        x = load_x(args.x, config.hidden_size, batch=args.batch, seq=args.seq, seed=args.seed)
         R.check_input(x, config, name="--x")
         if not np.isfinite(x).all():
             raise ValueError("holds NaN or Inf")
@@ -92,13 +71,14 @@ def check_options(args) -> None:
 def run(args) -> int:
     from odeattn import diagnose as D
 
-    check_options(args)
-    config, params, x = load_inputs(args)
+    with user_input():
+        check_options(args)
+        config, params, x = load_inputs(args)
     weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
     source = str(args.x) if args.x else f"random normal, seed {args.seed}"
     print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
     result = D.diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
-    print(D.format_report(result))
+    print(D.format_report(result, knobs=("--ref-steps", "--tol")))
     if args.plot:
         D.plot(result, args.plot)
         print(f"plot: {args.plot}")

@@ -3,12 +3,10 @@ on a random batch."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import numpy as np
-
-from odeattn.commands.args import UsageError, check_output_path, read_json
+from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
+from odeattn.commands.inputs import load_block
 
 DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
 
@@ -48,32 +46,11 @@ def register(sub) -> None:
                         "(it may hold kernels specific to this machine's CPU)")
 
 
-def load_block(args):
-    """(config, params) from --config and --weights, checked; UsageError naming them for a file
-    that is missing or unreadable (the spec's ValueError and TypeError pass through)."""
-    import ode_ref as R
-    from odeattn.export.weights import check_finite
-
-    try:
-        config = R.ODEConfig.from_any(read_json("--config", args.config))
-        params = R.load_params(args.weights)
-    except FileNotFoundError as err:
-        raise UsageError(f"--config/--weights: {err}") from None
-    except OSError as err:  # a folder given as a file, an unreadable file
-        raise UsageError(f"--config/--weights: {err.strerror}: {err.filename!r}") from None
-    R.check_params(params, config)
-    check_finite(params)
-    return config, params
-
-
-def run(args) -> int:
-    import ode_ref as R
-    from odeattn.export.block import check, export_model
-    from odeattn.export.deploy import node_counts, optimized_path
-    from odeattn.export.runtime import run as run_model, session
-
+def check_options(args):
+    """(config, params, opset) once the inputs are read and every option applies; UsageError naming
+    what is refused, before any work."""
     check_output_path("-o", args.output, ".onnx")
-    config, params = load_block(args)
+    config, params = load_block(args.config, args.weights)
     allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
     opset = args.opset or allowed[0]
     if opset not in allowed:
@@ -81,54 +58,81 @@ def run(args) -> int:
     check_deploy_options(args, config)
     check_bitlinear(args, config)
     if args.prefill or args.decode:
-        return export_cached(args, config, params, opset)
-    notes = []
-    if args.route == "direct":
-        model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear)
-        check(model)
-        try:
-            model, notes = deploy_form(model, args)
-        except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
-            print(f"odeattn export: {err}", file=sys.stderr)
-            return 1
-        args.output.write_bytes(model.SerializeToString())
-        if args.bitlinear == "integer":
-            from ode_ref.cache import evaluations
-            from odeattn.export.deploy import PROJECTIONS
-
-            notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
-                         "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
-    else:
-        from odeattn.backends.torch import ODEAttentionBlock
-        from odeattn.export.from_torch import export_torch
-
-        block = ODEAttentionBlock.from_params(config, params)
+        flag = "--prefill" if args.prefill else "--decode"
+        if args.route != "direct":
+            raise UsageError(f"{flag}: the direct route only; got --route {args.route}")
+        if args.no_padding_mask and args.decode:
+            raise UsageError("--no-padding-mask: expected the block or prefill model; the decode-step model's padding_mask "
+                             "is the cache's record of which slots hold real tokens, not an input to omit; got --decode")
+    if args.route == "torch":
         if args.no_padding_mask:
             raise UsageError("--no-padding-mask: the torch route always has a padding_mask input")
-        export_torch(block, args.output, opset=opset)
+        require("torch")  # main() names the extra that installs it
+    else:
+        from odeattn.export.block import check_export
+
+        kind = "prefill" if args.prefill else "decode_step" if args.decode else "block"
+        check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear)
+    return config, params, opset
+
+
+def run(args) -> int:
     import onnx
 
+    from odeattn.export.deploy import check_against_spec, node_counts
+
+    with user_input():
+        config, params, opset = check_options(args)
+    if args.prefill or args.decode:
+        return export_cached(args, config, params, opset)
+    notes = write_block(args, config, params, opset)
     model = onnx.load(str(args.output))
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2, 8, config.hidden_size))
-    mask = None if args.no_padding_mask else np.array([[True] * 8, [True] * 5 + [False] * 3])
-    z = run_model(model, session(model), x.astype(np.float32), mask)["z"]
-    want = R.ode_block(params, x, config, mask)
-    err = float(np.abs(z - want).max() / np.abs(want).max())
+    err = check_against_spec(model, config, params)
     stored, executed = node_counts(model)
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
           f"max relative error vs ode_ref (float64) on a random batch (2 x 8): {err:.2e}")
     if args.optimize:
-        from odeattn.export.deploy import save_optimized
-
-        optimized = optimized_path(args.output)
-        save_optimized(args.output, optimized)
-        notes.append(f"optimised model: {optimized}, {optimized.stat().st_size / 1e3:.1f} kB "
-                     "(ONNX Runtime's graph after every optimisation; it may hold kernels specific to this machine's CPU)")
+        notes.append(write_optimized(args.output))
     for note in notes:
         print(f"  {note}")
     return 0
+
+
+def write_block(args, config, params, opset: int) -> list[str]:
+    """Write the block model to --output, by its route and in its form; the notes to print."""
+    if args.route == "torch":
+        from odeattn.backends.torch import ODEAttentionBlock
+        from odeattn.export.from_torch import export_torch
+
+        export_torch(ODEAttentionBlock.from_params(config, params), args.output, opset=opset)
+        return []
+    from odeattn.export.block import check, export_model
+
+    model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear)
+    check(model)
+    try:
+        model, notes = deploy_form(model, args)
+    except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
+        raise CommandFailed(str(err)) from None
+    args.output.write_bytes(model.SerializeToString())
+    if args.bitlinear == "integer":
+        from ode_ref.cache import evaluations
+        from odeattn.export.deploy import PROJECTIONS
+
+        notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
+                     "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
+    return notes
+
+
+def write_optimized(output: Path) -> str:
+    """Write the optimised model beside output (--optimize); its note."""
+    from odeattn.export.deploy import optimized_path, save_optimized
+
+    optimized = optimized_path(output)
+    save_optimized(output, optimized)
+    return (f"optimised model: {optimized}, {optimized.stat().st_size / 1e3:.1f} kB "
+            "(ONNX Runtime's graph after every optimisation; it may hold kernels specific to this machine's CPU)")
 
 
 def _other_form(args) -> str | None:
@@ -149,7 +153,7 @@ def check_deploy_options(args, config) -> None:
     if other:
         raise UsageError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
     if args.quantize:
-        check_quantizable(config)
+        check_quantizable(config, name="--quantize int8")
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx")
 
@@ -189,30 +193,16 @@ def export_cached(args, config, params, opset: int) -> int:
     """--prefill or --decode: write the model, then run it as `odeattn run` does on a random batch
     of 8 tokens (the decode-step model generating them from an empty cache) and compare with
     ode_block on the whole sequence."""
-    import ode_ref as R
     from odeattn.export.block import check, decode_names, export_decode_model, export_prefill_model
-    from odeattn.export.decode import OnnxDecoder, session_runner
+    from odeattn.export.deploy import check_against_spec
 
-    flag = "--prefill" if args.prefill else "--decode"
-    if args.route != "direct":
-        raise UsageError(f"{flag}: the direct route only; got --route {args.route}")
-    if args.no_padding_mask and args.decode:
-        raise UsageError("--no-padding-mask: expected the block or prefill model; the decode-step model's padding_mask "
-                         "is the cache's record of which slots hold real tokens, not an input to omit; got --decode")
     if args.prefill:
         model = export_prefill_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
     else:
         model = export_decode_model(config, params, opset=opset)
     check(model)
     args.output.write_bytes(model.SerializeToString())
-    x = np.random.default_rng(0).normal(size=(2, 8, config.hidden_size))
-    want = R.ode_block(params, x, config)
-    x32 = x.astype(np.float32)
-    if args.prefill:
-        out = OnnxDecoder(config, prefill_run=session_runner(model)).prefill(x32, None, x32.shape[1])[0]
-    else:
-        out = OnnxDecoder(config, decode_run=session_runner(model)).generate(x32)
-    err = float(np.abs(out - want).max() / np.abs(want).max())
+    err = check_against_spec(model, config, params)
     what = "the prefill of 8 tokens" if args.prefill else "8 tokens decoded one by one from an empty cache"
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "
           f"{len(decode_names(config)[0]) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} "

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.commands.args import UsageError, check_output_path, positive_int, require
+from odeattn.commands.args import UsageError, check_output_path, positive_int, require, user_input
 
 FILES = ("config.json", "weights.safetensors", "x.npy")
 
@@ -56,9 +56,10 @@ def run(args) -> int:
     import numpy as np
 
     require("safetensors")  # before anything is written; main() names the extra that installs it
-    config = R.ODEConfig(hidden_size=args.hidden_size, num_heads=args.num_heads, ode_solver=args.solver,
-                         ode_steps=args.steps, mode=args.mode, norm_type=args.norm_type, use_bitnet=args.bitnet)
-    out = check_paths(args.dir, args.force)
+    with user_input():
+        config = R.ODEConfig(hidden_size=args.hidden_size, num_heads=args.num_heads, ode_solver=args.solver,
+                             ode_steps=args.steps, mode=args.mode, norm_type=args.norm_type, use_bitnet=args.bitnet)
+        out = check_paths(args.dir, args.force)
     params = R.init_params(config, seed=args.seed, dtype=np.float32)
     x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size)).astype(np.float32)
     out["config.json"].write_text(json.dumps(config.to_dict(), indent=1) + "\n")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int
+from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int, user_input
+from odeattn.commands.inputs import load_x
 
 
 def register(sub) -> None:
@@ -27,50 +28,50 @@ def register(sub) -> None:
                    help="ONNX Runtime's intra-op threads; default (0): every core")
 
 
-def load_inputs(args, width: int):
-    """(x, mask) from --x and --padding-mask (.npy files, never unpickled), or a random float32
-    batch of --batch x --seq; UsageError naming the option for a file it cannot read as an array."""
-    if args.x:
-        x = load_npy("--x", args.x)
-    else:
-        x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, width)).astype(np.float32)
-    mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
-    return x, mask
-
-
-def run(args) -> int:
-    import os
+def check_inputs(args, threads: int):
+    """(the model's kind, x, its forward, the start of its session: the seconds that took), once
+    the model is read and its inputs are checked against it, before any session is built."""
     import time
 
     from odeattn.export.decode import OnnxDecoder, SessionRun
     from odeattn.export.runtime import block_width, load_model, make_feed, session
 
-    threads = args.threads or os.cpu_count() or 1
     check_output_path("-o", args.output, ".npy")
     model = load_model(args.model)
-    x, mask = load_inputs(args, block_width(model))
+    x = load_x(args.x, block_width(model), batch=args.batch, seq=args.seq, seed=args.seed, dtype=np.float32)
+    mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     meta = {p.key: p.value for p in model.metadata_props}
     kind = meta.get("kind", "block")
     if kind == "block":
-        feed = make_feed(model, x, mask)  # checked before the session is built
-        start = time.perf_counter()
-        sess = session(model, threads=threads)
-        created = time.perf_counter() - start
-        forward = lambda: sess.run(["z"], feed)[0]  # noqa: E731
-    else:
-        runner = SessionRun(model, threads=threads)  # the feeds are checked before the session is built
-        config = json.loads(meta["config"])
-        if kind == "prefill":
-            decoder = OnnxDecoder(config, prefill_run=runner)
-            decoder.prefill_feed(x, mask)  # max_len: the prompt's length
-            forward = lambda: decoder.prefill(x, mask)[0]  # noqa: E731
-        else:
-            if mask is not None:
-                raise UsageError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
-            decoder = OnnxDecoder(config, decode_run=runner)
-            decoder.check_generate(x)
-            forward = lambda: decoder.generate(x)  # noqa: E731
-        created = runner.start()
+        feed = make_feed(model, x, mask)
+        built = {}
+
+        def start() -> float:
+            begun = time.perf_counter()
+            built["session"] = session(model, threads=threads)
+            return time.perf_counter() - begun
+
+        return kind, x, (lambda: built["session"].run(["z"], feed)[0]), start
+    runner = SessionRun(model, threads=threads)  # the feeds are checked before the session is built
+    config = json.loads(meta["config"])
+    if kind == "prefill":
+        decoder = OnnxDecoder(config, prefill_run=runner)
+        decoder.prefill_feed(x, mask)  # max_len: the prompt's length
+        return kind, x, (lambda: decoder.prefill(x, mask)[0]), runner.start
+    if mask is not None:
+        raise UsageError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
+    decoder = OnnxDecoder(config, decode_run=runner)
+    decoder.check_generate(x)
+    return kind, x, (lambda: decoder.generate(x)), runner.start
+
+
+def run(args) -> int:
+    import os
+
+    threads = args.threads or os.cpu_count() or 1
+    with user_input():
+        kind, x, forward, start = check_inputs(args, threads)
+    created = start()
     z = forward()  # also the warm-up of --repeats
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:

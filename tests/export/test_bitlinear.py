@@ -1,8 +1,9 @@
 """export_model(..., bitlinear="integer"): BitLinear's projections as exact integer products
 (MatMulInteger on the stored int8 ternary weights) times one float scale per token. Its agreement
-with the spec on every use_bitnet golden case runs in the main job (tests/odeattn/test_cli.py)
-through the onnxruntime-integer backend; here, a few of them, the option's refusals and
-what the file holds (`odeattn export --bitlinear`: test_cli.py)."""
+with the spec on every use_bitnet golden case runs in the main job
+(tests/odeattn/commands/test_conformance.py) through the onnxruntime-integer backend; here, a few
+of them, the option's refusals and what the file holds (`odeattn export --bitlinear`:
+tests/odeattn/commands/test_export.py)."""
 
 
 import numpy as np
@@ -24,20 +25,31 @@ def cfg(**kw):
     return R.ODEConfig(**{**dict(hidden_size=12, num_heads=3, mode="decoder", use_bitnet=True, ode_steps=2), **kw})
 
 
-def test_refusals_name_the_option():
-    c = cfg()
-    with pytest.raises(ValueError, match=r"^bitlinear: expected one of 'float', 'integer'; got 'int8'$"):
-        export_model(c, R.init_params(c), bitlinear="int8")
+def test_the_float_form_exports_any_block_and_the_integer_form_up_to_the_width_limit():
     f = cfg(use_bitnet=False)
-    with pytest.raises(ValueError, match=r"^bitlinear: 'integer' runs BitLinear's projections as integer kernels; "
-                                         r"expected a config with use_bitnet=true; got use_bitnet=false$"):
-        export_model(f, R.init_params(f), bitlinear="integer")
     export_model(f, R.init_params(f), bitlinear="float")  # the default form, for any block
-    # the sums reach 128 x width; above 2^24 their Cast to float32 would round: refused (the
-    # config is enough to check, as export_model checks it before building anything)
-    with pytest.raises(ValueError, match=f"bitlinear: 'integer' needs hidden_size <= {MAX_INTEGER_WIDTH}"):
-        check_form("integer", R.ODEConfig(hidden_size=MAX_INTEGER_WIDTH + 1, num_heads=1, use_bitnet=True))
     check_form("integer", R.ODEConfig(hidden_size=MAX_INTEGER_WIDTH, num_heads=1, use_bitnet=True))
+
+
+def _export(config, bitlinear):
+    export_model(config, R.init_params(config), bitlinear=bitlinear)
+
+
+def _check(config, bitlinear):  # the config is enough to check, as export_model checks it before building anything
+    check_form(bitlinear, config)
+
+
+@pytest.mark.parametrize("call, config, bitlinear, message", [
+    pytest.param(_export, cfg(), "int8", r"^bitlinear: expected one of 'float', 'integer'; got 'int8'$", id="unknown-form"),
+    pytest.param(_export, cfg(use_bitnet=False), "integer", r"^bitlinear: 'integer' runs BitLinear's projections as integer "
+                 r"kernels; expected a config with use_bitnet=true; got use_bitnet=false$", id="integer-form-of-a-float-block"),
+    # the sums reach 128 x width; above 2^24 their Cast to float32 would round
+    pytest.param(_check, R.ODEConfig(hidden_size=MAX_INTEGER_WIDTH + 1, num_heads=1, use_bitnet=True), "integer",
+                 f"bitlinear: 'integer' needs hidden_size <= {MAX_INTEGER_WIDTH}", id="integer-form-wider-than-its-sums-allow"),
+])
+def test_a_form_that_does_not_apply_is_refused_naming_the_parameter(call, config, bitlinear, message):
+    with pytest.raises(ValueError, match=message):
+        call(config, bitlinear)
 
 
 @pytest.mark.parametrize("opset", [17, 23])

@@ -1,7 +1,8 @@
 """The exported graph: validity, structure, shapes and masks (running it: test_runtime.py; the
 torch.onnx route: test_from_torch.py).
-(Agreement with the spec on every golden case runs in the main job, tests/odeattn/test_cli.py, through
-the onnxruntime, onnxruntime-opset23 and onnx-reference backends.)"""
+(Agreement with the spec on every golden case runs in the main job,
+tests/odeattn/commands/test_conformance.py, through the onnxruntime, onnxruntime-opset23 and
+onnx-reference backends.)"""
 
 import json
 
@@ -13,7 +14,7 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
-from odeattn.export.block import check, export_model  # noqa: E402
+from odeattn.export.block import check, check_export, export_model  # noqa: E402
 from odeattn.export.runtime import run, session  # noqa: E402
 
 
@@ -158,6 +159,28 @@ def test_export_refuses_an_unknown_opset_or_a_variant_of_another_config(kwargs, 
     c = cfg()
     with pytest.raises(ValueError, match=message):
         export_model(c, R.init_params(c), **kwargs)
+
+
+@pytest.mark.parametrize("kind, fields, kwargs, message", [
+    pytest.param("block", {}, dict(opset=19), "^opset: expected one of \\(17, 23\\); got 19", id="block-at-an-unknown-opset"),
+    pytest.param("block", {}, dict(bitlinear="integer"), "^bitlinear: 'integer' runs BitLinear's projections",
+                 id="integer-form-of-a-float-block"),
+    pytest.param("prefill", dict(mode="encoder"), {}, "^mode: cached decoding needs mode='decoder'", id="prefill-of-an-encoder"),
+    pytest.param("decode_step", {}, dict(opset=23), "^opset: the prefill and decode-step models are exported at opset 17",
+                 id="decode-step-at-opset-23"),
+    pytest.param("decode_step", dict(use_bitnet=True), dict(bitlinear="integer"),
+                 "^bitlinear: the decode_step model has the float form only", id="integer-form-of-the-decode-step-model"),
+    pytest.param("graph", {}, {}, "^kind: expected one of block, prefill, decode_step; got 'graph'", id="unknown-kind"),
+])
+def test_check_export_refuses_before_building_what_the_export_refuses(kind, fields, kwargs, message):
+    c = cfg(**fields)
+    with pytest.raises(ValueError, match=message):
+        check_export(c, R.init_params(c), kind=kind, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["block", "prefill", "decode_step"])
+def test_check_export_passes_what_the_export_builds(kind):
+    check_export(cfg(), R.init_params(cfg()), kind=kind)
 
 
 def test_weight_work_is_outside_the_steps():

@@ -1,7 +1,7 @@
 """ONNX Runtime's deployment tools on the exported block: the inlined graph, int8 dynamic
 quantisation (lossy: reported and bounded here, never a conformance backend), the saved
 optimised model (`odeattn export --inline/--quantize/--optimize` and `odeattn run --repeats`:
-test_cli.py)."""
+tests/odeattn/commands/test_export.py)."""
 
 
 import numpy as np
@@ -14,7 +14,7 @@ import ode_ref as R  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
-from odeattn.export.deploy import inline, quantize_int8  # noqa: E402
+from odeattn.export.deploy import check_against_spec, inline, quantize_int8  # noqa: E402
 from odeattn.export.runtime import run, session  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def test_int8_quantises_every_projection_and_is_lossy_within_a_measured_bound():
 
 
 def test_int8_refuses_a_bitlinear_block():
-    with pytest.raises(ValueError, match="--quantize int8: expected a float block; got use_bitnet=true"):
+    with pytest.raises(ValueError, match="^int8 quantisation: expected a float block; got use_bitnet=true"):
         cb = R.ODEConfig(hidden_size=8, num_heads=2, use_bitnet=True)
         quantize_int8(export_model(cb, R.init_params(cb)))
 
@@ -85,3 +85,17 @@ def test_a_projection_left_in_float_is_an_error_not_a_float_file(monkeypatch):
         quantize_int8(export_model(c, R.init_params(c)))
 
 
+@pytest.mark.parametrize("kind", ["block", "block-without-a-padding-mask", "prefill", "decode_step", "int8"])
+def test_check_against_spec_runs_each_model_as_it_is_meant_to_run(kind):
+    """The error `odeattn export` prints: small for every exact model, the int8 one's lossy."""
+    from odeattn.export.block import export_decode_model, export_prefill_model
+
+    c = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver="heun", ode_steps=2)
+    params = R.init_params(c, seed=1)
+    model = {"block": lambda: export_model(c, params),
+             "block-without-a-padding-mask": lambda: export_model(c, params, padding_mask=False),
+             "prefill": lambda: export_prefill_model(c, params),
+             "decode_step": lambda: export_decode_model(c, params),
+             "int8": lambda: quantize_int8(export_model(c, params))}[kind]()
+    err = check_against_spec(model, c, params)
+    assert (1e-5 < err < 1e-2) if kind == "int8" else err < 1e-5, err

@@ -9,10 +9,9 @@ from odeattn.conformance.tolerance import relative_error
 
 def test_every_library_runs_the_same_product_chain():
     """The products-alone timings run one computation in every library: product_chain in NumPy is
-    the reference, and each library's result agrees within float32 rounding of its sums: measured
-    at most 6.8e-7 relative; the bound, 256 roundings (sums of 32 terms, 16 evaluations chained,
-    each library in its own order), leaves room for other CPUs' kernels; a product wired to the
-    wrong operand differs by O(1)."""
+    the reference, and each library's result agrees within float32 rounding of its sums, each
+    library summing in its own order (measured: at most 6.8e-7 relative); the bound leaves room
+    for other CPUs' kernels, and a product wired to the wrong operand differs by O(1)."""
     for module in ("torch", "onnxruntime", "jax"):
         pytest.importorskip(module)
     ops = product_operands((1, 16, 32, 4))

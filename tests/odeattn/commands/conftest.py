@@ -1,4 +1,4 @@
-"""What the command tests share: a folder of good and bad inputs, and the check of a refusal."""
+"""What the command tests share: folders of good and bad inputs, and the checks of a refusal."""
 
 import json
 
@@ -41,6 +41,27 @@ def files(tmp_path):
     np.save(tmp_path / "nan_x.npy", np.full((1, 2, 8), np.nan))
     (tmp_path / "wide.json").write_text(json.dumps({**CFG.to_dict(), "hidden_size": 12}))
     (tmp_path / "typo.json").write_text(json.dumps({**CFG.to_dict(), "ode_solvr": "rk4"}))
+    np.save(tmp_path / "narrow.npy", np.zeros((1, 4, 5), np.float32))
+    return tmp_path
+
+
+EXPORT_CONFIGS = {
+    "c": R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2),
+    "b": R.ODEConfig(hidden_size=16, num_heads=2, use_bitnet=True, ode_steps=2),
+    "d": R.ODEConfig(hidden_size=14, num_heads=2, mode="decoder", ode_solver="rk4", ode_steps=2, ode_use_pe=True,
+                     positional_encoding="alibi"),
+}
+
+
+@pytest.fixture
+def export_files(tmp_path):
+    """tmp_path with NAME.json and NAME.safetensors (init_params) for each of EXPORT_CONFIGS: c, a
+    float block and b, its BitLinear twin (D 16, 2 heads, 2 steps); d, a decoder block with ALiBi
+    (D 14, rk4, 2 steps); and rk5.json, c's config with a solver that does not exist."""
+    for name, c in EXPORT_CONFIGS.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(c.to_dict()))
+        R.save_params(R.init_params(c), tmp_path / f"{name}.safetensors")
+    (tmp_path / "rk5.json").write_text(json.dumps({**EXPORT_CONFIGS["c"].to_dict(), "ode_solver": "rk5"}))
     return tmp_path
 
 

@@ -155,6 +155,9 @@ def test_memory_reports_both_modes_and_the_peak_ratio(tmp_path, capsys):
                  id="memory-plot-not-png"),
     pytest.param(["bench", "--memory", "--paths", "torch-eager"], "--paths: an option of the main table, which --memory replaces",
                  id="memory-with-a-main-table-option"),
+    pytest.param(["bench", "--solver", "rk2_gated", "--no-scaling"],
+                 "--solver rk2_gated: torch-plain, in the main table's paths, runs the fixed tableaus only",
+                 id="gated-solver-with-the-plain-baseline"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)

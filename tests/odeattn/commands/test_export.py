@@ -1,8 +1,29 @@
-"""`odeattn export` on bad input: one line naming the option, exit 2, nothing written, before any work."""
+"""`odeattn export`: what it writes and prints (the block, its integer and deployment forms, the
+cached models), and bad input refused in one line, exit 2, nothing written, before any work."""
 
+import json
+
+import numpy as np
 import pytest
 
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import ode_ref as R  # noqa: E402
+from odeattn.cli import main  # noqa: E402
+from odeattn.conformance.tolerance import relative_error  # noqa: E402
+
 EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
+
+
+def export_argv(name, *extra, output="{d}/m.onnx"):
+    """`odeattn export` of export_files' config and weights `name` to output ({d}: the folder)."""
+    return ["export", "--config", f"{{d}}/{name}.json", "--weights", f"{{d}}/{name}.safetensors", "-o", output, *extra]
+
+
+def export_cli(d, name, *extra, output):
+    """`odeattn export` of d's config and weights `name` to d/output; its exit code."""
+    return main([a.format(d=d) for a in export_argv(name, *extra, output=f"{{d}}/{output}")])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -15,13 +36,126 @@ EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
     pytest.param(["export", "--config", "{d}/bad.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
                  "--config '{d}/bad.json': not valid JSON", id="config-not-json"),
     pytest.param(["export", "--config", "{d}", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
-                 "--config/--weights: Is a directory", id="config-is-a-folder"),
+                 "--config: Is a directory: '{d}'", id="config-is-a-folder"),
+    pytest.param(["export", "--config", "{d}/none.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx"],
+                 "--config: No such file or directory: '{d}/none.json'", id="config-missing"),
     pytest.param(["export", "--config", "{d}/dec.json", "--weights", "{d}/w.safetensors", "-o", "{d}/n.onnx", "--decode",
                   "--no-padding-mask"], "--no-padding-mask: expected the block or prefill model; the decode-step model's "
                  "padding_mask is the cache's record of which slots hold real tokens", id="no-padding-mask-for-the-decode-step-model"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
-    import json
-
     (files / "dec.json").write_text(json.dumps({**json.loads((files / "c.json").read_text()), "mode": "decoder"}))
     refused_in_one_line(files, argv, message, capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(export_argv("c", "--opset", "18"), "--opset: the direct route exports opset 17 or 23; got 18",
+                 id="opset-of-the-other-route"),
+    pytest.param(export_argv("c", "--route", "torch", "--opset", "17"), "--opset: the torch route exports opset 18 or 23; got 17",
+                 id="opset-of-the-direct-route-for-the-torch-route"),
+    pytest.param(["export", "--config", "{d}/rk5.json", "--weights", "{d}/c.safetensors", "-o", "{d}/m.onnx"],
+                 "ode_solver: expected one of", id="config-with-an-unknown-solver"),
+    pytest.param(export_argv("c", "--decode"), "odeattn export: mode: cached decoding needs mode='decoder'",
+                 id="decode-step-model-of-an-encoder"),
+    pytest.param(export_argv("d", "--prefill", "--opset", "23"), "odeattn export: opset: the prefill and decode-step",
+                 id="prefill-model-at-opset-23"),
+    pytest.param(export_argv("d", "--prefill", "--route", "torch"), "odeattn export: --prefill: the direct route only",
+                 id="prefill-model-by-the-torch-route"),
+    pytest.param(export_argv("c", "--bitlinear", "integer"),
+                 "odeattn export: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
+                 "config with use_bitnet=true; got use_bitnet=false", id="integer-form-of-a-float-block"),
+    pytest.param(export_argv("b", "--bitlinear", "integer", "--decode"),
+                 "--bitlinear integer: expected the block model of the direct route; got --decode",
+                 id="integer-form-of-the-decode-step-model"),
+    pytest.param(export_argv("b", "--bitlinear", "integer", "--route", "torch"),
+                 "--bitlinear integer: expected the block model of the direct route; got --route torch",
+                 id="integer-form-by-the-torch-route"),
+    pytest.param(export_argv("b", "--quantize", "int8"), "--quantize int8: expected a float block; got use_bitnet=true",
+                 id="int8-of-a-bitlinear-block"),
+    pytest.param(export_argv("c", "--inline", "--prefill"), "--inline: expected the block model of the direct route; got --prefill",
+                 id="inline-prefill-model"),
+    pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
+                 "--quantize/--optimize: expected the block model of the direct route; got --route torch",
+                 id="deploy-options-by-the-torch-route"),
+])
+def test_what_the_export_cannot_make_is_refused_in_one_line(export_files, argv, message, capsys, refused_in_one_line):
+    refused_in_one_line(export_files, argv, message, capsys)
+
+
+def test_an_unknown_bitlinear_form_is_refused_by_the_parser(export_files, capsys, argument_type_refused):
+    argument_type_refused([a.format(d=export_files) for a in export_argv("b", "--bitlinear", "int8")],
+                          "argument --bitlinear: invalid choice: 'int8'", capsys)
+
+
+def test_the_optimised_model_s_path_is_checked_before_any_work(export_files, capsys):
+    (export_files / "m.optimized.onnx").mkdir()
+    assert export_cli(export_files, "c", "--optimize", output="m.onnx") == 2
+    assert f"--optimize: expected a file path; got the folder '{export_files / 'm.optimized.onnx'}'" in capsys.readouterr().err
+    assert not (export_files / "m.onnx").exists()
+
+
+def test_the_integer_form_holds_integer_products_and_meets_the_spec(export_files, capsys):
+    assert export_cli(export_files, "b", "--bitlinear", "integer", output="i.onnx") == 0
+    out = capsys.readouterr().out
+    err = float(out.split("random batch (2 x 8): ")[1].split()[0])
+    assert err < 1e-3, out  # a random batch is not a fair test: a level flipped by float32 rounding costs ~1/127
+    assert "integer BitLinear: 4 projections x 8 evaluations as exact MatMulInteger" in out  # rk4, 2 steps
+    model = onnx.load(export_files / "i.onnx")
+    assert {p.key: p.value for p in model.metadata_props}["bitlinear"] == "integer"
+    assert "MatMulInteger" in {n.op_type for f in model.functions for n in f.node}
+
+
+def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(export_files, capsys):
+    d = export_files
+    assert export_cli(d, "c", "--inline", output="i.onnx") == 0
+    assert "inlined: no model-local functions" in capsys.readouterr().out
+    assert not onnx.load(d / "i.onnx").functions
+    assert export_cli(d, "c", "--quantize", "int8", "--optimize", output="q.onnx") == 0
+    out = capsys.readouterr().out
+    assert "int8 dynamic quantisation (lossy, not a conformance backend): 4 projections x 8 evaluations" in out
+    assert "max relative error vs ode_ref (float64)" in out and f"optimised model: {d / 'q.optimized.onnx'}" in out
+    assert {p.key: p.value for p in onnx.load(d / "q.onnx").metadata_props}["quantization"] == "int8 dynamic (lossy)"
+    assert main(["run", str(d / "q.optimized.onnx"), "--repeats", "3", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("z: shape [2, 8, 16]")
+    assert lines[1].startswith("latency of a forward (batch 2, seq 8), 3 runs after 1 warm-up, threads 1: median ")
+    assert "min..max" in lines[1] and "session created in" in lines[1]
+
+
+def test_a_projection_the_quantiser_left_in_float_fails_the_export_in_one_line(export_files, capsys, monkeypatch):
+    """No file rather than a wrong one: exit 1, through the one error exit."""
+    import onnxruntime.quantization as Q
+
+    monkeypatch.setattr(Q, "quantize_dynamic", lambda model, path, **kw: onnx.save(model, path))
+    assert export_cli(export_files, "c", "--quantize", "int8", output="q.onnx") == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["odeattn export: int8 quantisation: expected 32 MatMulInteger nodes "
+                                         "(4 projections x 8 evaluations); onnxruntime's quantiser made 0"], captured.err
+    assert not (export_files / "q.onnx").exists()
+
+
+@pytest.mark.parametrize("flag, inputs", [
+    pytest.param("--prefill", ["x", "max_len"], id="prefill-without-a-padding-mask-input"),
+    pytest.param(None, ["x"], id="block-without-a-padding-mask-input"),
+])
+def test_no_padding_mask_is_honoured_for_the_block_and_prefill_models(tmp_path, capsys, flag, inputs):
+    """`--no-padding-mask` writes a model without the padding_mask input (every token real), which
+    `odeattn run` runs to ode_block's z and refuses a mask for by name."""
+    c = R.ODEConfig(hidden_size=14, num_heads=2, mode="decoder", ode_solver="rk4", ode_steps=2, ode_use_pe=True,
+                    positional_encoding="rope")
+    params = R.init_params(c, seed=1)
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    x = np.random.default_rng(1).normal(size=(2, 5, 14)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "mask.npy", np.ones((2, 5), bool))
+    model = tmp_path / "m.onnx"
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(model),
+                 "--no-padding-mask", *([flag] if flag else [])]) == 0
+    assert [i.name for i in onnx.load(model).graph.input] == inputs
+    assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "-o", str(tmp_path / "z.npy")]) == 0
+    assert relative_error(np.load(tmp_path / "z.npy"), R.ode_block(params, x.astype(np.float64), c)) < 1e-5
+    capsys.readouterr()
+    assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "--padding-mask", str(tmp_path / "mask.npy")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "odeattn run: padding_mask: this model was exported without a padding_mask input; got one")

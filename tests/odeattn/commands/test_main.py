@@ -1,4 +1,5 @@
-"""odeattn.cli: the commands in their order, --version, `python -m odeattn`, and the one error exit."""
+"""odeattn.cli: the commands in their order, --version, `python -m odeattn`, and the one error exit:
+bad input in one line, a bug with its traceback."""
 
 import pytest
 
@@ -13,7 +14,7 @@ def test_help_lists_the_commands_in_order(capsys):
     assert "{info,init,conformance,export,run,bench,diagnose,demo}" in out
 
 
-def test_version_and_python_dash_m():
+def test_python_dash_m_odeattn_runs_the_command_and_version_prints_the_version():
     import subprocess
     import sys
 
@@ -46,17 +47,55 @@ def test_a_missing_package_of_no_extra_is_not_hidden(monkeypatch):
         main(["run", "model.onnx"])
 
 
+@pytest.fixture
+def config(tmp_path):
+    import json
+
+    import ode_ref as R
+
+    (tmp_path / "c.json").write_text(json.dumps(R.ODEConfig(hidden_size=8, num_heads=2).to_dict()))
+    return str(tmp_path / "c.json")
+
+
 @pytest.mark.parametrize("error", [ValueError, TypeError])
-def test_a_command_error_is_one_line_per_message_line_and_exit_2(error, capsys, monkeypatch):
-    from odeattn.commands import info
+def test_an_error_in_the_checks_is_one_line_per_message_line_and_exit_2(error, config, capsys, monkeypatch):
+    """What a command raises while it reads and checks its input (args.user_input) is bad input."""
+    from odeattn.commands import diagnose
 
     def refuses(args):
         raise error("first: wrong\nsecond: wrong too")
 
-    monkeypatch.setattr(info, "run", refuses)
-    assert main(["info"]) == 2
+    monkeypatch.setattr(diagnose, "check_options", refuses)
+    assert main(["diagnose", "--config", config, "--no-plot"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.splitlines() == ["odeattn info: first: wrong", "odeattn info: second: wrong too"]
+    assert captured.out == "" and captured.err.splitlines() == ["odeattn diagnose: first: wrong",
+                                                               "odeattn diagnose: second: wrong too"]
+
+
+@pytest.mark.parametrize("error", [ValueError, TypeError])
+def test_an_error_after_the_checks_is_a_bug_and_keeps_its_traceback(error, config, capsys, monkeypatch):
+    """The same error raised by the work after the checks is not taken for bad input."""
+    from odeattn import diagnose
+
+    def breaks(*args, **kwargs):
+        raise error("an internal bug")
+
+    monkeypatch.setattr(diagnose, "diagnose", breaks)
+    with pytest.raises(error, match="an internal bug"):
+        main(["diagnose", "--config", config, "--no-plot"])
+    assert "an internal bug" not in capsys.readouterr().err
+
+
+def test_a_command_that_failed_prints_one_line_and_returns_its_code(capsys, monkeypatch):
+    from odeattn.commands import info
+    from odeattn.commands.args import CommandFailed
+
+    def fails(args):
+        raise CommandFailed("the quantiser left a projection in float", code=1)
+
+    monkeypatch.setattr(info, "run", fails)
+    assert main(["info"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["odeattn info: the quantiser left a projection in float"]
 
 
 @pytest.mark.parametrize("argv, line", [

@@ -1,9 +1,50 @@
-"""`odeattn run`: bad input refused in one line with exit 2, and nothing written unless asked."""
+"""`odeattn run`: exported models run on x from a file or a random batch, bad input refused in one
+line with exit 2, and nothing written unless asked."""
+
+import json
 
 import numpy as np
 import pytest
 
+import ode_ref as R
 from odeattn.cli import main
+from odeattn.conformance.tolerance import relative_error
+
+
+def test_an_exported_block_runs_on_x_from_a_file_or_a_random_batch(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    c = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", norm_type="dynamic_tanh", ode_steps=3, use_bitnet=True)
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(R.init_params(c, perturb_norms=True), tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "m.onnx"), "--opset", "23"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes stored" in out and "max relative error vs ode_ref" in out
+    x = np.random.default_rng(0).normal(size=(1, 4, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(tmp_path / "m.onnx"), "--x", str(tmp_path / "x.npy"), "-o", str(tmp_path / "z.npy")]) == 0
+    assert np.load(tmp_path / "z.npy").shape == (1, 4, 12)
+    assert main(["run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "r.npy"), "--batch", "5", "--seq", "3"]) == 0
+    assert np.load(tmp_path / "r.npy").shape == (5, 3, 12)
+
+
+@pytest.mark.parametrize("flag", ["--prefill", "--decode"])
+def test_the_exported_cached_models_give_ode_block_s_z(tmp_path, flag):
+    """`odeattn export --prefill/--decode`, then `odeattn run`: the prefill model on x, and the
+    decode-step model generating x's tokens from an empty cache, both give ode_block's z."""
+    pytest.importorskip("onnxruntime")
+    c = R.ODEConfig(hidden_size=14, num_heads=2, mode="decoder", ode_solver="rk4", ode_steps=2, ode_use_pe=True,
+                    positional_encoding="alibi")
+    params = R.init_params(c, seed=2)
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    x = np.random.default_rng(0).normal(size=(2, 6, 14)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    model, z = tmp_path / f"{flag[2:]}.onnx", tmp_path / f"{flag[2:]}.npy"
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(model), flag]) == 0
+    assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "-o", str(z)]) == 0
+    assert relative_error(np.load(z), R.ode_block(params, x.astype(np.float64), c)) < 1e-5  # float32 against float64
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -14,6 +55,8 @@ from odeattn.cli import main
                  id="model-x-of-rank-0"),
     pytest.param(["run", "{d}/m.onnx", "--x", "{d}/empty.npy"],
                  "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [1, 0, 8]", id="x-empty"),
+    pytest.param(["run", "{d}/m.onnx", "--x", "{d}/narrow.npy"],
+                 "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [1, 4, 5]", id="x-of-another-width"),
     pytest.param(["run", "{d}/m.onnx", "-o", "{d}/z.txt"], "-o: expected a file ending in .npy; got '{d}/z.txt'",
                  id="output-not-npy"),
     pytest.param(["run", "{d}/m.onnx", "-o", "{d}/missing/z.npy"], "-o: the folder '{d}/missing' does not exist",
