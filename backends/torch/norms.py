@@ -12,8 +12,11 @@ overflows once it passes 3.4e38 (every |x| near 1.8e19 / sqrt(d_model), or one n
 the kernel then returns 0 or NaN, where the written-out formula stays exact. Each kernel also returns its rstd = 1 / sqrt(var + eps)
 per token, which is > 0 exactly when its sum of squares stayed finite (an infinite one gives 0, a
 NaN or infinite x gives NaN): so the check reads one number per token, after the kernel, instead
-of scanning x before it. Compiled and exported code (torch.compile, torch.export) always runs the
-written-out formula, which the compiler fuses itself, and so has no data-dependent branch.
+of scanning x before it. When a token fails it, the formula runs on the tensor and is selected
+for the failing tokens only: the others keep the kernel's bits, so a token's norm never depends
+on what another token holds (a NaN in a later token leaves the earlier ones as they were).
+Compiled and exported code (torch.compile, torch.export) always runs the written-out formula,
+which the compiler fuses itself, and so has no data-dependent branch.
 """
 
 from __future__ import annotations
@@ -40,29 +43,39 @@ def _eps_over(eps, s, power: int):
 
 
 def fused(kernel, x, *args):
-    """kernel(x, *args)'s output, or None where the written-out formula must run instead: when
-    compiling or tracing, and when the kernel's sum of squares overflowed (its rstd, the last of
-    its outputs, not > 0 for some token; NaN in x fails it too: torch's min propagates NaN). Its
+    """(kernel(x, *args)'s output, None), or (that output, ok) when the written-out formula must
+    run for the tokens where ok (batch, seq, 1) is False: those whose sum of squares overflowed
+    (its rstd, the last of the kernel's outputs, not > 0; NaN in x fails it too: torch's min
+    propagates NaN); or None, the formula for every token, when compiling or tracing. The rstd's
     smallest entry as a Python float: a third of the time of `bool((rstd > 0).all())`."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.numel() == 0:
         return None
     y, *_, rstd = kernel(x, *args)
-    return y if rstd.min().item() > 0 else None
+    return (y, None) if rstd.min().item() > 0 else (y, rstd > 0)
+
+
+def _fallback(kernel_out, formula):
+    """The kernel's output where it is good, formula() (run only when needed) elsewhere, per token."""
+    if kernel_out is None:
+        return formula()
+    y, ok = kernel_out
+    return y if ok is None else torch.where(ok, y, formula())
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    y = fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if isinstance(weight, torch.Tensor) else None
-    if y is not None:
-        return y
-    s = pow2_scale(x)
-    centred = x / s - (x / s).mean(dim=-1, keepdim=True)
-    var = (centred**2).mean(dim=-1, keepdim=True)
-    return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
+    def formula():
+        s = pow2_scale(x)
+        centred = x / s - (x / s).mean(dim=-1, keepdim=True)
+        var = (centred**2).mean(dim=-1, keepdim=True)
+        return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
+
+    kernel = isinstance(weight, torch.Tensor)
+    return _fallback(fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if kernel else None, formula)
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
-    y = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
-    return weight * _rms(x, x, eps) if y is None else y
+    kernel_out = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
+    return _fallback(kernel_out, lambda: weight * _rms(x, x, eps))
 
 
 def _rms(x, stat_of, eps):
