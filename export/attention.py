@@ -219,6 +219,34 @@ class SelfAttention(Stages):
             q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.hidden_size)) for a in (q, k))
         return q, k, v
 
+    def hide_nonfinite(self, k: Value, v: Value, mask: Optional[Value]):
+        """The spec's stage: each NaN or Inf in k and v replaced by 0 (Where), and poison, bool:
+        (batch, seq_q | 1, heads, 1) at opset 17, the visible keys' count of bad rows (a MatMul with
+        the mask) > 0. At opset 23, where q, k, v and y are (batch, seq, d_model), per query
+        (batch, seq_q | 1, 1), over every head: the out projection mixes y's heads, so one NaN head
+        or all give the token the same NaN row, and no Reshape is needed. No Cast: the 0/1 counts
+        come from Where."""
+        g = k.body
+        nonfinite_k, nonfinite_v = (g.op("Or", g.op("IsNaN", a), g.op("IsInf", a)) for a in (k, v))
+        zero, one = g.const(0.0), g.const(1.0)
+        either = g.op("Where", g.op("Or", nonfinite_k, nonfinite_v), one, zero)
+        bad = g.reduce("ReduceMax", either, -1)  # (b, seq_k, h, 1) at 17, (b, seq_k, 1) at 23
+        k, v = g.op("Where", nonfinite_k, zero, k), g.op("Where", nonfinite_v, zero, v)
+        if mask is None:
+            return k, v, g.op("Greater", g.reduce("ReduceMax", bad, 1), zero)
+        if self.opset >= 23:  # the additive mask (ALiBi's bias merged): hidden keys hold FLOAT_MIN
+            visible = g.op("Where", g.op("Greater", mask, g.const(FLOAT_MIN)), one, zero)  # (b | 1, 1 | h, seq_q, seq_k)
+            visible = g.reduce("ReduceMax", visible, 1)  # (b | 1, 1, seq_q, seq_k): the same in every head
+            counts = g.op("MatMul", visible, g.op("Unsqueeze", bad, g.ints(1)))  # (b, 1, seq_q, 1)
+            return k, v, g.op("Greater", g.op("Squeeze", counts, g.ints(1)), zero)
+        visible = g.op("Where", mask, one, zero)  # (b | 1, 1, seq_q, seq_k)
+        counts = g.op("MatMul", visible, g.op("Transpose", bad, perm=[0, 2, 1, 3]))  # (b, h, seq_q, 1)
+        return k, v, g.op("Transpose", g.op("Greater", counts, zero), perm=[0, 2, 1, 3])
+
+    def poison_queries(self, q: Value, poison: Value) -> Value:
+        g = q.body
+        return g.op("Where", poison, g.const(float("nan")), q)
+
     def merge_bias(self, mask: Optional[Value], bias: Optional[Value]):
         """At opset 23, Attention takes one additive mask: the bias added to it, once, in the main
         graph (prepare); at 17 they stay apart."""

@@ -7,6 +7,9 @@
     project          q, k, v = split(h @ Wqkv^T)                   (batch, seq, heads, head_dim) each
     preprocess_qkv   RoPE on q, k when configured; a variant may scale or rotate (gets t, positions)
     (kv hook)        decoding: this token's k, v written to the cache, every slot read (cache.py)
+    hide_nonfinite   k, v with each NaN or Inf read as 0; poison: the queries that see a key whose
+                     k or v (in that head) held one                (batch, seq_q, heads, 1)
+    poison_queries   q = NaN for a poisoned query (its attention output is then NaN)
     attn             softmax((q @ k^T) * scale + bias where mask else -big, over keys) @ v
     postprocess_attn zero the output of padded queries
     merge_heads      (batch, seq, heads, head_dim) -> (batch, seq, d_model)
@@ -18,6 +21,16 @@ A variant subclasses SelfAttention and overrides one stage (see variants.py); od
 any variant. Masks are boolean, True = visible. A masked score is replaced by the dtype's most
 negative finite value, not -inf, so a fully masked row (a padded query under the causal mask)
 gives a uniform row instead of NaN; postprocess_attn then zeroes it.
+
+Non-finite values: a query that attends to a non-finite key or value gets NaN; others never read
+it, bit for bit. A hidden key's weight is exactly 0, but 0 * NaN is NaN in `a @ v` (and NaN + the
+mask's -big in a fused kernel's scores), so hide_nonfinite replaces each NaN or Inf in k and v by
+0 with a select before attn (a hidden key then adds exact zeros), and poison_queries puts the NaN
+back into each query (and head) that sees such a key under the evaluation's mask, as a NaN query,
+whose scores, weights and output every attention kernel makes NaN in its own row: nothing falls
+back silently. (The select is on q, not on attn's output, because there it leaves XLA's fusion of
+the ops after attn as it was: the finite results keep their bits.) Everything else in f is per
+token (the padded ones already read as 0).
 """
 
 from __future__ import annotations
@@ -91,7 +104,8 @@ class Stages:
     """The orchestration of f: what a block forward prepares once, the stage order of every
     evaluation, and cached decoding. Written once, here, and mixed into every port's SelfAttention
     (this spec, PyTorch, JAX and the ONNX export), each of which supplies the stages in its own
-    arrays, plus hooks: weights (the parameters in the state's dtype), seq_len, merge_heads, and
+    arrays, plus hooks: weights (the parameters in the state's dtype), seq_len, merge_heads,
+    hide_nonfinite and poison_queries (the non-finite keys and values, in the port's mask form), and
     for the cache pad_slots, write_slot, read_slot, mark_slot and all_real."""
 
     def prepare(self, params, x, padding_mask=None) -> Prepared:
@@ -139,7 +153,8 @@ class Stages:
         q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions, rope=prepared.rope)
         if kv is not None:
             k, v = kv(k, v)
-        y = self.attn(q, k, v, prepared.mask, prepared.bias)
+        k, v, poison = self.hide_nonfinite(k, v, prepared.mask)
+        y = self.attn(self.poison_queries(q, poison), k, v, prepared.mask, prepared.bias)
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, self.merge_heads(y))
 
@@ -278,10 +293,29 @@ class SelfAttention(Stages):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
+    def hide_nonfinite(self, k, v, mask):
+        """(k, v, poison): k and v (batch, seq_k, heads, head_dim) with each NaN or Inf replaced by
+        0, a select (for finite values nothing changes), and poison, bool (batch, seq_q, heads, 1):
+        whether the query, in that head, sees under mask (batch | 1, 1, seq_q, seq_k) a key whose k
+        or v held one. The ports compute the same sets their own way (a cumulative any under the
+        plain causal mask, a product of the mask with the bad keys under any other)."""
+        finite_k, finite_v = np.isfinite(k), np.isfinite(v)
+        bad = ~(finite_k.all(axis=-1) & finite_v.all(axis=-1))  # (batch, seq_k, heads)
+        zero = k.dtype.type(0)
+        poison = (mask[:, 0, :, :, None] & bad[:, None]).any(axis=2)  # (batch, seq_q, heads)
+        return np.where(finite_k, k, zero), np.where(finite_v, v, zero), poison[..., None]
+
+    def poison_queries(self, q, poison):
+        """q (batch, seq_q, heads, head_dim), NaN where hide_nonfinite's poison is True: the query's
+        attention output is then NaN, what it would have read."""
+        return np.where(poison, q.dtype.type(np.nan), q)
+
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim), mask
         (batch | 1, 1, seq_q, seq_k), bias (ALiBi) None or (batch | 1, heads, seq_q, seq_k) -> like q.
-        The bias is added before the mask fill, so a fully masked row stays finite."""
+        The bias is added before the mask fill, so a fully masked row stays finite. A query (head)
+        holding NaN or Inf gets a NaN row wherever it sees a key (poison_queries relies on it; a
+        port whose fused kernel returns a finite row there puts the NaN back)."""
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)  # (b, h, seq_q, seq_k)
         if bias is not None:

@@ -56,6 +56,7 @@ def evaluate_vjp(attention, prepared: Prepared, t, z, f_bar):
     h = attention.norm(p.norm, h0)
     q, k, v = attention.project(p.qkv, h)
     q, k, v = attention.preprocess_qkv(q, k, v, t=t, positions=p.positions, rope=p.rope)
+    # hide_nonfinite and poison_queries are the identity on finite k, v (this VJP's domain): left out
     y = attention.postprocess_attn(attention.attn(q, k, v, p.mask, p.bias), p.padding_mask)
     # reverse: output_proj, merge_heads, postprocess_attn, attn, preprocess_qkv, project, norm, hide_padding
     merged_bar, out_proj_bar = linear(f_bar, attention.merge_heads(y), p.out_proj)

@@ -199,6 +199,19 @@ class SelfAttention(Stages):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
+    def hide_nonfinite(self, k, v, mask):
+        """The spec's stage. The queries that see a bad key: the product of the visible keys with the
+        bad ones, (batch | 1, seq_q, seq_k) @ (batch, seq_k, heads), in float32 (a count > 0), so
+        no (seq_q, seq_k, heads) array is made."""
+        finite_k, finite_v = jnp.isfinite(k), jnp.isfinite(v)
+        bad = ~(finite_k.all(axis=-1) & finite_v.all(axis=-1))  # (batch, seq_k, heads)
+        zero = jnp.zeros((), k.dtype)
+        counts = mask[:, 0].astype(jnp.float32) @ bad.astype(jnp.float32)  # (batch, seq_q, heads)
+        return jnp.where(finite_k, k, zero), jnp.where(finite_v, v, zero), (counts > 0)[..., None]
+
+    def poison_queries(self, q, poison):
+        return jnp.where(poison, jnp.asarray(jnp.nan, q.dtype), q)
+
     score_tile_bytes = SCORE_TILE_BYTES  # attn's tile size (tiled); with_tiles sets another
 
     def with_tiles(self, tile_bytes: int):

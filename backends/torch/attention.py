@@ -14,6 +14,15 @@ Differences, each computing the same values:
     queries have one, and postprocess_attn zeroes those in both;
   - with ALiBi, the bias and the mask go to SDPA as one additive float mask (the bias where
     visible, the most negative float where not): the spec's values, since exp of either is 0;
+  - SDPA's fused CPU kernel (is_causal, or no mask) returns a finite row for a NaN query, where
+    the spec's attention returns NaN: attn puts NaN back in the rows of non-finite queries (which
+    poison_queries relies on);
+  - hide_nonfinite finds the queries that see a non-finite key by the mask's own form: any over
+    the keys with no mask, a cumulative any over them under Causal (no (seq, seq) tensor), and a
+    product of the visible keys with the bad ones under a tensor (bool, or merge_bias's additive
+    mask, whose hidden entries are the most negative float); in eager mode, when k, v and q are
+    all finite (a sum of each, one number read), it and attn's NaN rows do nothing else, so every
+    tensor, and its layout, is what it was without them;
   - RoPE angles are computed in float64 torch ops (the spec's precision), on the weights' device.
 The seed's signatures: ODEFunc(config, pos_encoder=None) and forward(t, x, logical_layer_idx=None,
 pos_encoder=None); the padding mask is keyword-only. The encoding is the config's (ode_use_pe,
@@ -72,6 +81,25 @@ def additive_mask(mask, bias):
     """The bias where mask is True (or everywhere, mask None), the most negative float elsewhere."""
     mask = dense(mask)
     return bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+
+
+def eager() -> bool:
+    """Not compiling or tracing: a stage may read a number and skip work (no data-dependent branch
+    in a graph)."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing())
+
+
+def visible_bad(mask, bad):
+    """bool (batch, seq_q | 1, heads, 1): whether a key visible under mask (None, Causal, a bool
+    or merge_bias's additive float tensor) is bad, bad: bool (batch, seq_k, heads)."""
+    if mask is None:
+        return bad.any(dim=1, keepdim=True)[..., None]
+    if isinstance(mask, Causal):  # query i sees keys j <= i
+        return (bad.cumsum(dim=1) > 0)[..., None]
+    # (batch | 1, heads | 1, seq_q, seq_k)
+    visible = mask > torch.finfo(mask.dtype).min if mask.is_floating_point() else mask
+    counts = visible.to(torch.float32) @ bad.transpose(1, 2)[..., None].to(torch.float32)  # (batch, heads, seq_q, 1)
+    return (counts > 0).transpose(1, 2)
 
 
 def positions_from_padding(padding_mask, seq_len: int, device=None):
@@ -200,6 +228,23 @@ class SelfAttention(Stages, nn.Module):
             return q, k, v
         return apply_rope(q, *rope), apply_rope(k, *rope), v
 
+    def hide_nonfinite(self, k, v, mask):
+        """The spec's stage; mask in this port's forms (visible_bad). 0 * x is NaN exactly where x is
+        not finite, and a sum of zeros and NaNs is NaN exactly when one is: a few fused kernels,
+        where isfinite and all over the head's values cost several times more on the CPU. In eager
+        mode, when the sum of every value is finite (one number read, as the norms read theirs;
+        a NaN or Inf anywhere makes it NaN or Inf, and an overflow of finite values only takes the
+        long way, to the same result), k and v are returned as they are and poison is None."""
+        if eager() and torch.isfinite(k.sum() + v.sum()).item():
+            return k, v, None
+        bad = torch.isnan((k * 0 + v * 0).sum(dim=-1))  # (batch, seq_k, heads)
+        return torch.nan_to_num(k, 0.0, 0.0, 0.0), torch.nan_to_num(v, 0.0, 0.0, 0.0), visible_bad(mask, bad)
+
+    def poison_queries(self, q, poison):
+        """masked_fill, not where: the result has q's layout whatever poison's strides, so SDPA and
+        the ops after it, whose rounding follows their operands' layouts, keep every finite bit."""
+        return q if poison is None else q.masked_fill(poison, float("nan"))
+
     def merge_bias(self, mask, bias):
         """SDPA takes one mask: with a bias, the additive float mask (the bias where visible)."""
         return (mask, None) if bias is None else (additive_mask(mask, bias), None)
@@ -220,6 +265,8 @@ class SelfAttention(Stages, nn.Module):
         p = self.dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, dropout_p=p, is_causal=causal,
                                            scale=self.scale)
+        if not eager() or not torch.isfinite(q.sum()).item():  # the kernel may drop a non-finite query's NaN
+            y = y.masked_fill(torch.isnan((q * 0).sum(dim=-1, keepdim=True)), float("nan"))  # y's layout kept
         return y.transpose(1, 2)  # (batch, seq, heads, head_dim)
 
     def postprocess_attn(self, y, padding_mask=None):

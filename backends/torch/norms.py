@@ -4,7 +4,8 @@ In eager mode, layer_norm and rms_norm run torch's own kernels, which skip the s
 prescale and so differ from it only in rounding order, within the conformance tolerance (on
 ill-conditioned float32 rows, at most 2.8x the spec's own float32 error). Squaring x unscaled, a
 kernel gives 0 or NaN once a sum of squares overflows; its per-token rstd then is not > 0, and the
-written-out formula runs instead. Compiled and exported code always runs the written-out formula.
+written-out formula runs instead, for the failing tokens only: the others keep the kernel's bits,
+so a token's norm never depends on what another token holds. Compiled and exported code always runs the written-out formula.
 """
 
 from __future__ import annotations
@@ -31,29 +32,39 @@ def _eps_over(eps, s, power: int):
 
 
 def fused(kernel, x, *args):
-    """kernel(x, *args)'s output, or None where the written-out formula must run instead: when
-    compiling or tracing, and when the kernel's sum of squares overflowed (its rstd, the last of
-    its outputs, not > 0 for some token; NaN in x fails it too: torch's min propagates NaN). Its
+    """(kernel(x, *args)'s output, None), or (that output, ok) when the written-out formula must
+    run for the tokens where ok (batch, seq, 1) is False: those whose sum of squares overflowed
+    (its rstd, the last of the kernel's outputs, not > 0; NaN in x fails it too: torch's min
+    propagates NaN); or None, the formula for every token, when compiling or tracing. The rstd's
     smallest entry as a Python float: a third of the time of `bool((rstd > 0).all())`."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.numel() == 0:
         return None
     y, *_, rstd = kernel(x, *args)
-    return y if rstd.min().item() > 0 else None
+    return (y, None) if rstd.min().item() > 0 else (y, rstd > 0)
+
+
+def _fallback(kernel_out, formula):
+    """The kernel's output where it is good, formula() (run only when needed) elsewhere, per token."""
+    if kernel_out is None:
+        return formula()
+    y, ok = kernel_out
+    return y if ok is None else torch.where(ok, y, formula())
 
 
 def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    y = fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if isinstance(weight, torch.Tensor) else None
-    if y is not None:
-        return y
-    s = pow2_scale(x)
-    centred = x / s - (x / s).mean(dim=-1, keepdim=True)
-    var = (centred**2).mean(dim=-1, keepdim=True)
-    return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
+    def formula():
+        s = pow2_scale(x)
+        centred = x / s - (x / s).mean(dim=-1, keepdim=True)
+        var = (centred**2).mean(dim=-1, keepdim=True)
+        return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
+
+    kernel = isinstance(weight, torch.Tensor)
+    return _fallback(fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if kernel else None, formula)
 
 
 def rms_norm(x, weight, *, eps=RMS_EPS):
-    y = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
-    return weight * _rms(x, x, eps) if y is None else y
+    kernel_out = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
+    return _fallback(kernel_out, lambda: weight * _rms(x, x, eps))
 
 
 def _rms(x, stat_of, eps):

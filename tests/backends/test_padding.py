@@ -1,4 +1,5 @@
-"""Padded tokens may hold any bits: NaN or Inf there never reaches a real token, in any path."""
+"""Padded tokens may hold any bits: NaN or Inf there never reaches a real token, in any path (the
+tiled JAX attention and cached decoding: tests/backends/test_causality.py)."""
 
 import numpy as np
 import pytest

@@ -89,9 +89,10 @@ def test_inlined_projections_read_initializers():
 @pytest.mark.parametrize("padding_mask", [False, True])
 def test_opset23_runs_one_attention_node_per_evaluation_on_3d_projections(tmp_path, padding_mask):
     """Opset 23's attention is the form measured fastest (export/attention.py, SelfAttention.attn):
-    one Attention node per evaluation on 3D q, k, v straight from their projections, its output
-    into the out projection (no Reshape, Transpose or Softmax anywhere), the additive mask
-    built once in the main graph; and ONNX Runtime keeps that node through its optimisations."""
+    one Attention node per evaluation on 3D q, k, v from their projections (each through one
+    select: poison_queries' on q, hide_nonfinite's on k and v), its output into the out projection
+    (no Reshape, Transpose or Softmax anywhere), the additive mask built once in the main graph;
+    and ONNX Runtime keeps that node through its optimisations."""
     from onnx.inliner import inline_local_functions
 
     c = R.ODEConfig(hidden_size=16, num_heads=4, ode_solver="heun", ode_steps=2)  # 2 x 2 evaluations
@@ -101,8 +102,11 @@ def test_opset23_runs_one_attention_node_per_evaluation_on_3d_projections(tmp_pa
     attention = [n for n in nodes if n.op_type == "Attention"]
     assert len(attention) == 4 and not {n.op_type for n in nodes} & {"Reshape", "Transpose", "Softmax"}
     for n in attention:
-        assert [producer[i].op_type for i in n.input[:3]] == ["MatMul"] * 3
-        assert [producer[i].input[1] for i in n.input[:3]] == [f"ode_func.qkv.{b}_weight_t" for b in "qkv"]
+        selects = [producer[i] for i in n.input[:3]]  # Where(poison, NaN, q), Where(non-finite, 0, k), likewise v
+        assert [a.op_type for a in selects] == ["Where"] * 3
+        projections = [producer[a.input[2]] for a in selects]
+        assert [a.op_type for a in projections] == ["MatMul"] * 3
+        assert [a.input[1] for a in projections] == [f"ode_func.qkv.{b}_weight_t" for b in "qkv"]
         y = n.output[0]
         if padding_mask:  # postprocess_attn zeroes the padded rows: one Where, then the projection
             (where,) = [m for m in nodes if y in m.input]
