@@ -71,7 +71,10 @@ class SessionRun:
         return check_feed(self.declared, feed)
 
     def __call__(self, feed: dict) -> dict:
-        feed = self.check(feed)
+        return self.unchecked(self.check(feed))
+
+    def unchecked(self, feed: dict) -> dict:
+        """The run on a feed already checked (a loop whose first feed was checked, as generate's)."""
         self.start()
         return dict(zip(self._names, self._sess.run(self._names, feed)))
 
@@ -170,9 +173,11 @@ class OnnxDecoder:
 
     def generate(self, x):
         """Every token of x [batch, seq, d_model] decoded one by one from an empty cache of seq slots."""
-        x = self.check_generate(x)
+        x = self.check_generate(x)  # every later step's feed has the first one's names, shapes and dtypes
+        run = getattr(self.decode_run, "unchecked", self.decode_run)
         cache, out = self.empty(x.shape[0], x.shape[1]), []
         for i in range(x.shape[1]):
-            z, cache = self.decode_step(x[:, i:i + 1], cache)
-            out.append(z)
+            result = run(self.step_feed(x[:, i:i + 1], cache))
+            cache = OnnxCache(tuple(result[n] for n in self.present), cache.index + 1)
+            out.append(result["z"])
         return np.concatenate(out, axis=1)
