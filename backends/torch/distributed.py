@@ -1,6 +1,9 @@
 """Data-parallel training of ODE blocks with torch.nn.parallel.DistributedDataParallel.
 
-    init_process_group(rank, world_size, rendezvous) gloo, meeting through a file on this machine
+    host_store(world_size)                           the rendezvous, on a free loopback port, held
+                                                      by the process that starts the ranks
+    with process_group(rank, world_size, port):      gloo, meeting at host_store's port; the ranks
+                                                      tear it down together on leaving
     ode_model(config, layers, out_features)          ODE blocks then a linear head
     data_parallel(model)                             (DDP-wrapped model, the list it records
                                                       each gradient all-reduce's size in)
@@ -8,15 +11,16 @@
 
 Past one machine, only the rendezvous changes: under torchrun (or any launcher that sets RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT) call dist.init_process_group(backend) instead of
-init_process_group here, and the rest trains across nodes unchanged. What it communicates
+entering process_group here, and the rest trains across nodes unchanged. What it communicates
 per step: one all-reduce of every parameter's gradient (averaged), in buckets; DDP also
 broadcasts rank 0's parameters once, when it wraps the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-import os
+import gc
 
 import torch
 import torch.distributed as dist
@@ -27,13 +31,38 @@ from torch.nn.parallel import DistributedDataParallel
 from .block import ODEAttentionBlock
 
 
-def init_process_group(rank: int, world_size: int, rendezvous, backend: str = "gloo", timeout_s: float = 60.0) -> None:
-    """Join a process group of world_size processes on this machine, meeting through the file
-    `rendezvous` (absent or empty at first; torch's FileStore). A file, not a TCP store: a TCP
-    store lives in rank 0's process, so a rank still tearing its group down when rank 0 has exited
-    could wait forever. A collective that waits longer than timeout_s for another rank raises."""
-    dist.init_process_group(backend, init_method=f"file://{os.fspath(rendezvous)}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+def host_store(world_size: int, timeout_s: float = 60.0) -> dist.TCPStore:
+    """The store the ranks meet through: a TCPStore on a free port of 127.0.0.1, hosted by the
+    calling process, which starts the ranks and outlives them; pass its .port to each rank. Not
+    a store in rank 0 (the tcp:// default: a rank still tearing down after rank 0 exits waits on
+    a store that is gone) nor a file (a rank that deletes the FileStore's file on its way out
+    leaves the other waiting for it)."""
+    return dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
+@contextlib.contextmanager
+def process_group(rank: int, world_size: int, port: int, backend: str = "gloo", timeout_s: float = 60.0):
+    """A with-block in which this process is rank `rank` of a group of world_size processes on
+    this machine, meeting at the store host_store put on `port`. A collective or rendezvous that
+    waits longer than timeout_s for another rank raises.
+
+    Leaving the block normally, the ranks tear the group down together: a barrier, then the
+    group destroyed with nothing else holding it (a DistributedDataParallel model made inside the
+    block must be gone by then: make it in a function called inside the block), then every rank
+    waits at the store until all have. A group whose last reference went at interpreter exit,
+    after another rank had already exited, was seen to hang that rank's exit."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    try:
+        yield
+        gc.collect()  # a DDP model in a reference cycle would keep the group alive past destroy
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    store.set(f"torn_down/{rank}", "1")
+    store.wait([f"torn_down/{r}" for r in range(world_size)])  # raises after timeout_s
 
 
 def ode_model(config, layers: int = 2, out_features: int = 1) -> nn.Sequential:

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends.torch.distributed import (  # noqa: E402
-    data_parallel, init_process_group, ode_model, sgd_step,
+    data_parallel, host_store, ode_model, process_group, sgd_step,
 )
 from odeattn.conformance.tolerance import relative_error  # noqa: E402
 
@@ -45,28 +45,31 @@ def state(model):
     return {n: (p.detach().numpy().copy(), p.grad.numpy().copy()) for n, p in model.named_parameters()}
 
 
-def worker(rank, out_dir):
-    """Rank rank: one DDP step on its half of the batch; writes out_dir/rank{rank}.npz."""
+def one_step(rank):
+    """Rank rank's DDP step on its half of the batch: the arrays it ends with. The DDP model
+    goes when this returns, before the group is torn down."""
+    model, x, target = model_and_batch()
+    ddp, sizes = data_parallel(model)
+    rows = slice(rank * 2, rank * 2 + 2)
+    loss = sgd_step(ddp, x[rows], target[rows], LR)
+    arrays = {f"param/{n}": p for n, (p, _) in state(model).items()}
+    arrays.update({f"grad/{n}": g for n, (_, g) in state(model).items()})
+    return dict(loss=loss, allreduce_sizes=np.asarray(sizes), **arrays)
+
+
+def worker(rank, port, out_dir):
+    """Rank rank: one DDP step; writes out_dir/rank{rank}.npz."""
     torch.set_num_threads(1)
-    init_process_group(rank, WORLD, f"{out_dir}/rendezvous")
-    try:
-        model, x, target = model_and_batch()
-        ddp, sizes = data_parallel(model)
-        rows = slice(rank * 2, rank * 2 + 2)
-        loss = sgd_step(ddp, x[rows], target[rows], LR)
-        arrays = {f"param/{n}": p for n, (p, _) in state(model).items()}
-        arrays.update({f"grad/{n}": g for n, (_, g) in state(model).items()})
-        np.savez(f"{out_dir}/rank{rank}.npz", loss=loss, allreduce_sizes=np.asarray(sizes), **arrays)
-        dist.barrier()  # neither rank tears the group down (rank 0 hosts its store) while the other still uses it
-    finally:
-        dist.destroy_process_group()
+    with process_group(rank, WORLD, port):
+        np.savez(f"{out_dir}/rank{rank}.npz", **one_step(rank))
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """[the arrays rank 0 wrote, rank 1's]."""
     out = tmp_path_factory.mktemp("ddp")
-    ranks = mp.spawn(worker, args=(str(out),), nprocs=WORLD, join=False)
+    store = host_store(WORLD)  # held here until both ranks have exited
+    ranks = mp.spawn(worker, args=(store.port, str(out)), nprocs=WORLD, join=False)
     deadline = time.monotonic() + 180  # the step takes seconds; a rank that waits forever fails the test
     while not ranks.join(timeout=1):
         if time.monotonic() > deadline:
