@@ -117,15 +117,25 @@ def optimized_path(output) -> Path:
     return Path(output).with_suffix(".optimized.onnx")
 
 
+def loop_body(model: onnx.ModelProto):
+    """The Loop form's body graph (export.loop), or None for a model without a Loop."""
+    loop = next((n for n in model.graph.node if n.op_type == "Loop"), None)
+    return None if loop is None else next(a.g for a in loop.attribute if a.name == "body")
+
+
 def node_counts(model: onnx.ModelProto) -> tuple[int, int]:
-    """(nodes in the file, nodes ONNX Runtime runs once the local functions are inlined)."""
+    """(nodes in the file, nodes ONNX Runtime runs once the local functions are inlined); the Loop
+    form: its body's nodes counted once stored, and once per step (at its default) run."""
     sizes = {f.name: len(f.node) for f in model.functions}
+    body = loop_body(model)
+    per_step = 0 if body is None else len(body.node)
 
     def inlined(nodes):
         return sum(inlined(next(f.node for f in model.functions if f.name == n.op_type)) if n.op_type in sizes else 1
                    for n in nodes)
 
-    return len(model.graph.node) + sum(sizes.values()), inlined(model.graph.node)
+    steps = int(_props(model).get("ode_steps", 0))
+    return len(model.graph.node) + sum(sizes.values()) + per_step, inlined(model.graph.node) + steps * per_step
 
 
 def check_against_spec(model: onnx.ModelProto, config, params) -> float:
