@@ -203,11 +203,11 @@ def export_attention(attention, opset: int, bitlinear: str = "float") -> SelfAtt
 
 
 def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitlinear: str = "float",
-           extra_initializers=(), **props) -> onnx.ModelProto:
+           extra_initializers=(), value_info=(), **props) -> onnx.ModelProto:
     graph = helper.make_graph(
         main.nodes, "ode_attention_block", inputs, outputs,
         initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()]
-        + list(extra_initializers),
+        + list(extra_initializers), value_info=list(value_info),
     )
     model = helper.make_model(
         graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
@@ -250,9 +250,9 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
     if steps_input:
-        outputs = _looped(cfg, att, main, x, prepared, diagnostics)
+        outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics)
         return _model(cfg, params, main, inputs + [steps_info()], outputs, [], opset, bitlinear,
-                      extra_initializers=[steps_initializer(cfg.ode_steps)], form="loop")
+                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, form="loop")
     outputs, functions = _unrolled(cfg, att, main, x, prepared, weights, diagnostics)
     return _model(cfg, params, main, inputs, outputs, functions, opset, bitlinear)
 
@@ -293,7 +293,9 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
 
 
 def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: bool):
-    """The outputs of the Loop form: one Loop node over the steps (export.loop)."""
+    """(the outputs, the Loop's outputs' shapes) of the Loop form: one Loop node over the steps
+    (export.loop). The shapes are declared: onnx's shape inference leaves a Loop's loop-carried
+    and scan outputs without one, though the body's outputs have theirs."""
     steps = step_count(main)
     dt = step_size(steps)
     tableau = TABLEAUS[cfg.ode_solver]
@@ -306,12 +308,13 @@ def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: boo
     d = cfg.hidden_size
     z, trajectory = loop_over_steps(main, x, make_step, ["batch", "seq", d], trajectory=diagnostics)
     _output(main, z, "z")
-    outputs = [_state_info("z", d)]
+    outputs, shapes = [_state_info("z", d)], [_state_info(z.name, d)]
     if diagnostics:
         _output(main, att.evaluate(prepared, main.const(0.0), x), "f0")
         _output(main, trajectory, "trajectory")
         outputs += [_state_info("f0", d), _state_info("trajectory", d, STEPS)]
-    return outputs
+        shapes.append(_state_info(trajectory.name, d, STEPS))
+    return outputs, shapes
 
 
 def decode_names(config) -> tuple[list[str], list[str]]:

@@ -130,7 +130,13 @@ def write_block(args, config, params, opset: int) -> list[str]:
     if args.steps_input:
         notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
+    elif not (args.inline or args.quantize):
+        notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
+
+
+LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
+                        "them (nothing gets quantised or fused); for those tools export with --inline or --steps-input")
 
 
 def write_optimized(output: Path) -> str:
@@ -202,12 +208,15 @@ def check_bitlinear(args, config) -> None:
 def deploy_form(model, args):
     """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
     int8 on its inlined graph (--quantize int8)."""
-    from odeattn.export.deploy import PROJECTIONS, inline, quantize_int8
+    from odeattn.export.deploy import PROJECTIONS, inline, loop_body, quantize_int8
 
     if args.quantize:
         int8 = quantize_int8(model)
+        body = loop_body(int8)
+        nodes = int8.graph.node if body is None else body.node
         return int8, [f"int8 dynamic quantisation (lossy, not a conformance backend): {PROJECTIONS} projections x "
-                      f"{sum(n.op_type == 'MatMulInteger' for n in int8.graph.node) // PROJECTIONS} evaluations as "
+                      f"{sum(n.op_type == 'MatMulInteger' for n in nodes) // PROJECTIONS} evaluations"
+                      f"{'' if body is None else ' per step (in the Loop body)'} as "
                       f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
     if args.inline:
         return inline(model), ["inlined: no model-local functions; the file grows with the steps"]
