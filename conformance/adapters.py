@@ -187,6 +187,7 @@ class _ExportedAdapter:
     dtypes = ("float32",)
     opset = 17
     bitlinear = "float"  # export_model's form of BitLinear's products
+    steps_input = False  # export_model's Loop form: the steps fed at run time (fed_steps)
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
@@ -205,7 +206,7 @@ class _ExportedAdapter:
             from odeattn.export.block import export_model
 
             model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True,
-                                 bitlinear=self.bitlinear)
+                                 bitlinear=self.bitlinear, steps_input=self.steps_input)
             self._built = (key, (model, self._build(model)))
         return self._built[1]
 
@@ -213,7 +214,11 @@ class _ExportedAdapter:
         from odeattn.export.runtime import make_feed
 
         model, runnable = self._runnable(config, params, padding_mask)
-        return runnable(make_feed(model, x, padding_mask))
+        return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
+
+    def fed_steps(self, config) -> int:
+        """The Loop form's steps input for a case of this config."""
+        return config.ode_steps
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         return self._outputs(config, params, x, padding_mask)["f0"]
@@ -263,6 +268,41 @@ class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
         return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
 
 
+class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
+    """The Loop form (export_model(..., steps_input=True)): each block case's file, its steps
+    passed as the runtime input `steps`; the state after each step is the Loop's scan output
+    `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases."""
+
+    name = "onnxruntime-loop"
+    steps_input = True
+    run_decode = None
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        return np.concatenate([x[None], self._outputs(config, params, x, padding_mask)["trajectory"]])
+
+
+def other_steps(steps: int) -> int:
+    """The count onnxruntime-loop-other-steps feeds a file whose default is `steps`: half of it
+    (rounded down) above 4 steps, one more up to 4."""
+    return steps // 2 if steps > 4 else steps + 1
+
+
+class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
+    """The Loop form's file of each block case (its default: the case's steps) fed another step
+    count, other_steps(case steps); the runner checks it against the spec at that count, computed
+    from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
+
+    name = "onnxruntime-loop-other-steps"
+
+    def fed_steps(self, config) -> int:
+        return other_steps(config.ode_steps)
+
+
+# A built-in backend that runs the block cases at another step count -> that count for a case's
+# steps: the runner compares it with the spec at that count (cases.at_steps), not the golden file.
+RESTEPPED = {OnnxRuntimeLoopOtherStepsAdapter.name: other_steps}
+
+
 class OnnxReferenceAdapter(_ExportedAdapter):
     name = "onnx-reference"
 
@@ -297,6 +337,8 @@ BUILTIN = {
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
+    "onnxruntime-loop": Builtin.of(OnnxRuntimeLoopAdapter, ("onnx", "onnxruntime")),
+    "onnxruntime-loop-other-steps": Builtin.of(OnnxRuntimeLoopOtherStepsAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
 }
 

@@ -268,6 +268,17 @@ def build_case(spec: CaseSpec) -> Case:
     return Case(spec.name, cfg, params, x, mask, f0, traj, e32, input_seed=used, param_seed=spec.param_seed)
 
 
+def at_steps(case: Case, steps: int) -> Case:
+    """A block case at another step count: the same inputs, parameters and f0, with the spec's
+    trajectory and float32 errors at `steps` computed here from ode_ref (no golden file holds
+    them): the reference of a backend that runs a case's file at a count other than its own."""
+    cfg = dataclasses.replace(case.config, ode_steps=steps)
+    _, traj = R.ode_block(case.params, case.x, cfg, case.padding_mask, return_trajectory=True)
+    golden = {"f0": case.f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}}
+    return dataclasses.replace(case, config=cfg, trajectory=traj,
+                               e32=float32_errors(cfg, case.params, case.x, case.padding_mask, golden))
+
+
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session)."""

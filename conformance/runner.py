@@ -22,7 +22,8 @@ from typing import Optional
 
 import numpy as np
 
-from .cases import Case, split_decoded
+from .adapters import RESTEPPED
+from .cases import Case, at_steps, split_decoded
 from .tolerance import relative_error, tolerance
 from .worker import collect_outputs, unsupported
 
@@ -261,7 +262,9 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         return True
 
     def make_jobs(i, name, dtypes):
-        return [((d, c), *_request(c, d), reply_limit(c)) for d in dtypes for c in cases]
+        restep = RESTEPPED.get(name) if refs[i].builtin else None  # judged against the spec at its count
+        judged = {c.name: at_steps(c, restep(c.config.ode_steps)) if restep and c.trajectory is not None else c for c in cases}
+        return [((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])) for d in dtypes for c in cases]
 
     def on_result(i, job, reply, arrays, seconds):
         dtype, case = job

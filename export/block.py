@@ -12,6 +12,9 @@ once: a step adds one call node to the file (~200 bytes), nothing that grows wit
 calls pass the projection weights by their initializer names, so the inlined graph's MatMuls read
 them directly (export.deploy).
 
+export_model(..., steps_input=True) writes the Loop form instead (export.loop): an int64 input
+`steps` (default ode_steps) and one Loop node whose body is one step, stages written out.
+
 export_prefill_model: the prompt through a decoder-mode block, returning the cache, opset 17:
 
     inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq] (unless omitted);
@@ -54,6 +57,7 @@ from ode_ref.tableaus import TABLEAUS
 from .attention import SelfAttention
 from .bitlinear import check_form, product_scale
 from .graph import Body, Function, Value
+from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
 
 OPSETS = (17, 23)
 DEFAULT_OPSET = 17
@@ -199,10 +203,11 @@ def export_attention(attention, opset: int, bitlinear: str = "float") -> SelfAtt
 
 
 def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitlinear: str = "float",
-           **props) -> onnx.ModelProto:
+           extra_initializers=(), value_info=(), **props) -> onnx.ModelProto:
     graph = helper.make_graph(
         main.nodes, "ode_attention_block", inputs, outputs,
-        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()]
+        + list(extra_initializers), value_info=list(value_info),
     )
     model = helper.make_model(
         graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
@@ -221,15 +226,18 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
 
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
-                 diagnostics: bool = False, bitlinear: str = "float") -> onnx.ModelProto:
+                 diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False) -> onnx.ModelProto:
     """The block for (config, params) as an onnx.ModelProto (float32).
 
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
-    step), which the conformance suite uses to name the first divergent quantity.
+    step), which the conformance suite uses to name the first divergent quantity; with
+    steps_input, f0 and trajectory [steps, batch, seq, d_model] (the state after each step).
     bitlinear: with use_bitnet, "float" (default) dequantises the ternary weights once and runs
     float MatMuls; "integer" runs every projection as an exact integer product (MatMulInteger on
     the stored int8 ternary weights) times one float scale per token (export.bitlinear); the
     model's metadata then says bitlinear=integer.
+    steps_input=True: the Loop form (export.loop), one file for any number of steps: an int64
+    input `steps` (default the config's ode_steps) is the Loop's trip count; metadata form=loop.
     """
     cfg, att = _checked(config, params, opset, attention, bitlinear)
     main = Body("", opset)
@@ -237,34 +245,76 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     mask_in = Value(main, "padding_mask") if padding_mask else None
     weights = _weights(cfg, main, bitlinear)
     prepared = att.prepare(weights, x, mask_in)
+    d = cfg.hidden_size
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
+    if padding_mask:
+        inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
+    if steps_input:
+        outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics)
+        return _model(cfg, params, main, inputs + [steps_info()], outputs, [], opset, bitlinear,
+                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, form="loop")
+    outputs, functions = _unrolled(cfg, att, main, x, prepared, weights, diagnostics)
+    return _model(cfg, params, main, inputs, outputs, functions, opset, bitlinear)
+
+
+def _state_info(name: str, d: int, *leading):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [*leading, "batch", "seq", d])
+
+
+def _output(main: Body, value: Value, name: str) -> None:
+    main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name if name != "z" else "output"))
+
+
+def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict, diagnostics: bool):
+    """(outputs, local functions) of the default form: one call of ode_step per step."""
     shared = _step_arguments(main, prepared, weights)
     names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
 
-    func = Function("ode_func", names, opset)
+    func = Function("ode_func", names, main.opset)
     func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[2:]), func.inputs[1], func.inputs[0])]
-    step = Function("ode_step", names, opset)
+    step = Function("ode_step", names, main.opset)
     stage = lambda t, y: func.call(step, y, t, *step.inputs[2:])  # noqa: E731
     gate = att.solution_gate(_as_prepared(prepared, step.inputs[2:]))
     step.outputs = [rk_step(stage, step.inputs[1], 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver], gate)]
 
     d = cfg.hidden_size
-    state_info = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq", d])  # noqa: E731
     extra = []
     if diagnostics:
-        main.nodes.append(helper.make_node("Identity", [func.call(main, x, main.const(0.0), *shared).name], ["f0"], name="f0"))
-        extra.append(state_info("f0"))
+        _output(main, func.call(main, x, main.const(0.0), *shared), "f0")
+        extra.append(_state_info("f0", d))
     z = x
     for k, t0 in enumerate(step_times(cfg.ode_steps), start=1):
         z = step.call(main, z, main.const(t0), *shared)
         if diagnostics:
-            main.nodes.append(helper.make_node("Identity", [z.name], [f"step_{k}"], name=f"step_{k}"))
-            extra.append(state_info(f"step_{k}"))
-    main.nodes.append(helper.make_node("Identity", [z.name], ["z"], name="output"))
+            _output(main, z, f"step_{k}")
+            extra.append(_state_info(f"step_{k}", d))
+    _output(main, z, "z")
+    return [_state_info("z", d)] + extra, [func.proto(), step.proto()]
 
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
-    if padding_mask:
-        inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
-    return _model(cfg, params, main, inputs, [state_info("z")] + extra, [func.proto(), step.proto()], opset, bitlinear)
+
+def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: bool):
+    """(the outputs, the Loop's outputs' shapes) of the Loop form: one Loop node over the steps
+    (export.loop). The shapes are declared: onnx's shape inference leaves a Loop's loop-carried
+    and scan outputs without one, though the body's outputs have theirs."""
+    steps = step_count(main)
+    dt = step_size(steps)
+    tableau = TABLEAUS[cfg.ode_solver]
+
+    def make_step(body: Body, k: Value, z: Value) -> Value:
+        inner = _as_prepared(prepared, [outer(body, v) for v in _flatten(prepared)])
+        stage = lambda t, y: att.evaluate(inner, t.as_float(), y)  # noqa: E731
+        return rk_step(stage, step_time(body, k, steps), Scalar(outer(body, dt)), z, tableau, att.solution_gate(inner))
+
+    d = cfg.hidden_size
+    z, trajectory = loop_over_steps(main, x, make_step, ["batch", "seq", d], trajectory=diagnostics)
+    _output(main, z, "z")
+    outputs, shapes = [_state_info("z", d)], [_state_info(z.name, d)]
+    if diagnostics:
+        _output(main, att.evaluate(prepared, main.const(0.0), x), "f0")
+        _output(main, trajectory, "trajectory")
+        outputs += [_state_info("f0", d), _state_info("trajectory", d, STEPS)]
+        shapes.append(_state_info(trajectory.name, d, STEPS))
+    return outputs, shapes
 
 
 def decode_names(config) -> tuple[list[str], list[str]]:
@@ -300,12 +350,15 @@ KINDS = ("block", "prefill", "decode_step")  # export_model, export_prefill_mode
 
 
 def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OPSET, bitlinear: str = "float",
-                 attention=None) -> None:
+                 attention=None, steps_input: bool = False) -> None:
     """The checks the export of `kind` runs before building anything (parameters, opset, mode,
-    the BitLinear form, a variant that can be exported): ValueError or TypeError naming what it
-    refuses, so a caller can check its input before the work."""
+    the BitLinear form, a variant that can be exported, the Loop form for the block only):
+    ValueError or TypeError naming what it refuses, so a caller can check its input before the work."""
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}; got {kind!r}")
+    if steps_input and kind != "block":
+        raise ValueError(f"steps_input: the {kind} model keeps a fixed step count (its cache holds one slot per "
+                         "evaluation, ode_steps x stages); expected steps_input=False")
     if kind == "block":
         _checked(config, params, opset, attention, bitlinear)
     elif bitlinear != "float":

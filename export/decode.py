@@ -46,11 +46,11 @@ class SessionRun:
     def __init__(self, model, *, threads: int | None = None):
         import onnx
 
-        from .runtime import declared_inputs
+        from .runtime import declared_inputs, default_inputs
 
         self.model, self.threads = model, threads
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
-        self.declared = declared_inputs(proto)
+        self.declared, self.defaults = declared_inputs(proto), default_inputs(proto)
         self._sess = self._names = None
 
     def start(self) -> float:
@@ -68,7 +68,7 @@ class SessionRun:
     def check(self, feed: dict) -> dict:
         from .runtime import check_feed
 
-        return check_feed(self.declared, feed)
+        return check_feed(self.declared, feed, self.defaults)
 
     def __call__(self, feed: dict) -> dict:
         return self.unchecked(self.check(feed))

@@ -5,8 +5,8 @@ inline(model): the graph without model-local functions (onnx.inliner), for tools
 that do not read them. These are the nodes ONNX Runtime runs after inlining the functions
 itself, so it computes the same z; the file grows with the steps (each evaluation is written out).
 
-quantize_int8(model): onnxruntime.quantization.quantize_dynamic on the inlined graph, MatMuls
-only. Each projection's weight initializer becomes int8 (one scale per tensor), its input is
+quantize_int8(model): onnxruntime.quantization.quantize_dynamic on the inlined graph (the Loop
+form: on its Loop's body, quantize_dynamic's EnableSubgraph, which it needs), MatMuls only. Each projection's weight initializer becomes int8 (one scale per tensor), its input is
 quantised at every call (DynamicQuantizeLinear: uint8, one scale per tensor) and the product is a
 MatMulInteger. Lossy, so not a conformance backend. This is not the BitLinear path (ternary
 weights, exact accumulation): a BitLinear block is refused, its weights are dequantised in the
@@ -86,23 +86,68 @@ def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     cfg = config_of(model)
     check_quantizable(cfg)
     flat = inline(model) if len(model.functions) else model
+    looped = loop_body(flat) is not None
     hint = _QuietPreprocessHint()
     logging.getLogger().addFilter(hint)
     try:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "int8.onnx")
             quantize_dynamic(flat, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             reduce_range=True)
+                             reduce_range=True, extra_options={"EnableSubgraph": True} if looped else None)
             out = onnx.load(path)
     finally:
         logging.getLogger().removeFilter(hint)
+    if looped:
+        in_order(out.graph)
     found = sum(n.op_type == "MatMulInteger" for n in out.graph.node)
     want = PROJECTIONS * evaluations(cfg)
+    if looped:  # the body holds one step: PROJECTIONS x stages
+        found, want = sum(n.op_type == "MatMulInteger" for n in loop_body(out).node), want // cfg.ode_steps
     if found != want:
+        where = f"{evaluations(cfg) // cfg.ode_steps} evaluations in the Loop's body" if looped else f"{evaluations(cfg)} evaluations"
         raise RuntimeError(f"int8 quantisation: expected {want} MatMulInteger nodes ({PROJECTIONS} projections x "
-                           f"{evaluations(cfg)} evaluations); onnxruntime's quantiser made {found}")
+                           f"{where}); onnxruntime's quantiser made {found}")
     onnx.helper.set_model_props(out, {**_props(flat), "quantization": "int8 dynamic (lossy)"})
     return out
+
+
+def _needs(node) -> set:
+    """The names a node reads: its inputs, and what its subgraphs read from the outer scope."""
+    names = set(node.input)
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            inner = {i.name for i in a.g.input} | {t.name for t in a.g.initializer} | {o for n in a.g.node for o in n.output}
+            names |= {name for n in a.g.node for name in _needs(n)} - inner
+    return names - {""}
+
+
+def in_order(graph) -> None:
+    """graph's nodes sorted in place so that each comes after what it and its subgraphs read
+    (onnx.checker requires it; onnxruntime's quantiser leaves a Loop before the values its body
+    reads from the outer scope). The nodes keep their order where they may."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = next((n for n in pending if _needs(n) <= known), None)
+        if ready is None:
+            raise ValueError(f"graph: no order computes {sorted(_needs(pending[0]) - known)[:3]}")
+        pending.remove(ready)
+        ordered.append(ready)
+        known |= set(ready.output)
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+def transformer_fusions():
+    """onnxruntime.transformers.optimizer's options for an exported block: every fusion but the
+    layer norms'. The block's norms compute their statistics on x / s per token (export.norms),
+    which no fused LayerNormalization or SimplifiedLayerNormalization expresses, and the simplified
+    layer norm's pattern matcher fails with a TypeError on them (onnxruntime 1.32)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    options = FusionOptions("bert")
+    options.enable_layer_norm = False
+    return options
 
 
 def save_optimized(model_path, out_path, *, threads: int | None = None) -> None:
@@ -117,15 +162,25 @@ def optimized_path(output) -> Path:
     return Path(output).with_suffix(".optimized.onnx")
 
 
+def loop_body(model: onnx.ModelProto):
+    """The Loop form's body graph (export.loop), or None for a model without a Loop."""
+    loop = next((n for n in model.graph.node if n.op_type == "Loop"), None)
+    return None if loop is None else next(a.g for a in loop.attribute if a.name == "body")
+
+
 def node_counts(model: onnx.ModelProto) -> tuple[int, int]:
-    """(nodes in the file, nodes ONNX Runtime runs once the local functions are inlined)."""
+    """(nodes in the file, nodes ONNX Runtime runs once the local functions are inlined); the Loop
+    form: its body's nodes counted once stored, and once per step (at its default) run."""
     sizes = {f.name: len(f.node) for f in model.functions}
+    body = loop_body(model)
+    per_step = 0 if body is None else len(body.node)
 
     def inlined(nodes):
         return sum(inlined(next(f.node for f in model.functions if f.name == n.op_type)) if n.op_type in sizes else 1
                    for n in nodes)
 
-    return len(model.graph.node) + sum(sizes.values()), inlined(model.graph.node)
+    steps = int(_props(model).get("ode_steps", 0))
+    return len(model.graph.node) + sum(sizes.values()) + per_step, inlined(model.graph.node) + steps * per_step
 
 
 def check_against_spec(model: onnx.ModelProto, config, params) -> float:

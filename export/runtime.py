@@ -1,7 +1,9 @@
 """Running an exported block: ONNX Runtime sessions, and onnx's reference evaluator.
 
 run() checks the feed against the model's own inputs first, so a wrong name, rank, width or
-dtype is reported by name instead of surfacing as a runtime error deep in a kernel.
+dtype is reported by name instead of surfacing as a runtime error deep in a kernel. The Loop
+form's `steps` (export.loop) is an input with a default: a feed may give it or leave it out, and
+one given is checked (an int64 scalar >= 1) before ONNX Runtime sees it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def block_width(model: onnx.ModelProto) -> int:
 def session(model, *, threads: int | None = None, optimized_path=None):
     """An onnxruntime InferenceSession on the CPU, every graph optimisation on; optimized_path:
     also write the optimised graph there (ONNX Runtime's warning that it may be specific to this
-    machine's CPU is left out: export.deploy says so)."""
+    machine's CPU is left out: export.deploy says so). A model with an input that has a default
+    (the Loop form's steps) is not warned about it either."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -67,23 +70,38 @@ def session(model, *, threads: int | None = None, optimized_path=None):
         opts.intra_op_num_threads = threads
     if optimized_path is not None:
         opts.optimized_model_filepath = os.fspath(optimized_path)
-        opts.log_severity_level = 3  # errors only
+    if optimized_path is not None or _takes_defaults(model):
+        # errors only; for an input with a default (the Loop form's steps), ONNX Runtime warns that
+        # it is not folded as a constant, which is what such an input is for
+        opts.log_severity_level = 3
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _takes_defaults(model) -> bool:
+    """Whether the model (a ModelProto or a path) has an input with a default (default_inputs)."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
+    return bool(default_inputs(proto))
+
+
+def _info(vi) -> tuple:
+    t = vi.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)), dims
+
+
+def default_inputs(model: onnx.ModelProto) -> dict:
+    """input name -> (NumPy dtype, dims) for the inputs that also have an initializer of their
+    name: a default that a feed may override (the Loop form's steps)."""
+    stored = {t.name for t in model.graph.initializer}
+    return {vi.name: _info(vi) for vi in model.graph.input if vi.name in stored}
 
 
 def declared_inputs(model: onnx.ModelProto) -> dict:
     """input name -> (NumPy dtype, dims: int or symbolic str), for the inputs a feed gives (not
     an initializer that a model also lists as an input)."""
     stored = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in stored:
-            continue
-        t = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
-        out[vi.name] = (np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)), dims)
-    return out
+    return {vi.name: _info(vi) for vi in model.graph.input if vi.name not in stored}
 
 
 def check_x(x, width=None, *, name: str = "x", dtype=np.float32, seq=None) -> np.ndarray:
@@ -109,11 +127,37 @@ def check_mask(mask, shape, *, name: str = "padding_mask") -> np.ndarray:
 
 
 NO_MASK = "padding_mask: this model was exported without a padding_mask input; got one"
+STEPS = "steps"  # export.loop.STEPS (not imported: this module reads models, it builds none)
 
 
-def make_feed(model: onnx.ModelProto, x, padding_mask=None) -> dict:
+def check_steps(steps) -> np.ndarray:
+    """steps as an int64 scalar array, checked: an integer (a Python or NumPy integer, or an
+    integer array of shape []) >= 1; TypeError or ValueError naming it."""
+    a = np.asarray(steps)
+    if isinstance(steps, (bool, np.bool_)) or a.dtype.kind not in "iu":
+        raise TypeError(f"steps: expected an integer >= 1; got {steps!r} ({a.dtype})")
+    if a.shape != ():
+        raise ValueError(f"steps: expected a scalar (shape []); got shape {list(a.shape)}")
+    if int(a) < 1:
+        raise ValueError(f"steps: expected an integer >= 1; got {int(a)}")
+    return np.array(int(a), np.int64)
+
+
+def fixed_steps(model: onnx.ModelProto) -> str:
+    """Why a model without a steps input takes none, naming its step count (for the refusal)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    steps, kind = props.get("ode_steps", "?"), props.get("kind", "block")
+    if kind != "block":
+        return (f"steps: the {kind} model keeps a fixed step count (ode_steps={steps}: its cache layout depends on "
+                "it); expected no steps")
+    return (f"steps: this model runs a fixed step count (ode_steps={steps}, unrolled in the graph); export it with "
+            "steps_input=True (odeattn export --steps-input) to choose the steps at run time")
+
+
+def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
     """The feed for a block model, checked: x float32 [batch, seq, d_model]; padding_mask bool
-    [batch, seq] (all True if the model takes one and none is given)."""
+    [batch, seq] (all True if the model takes one and none is given); steps (the Loop form only)
+    an integer >= 1, or None for the model's default (its ode_steps)."""
     declared = declared_inputs(model)
     if "x" not in declared:
         raise ValueError(f"model inputs: expected 'x'; the model declares {sorted(declared)}")
@@ -124,15 +168,23 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None) -> dict:
         feed["padding_mask"] = np.ones(x.shape[:2], bool) if padding_mask is None else check_mask(padding_mask, x.shape[:2])
     elif padding_mask is not None:
         raise ValueError(NO_MASK)
+    if steps is not None:
+        if STEPS not in default_inputs(model):
+            raise ValueError(f"{fixed_steps(model)}; got steps={steps!r}")
+        feed[STEPS] = check_steps(steps)
     return feed
 
 
-def check_feed(declared: dict, feed: dict) -> dict:
+def check_feed(declared: dict, feed: dict, defaults: dict | None = None) -> dict:
     """feed, checked against a model's declared inputs (declared_inputs) before ONNX Runtime sees
     it: every input given and no other, each of its declared dtype and rank, every fixed dim as
     declared, each symbolic dim (batch, seq, max_len) >= 1 and the same in every input that has
     it; TypeError or ValueError naming the input. The prefill and decode-step models' feeds
-    (export.decode.OnnxDecoder) are checked with this, as make_feed checks a block model's."""
+    (export.decode.OnnxDecoder) are checked with this, as make_feed checks a block model's.
+    defaults (default_inputs): the inputs a feed may leave out; each one given is checked as the
+    others, and steps is >= 1 besides."""
+    defaults = defaults or {}
+    declared = {**declared, **{name: info for name, info in defaults.items() if name in feed}}
     extra = sorted(set(feed) - set(declared))
     if extra:
         if extra == ["padding_mask"]:
@@ -160,19 +212,22 @@ def check_feed(declared: dict, feed: dict) -> dict:
                 if size != known:
                     raise ValueError(f"{name}: expected shape {shown} with {dim} = {known}, as in {source}; got {list(a.shape)}")
         out[name] = a
+    if STEPS in defaults and STEPS in out:
+        check_steps(out[STEPS])
     return out
 
 
-def run(model: onnx.ModelProto, sess, x, padding_mask=None, outputs=None) -> dict:
-    """name -> array for the requested outputs (default: all) of an onnxruntime session."""
+def run(model: onnx.ModelProto, sess, x, padding_mask=None, outputs=None, steps=None) -> dict:
+    """name -> array for the requested outputs (default: all) of an onnxruntime session; steps:
+    the Loop form's step count (None: its default)."""
     names = outputs or [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, make_feed(model, x, padding_mask))))
+    return dict(zip(names, sess.run(names, make_feed(model, x, padding_mask, steps))))
 
 
-def run_reference(model: onnx.ModelProto, x, padding_mask=None) -> dict:
+def run_reference(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
     """The same with onnx.reference.ReferenceEvaluator, an independent NumPy runtime."""
     from onnx.reference import ReferenceEvaluator
 
     ref = ReferenceEvaluator(model)
     names = [o.name for o in model.graph.output]
-    return dict(zip(names, ref.run(None, make_feed(model, x, padding_mask))))
+    return dict(zip(names, ref.run(None, make_feed(model, x, padding_mask, steps))))

@@ -102,6 +102,7 @@ def check_conformance(ns, tmp_path):
 def check_export(ns, tmp_path):
     assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and relative_error(ns["z_ref"], ns["z_spec"]) < 1e-5
     assert (tmp_path / "block.onnx").stat().st_size > 0 and (tmp_path / "block.int8.onnx").stat().st_size > 0
+    assert relative_error(ns["zl"], ns["zl_spec"]) < 1e-5 and ns["steps"] == 16  # the Loop form, at its last count
 
 
 def check_decoding(ns, tmp_path):

@@ -35,6 +35,9 @@ def register(sub) -> None:
                    help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
                         "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "
                         "(block model of the direct route)")
+    p.add_argument("--steps-input", action="store_true",
+                   help="the Loop form: one file for any number of steps, an int64 input 'steps' (default: the "
+                        "config's ode_steps) that odeattn run --steps sets (block model of the direct route)")
     p.add_argument("--inline", action="store_true",
                    help="write the graph without model-local functions, for tools and runtimes that do not read "
                         "them (the same z; the file grows with the steps)")
@@ -57,6 +60,7 @@ def check_options(args):
         raise UsageError(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
     check_deploy_options(args, config)
     check_bitlinear(args, config)
+    check_steps_input(args)
     if args.prefill or args.decode:
         flag = "--prefill" if args.prefill else "--decode"
         if args.route != "direct":
@@ -109,7 +113,8 @@ def write_block(args, config, params, opset: int) -> list[str]:
         return []
     from odeattn.export.block import check, export_model
 
-    model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear)
+    model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear,
+                         steps_input=args.steps_input)
     check(model)
     try:
         model, notes = deploy_form(model, args)
@@ -122,7 +127,16 @@ def write_block(args, config, params, opset: int) -> list[str]:
 
         notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
                      "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
+    if args.steps_input:
+        notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
+                     "(odeattn run --steps N); the file holds one step")
+    elif not (args.inline or args.quantize):
+        notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
+
+
+LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
+                        "them (nothing gets quantised or fused); for those tools export with --inline or --steps-input")
 
 
 def write_optimized(output: Path) -> str:
@@ -158,6 +172,23 @@ def check_deploy_options(args, config) -> None:
         check_output_path("--optimize", optimized_path(args.output), ".onnx")
 
 
+def check_steps_input(args) -> None:
+    """UsageError naming --steps-input unless the Loop form applies: the direct route's block
+    model; the prefill and decode-step models keep a fixed step count (their cache layout has a
+    slot per evaluation), and the Loop form has no local functions to inline."""
+    if not args.steps_input:
+        return
+    if args.prefill or args.decode:
+        raise UsageError(f"--steps-input: the prefill and decode-step models keep a fixed step count (their cache "
+                         f"holds one slot per evaluation, ode_steps x stages); got {'--prefill' if args.prefill else '--decode'}")
+    other = _other_form(args)
+    if other:
+        raise UsageError(f"--steps-input: expected the block model of the direct route; got {other}")
+    if args.inline:
+        raise UsageError("--inline: the Loop form (--steps-input) has no local functions to inline; its step is "
+                         "written out once, in the Loop's body; got --steps-input --inline")
+
+
 def check_bitlinear(args, config) -> None:
     """UsageError naming --bitlinear unless the integer form applies: the direct route's block
     model of a use_bitnet config (export.bitlinear.check_form)."""
@@ -177,12 +208,15 @@ def check_bitlinear(args, config) -> None:
 def deploy_form(model, args):
     """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
     int8 on its inlined graph (--quantize int8)."""
-    from odeattn.export.deploy import PROJECTIONS, inline, quantize_int8
+    from odeattn.export.deploy import PROJECTIONS, inline, loop_body, quantize_int8
 
     if args.quantize:
         int8 = quantize_int8(model)
+        body = loop_body(int8)
+        nodes = int8.graph.node if body is None else body.node
         return int8, [f"int8 dynamic quantisation (lossy, not a conformance backend): {PROJECTIONS} projections x "
-                      f"{sum(n.op_type == 'MatMulInteger' for n in int8.graph.node) // PROJECTIONS} evaluations as "
+                      f"{sum(n.op_type == 'MatMulInteger' for n in nodes) // PROJECTIONS} evaluations"
+                      f"{'' if body is None else ' per step (in the Loop body)'} as "
                       f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
     if args.inline:
         return inline(model), ["inlined: no model-local functions; the file grows with the steps"]

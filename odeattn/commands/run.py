@@ -22,6 +22,8 @@ def register(sub) -> None:
     r.add_argument("--seq", type=positive_int, default=8)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
+    r.add_argument("--steps", type=int, default=None,
+                   help="the step count, for a model exported with --steps-input (the Loop form); default: its ode_steps")
     r.add_argument("--repeats", type=positive_int, default=None,
                    help="also time N runs after one warm-up: latency median and min..max, and the session's creation")
     r.add_argument("--threads", type=non_negative_int, default=0,
@@ -42,8 +44,9 @@ def check_inputs(args, threads: int):
     mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     meta = {p.key: p.value for p in model.metadata_props}
     kind = meta.get("kind", "block")
+    check_steps_option(model, args.steps)
     if kind == "block":
-        feed = make_feed(model, x, mask)
+        feed = make_feed(model, x, mask, args.steps)
         built = {}
 
         def start() -> float:
@@ -63,6 +66,20 @@ def check_inputs(args, threads: int):
     decoder = OnnxDecoder(config, decode_run=runner)
     decoder.check_generate(x)
     return kind, x, (lambda: decoder.generate(x)), runner.start
+
+
+def check_steps_option(model, steps) -> None:
+    """UsageError naming --steps unless it applies: an integer >= 1, for a model with a steps input."""
+    from odeattn.export.runtime import STEPS, check_steps, default_inputs, fixed_steps
+
+    if steps is None:
+        return
+    if STEPS not in default_inputs(model):
+        raise UsageError(f"--{fixed_steps(model)}; got --steps {steps}")
+    try:
+        check_steps(steps)
+    except ValueError as err:
+        raise UsageError(f"--{err}") from None  # its message begins 'steps: '
 
 
 def run(args) -> int:

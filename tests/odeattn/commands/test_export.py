@@ -74,6 +74,13 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  id="int8-of-a-bitlinear-block"),
     pytest.param(export_argv("c", "--inline", "--prefill"), "--inline: expected the block model of the direct route; got --prefill",
                  id="inline-prefill-model"),
+    pytest.param(export_argv("d", "--steps-input", "--decode"),
+                 "--steps-input: the prefill and decode-step models keep a fixed step count (their cache holds one slot "
+                 "per evaluation, ode_steps x stages); got --decode", id="loop-form-of-the-decode-step-model"),
+    pytest.param(export_argv("c", "--steps-input", "--route", "torch"),
+                 "--steps-input: expected the block model of the direct route; got --route torch", id="loop-form-by-the-torch-route"),
+    pytest.param(export_argv("c", "--steps-input", "--inline"), "--inline: the Loop form (--steps-input) has no local functions "
+                 "to inline", id="loop-form-inlined"),
     pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
@@ -120,6 +127,28 @@ def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(
     assert lines[0].startswith("z: shape [2, 8, 16]")
     assert lines[1].startswith("latency of a forward (batch 2, seq 8), 3 runs after 1 warm-up, threads 1: median ")
     assert "min..max" in lines[1] and "session created in" in lines[1]
+
+
+def test_the_loop_form_is_written_and_runs_at_any_step_count(export_files, capsys):
+    """`odeattn export --steps-input`, then `odeattn run --steps N`: one file, the spec's z at each N
+    (within the suite's float32 rule), and the default (ode_steps) without --steps."""
+    from odeattn.conformance.tolerance import tolerance
+
+    d, cfg = export_files, R.ODEConfig.from_any(json.loads((export_files / "d.json").read_text()))
+    assert export_cli(d, "d", "--steps-input", output="loop.onnx") == 0
+    out = capsys.readouterr().out
+    assert "Loop form: input 'steps' (int64, default 2)" in out and "max relative error vs ode_ref" in out
+    assert {p.key: p.value for p in onnx.load(d / "loop.onnx").metadata_props}["form"] == "loop"
+    params = R.load_params(d / "d.safetensors")
+    x = np.random.default_rng(0).normal(size=(2, 5, 14))
+    np.save(d / "x.npy", x.astype(np.float32))
+    for steps in (None, 1, 3, 16):
+        assert main(["run", str(d / "loop.onnx"), "--x", str(d / "x.npy"), "-o", str(d / "z.npy")]
+                    + ([] if steps is None else ["--steps", str(steps)])) == 0
+        at = R.ODEConfig(**{**cfg.to_dict(), "ode_steps": steps or cfg.ode_steps})
+        want = R.ode_block(params, x, at)
+        e32 = relative_error(R.ode_block(params, x.astype(np.float32), at), want)
+        assert relative_error(np.load(d / "z.npy"), want) <= tolerance(e32, "float32"), steps
 
 
 def test_a_projection_the_quantiser_left_in_float_fails_the_export_in_one_line(export_files, capsys, monkeypatch):

@@ -167,6 +167,35 @@ def test_the_cached_models_run_on_good_inputs(cached, model, capsys):
         assert main(["run", str(cached / "p.onnx"), "--x", str(cached / "x.npy"), "--padding-mask", str(cached / "mask.npy")]) == 0
 
 
+@pytest.fixture
+def looped(files):
+    """files, with the Loop form of the block of m.onnx (loop.onnx: an input steps, default 2)."""
+    from odeattn.export.block import export_model
+
+    c = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2)
+    (files / "loop.onnx").write_bytes(export_model(c, R.init_params(c), steps_input=True).SerializeToString())
+    return files
+
+
+@pytest.mark.parametrize("model, steps, message", [
+    pytest.param("loop", "0", "--steps: expected an integer >= 1; got 0", id="zero-steps"),
+    pytest.param("loop", "-2", "--steps: expected an integer >= 1; got -2", id="negative-steps"),
+    pytest.param("m", "3", "--steps: this model runs a fixed step count (ode_steps=2, unrolled in the graph); export it "
+                 "with steps_input=True (odeattn export --steps-input) to choose the steps at run time; got --steps 3",
+                 id="steps-for-a-model-without-a-steps-input"),
+])
+def test_a_step_count_the_model_cannot_take_is_refused_in_one_line(looped, model, steps, message, capsys, refused_in_one_line):
+    pytest.importorskip("onnxruntime")
+    refused_in_one_line(looped, ["run", f"{{d}}/{model}.onnx", "--steps", steps], message, capsys)
+
+
+@pytest.mark.parametrize("model, kind", [("p", "prefill"), ("d", "decode_step")])
+def test_the_cached_models_refuse_steps(cached, model, kind, capsys, refused_in_one_line):
+    refused_in_one_line(cached, ["run", f"{{d}}/{model}.onnx", "--x", "{d}/x.npy", "--steps", "2"],
+                        f"--steps: the {kind} model keeps a fixed step count (ode_steps=1: its cache layout depends on it)",
+                        capsys)
+
+
 @pytest.mark.parametrize("option", ["--seq", "--batch", "--repeats"])
 def test_counts_below_one_are_refused_by_the_parser(option, capsys, argument_type_refused):
     argument_type_refused(["run", "m.onnx", option, "0"], f"argument {option}: expected an integer >= 1; got '0'", capsys)

@@ -1,0 +1,60 @@
+"""The Loop form's two rows (conformance/adapters.py): onnxruntime-loop runs each block case's
+file at its steps fed as the runtime input; onnxruntime-loop-other-steps feeds the same file
+another count and is judged against the spec at that count, built in the run (cases.at_steps)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from odeattn.conformance.adapters import BUILTIN, RESTEPPED, BackendRef, make_adapter, other_steps  # noqa: E402
+from odeattn.conformance.cases import at_steps  # noqa: E402
+from odeattn.conformance.golden import load_cases  # noqa: E402
+from odeattn.conformance.runner import CaseResult, judge, run_case, run_suite, select  # noqa: E402
+from odeattn.conformance.worker import collect_outputs  # noqa: E402
+
+CASES = load_cases()
+# a gated solver with padding, and 8 steps with BitLinear, padding and a decoder (fed 4 steps)
+SOME = select(CASES, include=["block_derf_rk2_gated_encoder_float_nopad_s1_b2t5h2d8$", "block_rk4_s8_decoder_bitnet_pad_dyt$"])
+
+
+def test_the_reference_built_in_the_run_is_the_golden_one_at_the_case_s_own_steps():
+    for case in SOME:
+        same = at_steps(case, case.config.ode_steps)
+        np.testing.assert_allclose(same.trajectory, case.trajectory, rtol=0, atol=1e-12 * np.abs(case.trajectory).max())
+        assert same.e32.keys() == case.e32.keys()
+        assert all(np.isclose(same.e32[q], case.e32[q], rtol=1e-3, atol=1e-12) for q in case.e32)
+        other = at_steps(case, other_steps(case.config.ode_steps))
+        assert other.config == dataclasses.replace(case.config, ode_steps=other_steps(case.config.ode_steps))
+        assert len(other.trajectory) == other.config.ode_steps + 1 and other.f0 is case.f0
+
+
+def test_the_other_count_is_judged_at_that_count_and_fails_against_the_golden_one():
+    """Given a case's config, the second row's outputs pass the spec at the other count and are an
+    error against the golden file (a trajectory of another length): the row tests the input."""
+    loop, other = (make_adapter(BUILTIN[n].reference) for n in ("onnxruntime-loop", "onnxruntime-loop-other-steps"))
+    assert RESTEPPED == {other.name: other_steps} and [other_steps(n) for n in (1, 4, 5, 8)] == [2, 5, 2, 4]
+    for case in SOME:
+        result = run_case(loop, case, "float32")
+        assert result.status == "passed", (case.name, result.message)
+        params = {k: v.astype(np.float32) for k, v in case.params.items()}
+        outputs = collect_outputs(other, case.config, params, case.x.astype(np.float32), case.padding_mask, "float32")
+        judged = judge(CaseResult(other.name, "float32", case.name, "passed"), at_steps(case, other_steps(case.config.ode_steps)),
+                       {"status": "ran"}, outputs)
+        assert judged.status == "passed", (case.name, judged.message)
+        wrong = judge(CaseResult(other.name, "float32", case.name, "passed"), case, {"status": "ran"}, outputs)
+        assert wrong.status == "error" and wrong.message.startswith("run_trajectory: expected"), wrong.message
+
+
+def test_the_suite_builds_the_other_count_s_reference_for_that_row_only():
+    refs = [BackendRef(n, BUILTIN[n].reference, builtin=True) for n in ("onnxruntime-loop", "onnxruntime-loop-other-steps")]
+    decode = select(CASES, include=["^decode_heun_dynamic_tanh_pad$"])
+    report = run_suite(refs, SOME + decode, jobs=2)
+    status = {(r.backend, r.case): r.status for r in report.results}
+    assert set(status.values()) == {"passed", "skipped"} and not report.errors, report.results
+    assert {k for k, v in status.items() if v == "skipped"} == {(r.label, decode[0].name) for r in refs}  # fixed steps
+    steps = {r.case: [q.quantity for q in r.quantities][-2] for r in report.results if r.backend == refs[1].label and r.quantities}
+    assert steps == {SOME[0].name: "step_2", SOME[1].name: "step_4"}  # the count fed: 1 -> 2, 8 -> 4
