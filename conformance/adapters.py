@@ -24,6 +24,7 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
+from .profile import compiling
 from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
@@ -205,10 +206,16 @@ class _ExportedAdapter:
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
-            model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None, diagnostics=True,
-                                 bitlinear=self.bitlinear, steps_input=self.steps_input)
-            self._built = (key, (model, self._build(model)))
+            with compiling("exports"):
+                model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
+                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input)
+            self._built = (key, (model, self._session(model)))
         return self._built[1]
+
+    def _session(self, model):
+        """_build(model), timed and counted as a session built (conformance.profile)."""
+        with compiling("sessions"):
+            return self._build(model)
 
     def _outputs(self, config, params, x, padding_mask) -> dict:
         from odeattn.export.runtime import make_feed
@@ -236,8 +243,11 @@ class _ExportedAdapter:
         from odeattn.export.block import export_decode_model, export_prefill_model
         from odeattn.export.decode import OnnxDecoder
 
-        decoder = OnnxDecoder(config, self._build(export_prefill_model(config, params, opset=self.opset)),
-                              self._build(export_decode_model(config, params, opset=self.opset)))
+        with compiling("exports"):
+            prefill = export_prefill_model(config, params, opset=self.opset)
+        with compiling("exports"):
+            step = export_decode_model(config, params, opset=self.opset)
+        decoder = OnnxDecoder(config, self._session(prefill), self._session(step))
         return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 
 
@@ -324,10 +334,11 @@ class Builtin:
 
     reference: str  # how a worker process finds it: 'module:object'
     requires: tuple[str, ...] = ()  # top-level modules; absent = "not installed", not an error
+    dtypes: tuple[str, ...] = ()  # the adapter's, known before a worker constructs it
 
     @classmethod
     def of(cls, adapter: type, requires: tuple[str, ...] = ()) -> "Builtin":
-        return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires)
+        return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes))
 
 
 BUILTIN = {
@@ -356,11 +367,16 @@ class BackendRef:
     """How a worker process finds a backend, without the run importing it.
 
     label: the name shown before the backend itself reports one (a built-in's or entry point's
-    name, or the reference); reference: 'module:object' or 'entry-point:NAME'."""
+    name, or the reference); reference: 'module:object' or 'entry-point:NAME'; dtypes: its
+    dtypes where known without constructing it (a built-in's), else None; imports: the packages
+    its worker imports first (a built-in's requirements), so that the profile's import phase
+    holds them rather than its construction or first case."""
 
     label: str
     reference: str
     builtin: bool = False
+    dtypes: Optional[tuple[str, ...]] = None
+    imports: tuple[str, ...] = ()
 
 
 def missing_requirements(name: str) -> list[str]:
@@ -410,10 +426,21 @@ def load_reference(ref: str):
     return obj
 
 
-def make_adapter(ref: str):
-    """Import, instantiate and check one adapter: what a worker does first."""
-    adapter = _instantiate(load_reference(ref))
+def make_adapter(ref: str, timings: Optional[dict] = None, imports=()):
+    """Import, instantiate and check one adapter: what a worker does first. timings, if given,
+    gets the seconds of each part: "import" (the modules named in imports, then the reference's)
+    and "construction" (the rest)."""
+    import time
+
+    start = time.perf_counter()
+    for module in imports:
+        importlib.import_module(module)
+    obj = load_reference(ref)
+    imported = time.perf_counter()
+    adapter = _instantiate(obj)
     check_adapter(adapter)
+    if timings is not None:
+        timings.update({"import": imported - start, "construction": time.perf_counter() - imported})
     return adapter
 
 
@@ -466,7 +493,8 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
                     raise ValueError(f"backend {name}: not installed (missing {', '.join(missing)})")
                 notes.append(f"{name}: not installed (missing {', '.join(missing)})")
                 continue
-            refs.append(BackendRef(name, BUILTIN[name].reference, builtin=True))
+            built = BUILTIN[name]
+            refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes, imports=built.requires))
         elif name in entry_points:
             refs.append(entry_points[name])
         elif ":" in name:

@@ -356,7 +356,7 @@ def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     from .runner import run_suite
 
     cases = [c for c in cases if c.z1_bar is None]
-    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}") for m in MUTANTS]
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=MutantAdapter.dtypes) for m in MUTANTS]
     report = run_suite(refs, cases, jobs=jobs, progress=progress)
     rows = []
     for m in MUTANTS:

@@ -82,6 +82,7 @@ class Worker:
         self.limit = INIT_REPLY_LIMIT  # the largest reply it may announce for this job
         self.deadline = float("inf")
         self.started = 0.0
+        self.spawned = time.perf_counter()
 
     def send(self, message: dict, arrays: dict | None, timeout: float, limit: int) -> None:
         """Queue a request; the selector writes it as the pipe takes it."""
@@ -150,14 +151,16 @@ class BackendState:
 
 
 def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: int, timeout: float,
-                should_stop=lambda: False) -> None:
+                should_stop=lambda: False, on_started=None) -> None:
     """Drive every backend's jobs through worker processes.
 
     make_jobs(backend_index, name, dtypes) -> list of (job, request message, request arrays,
     reply limit in bytes); on_init(backend_index, name, dtypes) -> bool (False: refuse it);
     on_result(backend_index, job, reply, arrays, seconds); on_backend_error(backend_index, message,
     traceback) for a backend that cannot be constructed. A job whose worker dies, hangs or
-    oversends gets on_result with an error reply."""
+    oversends gets on_result with an error reply. on_started(backend_index, profile, seconds), if
+    given, for every worker whose backend was constructed (and not refused): the worker's init
+    profile and the seconds from its spawn to its init reply."""
     states = [BackendState(ref) for ref in refs]
     pending = deque(range(len(states)))
     workers: list[Worker] = []
@@ -177,7 +180,9 @@ def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: 
         workers.append(w)
         sel.register(w.from_child, selectors.EVENT_READ, (w, "r"))
         w.job = ("init",)
-        send(w, {"op": "init", "reference": states[index].ref.reference, "sys_path": sys.path}, None, INIT_REPLY_LIMIT)
+        ref = states[index].ref
+        send(w, {"op": "init", "reference": ref.reference, "sys_path": sys.path, "imports": list(ref.imports)},
+             None, INIT_REPLY_LIMIT)
 
     def retire(w: Worker, *, kill: bool = False) -> str:
         for fd in (w.from_child, w.to_child):
@@ -281,6 +286,8 @@ def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: 
                             st.queue.extend(make_jobs(w.backend_index, message["name"], tuple(message["dtypes"])))
                         else:
                             st.failed = True
+                    if on_started and not st.failed:
+                        on_started(w.backend_index, message.get("profile", {}), time.perf_counter() - w.spawned)
                     next_job(w)
                 else:
                     on_result(w.backend_index, w.job, message, arrays, time.perf_counter() - w.started)

@@ -53,6 +53,7 @@ class CaseResult:
     quantities: list = field(default_factory=list)
     seconds: float = 0.0
     traceback: str = ""
+    profile: dict = field(default_factory=dict)  # run_suite's: phase -> seconds, counter -> count (conformance.profile)
 
     @property
     def failed(self) -> bool:
@@ -73,6 +74,8 @@ class Report:
     results: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # BackendError
     notes: list = field(default_factory=list)  # str: backends not installed
+    profile: dict = field(default_factory=dict)  # backend -> phases and counters (conformance.profile.empty)
+    wall: float = 0.0  # run_suite's seconds, start to end
 
     @property
     def exit_code(self) -> int:
@@ -240,26 +243,52 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
     xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
-    besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row)."""
+    besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
+    progress: an object told of the run as it goes: begin(total) with the number of results
+    expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
+    grow(n) when that number changes, advance(label) per result ('backend/dtype'),
+    finished(backend, counts, seconds, note) when a backend is done (counts: status -> number;
+    note: why it ran nothing, or ""), and close() at the end, however the run ends.
+
+    The report's profile holds, per backend, the phases and counters of conformance.profile,
+    and each result's profile its own share."""
+    from . import profile as P
     from .pool import core_count, run_workers
 
     xfail = compile_patterns("xfail", xfail)
     jobs = jobs or core_count()
     report = Report()
     names = {}
-    bar = progress(total=0) if progress else None
+    expected = {i: len(ref.dtypes or ("?",)) * len(cases) for i, ref in enumerate(refs)}
+    done = {i: 0 for i in range(len(refs))}
+    began = time.perf_counter()
+    spawned = {}  # backend index -> when its first worker was spawned
     stop = [False]
+    if progress:
+        progress.begin(sum(expected.values()))
+
+    def row(i):
+        return report.profile.setdefault(names.get(i, refs[i].label), P.empty())
 
     def on_init(i, name, dtypes):
         ref = refs[i]
         if name in names.values() or (name in taken and not (ref.builtin and name == ref.label)):
             report.errors.append(BackendError(ref.label, f"reports the name {name!r}, which another backend has taken"))
+            gone(i, f"reports the name {name!r}, which another backend has taken")
             return False
         names[i] = name
-        if bar:
-            bar.total += len(dtypes) * len(cases)
-            bar.refresh()
+        if progress and len(dtypes) * len(cases) != expected[i]:
+            progress.grow(len(dtypes) * len(cases) - expected[i])
+        expected[i] = len(dtypes) * len(cases)
         return True
+
+    def on_started(i, timings, seconds):
+        r = row(i)
+        spawned.setdefault(i, time.perf_counter() - seconds)
+        r["workers"] += 1
+        r["import"] += timings.get("import", 0.0)
+        r["construction"] += timings.get("construction", 0.0)
+        r["start"] += max(0.0, seconds - timings.get("import", 0.0) - timings.get("construction", 0.0))
 
     def make_jobs(i, name, dtypes):
         restep = RESTEPPED.get(name) if refs[i].builtin else None  # judged against the spec at its count
@@ -268,24 +297,47 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
 
     def on_result(i, job, reply, arrays, seconds):
         dtype, case = job
+        start = time.perf_counter()
         r = judge(CaseResult(names[i], dtype, case.name, "passed"), case, reply, arrays, float64_bound)
         r.seconds = seconds
+        worker = reply.get("profile", {})
+        compilation = worker.get("compilation", 0.0)
+        r.profile = {"compilation": compilation, "run": max(0.0, worker.get("seconds", seconds) - compilation),
+                     "transfer": max(0.0, seconds - worker.get("seconds", seconds)),
+                     "comparison": time.perf_counter() - start,
+                     **{k: worker.get(k, 0) for k in ("jax_trace", "jax_lower", "jax_xla", "programs", "cache_hits",
+                                                      "exports", "sessions")}}
+        P.add_case(row(i), r.profile)
+        row(i)["wall"] = time.perf_counter() - spawned.get(i, began)
         report.results.append(apply_xfail(r, xfail))
-        if bar:
-            bar.update(1)
-            bar.set_postfix_str(f"{names[i]}/{dtype}", refresh=False)
+        done[i] += 1
+        if progress:
+            progress.advance(f"{r.backend}/{r.dtype}")
+            if done[i] == expected[i]:
+                mine = [x for x in report.results if x.backend == names[i]]
+                counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
+                progress.finished(names[i], counts, row(i)["wall"], "")
         if fail_fast and r.failed:
             stop[0] = True
 
+    def gone(i, message):
+        """Backend i runs nothing more: its share leaves the progress total."""
+        if progress:
+            progress.grow(done[i] - expected[i])
+            progress.finished(names.get(i, refs[i].label), {}, time.perf_counter() - spawned.get(i, began), message)
+        expected[i] = done[i]
+
     def on_backend_error(i, message, tb):
         report.errors.append(BackendError(refs[i].label, message, tb))
+        gone(i, message)
 
     try:
         run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
-                    should_stop=lambda: stop[0])
+                    should_stop=lambda: stop[0], on_started=on_started)
     finally:
-        if bar:
-            bar.close()
+        if progress:
+            progress.close()
+    report.wall = time.perf_counter() - began
     ran = {r.backend for r in report.results if r.status != "skipped"}
     for i, name in names.items():
         if name not in ran and not stop[0]:
@@ -308,6 +360,37 @@ def summary(results) -> list[dict]:
     return list(rows.values())
 
 
+SHOWN_PER_GROUP = 3  # failures printed per group; the JSON report holds them all
+
+
+def divergence(result: CaseResult) -> str:
+    """Where a failing result goes wrong first, as its failure group names it: the quantity over
+    tolerance ('f0', 'step_3', 'grad.w'), a quantity and the check it failed ('z1 (dtype)'), an
+    unexpected pass, or an error and its exception type (or its message, if it names none)."""
+    message = result.message
+    if result.status == "xpassed":
+        return "unexpected pass"
+    if result.status == "error":
+        kind, sep, _ = message.partition(": ")
+        return f"error: {kind if sep and ' ' not in kind else message[:80]}"
+    if message.startswith("diverges first at "):
+        return re.match(r"[^\s:]+", message[len("diverges first at "):]).group()
+    name, _, rest = message.partition(": ")
+    check = next((c for c in ("dtype", "shape") if rest.startswith(f"expected {c}")), None)
+    return f"{name} ({check or ('non-finite' if rest.startswith('non-finite') else rest[:40])})"
+
+
+def failure_groups(results) -> list[dict]:
+    """The failing results grouped by (backend, dtype, divergence), in the results' order: a dict
+    per group with those three and its results."""
+    groups = {}
+    for r in results:
+        if r.failed:
+            key = (r.backend, r.dtype, divergence(r))
+            groups.setdefault(key, {"backend": key[0], "dtype": key[1], "divergence": key[2], "results": []})["results"].append(r)
+    return list(groups.values())
+
+
 def format_report(report: Report) -> str:
     rows = summary(report.results)
     w = max([len("backend")] + [len(r["backend"]) for r in rows]) + 2
@@ -315,9 +398,17 @@ def format_report(report: Report) -> str:
     for row in rows:
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
                      f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case'] if row['worst_ratio'] else '-'}")
-    failures = [r for r in report.results if r.failed]
-    if failures:
-        lines += ["", "failures:"] + [f"  {r.backend}/{r.dtype}/{r.case}: {r.message}" for r in failures]
+    groups = failure_groups(report.results)
+    if groups:
+        count = sum(len(g["results"]) for g in groups)
+        lines += ["", f"failures: {count}, in {len(groups)} group{'s' if len(groups) > 1 else ''} by backend, dtype and "
+                      f"where each diverges first (the first {SHOWN_PER_GROUP} of each shown; every one in the --json report):"]
+        for g in groups:
+            members = g["results"]
+            lines.append(f"  {g['backend']}/{g['dtype']}, {g['divergence']}: {len(members)} case{'s' if len(members) > 1 else ''}")
+            lines += [f"    {r.case}: {r.message}" for r in members[:SHOWN_PER_GROUP]]
+            if len(members) > SHOWN_PER_GROUP:
+                lines.append(f"    ... and {len(members) - SHOWN_PER_GROUP} more")
     if report.errors:
         lines += ["", "backend errors (see the JSON report for tracebacks):"]
         lines += [f"  {e.backend}: {e.message}" for e in report.errors]
@@ -326,8 +417,11 @@ def format_report(report: Report) -> str:
 
 
 def write_json(report: Report, path, header: dict) -> None:
+    groups = [{**{k: g[k] for k in ("backend", "dtype", "divergence")}, "cases": [r.case for r in g["results"]]}
+              for g in failure_groups(report.results)]
     payload = {**header, "exit_code": report.exit_code, "summary": summary(report.results),
                "backend_errors": [asdict(e) for e in report.errors], "notes": report.notes,
+               "failure_groups": groups, "profile": {"wall": report.wall, "backends": report.profile},
                "results": [asdict(r) for r in report.results]}
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)

@@ -4,11 +4,15 @@ The run (conformance.pool) starts `python -m conformance.worker IN OUT` with two
 descriptors. Messages are frames: an 8-byte header (JSON length, payload length, little-endian
 uint32), a UTF-8 JSON object, and an optional safetensors payload of arrays. Nothing is pickled.
 
-    init  {"op": "init", "reference", "sys_path"}   -> {"name", "dtypes"} or {"error", "traceback"}
+    init  {"op": "init", "reference", "sys_path", "imports"} -> {"name", "dtypes", "profile"} or {"error", "traceback"}
     run   {"op": "run", "case", "dtype", "config"} + x, padding_mask, param/<name>
           -> {"status": "skipped", "message"} | {"status": "ran"} + f0, trajectory or z1
-             | {"status": "error", "message", "traceback"}
+             | {"status": "error", "message", "traceback"}; each with "profile"
     exit  {"op": "exit"}
+
+A profile (conformance.profile) is what the worker measured: at init, the seconds importing and
+constructing the backend; per case, the seconds the backend's calls took, the compilation among
+them, and the programs, cache hits, exports and sessions counted.
 
 The worker only runs the backend: it never sees a golden output, and the comparison happens in
 the run's process. Every call gets fresh arrays, so a backend writing into its inputs changes
@@ -22,6 +26,7 @@ import json
 import os
 import struct
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -59,10 +64,14 @@ def read_frame(fd: int) -> tuple[dict, dict]:
     return decode(_read_exact(fd, n_body), _read_exact(fd, n_payload))
 
 
-def write_frame(fd: int, message: dict, arrays: dict | None = None) -> None:
-    data = memoryview(encode(message, arrays))
+def _write_all(fd: int, frame: bytes) -> None:
+    data = memoryview(frame)
     while data:
         data = data[os.write(fd, data):]
+
+
+def write_frame(fd: int, message: dict, arrays: dict | None = None) -> None:
+    _write_all(fd, encode(message, arrays))
 
 
 def _failure(err: BaseException) -> dict:
@@ -128,6 +137,7 @@ def check_supports(reason) -> str | None:
 def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
+    from . import profile
     from .adapters import check_adapter, make_adapter
 
     adapter = None
@@ -141,9 +151,11 @@ def serve(fd_in: int, fd_out: int) -> None:
             return
         if op == "init":
             sys.path[:] = message["sys_path"]
+            timings = {}
             try:
-                adapter = make_adapter(message["reference"])
-                reply = {"name": adapter.name, "dtypes": list(check_adapter(adapter))}
+                adapter = make_adapter(message["reference"], timings, message.get("imports", ()))
+                profile.watch_jax()
+                reply = {"name": adapter.name, "dtypes": list(check_adapter(adapter)), "profile": timings}
             except BaseException as err:  # noqa: B036 -- SystemExit from a plug-in is its error
                 failure = _failure(err)
                 reply = {"error": failure["message"], "traceback": failure["traceback"]}
@@ -151,6 +163,8 @@ def serve(fd_in: int, fd_out: int) -> None:
             continue
         # op == "run"
         out = {}
+        profile.watch_jax()  # a backend that imported JAX in its last call
+        before, start = profile.snapshot(), time.perf_counter()
         try:
             config = R.ODEConfig.from_any(message["config"])
             dtype, decoded, vjp = message["dtype"], message.get("decoded", 0), message.get("vjp", False)
@@ -162,13 +176,14 @@ def serve(fd_in: int, fd_out: int) -> None:
                 out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype, decoded,
                                       arrays.get("z1_bar"))
                 reply = {"status": "ran"}
-                try:
-                    encode(reply, out)
-                except Exception as err:  # an output safetensors cannot hold (object dtype, ...)
-                    out, reply = {}, {"status": "error", **_failure(err)}
         except BaseException as err:  # noqa: B036 -- a backend's crash is its result
             out, reply = {}, {"status": "error", **_failure(err)}
-        write_frame(fd_out, reply, out)
+        reply["profile"] = {"seconds": time.perf_counter() - start, **profile.since(before)}
+        try:
+            frame = encode(reply, out)
+        except Exception as err:  # an output safetensors cannot hold (object dtype, ...)
+            frame = encode({"status": "error", **_failure(err), "profile": reply["profile"]})
+        _write_all(fd_out, frame)
 
 
 def main() -> None:

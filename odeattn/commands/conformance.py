@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int, user_input
+from odeattn.commands.progress import Progress
 
 
 def register(sub) -> None:
@@ -34,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="per-case timeout in seconds (default 120)")
     p.add_argument("--float64-bound", type=positive_float, default=None, metavar="E",
                    help="also fail a float64 quantity whose relative error exceeds E (e.g. 1e-12)")
+    p.add_argument("--profile", action="store_true",
+                   help="also print where the time went: per backend, per phase (start, import, construction, "
+                        "compilation, run, transfer, comparison), and the programs compiled (the JSON report "
+                        "always holds it)")
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
 
@@ -41,14 +46,6 @@ def register(sub) -> None:
 def title(args) -> str:
     return "conformance" if args.action == "run" else f"conformance {args.action}"
 
-
-def progress():
-    """A tqdm bar factory (total -> bar) on stderr, or None without tqdm."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return lambda total: tqdm(total=total, unit="case", file=sys.stderr, disable=None, leave=False)
 
 
 def run(args) -> int:
@@ -88,13 +85,12 @@ def generate(args) -> int:
     directory = args.golden or GOLDEN_DIR
     with user_input():
         check_writable(directory)  # made if missing
-    bars = progress()
-    bar = bars(len(case_specs())) if bars else None
+    bar = Progress()
+    bar.begin(len(case_specs()))
     try:
-        written = write_set(directory, progress=(lambda name: bar.update(1)) if bar else None)
+        written = write_set(directory, progress=lambda name: bar.advance())
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     print(f"wrote {written.cases} cases and {written.manifest.name} to {directory} ({written.size / 1e6:.2f} MB), "
           f"digest {written.digest}")
     return 0
@@ -105,12 +101,13 @@ def mutants(args) -> int:
     from odeattn.conformance.mutants import format_table, kill_table, survivors
 
     unused = [o for o, v in (("--backend", args.backend), ("-k", args.include), ("--exclude", args.exclude),
-                             ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit)) if v]
+                             ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit),
+                             ("--profile", args.profile)) if v]
     if unused:
         raise UsageError(f"{', '.join(unused)}: not taken here (only --golden and -j)")
     with user_input():
         cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError: one line per defect
-    rows = kill_table(cases, jobs=args.jobs, progress=progress())
+    rows = kill_table(cases, jobs=args.jobs, progress=Progress())
     print(format_table(rows))
     alive = survivors(rows)
     if alive:
@@ -149,19 +146,28 @@ def prepare(args):
 
 
 def suite(args) -> int:
+    import time
+
+    from odeattn.conformance.profile import format_profile
     from odeattn.conformance.runner import BackendError, format_report, run_suite, write_json, write_junit
 
+    start = time.perf_counter()
     with user_input():
         cases, refs, notes, errors, header, taken = prepare(args)
+    setup = time.perf_counter() - start
     print(f"golden set: {header['golden']}, {len(cases)} cases, digest {header['digest']}")
-    print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})")
+    print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})", flush=True)
     report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,
-                       float64_bound=args.float64_bound, progress=progress(), taken=taken)
+                       float64_bound=args.float64_bound, progress=Progress(), taken=taken)
     report.notes += notes
     report.errors += [BackendError(label, message) for label, message in errors]
     print(format_report(report))
+    if args.profile:
+        print()
+        print(format_profile(report.profile, report.wall))
+        print(f"before the run: {setup:.1f} s (the golden set loaded and checked, the backends found)")
     if args.json:
-        write_json(report, args.json, header)
+        write_json(report, args.json, {**header, "setup_seconds": setup})
     if args.junit:
         write_junit(report, args.junit, header)
     return report.exit_code

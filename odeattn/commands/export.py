@@ -3,7 +3,13 @@ on a random batch."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+import warnings
 from pathlib import Path
+
+from ode_ref.cache import evaluations
 
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block
@@ -109,7 +115,10 @@ def write_block(args, config, params, opset: int) -> list[str]:
         from odeattn.backends.torch import ODEAttentionBlock
         from odeattn.export.from_torch import export_torch
 
-        export_torch(ODEAttentionBlock.from_params(config, params), args.output, opset=opset)
+        print(f"exporting through torch.onnx.export: it traces each of the {evaluations(config)} evaluations of f, "
+              "which takes tens of seconds", file=sys.stderr, flush=True)
+        with quiet_torch_export():
+            export_torch(ODEAttentionBlock.from_params(config, params), args.output, opset=opset)
         return []
     from odeattn.export.block import check, export_model
 
@@ -122,7 +131,6 @@ def write_block(args, config, params, opset: int) -> list[str]:
         raise CommandFailed(str(err)) from None
     args.output.write_bytes(model.SerializeToString())
     if args.bitlinear == "integer":
-        from ode_ref.cache import evaluations
         from odeattn.export.deploy import PROJECTIONS
 
         notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
@@ -137,6 +145,25 @@ def write_block(args, config, params, opset: int) -> list[str]:
 
 LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
                         "them (nothing gets quantised or fused); for those tools export with --inline or --steps-input")
+
+
+@contextlib.contextmanager
+def quiet_torch_export():
+    """torch.onnx.export's messages that are not the user's business, silenced for the call only:
+    its registry's "torchvision is not installed" (a log line per torchvision operator), torch's
+    own use of its deprecated pytree LeafSpec (a FutureWarning), and that the batch and seq
+    axes shared by x and padding_mask keep their one name (a UserWarning)."""
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+            warnings.filterwarnings("ignore", r"# The axis name: \w+ will not be used, since it shares the same shape "
+                                    r"constraints with another axis", UserWarning, r"torch\.onnx")
+            yield
+    finally:
+        registry.setLevel(level)
 
 
 def write_optimized(output: Path) -> str:

@@ -3,7 +3,8 @@ the backends `odeattn conformance` can run."""
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
+import importlib.util
 
 import ode_ref
 
@@ -15,10 +16,21 @@ def register(sub) -> None:
 
 
 def _version(module: str):
-    try:
-        return importlib.import_module(module).__version__
-    except Exception:  # not installed, or broken: report it as absent
+    """The installed version of the package that provides `module`, "installed" if its
+    distribution names no version, or None if absent; read from the packages' metadata, never by
+    importing them (importing torch or jax takes seconds)."""
+    if importlib.util.find_spec(module) is None:
         return None
+    try:  # the distribution is most often named as its module
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for name in importlib.metadata.packages_distributions().get(module, []):  # else its owner's: onnxruntime-gpu
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "installed"
 
 
 def run(args) -> int:

@@ -323,3 +323,61 @@ def test_a_wrong_first_state_fails(first_state, reported, dtype):
         assert run_case(SpecAdapter(), case, "float64").status == "passed"
     checked = [q.quantity for q in run_case(SpecAdapter(), cases[0], "float64").quantities]
     assert checked[:2] == ["step_0", "f0"] and checked[-1] == "z1"
+
+
+def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
+    """A backend off by 1e-3 everywhere after z(0): the report prints a group per (backend, dtype,
+    first divergent quantity), the first few of each and how many more; the JSON holds every one."""
+    from odeattn.conformance.adapters import SpecAdapter
+    from odeattn.conformance.runner import SHOWN_PER_GROUP, Report
+
+    off = np.float64(1 + 1e-3)
+
+    class OffByAThousandth(SpecAdapter):
+        name = "off"
+
+        def run_func(self, *a):
+            return super().run_func(*a) * off
+
+        def run_trajectory(self, *a):
+            traj = super().run_trajectory(*a)
+            traj[1:] *= off
+            return traj
+
+        def run_vjp(self, *a):
+            x_bar, params_bar = super().run_vjp(*a)
+            return x_bar * off, params_bar
+
+    blocks = select(CASES, include=["^block_derf"])
+    grads = select(CASES, include=["^grad_layer_norm_(euler|ralston)"])
+    assert len(blocks) > SHOWN_PER_GROUP + 1 and 0 < len(grads) <= SHOWN_PER_GROUP
+    report = Report(results=[run_case(OffByAThousandth(), c, "float64") for c in blocks + grads])
+    assert all(r.status == "failed" for r in report.results)
+    lines = format_report(report).splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("failures: ")))
+    assert lines[at].startswith(f"failures: {len(blocks) + len(grads)}, in 2 groups")
+    assert lines[at + 1] == f"  off/float64, f0: {len(blocks)} cases"
+    assert [line.split(":")[0].strip() for line in lines[at + 2:at + 2 + SHOWN_PER_GROUP]] == [c.name for c in blocks[:SHOWN_PER_GROUP]]
+    assert lines[at + 2 + SHOWN_PER_GROUP] == f"    ... and {len(blocks) - SHOWN_PER_GROUP} more"
+    assert lines[at + 3 + SHOWN_PER_GROUP] == f"  off/float64, x_bar: {len(grads)} case{'s' if len(grads) > 1 else ''}"
+    assert len(lines) == at + 4 + SHOWN_PER_GROUP + len(grads)  # no "more" line for a group under the cap
+    write_json(report, tmp_path / "r.json", {})
+    payload = json.loads((tmp_path / "r.json").read_text())
+    assert payload["failure_groups"] == [
+        {"backend": "off", "dtype": "float64", "divergence": "f0", "cases": [c.name for c in blocks]},
+        {"backend": "off", "dtype": "float64", "divergence": "x_bar", "cases": [c.name for c in grads]}]
+    assert sum(r["status"] == "failed" for r in payload["results"]) == len(blocks) + len(grads)
+
+
+@pytest.mark.parametrize("status, message, divergence", [
+    ("failed", "z1: expected dtype float32; got float64", "z1 (dtype)"),
+    ("failed", "step_2: non-finite values (NaN or inf) at [0, 1, 0]", "step_2 (non-finite)"),
+    ("error", "ZeroDivisionError: division by zero", "error: ZeroDivisionError"),
+    ("error", "the worker was killed by SIGSEGV while running this case",
+     "error: the worker was killed by SIGSEGV while running this case"),
+    ("xpassed", "unexpected pass: the case matches an xfail pattern but passed", "unexpected pass"),
+])
+def test_a_failure_that_is_no_divergence_is_grouped_by_its_check(status, message, divergence):
+    from odeattn.conformance.runner import CaseResult, divergence as divergence_of
+
+    assert divergence_of(CaseResult("b", "float32", "c", status, message)) == divergence

@@ -20,6 +20,7 @@ def cfg(**kw):
 def test_torch_route_gives_the_same_outputs():
     torch = pytest.importorskip("torch")
     from odeattn.backends.torch import ODEAttentionBlock
+    from odeattn.commands.export import quiet_torch_export
     from odeattn.export.from_torch import export_torch
 
     # two steps, the state carried from one to the next: torch.export traces every evaluation of
@@ -29,7 +30,7 @@ def test_torch_route_gives_the_same_outputs():
     block = ODEAttentionBlock.from_params(c, params)
     import tempfile
 
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, quiet_torch_export():  # as `odeattn export --route torch` calls it
         export_torch(block, f"{d}/t.onnx", seq=8)
         via_torch = onnx.load(f"{d}/t.onnx")
     direct = export_model(c, params)

@@ -177,6 +177,9 @@ def test_weights_quantised_once_per_forward(monkeypatch):
     assert len(calls) == 2  # qkv and out_proj, not 2 x 16 evaluations
 
 
+# torch.compile's inductor imports torch.utils.mkldnn, whose classes use torch's own deprecated
+# torch.jit.script_method: torch's warning, not the port's
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning:torch\.jit")
 def test_torch_compile_fullgraph_equals_eager():
     case = next(c for c in CASES if c.config.use_bitnet and c.padding_mask is not None and c.config.mode == "decoder")
     block = build(case.config, case.params, torch.float32)

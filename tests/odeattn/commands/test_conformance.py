@@ -111,3 +111,71 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
                    "onnxruntime-integer": report["cases"] - bitnet_blocks}.get(key[0], 0)
         assert (row["passed"], row["skipped"], row["failed"]) == (report["cases"] - skipped, skipped, 0), key
     assert not report["backend_errors"] and not report["notes"]
+
+
+SMALL = "derf_euler_encoder_float_nopad_s1_b2t5h2d8$"  # one block case, one step of euler
+
+
+def test_profile_counts_jax_s_compilations_cold_and_its_cache_hits_warm(tmp_path, monkeypatch, capsys):
+    """--profile: per backend, the phases and what it compiled; JAX's persistent cache (under
+    XDG_CACHE_HOME) empty at first, then read back; ONNX Runtime exports and builds one session for
+    the case's f0 and trajectory both."""
+    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    argv = ["conformance", "--backend", "jax", "--backend", "onnxruntime", "-k", SMALL, "--profile", "--json"]
+    runs = []
+    for name in ("cold", "warm"):
+        assert main([*argv, str(tmp_path / f"{name}.json")]) == 0
+        out = capsys.readouterr().out
+        assert "profile (seconds;" in out and any(line.startswith("jax ") for line in out.split("profile (")[1].splitlines())
+        runs.append(json.loads((tmp_path / f"{name}.json").read_text())["profile"]["backends"])
+    cold, warm = runs
+    assert cold["jax"]["programs"] >= 2 and cold["jax"]["cache_hits"] == 0  # a program a dtype at least
+    assert cold["jax"]["xla_compilations"] == cold["jax"]["programs"] and cold["jax"]["compilation"] > 0
+    assert warm["jax"]["programs"] == cold["jax"]["programs"] == warm["jax"]["cache_hits"]
+    assert warm["jax"]["xla_compilations"] == 0
+    assert any((tmp_path / "cache" / "odeattn" / "jax").iterdir())
+    for run in runs:
+        assert (run["onnxruntime"]["exports"], run["onnxruntime"]["sessions"], run["onnxruntime"]["programs"]) == (1, 1, 0)
+        assert run["jax"]["import"] > 0 and run["jax"]["workers"] >= 1 and run["jax"]["exports"] == 0
+
+
+PLUGIN = '''
+import os, sys
+import ode_ref as R
+
+class Mine:
+    """A user's own backend: the spec in float64, which notes the runtimes its worker has imported."""
+    name, dtypes = "mine", ("float64",)
+
+    def supports(self, config, dtype):
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        with open(os.environ["ODEATTN_TEST_IMPORTED"], "a") as f:
+            f.write(" ".join(sorted(m for m in ("jax", "jaxlib", "torch", "onnxruntime") if m in sys.modules)) + "\\n")
+        return R.ode_block(params, x, config, padding_mask)
+'''
+
+
+def test_a_users_own_backend_never_imports_or_compiles_the_jax_port(tmp_path):
+    """`odeattn conformance --backend module:object`: neither the command's process nor the
+    workers import JAX (nor torch, nor ONNX Runtime), and no JAX cache folder is made."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "odeattn_test_mine.py").write_text(PLUGIN)
+    code = ("import sys\nfrom odeattn.cli import main\n"
+            "code = main(['conformance', '--backend', 'odeattn_test_mine:Mine', '-k', 'derf', '--json', 'r.json'])\n"
+            "print('parent:', sorted(m for m in ('jax', 'jaxlib', 'torch', 'onnxruntime') if m in sys.modules))\n"
+            "sys.exit(code)\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "ODEATTN_TEST_IMPORTED": str(tmp_path / "imported")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "parent: []"
+    seen = (tmp_path / "imported").read_text().splitlines()
+    assert seen and set(seen) == {""}, set(seen)  # a line a case run, each empty
+    assert json.loads((tmp_path / "r.json").read_text())["profile"]["backends"]["mine"]["programs"] == 0
+    assert not (tmp_path / "cache" / "odeattn").exists()

@@ -17,3 +17,27 @@ def test_info_says_which_backends_are_installed(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "  spec                 installed" in out
     assert "  torch                not installed (missing odeattn_absent_package)" in out
+
+
+def test_info_imports_no_runtime_to_list_them():
+    """The versions come from the packages' metadata: torch, jax and ONNX Runtime stay unimported."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom odeattn.cli import main\nmain(['info'])\n"
+            "print('imported:', sorted(m for m in ('torch', 'jax', 'jaxlib', 'onnx', 'onnxruntime') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "imported: []", lines[-1]
+    assert f"  numpy        {importlib.metadata.version('numpy')}" in lines
+
+
+def test_info_reports_a_package_absent_without_importing_it(capsys, monkeypatch):
+    from odeattn.commands import info
+
+    monkeypatch.setattr(info, "OPTIONAL", ("numpy", "odeattn_absent_package"))
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "  odeattn_absent_package not installed" in out
