@@ -175,7 +175,7 @@ class JaxAdapter:
 
 class FlaxAdapter:
     """odeattn.backends.flax through module.apply under jax.jit, one compilation per case config
-    and function: the block (trajectory), f once (the SelfAttention alone), the prefill and the
+    and function: the block (trajectory), f once (the block's f), the prefill and the
     decode step (mutable=['cache'], the slot index traced), and jax.vjp of the block. The
     parameters are the case's, converted by from_state_dict; the gradients come back under the
     seed's names (to_state_dict)."""
@@ -195,8 +195,7 @@ class FlaxAdapter:
         static = dict(static_argnames=("config", "max_len"))
         self._trajectory = jax.jit(lambda v, x, m, config: block(config).apply(v, x, padding_mask=m, return_trajectory=True)[1],
                                    static_argnames="config")
-        self._func = jax.jit(lambda v, t, x, m, config: port.SelfAttention(config=config).apply(
-            {"params": v["params"]["ode_func"]}, x, padding_mask=m, t=t), static_argnames="config")
+        self._func = jax.jit(lambda v, t, x, m, config: block(config).apply(v, t, x, m, method="f"), static_argnames="config")
         self._prefill = jax.jit(lambda v, x, m, config, max_len: block(config, max_len=max_len).apply(
             v, x, padding_mask=m, mutable=["cache"]), **static)
         self._step = jax.jit(lambda v, x_t, config, max_len: block(config, max_len=max_len).apply(v, x_t, mutable=["cache"]),

@@ -175,7 +175,8 @@ class SelfAttention(_Configured):
         return self.port.output_proj(self.c_proj.weight(y), y)
 
     def __call__(self, x, padding_mask=None, deterministic: bool = True, **kwargs):
-        """f(t, x) once (kwargs["t"], default 0): x (batch, seq, d_model) -> (batch, seq, d_model)."""
+        """f(t, x) once (kwargs["t"], default 0): x (batch, seq, d_model) -> (batch, seq, d_model).
+        A gated solver's config needs the block's gate parameters too: ODEAttentionBlock.f."""
         stages = ModuleStages(self, deterministic, dropout_rng(self, deterministic))
         return jax_block.ode_func(self.state_dict(), kwargs.get("t", 0.0), x, self.config, padding_mask, attention=stages)
 

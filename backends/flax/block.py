@@ -150,6 +150,11 @@ class ODEAttentionBlock(_Configured):
         return jax_block.ode_block(params, x, self.config, padding_mask, attention=stages,
                                    return_trajectory=return_trajectory)
 
+    def f(self, t, x, padding_mask=None, deterministic: bool = True):
+        """f(t, x) once, the gated solver's configs too: the JAX port's ode_func over the stages."""
+        stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
+        return jax_block.ode_func(self.state_dict(), t, x, self.config, padding_mask, attention=stages)
+
     def _prefill(self, params, x, padding_mask, stages):
         cfg, stages, x, padding_mask = jax_block._checked(params, x, self.config, padding_mask, stages)
         max_len = check_max_len(self.max_len, x.shape[1])
