@@ -173,6 +173,69 @@ class JaxAdapter:
                                lambda x_t, cache: port.decode_step(params, x_t, cache, config), x, padding_mask, prompt)
 
 
+
+class FlaxAdapter:
+    """odeattn.backends.flax through module.apply under jax.jit, one compilation per case config
+    and function: the block (trajectory), f once (the block's f), the prefill and the
+    decode step (mutable=['cache'], the slot index traced), and jax.vjp of the block. The
+    parameters are the case's, converted by from_state_dict; the gradients come back under the
+    seed's names (to_state_dict)."""
+
+    name = "flax"
+    dtypes = ("float32", "float64")
+
+    def __init__(self):
+        import jax
+
+        from odeattn.backends import flax as port
+
+        jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        self.jax, self.port = jax, port
+        block = lambda config, **kw: port.ODEAttentionBlock(config=config, **kw)  # noqa: E731
+        static = dict(static_argnames=("config", "max_len"))
+        self._trajectory = jax.jit(lambda v, x, m, config: block(config).apply(v, x, padding_mask=m, return_trajectory=True)[1],
+                                   static_argnames="config")
+        self._func = jax.jit(lambda v, t, x, m, config: block(config).apply(v, t, x, m, method="f"), static_argnames="config")
+        self._prefill = jax.jit(lambda v, x, m, config, max_len: block(config, max_len=max_len).apply(
+            v, x, padding_mask=m, mutable=["cache"]), **static)
+        self._step = jax.jit(lambda v, x_t, config, max_len: block(config, max_len=max_len).apply(v, x_t, mutable=["cache"]),
+                             **static)
+
+        def vjp(v, x, m, z1_bar, config):
+            _, back = jax.vjp(lambda vv, xx: block(config).apply(vv, xx, padding_mask=m), v, x)
+            v_bar, x_bar = back(z1_bar)
+            return x_bar, port.to_state_dict(v_bar)
+
+        self._vjp = jax.jit(vjp, static_argnames="config")
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return None
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        with self.jax.enable_x64(dtype == "float64"):
+            return np.asarray(self._trajectory(self.port.from_state_dict(config, params), x, padding_mask, config=config))
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self.run_trajectory(config, params, x, padding_mask, dtype)[-1]
+
+    def run_func(self, config, params, t, x, padding_mask, dtype):
+        with self.jax.enable_x64(dtype == "float64"):
+            return np.asarray(self._func(self.port.from_state_dict(config, params), t, x, padding_mask, config=config))
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        with self.jax.enable_x64(dtype == "float64"):
+            v = self.port.from_state_dict(config, params)
+            n = x.shape[1]
+            return decode_loop(lambda x, m, n: self._prefill(v, x, m, config=config, max_len=n),
+                               lambda x_t, state: self._step({**v, **state}, x_t, config=config, max_len=n),
+                               x, padding_mask, prompt)
+
+    def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
+        with self.jax.enable_x64(dtype == "float64"):
+            x_bar, params_bar = self._vjp(self.port.from_state_dict(config, params), x, padding_mask, z1_bar, config=config)
+            return np.asarray(x_bar), {k: np.asarray(v) for k, v in params_bar.items()}
+
 # ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
 # each step) and run in float32 by ONNX Runtime at opset 17 and 23 (and with BitLinear's integer
 # products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and
@@ -345,6 +408,7 @@ BUILTIN = {
     "spec": Builtin.of(SpecAdapter),
     "torch": Builtin.of(TorchAdapter, ("torch",)),
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
+    "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax")),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),

@@ -126,7 +126,17 @@ def check_diagnose(ns, tmp_path):
     assert ns["trained"]["parameters"] == 6305 and len(ns["trained"]["losses"]) == 20
 
 
-CHECKS = {"README.md": check_readme, "specification.md": check_specification, "conformance.md": check_conformance,
+def check_flax(ns, tmp_path):
+    """The page's block, its cached decoding and its variant equal the spec's."""
+    cfg, params, x, mask = ns["cfg"], ns["params"], ns["x"], ns["mask"]
+    assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and int(ns["state"]["cache"]["cache_index"]) == 6
+    from odeattn.conformance.cases import run_decode
+
+    assert relative_error(ns["z_t"], run_decode(cfg, params, x, mask, 4)[:, 5:]) < 1e-5
+    assert relative_error(ns["z_recent"], ns["z_recent_spec"]) < 1e-5 and relative_error(ns["z_recent"], ns["z"]) > 1e-3
+
+
+CHECKS = {"README.md": check_readme, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
           "diagnose.md": check_diagnose}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]
@@ -139,7 +149,7 @@ def test_every_page_with_examples_has_its_checks():
 @pytest.mark.parametrize("page", EXAMPLE_PAGES, ids=lambda p: p.name)
 def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     """A page's python blocks run in order in one namespace, in a temporary folder."""
-    for module in ("torch", "jax", "onnx", "onnxruntime"):
+    for module in ("torch", "jax", "onnx", "onnxruntime", *(("flax",) if page.name == "flax.md" else ())):
         pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
     with socket.socket() as s:  # the DDP example's group of one meets on a free port

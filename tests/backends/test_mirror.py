@@ -137,3 +137,26 @@ def test_every_port_runs_the_spec_orchestration():
         cls = importlib.import_module(f"{PORTS[port]}.attention").SelfAttention
         assert issubclass(cls, Stages) and cls.evaluate is Stages.evaluate, port
         assert cls.prepare is Stages.prepare or port == "torch", port
+
+
+# The Flax port keeps the staged attention API's names and signatures (odeattn.backends.flax):
+# each of its stages is the spec's stage of the same name (project's inner half, _project_inner,
+# is the API's own), and its ModuleStages hands each spec stage to it.
+FLAX_STAGES = {"_project_inner": "project", "project": "project", "preprocess_qkv": "preprocess_qkv",
+               "build_mask": "build_mask", "attn": "attn", "postprocess_attn": "postprocess_attn",
+               "output_proj": "output_proj"}
+
+
+def test_the_flax_port_names_the_spec_s_stages_and_variants():
+    pytest.importorskip("flax")
+    from odeattn.backends import flax as F
+    from odeattn.backends.flax.attention import ModuleStages
+
+    for stage, spec_stage in FLAX_STAGES.items():
+        assert callable(getattr(F.SelfAttention, stage)) and callable(getattr(R.SelfAttention, spec_stage)), stage
+        assert spec_stage in vars(ModuleStages), spec_stage  # handed to the module
+    assert sorted(F.variants.__all__) == sorted(v.__name__ for v in R.VARIANTS)
+    for variant in R.VARIANTS:  # each overrides the stages its spec class does
+        spec_own = {s for s in FLAX_STAGES.values() if s in vars(variant)}
+        flax_own = {FLAX_STAGES[s] for s in FLAX_STAGES if s in vars(getattr(F, variant.__name__))}
+        assert flax_own == spec_own, variant.__name__

@@ -88,7 +88,7 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
     assert code == 0, out
     report = json.loads((tmp_path / "r.json").read_text())
     rows = {(row["backend"], row["dtype"]): row for row in report["summary"]}
-    assert set(rows) == {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("jax", "float32"),
+    assert set(rows) == {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("jax", "float32"), ("flax", "float32"), ("flax", "float64"),
                          ("jax", "float64"), ("onnxruntime", "float32"), ("onnxruntime-opset23", "float32"),
                          ("onnxruntime-integer", "float32"), ("onnxruntime-loop", "float32"),
                          ("onnxruntime-loop-other-steps", "float32"), ("onnx-reference", "float32")}

@@ -1,0 +1,231 @@
+"""The staged attention API's SelfAttention as a flax.linen Module, over the JAX port's stages.
+
+The stages, with the API's names and signatures; Q, K and V are [batch, seq, heads, head_dim]
+in every hook:
+
+    _project_inner(x) -> (q, k, v)        the fused c_attn, split into heads
+    project(x)                            calls _project_inner
+    preprocess_qkv(q, k, v, **kwargs)     RoPE; kwargs["positions"] (batch | 1, seq) count the real
+                                          tokens before each one, the cache's included when
+                                          decoding; kwargs["t"] is the evaluation's time
+    build_mask(t, padding_mask, **kwargs) bool (batch | 1, 1, seq_q, seq_k), True = visible; t is
+                                          the sequence length (the cache's when decoding), and
+                                          kwargs["_cache_index"] the decoded token's slot
+    attn(q, k, v, mask=None, **kwargs)    softmax(q k^T * scale + kwargs["bias"], masked) v;
+                                          a None mask is the config's mode (causal or full)
+    postprocess_attn(y, padding_mask, deterministic, **kwargs)
+                                          padded queries zeroed; dropout on the `dropout` rng
+                                          (or kwargs["dropout_rng"]) unless deterministic
+    output_proj(y)                        c_proj, on y (batch, seq, d_model)
+
+A variant subclasses SelfAttention, overrides a stage and calls super() (variants.py). Each
+default stage is the JAX port's stage of the same name (backends/jax/attention.py) on this
+module's parameters: no formula is written here. The ODE block (block.py) runs the stages in the
+spec's order through ModuleStages, a JAX-port SelfAttention whose stages are this module's, so
+the orchestration (ode_ref.attention.Stages) and the stepping (ode_ref.rk) are the spec's own.
+
+Parameters (variables['params'] of the module): c_attn.kernel (d_model, 3 d_model) and
+c_proj.kernel (d_model, d_model), Flax's Dense layout (kernel = the seed's weight transposed),
+and norm.<name> as the seed names them (ode_ref.norms.NORM_PARAMS). Their init is the spec's
+(ode_ref.params.init_params): U(-1/sqrt(d_model), 1/sqrt(d_model)) and the norms' identity values.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ode_ref.block import check_flag
+from ode_ref.config import ODEConfig
+from ode_ref.norms import NORM_PARAMS
+from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
+
+from ..jax import attention as port
+from ..jax import block as jax_block
+from ..jax.bitlinear import quantize_weight
+from ..jax.norms import apply_norm
+
+
+def uniform(bound: float):
+    """Flax initializer: U(-bound, bound), torch.nn.Linear's default (the spec's init_params)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+@functools.lru_cache(maxsize=None)
+def port_stages(config: ODEConfig) -> port.SelfAttention:
+    """The JAX port's SelfAttention of a config: the stages the defaults here call."""
+    return port.SelfAttention(config)
+
+
+class _Configured(nn.Module):
+    """A module whose `config` field takes anything ODEConfig.from_any takes."""
+
+    config: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "config", ODEConfig.from_any(self.config))
+        super().__post_init__()
+
+    @property
+    def port(self) -> port.SelfAttention:
+        return port_stages(self.config)
+
+
+class Projection(_Configured):
+    """A bias-free projection to `features`, BitLinear when the config's use_bitnet: kernel
+    (d_model, features), the seed's weight transposed."""
+
+    features: int = 0
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        d = self.config.hidden_size
+        self.kernel = self.param("kernel", uniform(d**-0.5), (d, self.features), self.param_dtype)
+
+    def weight(self, like):
+        """W (features, d_model) in like's dtype, BitLinear-quantised when use_bitnet."""
+        w = self.kernel.T.astype(like.dtype)
+        return quantize_weight(w) if self.config.use_bitnet else w
+
+    def __call__(self, x):
+        """x (..., d_model) -> (..., features): the JAX port's linear or bitlinear."""
+        return self.port._linear(x, self.weight(x))
+
+
+class Norm(_Configured):
+    """The config's pre-norm (ode_ref.norms): its parameters under the seed's names, set to
+    their identity values."""
+
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        d = self.config.hidden_size
+        self.values = {name: self.param(name, nn.initializers.constant(identity), (d,) if kind == "vector" else (),
+                                        self.param_dtype)
+                       for name, (kind, identity) in NORM_PARAMS[self.config.norm_type].items()}
+
+    def __call__(self, z):
+        """z (batch, seq, d_model) -> norm(z), the JAX port's apply_norm in z's dtype."""
+        return apply_norm(self.config.norm_type, {k: v.astype(z.dtype) for k, v in self.values.items()}, z)
+
+
+class SelfAttention(_Configured):
+    """The staged ODE function f as the staged attention API writes it. Override a stage to make
+    a variant, keep its signature, and call super() for the default.
+
+    Attributes:
+        config: an ODEConfig (or a dict or a seed config object).
+        param_dtype: the parameters' dtype at init; the stages compute in the input's dtype."""
+
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        d = self.config.hidden_size
+        self.c_attn = Projection(self.config, features=3 * d, param_dtype=self.param_dtype)
+        self.c_proj = Projection(self.config, features=d, param_dtype=self.param_dtype)
+        self.norm = Norm(self.config, param_dtype=self.param_dtype)
+        self.dropout = nn.Dropout(self.config.dropout)
+
+    def state_dict(self) -> dict:
+        """This module's parameters under the seed's state_dict names (W = kernel^T)."""
+        out = {QKV: self.c_attn.kernel.T, OUT_PROJ: self.c_proj.kernel.T}
+        out.update({NORM_PREFIX + name: value for name, value in self.norm.values.items()})
+        return out
+
+    # ---- the stages --------------------------------------------------------------------------
+    def _project_inner(self, x):
+        """x (batch, seq, d_model) -> q, k, v, each [batch, seq, heads, head_dim]."""
+        return self.port.project(self.c_attn.weight(x), x)
+
+    def project(self, x):
+        return self._project_inner(x)
+
+    def preprocess_qkv(self, q, k, v, **kwargs):
+        """RoPE on q and k (kwargs["rope"], the block's cos and sin, when the config has it)."""
+        return self.port.preprocess_qkv(q, k, v, t=kwargs.get("t"), positions=kwargs["positions"], rope=kwargs.get("rope"))
+
+    def build_mask(self, t, padding_mask=None, **kwargs):
+        """bool (batch | 1, 1, seq_q, t): padded keys hidden, the causal mask in decoder mode;
+        decoding (kwargs["_cache_index"]), the one query at that slot of a cache of t slots."""
+        return self.port.build_mask(t, padding_mask, cache_index=kwargs.get("_cache_index"))
+
+    def attn(self, q, k, v, mask=None, **kwargs):
+        """q [batch, seq_q, heads, head_dim], k, v [batch, seq_k, ...] -> like q. mask None: the
+        config's mode, causal (each of the last seq_q keys' queries) or full."""
+        if mask is None and self.config.mode == "decoder":
+            mask = port.causal_mask(k.shape[1])[k.shape[1] - q.shape[1]:][None, None]
+        return self.port.attn(q, k, v, mask, kwargs.get("bias"))
+
+    def postprocess_attn(self, y, padding_mask, deterministic, **kwargs):
+        """y [batch, seq, heads, head_dim]: padded queries zeroed, then dropout at the config's
+        rate unless deterministic, on kwargs["dropout_rng"] or else the `dropout` rng."""
+        y = self.port.postprocess_attn(y, padding_mask)
+        return self.dropout(y, deterministic=deterministic, rng=kwargs.get("dropout_rng"))
+
+    def output_proj(self, y):
+        """y (batch, seq, d_model) -> y @ W_out^T."""
+        return self.port.output_proj(self.c_proj.weight(y), y)
+
+    def __call__(self, x, padding_mask=None, deterministic: bool = True, **kwargs):
+        """f(t, x) once (kwargs["t"], default 0): x (batch, seq, d_model) -> (batch, seq, d_model).
+        A gated solver's config needs the block's gate parameters too: ODEAttentionBlock.f."""
+        stages = ModuleStages(self, deterministic, dropout_rng(self, deterministic))
+        return jax_block.ode_func(self.state_dict(), kwargs.get("t", 0.0), x, self.config, padding_mask, attention=stages)
+
+
+def dropout_rng(module: nn.Module, deterministic: bool):
+    """The `dropout` rng's key when f drops (not deterministic, a rate above 0), else None:
+    drawn once per call, outside every loop; each evaluation of f folds its own key from it."""
+    check_flag("deterministic", deterministic)
+    return None if deterministic or module.config.dropout == 0 else module.make_rng("dropout")
+
+
+class ModuleStages(port.SelfAttention):
+    """The JAX port's SelfAttention whose stages are a bound Flax SelfAttention's, in the spec's
+    signatures: the JAX port's ode_block, prefill and decode run a Flax variant's overrides.
+    The norm is the module's; the other stages the port's own (Stages)."""
+
+    def __init__(self, module: SelfAttention, deterministic: bool = True, dropout_rng=None):
+        super().__init__(module.config)
+        self.module, self.deterministic, self.dropout_rng = module, deterministic, dropout_rng
+        self._evaluations, self._t = 0, None
+
+    def norm(self, norm_params: dict, z):
+        return self.module.norm(z)
+
+    def project(self, w_qkv, h):
+        return self.module.project(h)
+
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        self._t = t  # the evaluation's time, for its dropout key
+        return self.module.preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
+
+    def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
+        extra = {} if cache_index is None else {"_cache_index": cache_index}
+        return self.module.build_mask(seq_len, padding_mask, **extra)
+
+    def attn(self, q, k, v, mask, bias=None):
+        return self.module.attn(q, k, v, mask, bias=bias)
+
+    def _evaluation_key(self):
+        """A key of its own for each evaluation of f: the call's key folded with the stage's place
+        in the trace and the evaluation's time (a traced step repeats the places, not the times)."""
+        if self.dropout_rng is None:
+            return None
+        self._evaluations += 1
+        t = jax.lax.bitcast_convert_type(jnp.asarray(self._t, jnp.float32), jnp.uint32)
+        return jax.random.fold_in(jax.random.fold_in(self.dropout_rng, self._evaluations), t)
+
+    def postprocess_attn(self, y, padding_mask=None):
+        return self.module.postprocess_attn(y, padding_mask, self.deterministic, dropout_rng=self._evaluation_key())
+
+    def output_proj(self, w_out, y):
+        return self.module.output_proj(y)

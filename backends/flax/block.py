@@ -1,0 +1,193 @@
+"""The ODE attention block as a flax.linen Module, over the JAX port's block.
+
+    block = ODEAttentionBlock(config=cfg, attention=MyVariant)      # or MyVariant(config=cfg)
+    variables = block.init(key, x)                                  # or from_state_dict(cfg, params)
+    z = block.apply(variables, x, padding_mask=m, deterministic=True)   the plain forward
+    z, state = block.apply(variables, prompt, padding_mask=m, mutable=['cache'])   prefill
+    z_t, state = block.apply({**variables, **state}, x_t, mutable=['cache'])    one token
+
+The forward is the JAX port's ode_block (a lax.scan over the steps of ode_ref.rk.rk_step), and
+prefill and decoding are the spec's Stages.prefill and Stages.decode, each evaluation of f
+running the block's SelfAttention stages (attention.ModuleStages); the checks are the spec's, so
+bad input gets the other ports' errors. Training: deterministic=False drops attention outputs at
+the config's dropout rate on the `dropout` rng, a key of its own at every evaluation of f.
+
+The cache (the 'cache' collection, made by the prefill): cached_key and cached_value
+(evaluations, batch, max_len, heads, head_dim), each evaluation of f (step x stage) holding its
+own keys and values (ode_ref/cache.py); padding_mask (batch, max_len), True = a real token; and
+cache_index, the next slot (int32). The slot index is an array, so under jax.jit one compilation
+decodes every position. A full cache is refused: by the spec's check when the index is concrete,
+and under jit by the same check at run time (jax.debug.callback), whose error names it.
+
+Parameters (variables['params']): ode_func, the SelfAttention's (attention.py), and gate.kernel
+(2 d_model, 1) and gate.bias (1,) for the gated solver, Xavier-uniform and 0 as the spec inits
+them. from_state_dict and to_state_dict convert the seed's state_dict names to and from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ode_ref.cache import KVCache, check_cache_index, check_decode_input, check_max_len, check_mode
+from ode_ref.config import ODEConfig
+from ode_ref.norms import NORM_PARAMS
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV, check_params
+from ode_ref.tableaus import TABLEAUS
+
+from ..jax import block as jax_block
+from .attention import ModuleStages, SelfAttention, _Configured, dropout_rng
+
+# Each seed state_dict name: (its path in variables['params'], stored transposed as a Dense kernel).
+PATHS = {QKV: (("ode_func", "c_attn", "kernel"), True), OUT_PROJ: (("ode_func", "c_proj", "kernel"), True),
+         GATE_WEIGHT: (("gate", "kernel"), True), GATE_BIAS: (("gate", "bias"), False),
+         **{NORM_PREFIX + n: (("ode_func", "norm", n), False) for norm in NORM_PARAMS.values() for n in norm}}
+CACHE_NAMES = ("cached_key", "cached_value", "padding_mask", "cache_index")
+CACHE = jax_block.CACHE  # the JAX port's caches: what a decode step checks the cache holds
+
+
+def from_state_dict(config, params) -> dict:
+    """The variables for module.apply ({'params': ...}) from params under the seed's state_dict
+    names (NumPy or JAX arrays), after the spec's check against config (check_params)."""
+    cfg = ODEConfig.from_any(config)
+    check_params(params, cfg)
+    tree: dict = {}
+    for name in params:
+        path, transposed = PATHS[name]
+        value = jax_block._as_jax(np.asarray(params[name]) if not isinstance(params[name], jax.Array) else params[name],
+                                  f"params[{name!r}]")
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value.T if transposed else value
+    return {"params": tree}
+
+
+def to_state_dict(variables) -> dict:
+    """The parameters of variables (or of variables['params']) under the seed's state_dict names,
+    in the seed's order; a leaf at any other path keeps its path ('a/b/c'), so that check_params
+    names it as unexpected."""
+    tree = variables.get("params", variables) if hasattr(variables, "get") else variables
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(dict(tree))[0]:
+        keys = tuple(getattr(p, "key", str(p)) for p in path)
+        name = next((n for n, (where, _) in PATHS.items() if where == keys), "/".join(map(str, keys)))
+        out[name] = leaf.T if name in PATHS and PATHS[name][1] else leaf
+    norm = {n[len(NORM_PREFIX):] for n in out if n.startswith(NORM_PREFIX)}
+    norm_order = next((list(names) for names in NORM_PARAMS.values() if set(names) == norm), sorted(norm))
+    order = [QKV, OUT_PROJ, *(NORM_PREFIX + n for n in norm_order), GATE_WEIGHT, GATE_BIAS]
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
+class Gate(_Configured):
+    """The gated solver's g = sigmoid([F1; F2] @ kernel + bias) (the JAX port's stage `gate`)."""
+
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        d = self.config.hidden_size
+        self.kernel = self.param("kernel", nn.initializers.xavier_uniform(), (2 * d, 1), self.param_dtype)
+        self.bias = self.param("bias", nn.initializers.zeros, (1,), self.param_dtype)
+
+    def state_dict(self) -> dict:
+        return {GATE_WEIGHT: self.kernel.T, GATE_BIAS: self.bias}
+
+
+def attention_module(block: nn.Module, attention) -> SelfAttention:
+    """The block's SelfAttention, named ode_func: a new instance of a class (None: SelfAttention),
+    or a copy of an instance (of the block's config)."""
+    attention = SelfAttention if attention is None else attention
+    if isinstance(attention, type) and issubclass(attention, SelfAttention):
+        return attention(config=block.config, param_dtype=block.param_dtype)
+    if not isinstance(attention, SelfAttention):
+        raise TypeError(f"attention: expected a subclass or an instance of odeattn.backends.flax.SelfAttention, "
+                        f"e.g. RecentKeysAttention or RecentKeysAttention(config=cfg); got {attention!r}")
+    if attention.config != block.config:
+        raise ValueError(f"attention: its config {attention.config} differs from config {block.config}")
+    return attention.clone(parent=block, name=None)
+
+
+class ODEAttentionBlock(_Configured):
+    """z(1) = x + integral_0^1 f(t, z) dt by the config's solver and steps (the gated one too),
+    f the `attention` SelfAttention (a subclass or an instance: a variant installs in one line).
+
+    Attributes:
+        config: an ODEConfig (or a dict or a seed config object).
+        attention: a SelfAttention subclass or instance; None is SelfAttention.
+        max_len: the cache's slots, for cached decoding (mutable=['cache'], decoder mode).
+        param_dtype: the parameters' dtype at init."""
+
+    attention: Any = None
+    max_len: int | None = None
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        self.ode_func = attention_module(self, self.attention)
+        self.gate = Gate(self.config, param_dtype=self.param_dtype) if TABLEAUS[self.config.ode_solver].gated else None
+
+    def state_dict(self) -> dict:
+        """The block's parameters under the seed's names (creating them at init). Outside init the
+        variables are checked first against the config (check_params), so parameters of another
+        config get the spec's error, not Flax's."""
+        if not self.is_initializing():
+            check_params(to_state_dict(self.variables.get("params", {})), self.config)
+        return {**self.ode_func.state_dict(), **(self.gate.state_dict() if self.gate is not None else {})}
+
+    def __call__(self, x, padding_mask=None, deterministic: bool = True, return_trajectory: bool = False):
+        """z(1) of x (batch, seq, d_model), or (z(1), trajectory) as the JAX port's ode_block.
+        With a mutable 'cache' (not at init): the prefill of a prompt, then one token per call."""
+        params = self.state_dict()
+        stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
+        if self.is_mutable_collection("cache") and not self.is_initializing():
+            check_mode(self.config)
+            if self.has_variable("cache", "cache_index"):
+                return self._decode(params, x, padding_mask, stages)
+            return self._prefill(params, x, padding_mask, stages)
+        return jax_block.ode_block(params, x, self.config, padding_mask, attention=stages,
+                                   return_trajectory=return_trajectory)
+
+    def f(self, t, x, padding_mask=None, deterministic: bool = True):
+        """f(t, x) once, the gated solver's configs too: the JAX port's ode_func over the stages."""
+        stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
+        return jax_block.ode_func(self.state_dict(), t, x, self.config, padding_mask, attention=stages)
+
+    def _prefill(self, params, x, padding_mask, stages):
+        cfg, stages, x, padding_mask = jax_block._checked(params, x, self.config, padding_mask, stages)
+        max_len = check_max_len(self.max_len, x.shape[1])
+        jax_block.check_jax_memory("prefill", cfg, stages, x, padding_mask, max_len)
+        z, cache = stages.prefill(params, x, padding_mask, max_len)
+        self._store(cache, jnp.asarray(x.shape[1], jnp.int32))
+        return z
+
+    def _decode(self, params, x_t, padding_mask, stages):
+        if padding_mask is not None:
+            raise ValueError("padding_mask: a decoded token is real, so a decode step takes none; got a mask")
+        cfg = self.config
+        x_t = jax_block._as_jax(x_t, "x_t", jax_block._float_dtypes())
+        jax_block.check_input(x_t, cfg, array_type=jax.Array, float_dtypes=jax_block._float_dtypes(), name="x_t")
+        k, v, mask, index = (self.get_variable("cache", name) for name in CACHE_NAMES)
+        cache = KVCache(cfg, tuple(k), tuple(v), mask, index)
+        traced = isinstance(index, jax.core.Tracer)
+        # the spec's checks; a traced index is checked where its value is known, at run time
+        checked = check_decode_input(x_t, cache._replace(index=0 if traced else _concrete_index(index)), cfg, CACHE)
+        if traced:
+            jax.debug.callback(lambda i, n: check_cache_index(int(i), n) and None, index, cache.max_len)
+        z, cache = stages.decode(params, x_t, cache if traced else checked)
+        self._store(cache, jnp.asarray(cache.index, jnp.int32))
+        return z
+
+    def _store(self, cache: KVCache, index):
+        values = (jnp.stack(cache.k), jnp.stack(cache.v), cache.padding_mask, index)
+        for name, value in zip(CACHE_NAMES, values):
+            self.put_variable("cache", name, value)
+
+
+def _concrete_index(index):
+    """A concrete cache_index as a Python int for the spec's check (an integer array of one value);
+    anything else is given to the check as it is, which names it."""
+    a = np.asarray(index)
+    return int(a) if a.shape == () and a.dtype.kind in "iu" else index

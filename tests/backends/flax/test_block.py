@@ -1,0 +1,139 @@
+"""The Flax block: equal to the spec (float64 to 1e-12) in the forward and in cached decoding, with
+the spec's init, the state_dict converters, and the other ports' errors for bad input."""
+
+import numpy as np
+import pytest
+
+import ode_ref as R
+from odeattn.conformance.cases import run_decode
+from odeattn.conformance.tolerance import relative_error
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("flax")
+import jax.numpy as jnp  # noqa: E402
+
+from odeattn.backends import flax as F  # noqa: E402
+
+FLOAT64 = 1e-12  # a port in float64 runs the spec's arithmetic in another library
+DECODER = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, use_bitnet=True, norm_type="derf",
+                      ode_solver="heun")
+MAX_LEN = 6
+
+
+def inputs(cfg, batch=2, seq=MAX_LEN, seed=0):
+    x = np.random.default_rng(seed).normal(size=(batch, seq, cfg.hidden_size))
+    mask = np.ones((batch, seq), bool)
+    mask[1, :2] = False  # left padding
+    return x, mask
+
+
+@pytest.fixture(scope="module")
+def decoding():
+    """(prefill, step): module.apply of the decoder block under jax.jit, with mutable=['cache']."""
+    block = F.ODEAttentionBlock(config=DECODER, max_len=MAX_LEN)
+    prefill = jax.jit(lambda v, x, m: block.apply(v, x, padding_mask=m, mutable=["cache"]))
+    step = jax.jit(lambda v, x_t: block.apply(v, x_t, mutable=["cache"]))
+    return prefill, step
+
+
+@pytest.mark.parametrize("fields", [
+    dict(hidden_size=12, num_heads=3, ode_use_pe=True, positional_encoding="alibi", norm_type="dynamic_tanh"),
+    dict(hidden_size=8, num_heads=2, mode="decoder", ode_solver="rk2_gated", ode_use_pe=True, norm_type="flash_norm",
+         use_bitnet=True),
+], ids=["encoder-alibi", "decoder-gated-rope-bitnet"])
+def test_the_forward_equals_the_spec(fields):
+    cfg = R.ODEConfig(**fields)
+    params = R.init_params(cfg, seed=3, perturb_norms=True)
+    x, mask = inputs(cfg, seq=5)
+    block = F.ODEAttentionBlock(config=cfg)
+    with jax.enable_x64(True):
+        z, trajectory = jax.jit(lambda v, x, m: block.apply(v, x, padding_mask=m, return_trajectory=True))(
+            F.from_state_dict(cfg, params), x, mask)
+    want, want_trajectory = R.ode_block(params, x, cfg, mask, return_trajectory=True)
+    assert z.dtype == jnp.float64 and relative_error(z, want) <= FLOAT64
+    assert relative_error(trajectory, want_trajectory) <= FLOAT64
+
+
+def test_cached_decoding_equals_the_spec_in_one_compilation(decoding):
+    prefill, step = decoding
+    params = R.init_params(DECODER, seed=4, perturb_norms=True)
+    x, mask = inputs(DECODER)
+    want = run_decode(DECODER, params, x, mask, 3)
+    with jax.enable_x64(True):
+        variables = F.from_state_dict(DECODER, params)
+        z, state = prefill(variables, x[:, :3], mask[:, :3])
+        cache = state["cache"]
+        assert cache["cached_key"].shape == (2 * 2, 2, MAX_LEN, 2, 4)  # 2 steps x 2 stages, batch, max_len, heads, head_dim
+        assert int(cache["cache_index"]) == 3 and cache["padding_mask"].shape == (2, MAX_LEN)
+        out = [z]
+        for i in range(3, MAX_LEN):
+            z_t, state = step({**variables, **state}, x[:, i:i + 1])
+            out.append(z_t)
+        assert step._cache_size() == 1  # one compilation decodes every position
+        assert relative_error(np.concatenate(out, axis=1), want) <= FLOAT64
+        with pytest.raises(jax.errors.JaxRuntimeError, match=r"cache: full \(6 of 6 slots written\)"):
+            jax.block_until_ready(step({**variables, **state}, x[:, :1]))
+        block = F.ODEAttentionBlock(config=DECODER, max_len=MAX_LEN)
+        with pytest.raises(ValueError, match=r"^cache: full \(6 of 6 slots written\); prefill with a larger max_len"):
+            block.apply({**variables, **state}, x[:, :1], mutable=["cache"])  # outside jit: the spec's own error
+        with pytest.raises(ValueError, match=r"^x_t: expected shape \(2, 1, 8\)"):
+            block.apply({**variables, **state}, x[:, :2], mutable=["cache"])
+
+
+def test_init_draws_the_spec_s_distributions():
+    cfg = R.ODEConfig(hidden_size=64, num_heads=4, norm_type="derf", ode_solver="rk2_gated", ode_steps=1)
+    variables = F.ODEAttentionBlock(config=cfg).init(jax.random.key(0), jnp.zeros((1, 2, 64)))
+    params = F.to_state_dict(variables)
+    assert list(params) == list(R.param_shapes(cfg))
+    assert {k: tuple(v.shape) for k, v in params.items()} == R.param_shapes(cfg)
+    bound = 64**-0.5
+    for name in ("ode_func.qkv.weight", "ode_func.out_proj.weight"):
+        w = np.asarray(params[name])
+        assert np.abs(w).max() <= bound and np.abs(w).max() > 0.95 * bound and abs(w.mean()) < 0.01 * bound
+    gate = np.asarray(params["gate.weight"])
+    xavier = np.sqrt(6.0 / (2 * 64 + 1))
+    assert np.abs(gate).max() <= xavier and np.abs(gate).max() > 0.8 * xavier
+    identity = {"alpha": 1.0, "s": 0.0, "gamma": 1.0, "beta": 0.0}
+    for short, value in identity.items():
+        assert (np.asarray(params[f"ode_func.norm.{short}"]) == value).all(), short
+    assert (np.asarray(params["gate.bias"]) == 0).all()
+
+
+def test_the_converters_are_inverses_and_check_the_config():
+    params = R.init_params(DECODER, seed=2, perturb_norms=True, dtype=np.float32)
+    variables = F.from_state_dict(DECODER, params)
+    assert variables["params"]["ode_func"]["c_attn"]["kernel"].shape == (8, 24)  # Flax's Dense layout
+    back = F.to_state_dict(variables)
+    assert list(back) == list(params) and all((np.asarray(back[k]) == params[k]).all() for k in params)
+    other = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder")
+    with pytest.raises(ValueError, match=r"^params: for norm_type='layer_norm'.*missing \['ode_func.norm.weight'"):
+        F.from_state_dict(other, params)
+    x, _ = inputs(other, seq=3)
+    with pytest.raises(ValueError, match=r"^params: for norm_type='layer_norm'"):  # at apply: the spec's error, not Flax's
+        F.ODEAttentionBlock(config=other).apply(variables, x.astype(np.float32))
+    with pytest.raises(TypeError, match=r"got float64 but JAX's x64 mode is off"):  # never float32 silently
+        F.from_state_dict(DECODER, {k: v.astype(np.float64) for k, v in params.items()})
+
+
+def test_bad_input_gets_the_other_ports_errors():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    variables = F.from_state_dict(cfg, R.init_params(cfg, dtype=np.float32))
+    block = F.ODEAttentionBlock(config=cfg, max_len=8)
+    x = np.zeros((2, 4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"^padding_mask: expected shape \(2, 4\) \(batch, seq\); got \(2, 3\)"):
+        block.apply(variables, x, padding_mask=jnp.ones((2, 3), bool))
+    with pytest.raises(ValueError, match=r"^mode: cached decoding needs mode='decoder'"):
+        block.apply(variables, x, mutable=["cache"])
+    with pytest.raises(ValueError, match=r"^x: expected shape \(batch, seq, 8\)"):
+        block.apply(variables, x[..., :6])
+    with pytest.raises(TypeError, match=r"^deterministic: expected True or False; got 'no'"):
+        block.apply(variables, x, deterministic="no")
+    with pytest.raises(ValueError, match=r"^max_len: expected an integer >= the prompt's length 4; got None"):
+        decoder = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder")
+        F.ODEAttentionBlock(config=decoder).apply(F.from_state_dict(decoder, R.init_params(decoder, dtype=np.float32)), x,
+                                                  mutable=["cache"])
+    with pytest.raises(ValueError, match=r"^attention: its config .* differs from config"):
+        F.ODEAttentionBlock(config=cfg, attention=F.SelfAttention(config=R.ODEConfig(hidden_size=8, num_heads=4))).apply(
+            variables, x)
+    with pytest.raises(TypeError, match=r"^attention: expected a subclass or an instance of odeattn.backends.flax.SelfAttention"):
+        F.ODEAttentionBlock(config=cfg, attention=R.SelfAttention(cfg)).apply(variables, x)
