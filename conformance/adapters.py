@@ -398,17 +398,19 @@ class Builtin:
     reference: str  # how a worker process finds it: 'module:object'
     requires: tuple[str, ...] = ()  # top-level modules; absent = "not installed", not an error
     dtypes: tuple[str, ...] = ()  # the adapter's, known before a worker constructs it
+    on_request: str = ""  # why it runs only when named (not in the default run), if it does
 
     @classmethod
-    def of(cls, adapter: type, requires: tuple[str, ...] = ()) -> "Builtin":
-        return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes))
+    def of(cls, adapter: type, requires: tuple[str, ...] = (), on_request: str = "") -> "Builtin":
+        return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request)
 
 
 BUILTIN = {
     "spec": Builtin.of(SpecAdapter),
     "torch": Builtin.of(TorchAdapter, ("torch",)),
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
-    "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax")),
+    "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax"),
+                       "the Flax modules over the jax port, every case compiled once more (minutes cold)"),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
@@ -534,7 +536,7 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
     """(backends to run, notes, errors as (label, message)).
 
     Without `requested`: every built-in whose packages are installed (a missing package is a
-    note), then every entry point of the group (one taking a built-in's name is an error).
+    note) but those that run on request (a note says how), then every entry point of the group (one taking a built-in's name is an error).
     With it: those names (built-in or entry point) and 'module:object' references only; an
     unknown name or a reference that cannot be loaded raises ValueError (a usage error), its
     message beginning with "backend" (the parameter's item: a command names its option)."""
@@ -558,6 +560,9 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
                 notes.append(f"{name}: not installed (missing {', '.join(missing)})")
                 continue
             built = BUILTIN[name]
+            if built.on_request and not requested:
+                notes.append(f"{name}: runs on request (--backend {name}): {built.on_request}")
+                continue
             refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes, imports=built.requires))
         elif name in entry_points:
             refs.append(entry_points[name])
