@@ -3,11 +3,13 @@ block and this machine's own float32 matmul peak, both measured in the same run.
 
 A library (the `odeattn bench` command drives it): one module per idea, from the timing harness
 (timing) to the paths (paths, baseline), what the libraries allow (peak), memory, scaling,
-cached decoding (decode), the targets, and their tables and plots. How it measures, and why:
+cached decoding (decode), the JAX first call (compile), the targets, and their tables and plots. How it measures, and why:
 docs/performance-method.md.
 """
 
 from .baseline import plain_torch_block as plain_torch_block
+from .compile import (COMPILE_CONFIGS as COMPILE_CONFIGS, bench_compile as bench_compile,
+                      compile_result as compile_result, compile_targets as compile_targets)
 from .decode import (DECODE_CONTEXTS as DECODE_CONTEXTS, DECODE_RUNTIMES as DECODE_RUNTIMES,
                      DECODE_SHAPE as DECODE_SHAPE, bench_decode as bench_decode, decode_paths as decode_paths,
                      decode_result as decode_result)
@@ -26,7 +28,7 @@ from .peak import (CHAIN_ARGS as CHAIN_ARGS, PEAK_LIBS as PEAK_LIBS, PRODUCT_LIB
 from .plot import plot_memory as plot_memory, plot_scaling as plot_scaling
 from .run import DEFAULT_REPEATS as DEFAULT_REPEATS, QUICK as QUICK, bench_shape as bench_shape, run_bench as run_bench
 from .scaling import SCALING as SCALING, bench_scaling as bench_scaling
-from .tables import format_decode as format_decode, format_memory as format_memory, format_tables as format_tables
+from .tables import format_compile as format_compile, format_decode as format_decode, format_memory as format_memory, format_tables as format_tables
 from .targets import check_targets as check_targets
 from .timing import (Timed as Timed, first_and_warm as first_and_warm, interleave as interleave,
                      interleaved_times as interleaved_times, measure as measure, paired_ratio as paired_ratio,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 
+from .compile import compile_lines
 from .decode import DECODE_SHAPE
 from .memory import TARGET_RATIO
 from .peak import PEAK_LIBS
@@ -122,6 +123,11 @@ def format_tables(result: dict) -> str:
     lines += _scaling_lines(result.get("scaling"))
     lines += _target_lines(result["targets"])
     return "\n".join(lines)
+
+
+def format_compile(result: dict) -> str:
+    """The --compile table: the JAX block's first call against its warm call, and its targets."""
+    return "\n".join(compile_lines(result["compile"]) + _target_lines(result["targets"]))
 
 
 def format_decode(result: dict) -> str:

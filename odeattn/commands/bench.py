@@ -8,6 +8,10 @@ bursts and smaller peak matmuls, in about a minute.
 (torch, jax, ort): a cached decode step (the cache holds the n - 1 tokens before it) against
 recomputing the block on all n tokens.
 
+`odeattn bench --compile`: the JAX block's first call against its warm call, per solver and
+steps on the small shape, each in a fresh process with JAX's persistent compilation cache off: what
+a user's first call pays for compiling, and its targets.
+
 `odeattn bench --memory`: peak activation memory and time of one forward+backward against
 ode_steps (1 to 32), with and without activation checkpointing, torch and JAX.
 
@@ -24,8 +28,8 @@ import sys
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.bench import (DECODE_CONTEXTS, DECODE_RUNTIMES, DEFAULT_REPEATS, MEMORY_RUNTIMES, MEMORY_SHAPE, PATHS, QUICK,
-                           SHAPES, TORCH_PLAIN, decode_result, format_decode, format_memory, format_tables, memory_result,
+from odeattn.bench import (COMPILE_CONFIGS, DECODE_CONTEXTS, DECODE_RUNTIMES, DEFAULT_REPEATS, MEMORY_RUNTIMES, MEMORY_SHAPE, PATHS, QUICK,
+                           SHAPES, TORCH_PLAIN, compile_result, decode_result, format_compile, format_decode, format_memory, format_tables, memory_result,
                            plot_memory, plot_scaling, run_bench)
 from odeattn.commands.args import (UsageError, check_output_path, comma_list, non_negative_int, positive_int,
                                    require, user_input)
@@ -59,12 +63,17 @@ def _check(args) -> tuple[list, dict]:
               if args.shape else QUICK["shapes"] if args.quick else SHAPES)
     if args.decode and args.memory:
         raise UsageError("--memory: measures training, --decode decoding; drop one of them")
+    modes = [o for o, on in (("--decode", args.decode), ("--memory", args.memory), ("--compile", args.compile)) if on]
+    if args.compile and len(modes) > 1:
+        raise UsageError(f"--compile: times the first call, {modes[0]} another table; drop one of them")
     table_only = [o for o, on in (("--long-context", args.long_context), ("--quick", args.quick), ("--paths", args.paths))
                   if on]
-    if (args.decode or args.memory) and table_only:
-        mode = "--decode" if args.decode else "--memory"
+    if modes and table_only:
+        mode = modes[0]
         raise UsageError(f"{table_only[0]}: an option of the main table, which {mode} replaces; drop one of them")
-    if not (args.decode or args.memory) and TORCH_PLAIN in names and R.TABLEAUS[args.solver].gated:
+    if args.compile and (args.plot or args.shape):
+        raise UsageError(f"{'--plot' if args.plot else '--shape'}: --compile has its own configs on the small shape; drop it")
+    if not modes and TORCH_PLAIN in names and R.TABLEAUS[args.solver].gated:
         raise UsageError(f"--solver {args.solver}: {TORCH_PLAIN}, in the main table's paths, runs the fixed tableaus only; "
                          f"pick another solver, or --paths without {TORCH_PLAIN}")
     return names, shapes
@@ -107,6 +116,9 @@ def run(args) -> int:
         result = decode_result(contexts, runtimes, solver=args.solver, steps=args.steps, repeats=repeats,
                                threads=threads, log=log)
         print(format_decode(result))
+    elif args.compile:
+        result = compile_result(log, **({"repeats": args.repeats} if args.repeats else {}))
+        print(format_compile(result))
     elif args.memory:
         result = memory_result(shape, steps, runtimes, solver=args.solver, repeats=repeats, threads=threads, log=log)
         print(format_memory(result))
@@ -149,6 +161,9 @@ def register(sub) -> None:
                    help="instead: cached decoding against recomputing the prefix (see below)")
     p.add_argument("--contexts", default=",".join(map(str, DECODE_CONTEXTS)), help="with --decode: context lengths")
     p.add_argument("--decode-runtimes", default=",".join(DECODE_RUNTIMES), help="with --decode: some of torch,jax,ort")
+    p.add_argument("--compile", action="store_true",
+                   help="instead: the JAX block's first call against its warm call, fresh processes ("
+                        + ", ".join(f"{s} x {n}" for s, n in COMPILE_CONFIGS) + "; see below)")
     p.add_argument("--memory", action="store_true",
                    help="instead: training memory and time against steps, with and without checkpointing (see below)")
     p.add_argument("--memory-steps", default="1,2,4,8,16,32", help="with --memory: the ode_steps values")
