@@ -87,12 +87,12 @@ def _formatter(name: str):
 
 
 def render(name: str, result: dict, *, use_bench: bool = True) -> str:
-    """The Markdown for docs/<name>: a main bench run or a --memory run."""
-    memory = "memory" in result and "paths" not in result
-    formatter = _formatter("format_memory" if memory else "format_tables") if use_bench else None
+    """The Markdown for docs/<name>: a main bench run, a --memory run or a --compile run."""
+    kind = "tables" if "paths" in result else "compile" if "compile" in result else "memory"
+    formatter = _formatter(f"format_{kind}") if use_bench else None
     if formatter is not None:
         return "```text\n" + formatter(result) + "\n```"
-    return markdown_memory(result) if memory else markdown_bench(result)
+    return {"tables": markdown_bench, "compile": markdown_compile, "memory": markdown_memory}[kind](result)
 
 
 def _row(cells) -> str:
@@ -162,6 +162,23 @@ def markdown_bench(result: dict) -> str:
     met = {True: "met", False: "NOT MET", None: "not measured"}
     out += _table(["target", "this run", "result", "beside it"],
                   [[t["target"], t["value"], met[t["met"]], t["note"] or ""] for t in result.get("targets", [])])
+    return "\n".join(out)
+
+
+def markdown_compile(result: dict) -> str:
+    """The JAX first call against its warm call per config, the paired ratios and the targets."""
+    c = result["compile"]
+    out = ["JAX first call − warm call, fresh process, no persistent cache: B{} T{} D{} H{}, float32, {} rounds.".format(
+        *c["shape"], c["repeats"]), ""]
+    rows = []
+    for r in c["rows"]:
+        got = [v for v in r["round_first_minus_warm_s"] if v is not None]
+        rows.append([r["config"], f"{r['first_minus_warm_s']:.2f}", f"{min(got):.2f}..{max(got):.2f}",
+                     f"{r['first_minus_warm_cpu_s']:.2f}", f"{r['warm_s'] * 1e3:.1f}"] if got else [r["config"], "failed", "-", "-", "-"])
+    out += _table(["config", "first − warm s", "min..max", "CPU s", "warm ms"], rows)
+    out += [f"- {name}: {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f})" for name, r in c["ratios"].items()] + [""]
+    met = {True: "met", False: "NOT MET", None: "not measured"}
+    out += _table(["target", "this run", "result"], [[t["target"], t["value"], met[t["met"]]] for t in result["targets"]])
     return "\n".join(out)
 
 

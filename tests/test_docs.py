@@ -187,11 +187,13 @@ def bench_figures(name: str) -> list[str]:
         figures += [t["value"] for t in result["targets"]]
         figures += [f"{m['peak_rss_bytes'] / 1e6:.1f}" for m in result["long_context"]["rows"].values() if "peak_rss_bytes" in m]
         return figures
+    if "compile" in result:
+        return [f"{r['first_minus_warm_s']:.2f}" for r in result["compile"]["rows"]] + [t["value"] for t in result["targets"]]
     return [f"{r['peak_bytes'] / 1e6:.3f}" for r in result["memory"]] + [f"{r['peak_ratio']:.2f}x" for r in result["ratios"]]
 
 
 @pytest.mark.parametrize("use_bench", [True, False], ids=["bench-format", "markdown"])
-@pytest.mark.parametrize("name", ["bench.json", "bench_memory.json"])
+@pytest.mark.parametrize("name", ["bench.json", "bench_memory.json", "bench_compile.json"])
 def test_performance_tables_show_the_json_figures(name, use_bench):
     pytest.importorskip("mkdocs")
     text = load_hooks().render(name, json.loads((DOCS / name).read_text()), use_bench=use_bench)
@@ -207,7 +209,7 @@ def test_mkdocs_build_strict_succeeds(tmp_path):
                           capture_output=True, text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     page = html.unescape((site / "performance" / "index.html").read_text())
-    missing = [f for name in ("bench.json", "bench_memory.json") for f in bench_figures(name) if f not in page]
+    missing = [f for name in ("bench.json", "bench_memory.json", "bench_compile.json") for f in bench_figures(name) if f not in page]
     assert not missing
     api = (site / "api" / "index.html").read_text()
     assert "ODEAttentionBlock" in api and "export_model" in api and "run_suite" in api
