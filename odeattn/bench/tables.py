@@ -108,7 +108,7 @@ def _target_lines(targets: list[dict]) -> list[str]:
     lines = ["", "targets (ratios from this run):"]
     for t in targets:
         met = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
-        lines.append(f"  {t['target']:<52}{t['value']:<36}{met}" + (f"; {t['note']}" if t["note"] else ""))
+        lines.append(f"  {t['target']:<52}{t['value']:<35} {met}" + (f"; {t['note']}" if t["note"] else ""))
     return lines
 
 
