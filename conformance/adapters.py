@@ -113,6 +113,15 @@ def jax_cache_dir() -> str:
     return os.path.join(base, "odeattn", "jax")
 
 
+def jax_with_cache():
+    """jax, its persistent compilation cache in jax_cache_dir() and every program kept in it."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return jax
+
+
 class JaxAdapter:
     """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
     (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
@@ -123,13 +132,10 @@ class JaxAdapter:
     dtypes = ("float32", "float64")
 
     def __init__(self):
-        import jax
-
         from odeattn.backends import jax as port
 
-        jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        self.jax, self.port = jax, port
+        jax = self.jax = jax_with_cache()
+        self.port = port
 
         def forward(params, t, x, padding_mask, config):
             return (port.ode_func(params, t, x, config, padding_mask),
@@ -185,13 +191,10 @@ class FlaxAdapter:
     dtypes = ("float32", "float64")
 
     def __init__(self):
-        import jax
-
         from odeattn.backends import flax as port
 
-        jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        self.jax, self.port = jax, port
+        jax = self.jax = jax_with_cache()
+        self.port = port
         block = lambda config, **kw: port.ODEAttentionBlock(config=config, **kw)  # noqa: E731
         static = dict(static_argnames=("config", "max_len"))
         self._trajectory = jax.jit(lambda v, x, m, config: block(config).apply(v, x, padding_mask=m, return_trajectory=True)[1],

@@ -46,10 +46,12 @@ def run(args) -> int:
     from odeattn.conformance.adapters import BUILTIN, discover, missing_requirements
 
     print("backends (odeattn conformance --backend NAME):")
-    for name in BUILTIN:
+    plugins = [ref.label for ref in discover()[0] if not ref.builtin]
+    width = max(len(name) for name in [*BUILTIN, *plugins])
+    for name, built in BUILTIN.items():
         missing = missing_requirements(name)
-        print(f"  {name:<20} {'not installed (missing ' + ', '.join(missing) + ')' if missing else 'installed'}")
-    for ref in discover()[0]:
-        if not ref.builtin:
-            print(f"  {ref.label:<20} entry point")
+        state = f"not installed (missing {', '.join(missing)})" if missing else "installed"
+        print(f"  {name:<{width}}  {state}" + (", runs on request" if built.on_request and not missing else ""))
+    for label in plugins:
+        print(f"  {label:<{width}}  entry point")
     return 0

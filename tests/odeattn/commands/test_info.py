@@ -1,5 +1,7 @@
 """`odeattn info`: the spec's choices and which backends are installed."""
 
+import importlib.util
+
 from odeattn.cli import main
 
 
@@ -14,9 +16,10 @@ def test_info_says_which_backends_are_installed(capsys, monkeypatch):
 
     monkeypatch.setitem(adapters.BUILTIN, "torch", adapters.Builtin("x:Y", ("odeattn_absent_package",)))
     assert main(["info"]) == 0
-    out = capsys.readouterr().out
-    assert "  spec                 installed" in out
-    assert "  torch                not installed (missing odeattn_absent_package)" in out
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.split("--backend NAME):\n")[1].splitlines())
+    assert rows["spec"] == "installed" and rows["torch"] == "not installed (missing odeattn_absent_package)"
+    if importlib.util.find_spec("flax"):
+        assert rows["flax"] == "installed, runs on request"
 
 
 def test_info_imports_no_runtime_to_list_them():
