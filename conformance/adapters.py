@@ -10,7 +10,6 @@ a plug-in itself.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -24,7 +23,9 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
-from .profile import compiling
+from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
+from . import external
 from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
@@ -245,155 +246,6 @@ class FlaxAdapter:
 # run_trajectory of one case run the same exported model: the last model built is kept, keyed by
 # everything it is built from (config, the parameters' bytes, the mask input), the way a jit cache
 # keys a compiled function; outputs are computed afresh every call.
-def _threads():
-    """Intra-op threads: the conformance worker's share of the cores, if it set one."""
-    return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None
-
-
-class _ExportedAdapter:
-    dtypes = ("float32",)
-    opset = 17
-    bitlinear = "float"  # export_model's form of BitLinear's products
-    steps_input = False  # export_model's Loop form: the steps fed at run time (fed_steps)
-    _built = (None, None)  # (key, runnable): the last exported block model
-
-    def supports(self, config, dtype):
-        return None
-
-    def _build(self, model):
-        """A runnable: feed (name -> array) -> name -> array, for every output of model."""
-        raise NotImplementedError
-
-    def _runnable(self, config, params, padding_mask):
-        digest = hashlib.sha256()
-        for k in sorted(params):
-            digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())
-        key = (config, padding_mask is not None, digest.hexdigest())
-        if self._built[0] != key:
-            from odeattn.export.block import export_model
-
-            with compiling("exports"):
-                model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
-                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input)
-            self._built = (key, (model, self._session(model)))
-        return self._built[1]
-
-    def _session(self, model):
-        """_build(model), timed and counted as a session built (conformance.profile)."""
-        with compiling("sessions"):
-            return self._build(model)
-
-    def _outputs(self, config, params, x, padding_mask) -> dict:
-        from odeattn.export.runtime import make_feed
-
-        model, runnable = self._runnable(config, params, padding_mask)
-        return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
-
-    def fed_steps(self, config) -> int:
-        """The Loop form's steps input for a case of this config."""
-        return config.ode_steps
-
-    def run_func(self, config, params, t, x, padding_mask, dtype):
-        return self._outputs(config, params, x, padding_mask)["f0"]
-
-    def run_trajectory(self, config, params, x, padding_mask, dtype):
-        out = self._outputs(config, params, x, padding_mask)
-        return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
-
-    def run_block(self, config, params, x, padding_mask, dtype):
-        return self._outputs(config, params, x, padding_mask)["z"]
-
-    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
-        """The exported prefill model on the prompt, then the decode-step model per token, each
-        step's present cache fed back as the next past (export.decode.OnnxDecoder)."""
-        from odeattn.export.block import export_decode_model, export_prefill_model
-        from odeattn.export.decode import OnnxDecoder
-
-        with compiling("exports"):
-            prefill = export_prefill_model(config, params, opset=self.opset)
-        with compiling("exports"):
-            step = export_decode_model(config, params, opset=self.opset)
-        decoder = OnnxDecoder(config, self._session(prefill), self._session(step))
-        return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
-
-
-class OnnxRuntimeAdapter(_ExportedAdapter):
-    name = "onnxruntime"
-
-    def _build(self, model):
-        from odeattn.export.decode import session_runner
-
-        return session_runner(model, threads=_threads())
-
-
-class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
-    name = "onnxruntime-opset23"
-    opset = 23
-    run_decode = None  # the prefill and decode-step models are opset 17
-
-
-class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
-    """BitLinear blocks exported with bitlinear="integer": every projection an exact integer product
-    (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
-
-    name = "onnxruntime-integer"
-    bitlinear = "integer"
-    run_decode = None  # the prefill and decode-step models have the float form only
-
-    def supports(self, config, dtype):
-        return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
-
-
-class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
-    """The Loop form (export_model(..., steps_input=True)): each block case's file, its steps
-    passed as the runtime input `steps`; the state after each step is the Loop's scan output
-    `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases."""
-
-    name = "onnxruntime-loop"
-    steps_input = True
-    run_decode = None
-
-    def run_trajectory(self, config, params, x, padding_mask, dtype):
-        return np.concatenate([x[None], self._outputs(config, params, x, padding_mask)["trajectory"]])
-
-
-def other_steps(steps: int) -> int:
-    """The count onnxruntime-loop-other-steps feeds a file whose default is `steps`: half of it
-    (rounded down) above 4 steps, one more up to 4."""
-    return steps // 2 if steps > 4 else steps + 1
-
-
-class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
-    """The Loop form's file of each block case (its default: the case's steps) fed another step
-    count, other_steps(case steps); the runner checks it against the spec at that count, computed
-    from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
-
-    name = "onnxruntime-loop-other-steps"
-
-    def fed_steps(self, config) -> int:
-        return other_steps(config.ode_steps)
-
-
-# A built-in backend that runs the block cases at another step count -> that count for a case's
-# steps: the runner compares it with the spec at that count (cases.at_steps), not the golden file.
-RESTEPPED = {OnnxRuntimeLoopOtherStepsAdapter.name: other_steps}
-
-
-class OnnxReferenceAdapter(_ExportedAdapter):
-    name = "onnx-reference"
-
-    def _build(self, model):
-        from onnx.reference import ReferenceEvaluator
-
-        ref, names = ReferenceEvaluator(model), [o.name for o in model.graph.output]
-
-        def run(feed):
-            with np.errstate(divide="ignore"):  # the norms' Log(max|x|) of a zero (padded) token is -inf by design
-                return dict(zip(names, ref.run(None, feed)))
-
-        return run
-
-
 @dataclass(frozen=True)
 class Builtin:
     """An adapter that ships with odeattn, and the packages it needs."""
@@ -402,12 +254,14 @@ class Builtin:
     requires: tuple[str, ...] = ()  # top-level modules; absent = "not installed", not an error
     dtypes: tuple[str, ...] = ()  # the adapter's, known before a worker constructs it
     on_request: str = ""  # why it runs only when named (not in the default run), if it does
+    npm: tuple[str, ...] = ()  # a JavaScript worker's npm packages (external.py), likewise
 
     @classmethod
     def of(cls, adapter: type, requires: tuple[str, ...] = (), on_request: str = "") -> "Builtin":
         return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request)
 
 
+_JS_SLOW = "each case's model exported, sent to Node.js and run there (about a minute each on 2 cores)"
 BUILTIN = {
     "spec": Builtin.of(SpecAdapter),
     "torch": Builtin.of(TorchAdapter, ("torch",)),
@@ -420,6 +274,11 @@ BUILTIN = {
     "onnxruntime-loop": Builtin.of(OnnxRuntimeLoopAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-loop-other-steps": Builtin.of(OnnxRuntimeLoopOtherStepsAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
+    # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, js/)
+    "onnxruntime-node": Builtin("odeattn.conformance.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
+                                npm=("onnxruntime-node",)),
+    "onnxruntime-web": Builtin("odeattn.conformance.external:onnxruntime_web", ("onnx",), ("float32",), _JS_SLOW,
+                               npm=("onnxruntime-web",)),
 }
 
 
@@ -449,8 +308,11 @@ class BackendRef:
 
 
 def missing_requirements(name: str) -> list[str]:
-    """The packages a built-in backend needs that are absent (not importable at all)."""
-    return [m for m in BUILTIN[name].requires if importlib.util.find_spec(m) is None]
+    """The packages a built-in backend needs that are absent (not importable at all), and what a
+    JavaScript worker lacks (Node.js, its npm packages)."""
+    built = BUILTIN[name]
+    missing = [m for m in built.requires if importlib.util.find_spec(m) is None]
+    return missing + (external.missing_js(built.npm) if built.npm else [])
 
 
 def _instantiate(obj):
@@ -481,7 +343,10 @@ def parse_reference(ref: str) -> tuple[str, str]:
 
 
 def load_reference(ref: str):
-    """The object a 'package.module:object' or 'entry-point:NAME' reference names (imports it)."""
+    """The object a 'package.module:object', 'entry-point:NAME' or 'exec:CMD' reference names
+    (imports it; for exec:, an external.Exec)."""
+    if ref.startswith("exec:"):
+        return external.from_reference(ref)
     if ref.startswith("entry-point:"):
         name = ref[len("entry-point:"):]
         eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
@@ -535,16 +400,22 @@ def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:
     return None
 
 
-def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], list[str], list[tuple[str, str]]]:
+def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[BackendRef], list[str], list[tuple[str, str]]]:
     """(backends to run, notes, errors as (label, message)).
 
     Without `requested`: every built-in whose packages are installed (a missing package is a
     note) but those that run on request (a note says how), then every entry point of the group (one taking a built-in's name is an error).
     With it: those names (built-in or entry point) and 'module:object' references only; an
     unknown name or a reference that cannot be loaded raises ValueError (a usage error), its
-    message beginning with "backend" (the parameter's item: a command names its option)."""
+    message beginning with "backend" (the parameter's item: a command names its option).
+    declared: name -> reference of a backends file's entries (external.load_backends_file), found
+    as entry points are; a name taken by a built-in is a ValueError naming the file's entry."""
     entry_points = {}
     errors = []
+    for name, reference in (declared or {}).items():
+        if name in BUILTIN:
+            raise ValueError(f"external: backends.{name}: the name is taken by a built-in backend")
+        entry_points[name] = BackendRef(name, reference)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in BUILTIN:
             errors.append((ep.name, f"entry point {ep.name!r} ({ep.value}): the name is taken by a built-in backend"))
@@ -569,6 +440,9 @@ def discover(requested=(), timeout: float = 120.0) -> tuple[list[BackendRef], li
             refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes, imports=built.requires))
         elif name in entry_points:
             refs.append(entry_points[name])
+        elif name.startswith("exec:"):
+            external.from_reference(name)  # ValueError for an empty or unsplittable command
+            refs.append(BackendRef(name, name))
         elif ":" in name:
             why = probe_reference(name, timeout)
             if why:

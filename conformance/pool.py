@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .worker import HEADER, decode, encode
+from .frames import HEADER, decode, encode
 
 MIN_SHARE = 4  # cases left before another worker for the same backend pays for its start-up
 INIT_REPLY_LIMIT = 1 << 20  # bytes: an init reply is a name, dtypes and maybe a traceback

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from ode_ref import ODEConfig
 
 
+class NotSupported(Exception):
+    """Raised by a run method: this case is reported as not supported (skipped) with the message,
+    for what a backend finds out only when it runs (an operator its runtime lacks, say)."""
+
+
 class Adapter(Protocol):
     """The required part. A backend without one of these is refused (check_adapter)."""
 

@@ -25,7 +25,7 @@ import numpy as np
 from .adapters import RESTEPPED
 from .cases import Case, at_steps, split_decoded
 from .tolerance import relative_error, tolerance
-from .worker import collect_outputs, unsupported
+from .worker import attempt
 
 STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 FAILING = ("failed", "error", "xpassed")
@@ -175,14 +175,9 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
     try:
-        reason = unsupported(backend, case.config, dtype, case.decoded, case.z1_bar is not None)
-        if reason is not None:
-            reply, outputs = {"status": "skipped", "message": reason}, {}
-        else:
-            params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
-            outputs = collect_outputs(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
-                                      case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype))
-            reply = {"status": "ran"}
+        params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
+        reply, outputs = attempt(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
+                                 case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype))
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
     judge(result, case, reply, outputs, float64_bound)

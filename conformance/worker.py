@@ -1,8 +1,9 @@
 """The worker process that runs one backend, so nothing it does reaches another backend's verdict.
 
 The run (conformance.pool) starts `python -m conformance.worker IN OUT` with two pipe file
-descriptors. Messages are frames: an 8-byte header (JSON length, payload length, little-endian
-uint32), a UTF-8 JSON object, and an optional safetensors payload of arrays. Nothing is pickled.
+descriptors. Messages are frames (frames.py): a JSON object and a safetensors payload of arrays.
+Nothing is pickled. (An external backend's program speaks the public protocol of external.py to
+an adapter running in this worker.)
 
     init  {"op": "init", "reference", "sys_path", "imports"} -> {"name", "dtypes", "profile"} or {"error", "traceback"}
     run   {"op": "run", "case", "dtype", "config"} + x, padding_mask, param/<name>
@@ -22,57 +23,14 @@ included, is its result for that call.
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import sys
 import time
 import traceback
 
 import numpy as np
 
-HEADER = struct.Struct("<II")
-
-
-def encode(message: dict, arrays: dict | None = None) -> bytes:
-    from safetensors.numpy import save
-
-    payload = save({k: np.asarray(v, order="C") for k, v in arrays.items()}) if arrays else b""
-    body = json.dumps(message).encode()
-    return HEADER.pack(len(body), len(payload)) + body + payload
-
-
-def decode(body: bytes, payload: bytes) -> tuple[dict, dict]:
-    from safetensors.numpy import load
-
-    return json.loads(body), (load(payload) if payload else {})
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = os.read(fd, n)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def read_frame(fd: int) -> tuple[dict, dict]:
-    n_body, n_payload = HEADER.unpack(_read_exact(fd, HEADER.size))
-    return decode(_read_exact(fd, n_body), _read_exact(fd, n_payload))
-
-
-def _write_all(fd: int, frame: bytes) -> None:
-    data = memoryview(frame)
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def write_frame(fd: int, message: dict, arrays: dict | None = None) -> None:
-    _write_all(fd, encode(message, arrays))
-
+from .frames import HEADER, _write_all, decode, encode, read_frame, write_frame  # noqa: F401 -- the worker's frames
 
 def _failure(err: BaseException) -> dict:
     try:
@@ -127,6 +85,21 @@ def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: in
     return out
 
 
+def attempt(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None) -> tuple[dict, dict]:
+    """(reply, outputs) of one case: skipped for unsupported()'s reason or a NotSupported raised
+    by the backend (protocol.py), else ran with collect_outputs'. Anything else raised is the
+    caller's to report as the backend's error."""
+    from .protocol import NotSupported
+
+    reason = unsupported(adapter, config, dtype, decoded, z1_bar is not None)
+    if reason is not None:
+        return {"status": "skipped", "message": reason}, {}
+    try:
+        return {"status": "ran"}, collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded, z1_bar)
+    except NotSupported as err:
+        return {"status": "skipped", "message": str(err)}, {}
+
+
 def check_supports(reason) -> str | None:
     """supports() must return None or a string; anything else is the backend's error."""
     if reason is None or isinstance(reason, str):
@@ -167,15 +140,9 @@ def serve(fd_in: int, fd_out: int) -> None:
         before, start = profile.snapshot(), time.perf_counter()
         try:
             config = R.ODEConfig.from_any(message["config"])
-            dtype, decoded, vjp = message["dtype"], message.get("decoded", 0), message.get("vjp", False)
-            reason = unsupported(adapter, config, dtype, decoded, vjp)
-            if reason is not None:
-                reply = {"status": "skipped", "message": reason}
-            else:
-                params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
-                out = collect_outputs(adapter, config, params, arrays["x"], arrays.get("padding_mask"), dtype, decoded,
-                                      arrays.get("z1_bar"))
-                reply = {"status": "ran"}
+            params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
+            reply, out = attempt(adapter, config, params, arrays["x"], arrays.get("padding_mask"), message["dtype"],
+                                 message.get("decoded", 0), arrays.get("z1_bar"))
         except BaseException as err:  # noqa: B036 -- a backend's crash is its result
             out, reply = {}, {"status": "error", **_failure(err)}
         reply["profile"] = {"seconds": time.perf_counter() - start, **profile.since(before)}

@@ -209,10 +209,12 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
         initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()]
         + list(extra_initializers), value_info=list(value_info),
     )
-    model = helper.make_model(
-        graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
-        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)],
-    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)]
+    # The oldest IR version the opset allows (8 at least: model-local functions), not the onnx
+    # package's newest, so that every runtime reading this opset loads the file.
+    ir_version = max(8, helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    model = helper.make_model(graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
+                              opset_imports=opsets, ir_version=ir_version)
     helper.set_model_props(model, {
         "odeattn_version": R.__version__,
         "config": json.dumps(cfg.to_dict(), sort_keys=True),

@@ -24,7 +24,11 @@ def register(sub) -> None:
     p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
     p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:object",
-                   help="a backend to run (repeatable); default: every installed one")
+                   help="a backend to run (repeatable): a name, 'package.module:object', or exec:\"CMD ARGS\" (a program "
+                        "speaking the external protocol); default: every installed one")
+    p.add_argument("--external", type=Path, default=None, metavar="FILE",
+                   help="a JSON file naming external backends, {\"backends\": {NAME: {\"exec\": CMD}}}: each runs as an "
+                        "entry point would")
     p.add_argument("-k", dest="include", action="append", default=[], metavar="REGEX", help="only cases matching (repeatable, OR)")
     p.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="skip cases matching (repeatable)")
     p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
@@ -120,6 +124,7 @@ def prepare(args):
     options, the golden set (a GoldenError: a line per defect) and the backends are checked; run
     inside user_input, before any case runs."""
     from odeattn.conformance.adapters import BUILTIN, discover
+    from odeattn.conformance.external import load_backends_file
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
     from odeattn.conformance.runner import compile_patterns, select
 
@@ -128,6 +133,8 @@ def prepare(args):
     check_output_path("--json", args.json)
     check_output_path("--junit", args.junit)
     directory = args.golden or GOLDEN_DIR
+    if args.external is not None and not args.external.is_file():
+        raise UsageError(f"--external: expected a file; got {os.fspath(args.external)!r}")
     if args.golden is not None and not args.golden.is_dir():
         raise UsageError(f"--golden: expected a folder; got {os.fspath(args.golden)!r}")
     cases = select(load_cases(directory), args.include, args.exclude)
@@ -137,7 +144,8 @@ def prepare(args):
     if args.expect_digest and args.expect_digest != set_digest:
         raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
     try:
-        refs, notes, errors = discover(args.backend, timeout=args.timeout)
+        declared = load_backends_file(args.external) if args.external else None
+        refs, notes, errors = discover(args.backend, timeout=args.timeout, declared=declared)
     except ValueError as err:  # its message begins 'backend'
         raise UsageError(f"--{err}") from None
     header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,

@@ -82,7 +82,8 @@ def test_mutants_refuses_a_folder_that_is_no_golden_set(tmp_path, capsys):
 
 def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsys):
     """`odeattn conformance`: every golden case on every built-in backend and dtype, in worker
-    processes; float64 also within 1e-12 relative (the ports' float64 bar). flax runs on request."""
+    processes; float64 also within 1e-12 relative (the ports' float64 bar). flax and the JavaScript
+    workers run on request."""
     code = main(["conformance", "--float64-bound", "1e-12", "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -111,7 +112,8 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
                    "onnxruntime-integer": report["cases"] - bitnet_blocks}.get(key[0], 0)
         assert (row["passed"], row["skipped"], row["failed"]) == (report["cases"] - skipped, skipped, 0), key
     assert not report["backend_errors"]
-    assert [n.split(":")[0] for n in report["notes"]] == ["flax"] and "runs on request (--backend flax)" in report["notes"][0]
+    assert [n.split(":")[0] for n in report["notes"]] == ["flax", "onnxruntime-node", "onnxruntime-web"]
+    assert "runs on request (--backend flax)" in report["notes"][0]
 
 
 SMALL = "derf_euler_encoder_float_nopad_s1_b2t5h2d8$"  # one block case, one step of euler

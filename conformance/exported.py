@@ -1,0 +1,165 @@
+"""The adapters that run the exported ONNX models: ONNX Runtime in its forms, and ONNX's own
+reference evaluator. Each exports a case's block (odeattn.export) once per case config and runs
+it; a subclass supplies _build, the runnable of a model (external.py's runs it in another
+process, in another language).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from .cases import decode_loop
+from .profile import compiling
+
+
+def _threads():
+    """Intra-op threads: the conformance worker's share of the cores, if it set one."""
+    return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None
+
+
+class _ExportedAdapter:
+    dtypes = ("float32",)
+    opset = 17
+    bitlinear = "float"  # export_model's form of BitLinear's products
+    steps_input = False  # export_model's Loop form: the steps fed at run time (fed_steps)
+    _built = (None, None)  # (key, runnable): the last exported block model
+
+    def supports(self, config, dtype):
+        return None
+
+    def _build(self, model):
+        """A runnable: feed (name -> array) -> name -> array, for every output of model."""
+        raise NotImplementedError
+
+    def _runnable(self, config, params, padding_mask):
+        digest = hashlib.sha256()
+        for k in sorted(params):
+            digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())
+        key = (config, padding_mask is not None, digest.hexdigest())
+        if self._built[0] != key:
+            from odeattn.export.block import export_model
+
+            with compiling("exports"):
+                model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
+                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input)
+            self._built = (key, (model, self._session(model)))
+        return self._built[1]
+
+    def _session(self, model):
+        """_build(model), timed and counted as a session built (conformance.profile)."""
+        with compiling("sessions"):
+            return self._build(model)
+
+    def _outputs(self, config, params, x, padding_mask) -> dict:
+        from odeattn.export.runtime import make_feed
+
+        model, runnable = self._runnable(config, params, padding_mask)
+        return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
+
+    def fed_steps(self, config) -> int:
+        """The Loop form's steps input for a case of this config."""
+        return config.ode_steps
+
+    def run_func(self, config, params, t, x, padding_mask, dtype):
+        return self._outputs(config, params, x, padding_mask)["f0"]
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        """x, then the state after each step: the unrolled form's outputs step_k, or the Loop
+        form's scan output `trajectory`."""
+        out = self._outputs(config, params, x, padding_mask)
+        if self.steps_input:
+            return np.concatenate([x[None], out["trajectory"]])
+        return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self._outputs(config, params, x, padding_mask)["z"]
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        """The exported prefill model on the prompt, then the decode-step model per token, each
+        step's present cache fed back as the next past (export.decode.OnnxDecoder)."""
+        from odeattn.export.block import export_decode_model, export_prefill_model
+        from odeattn.export.decode import OnnxDecoder
+
+        with compiling("exports"):
+            prefill = export_prefill_model(config, params, opset=self.opset)
+        with compiling("exports"):
+            step = export_decode_model(config, params, opset=self.opset)
+        decoder = OnnxDecoder(config, self._session(prefill), self._session(step))
+        return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
+
+
+class OnnxRuntimeAdapter(_ExportedAdapter):
+    name = "onnxruntime"
+
+    def _build(self, model):
+        from odeattn.export.decode import session_runner
+
+        return session_runner(model, threads=_threads())
+
+
+class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
+    name = "onnxruntime-opset23"
+    opset = 23
+    run_decode = None  # the prefill and decode-step models are opset 17
+
+
+class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
+    """BitLinear blocks exported with bitlinear="integer": every projection an exact integer product
+    (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
+
+    name = "onnxruntime-integer"
+    bitlinear = "integer"
+    run_decode = None  # the prefill and decode-step models have the float form only
+
+    def supports(self, config, dtype):
+        return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
+
+
+class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
+    """The Loop form (export_model(..., steps_input=True)): each block case's file, its steps
+    passed as the runtime input `steps`; the state after each step is the Loop's scan output
+    `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases."""
+
+    name = "onnxruntime-loop"
+    steps_input = True
+    run_decode = None
+
+
+def other_steps(steps: int) -> int:
+    """The count onnxruntime-loop-other-steps feeds a file whose default is `steps`: half of it
+    (rounded down) above 4 steps, one more up to 4."""
+    return steps // 2 if steps > 4 else steps + 1
+
+
+class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
+    """The Loop form's file of each block case (its default: the case's steps) fed another step
+    count, other_steps(case steps); the runner checks it against the spec at that count, computed
+    from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
+
+    name = "onnxruntime-loop-other-steps"
+
+    def fed_steps(self, config) -> int:
+        return other_steps(config.ode_steps)
+
+
+# A built-in backend that runs the block cases at another step count -> that count for a case's
+# steps: the runner compares it with the spec at that count (cases.at_steps), not the golden file.
+RESTEPPED = {OnnxRuntimeLoopOtherStepsAdapter.name: other_steps}
+
+
+class OnnxReferenceAdapter(_ExportedAdapter):
+    name = "onnx-reference"
+
+    def _build(self, model):
+        from onnx.reference import ReferenceEvaluator
+
+        ref, names = ReferenceEvaluator(model), [o.name for o in model.graph.output]
+
+        def run(feed):
+            with np.errstate(divide="ignore"):  # the norms' Log(max|x|) of a zero (padded) token is -inf by design
+                return dict(zip(names, ref.run(None, feed)))
+
+        return run

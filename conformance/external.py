@@ -1,0 +1,414 @@
+"""External backends: a program in any language, driven over its standard input and output.
+
+`odeattn conformance --backend exec:"CMD ARGS"` (or a backends file's entry, or an entry point
+whose object is an Exec) runs CMD as the backend. An Exec, called in the suite's worker process,
+starts the program and returns an adapter (protocol.py) that forwards every call to it; so the
+program gets what a Python backend gets: its own worker process (it is that process's child, in
+its process group: the run's per-case timeout kills both), fresh inputs per call, the same
+reports and exit codes.
+
+The frames are the worker's (worker.py): an 8-byte header (two little-endian uint32: the JSON
+part's length, the payload's), a JSON object, and a safetensors payload or nothing. The messages
+are those of protocol.schema.json, version PROTOCOL, and every reply is checked against it:
+
+    hello {"op": "hello", "protocol": 1}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?}
+    consumes "params" (a native port):
+      run   {"op": "run", "kind", "dtype", "config", "prompt"?} + x, padding_mask?, param/<name>
+            -> {"status": "ran"} + z1 | trajectory | decode
+    consumes "onnx" (a runtime; the host exports each case's model, once per case config):
+      load  {"op": "load", "model": ID} + model (uint8)  ->  {"status": "loaded"}
+      infer {"op": "infer", "model": ID} + feed          ->  {"status": "ran"} + every output
+      drop  {"op": "drop", "model": ID}                  (no reply)
+    any reply may be {"status": "unsupported" | "error", "message"}
+    exit  {"op": "exit"}                                 (no reply)
+
+A worker that prints something else on its stdout, exits mid-frame, announces a frame over the
+limits, does not answer the handshake in time, or speaks another version is an ExternalError
+naming the backend and what it did: an error for that backend only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .exported import _ExportedAdapter
+from .frames import HEADER, decode, encode
+from .protocol import NotSupported
+
+PROTOCOL = 1
+SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
+JS_DIR = Path(__file__).with_name("js")  # the reference workers; `npm ci --prefix` it to install them
+HANDSHAKE_TIMEOUT = 60.0  # seconds for the hello reply (ONNX Runtime Web compiles its WebAssembly first)
+JSON_LIMIT = 1 << 20  # bytes: a reply's JSON part is a status and maybe a message
+PAYLOAD_LIMIT = 1 << 30  # bytes: a reply's arrays; more is refused before it is read
+
+
+class ExternalError(RuntimeError):
+    """An external worker broke the protocol: a malformed or oversized frame, an early exit, no
+    handshake, another version. The message names the backend."""
+
+
+@lru_cache(maxsize=None)
+def _validator(message: str):
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    del schema["oneOf"]  # any message; here, the one named
+    return Draft202012Validator({**schema, "$ref": f"#/$defs/{message}"})
+
+
+def check_message(message: dict, kind: str) -> None:
+    """ValueError naming the most telling defect if message is not a valid `kind` (one of the
+    schema's $defs: hello, hello_reply, run, load, infer, drop, exit, reply)."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator(kind).iter_errors(message))
+    if error is not None:
+        where = "/".join(map(str, error.path)) or "the message"
+        raise ValueError(f"{kind}: {where}: {error.message}")
+
+
+def _preview(data: bytes) -> str:
+    text = data[:40].decode("utf-8", "replace")
+    return f"{text!r}{'...' if len(data) > 40 else ''}"
+
+
+class Channel:
+    """The program's process and its two pipes; request() sends a frame and reads the reply."""
+
+    def __init__(self, argv: Sequence[str], label: str, cwd: Optional[str] = None):
+        self.label = label
+        try:
+            self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=None, cwd=cwd, bufsize=0)
+        except OSError as err:
+            raise ExternalError(f"backend {label}: cannot start {argv[0]!r} ({err.strerror or err})") from None
+        self.read_so_far = b""
+
+    def error(self, what: str) -> ExternalError:
+        return ExternalError(f"backend {self.label}: {what}")
+
+    def _exit_status(self) -> str:
+        from .pool import describe_exit
+
+        try:
+            return describe_exit(self.proc.wait(timeout=5.0))
+        except subprocess.TimeoutExpired:
+            return "closed its stdout"
+
+    def _read(self, n: int, deadline: float, during: str) -> bytes:
+        chunks, fd = [], self.proc.stdout.fileno()
+        while n:
+            wait = None if deadline == float("inf") else deadline - time.monotonic()
+            if (wait is not None and wait <= 0) or not select.select([fd], [], [], wait)[0]:
+                raise self.error(f"no reply within {self._timeout:g} s {during}")
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                got = b"".join(chunks)
+                raise self.error(f"the worker {self._exit_status()} {during}"
+                                 + (f", mid-frame (after {len(self.read_so_far + got)} bytes)" if self.read_so_far or got else ""))
+            chunks.append(chunk)
+            n -= len(chunk)
+        data = b"".join(chunks)
+        self.read_so_far += data
+        return data
+
+    def _peek(self) -> None:
+        """What more of its stdout is already there (up to 64 bytes), for an error's preview."""
+        fd = self.proc.stdout.fileno()
+        if select.select([fd], [], [], 0.2)[0]:
+            self.read_so_far += os.read(fd, 64)
+
+    def send(self, message: dict, arrays: Optional[dict] = None) -> None:
+        try:
+            self.proc.stdin.write(encode(message, arrays))
+        except (BrokenPipeError, ValueError):  # ValueError: stdin already closed
+            raise self.error(f"the worker {self._exit_status()} before reading the {message['op']} request") from None
+
+    def request(self, message: dict, arrays: Optional[dict] = None, *, timeout: float = float("inf")):
+        """(reply, arrays) for message; the reply checked against the schema's reply (or, for
+        hello, hello_reply). timeout: seconds for the whole reply (the run's per-case timeout
+        otherwise bounds it, killing this process)."""
+        op = message["op"]
+        during = f"to the {op} request"
+        self.send(message, arrays)
+        self._timeout, deadline, self.read_so_far = timeout, time.monotonic() + timeout, b""
+        n_json, n_payload = HEADER.unpack(self._read(HEADER.size, deadline, during))
+        if n_json > JSON_LIMIT or n_payload > PAYLOAD_LIMIT:
+            self._peek()
+            raise self.error(f"announced a frame of {n_json} + {n_payload} bytes, over the limits ({JSON_LIMIT} and "
+                             f"{PAYLOAD_LIMIT}) {during}; its stdout began {_preview(self.read_so_far)} "
+                             "(a worker's logs go to its stderr)")
+        body = self._read(n_json, deadline, during)
+        payload = self._read(n_payload, deadline, during)
+        try:
+            reply, out = decode(body, payload)
+        except Exception as err:  # malformed JSON or safetensors: the worker's fault, named
+            raise self.error(f"sent a malformed frame {during} ({type(err).__name__}: {err}); its stdout began "
+                             f"{_preview(self.read_so_far)}") from None
+        kind = "hello_reply" if op == "hello" else "reply"
+        try:
+            if not isinstance(reply, dict):
+                raise ValueError(f"{kind}: expected a JSON object; got {type(reply).__name__}")
+            check_message(reply, kind)
+        except ValueError as err:
+            raise self.error(f"sent a malformed {kind} {during}: {err}") from None
+        return reply, out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"op": "exit"})
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5.0)
+            except (ExternalError, OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _reply_status(channel: Channel, reply: dict, during: str) -> None:
+    """NotSupported or ExternalError for a reply that is not 'ran'/'loaded'."""
+    status = reply["status"]
+    if status == "unsupported":
+        message = reply["message"]
+        raise NotSupported(message if message.startswith("not supported") else f"not supported: {message}")
+    if status == "error":
+        raise RuntimeError(f"{channel.label}: {reply['message']}")
+    if status not in during:
+        raise channel.error(f"replied {status!r}; expected {' or '.join(map(repr, during))}")
+
+
+class _External:
+    """What both kinds of external adapter share: the channel, the handshake's facts."""
+
+    def __init__(self, channel: Channel, hello: dict):
+        self.channel, self.hello = channel, hello
+        self.name, self.dtypes, self.kinds = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
+        for kind, method in (("trajectory", "run_trajectory"), ("decode", "run_decode")):
+            if kind not in self.kinds:
+                setattr(self, method, None)  # absent: those cases are "not supported" (protocol.py)
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return None  # the worker says so per case ("unsupported"), naming what it lacks
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class ParamsAdapter(_External):
+    """A native port in another language: it gets the config and the parameters (run)."""
+
+    def _run(self, kind: str, array: str, config, params, x, padding_mask, dtype, **extra):
+        from .golden import config_fields
+
+        arrays = {"x": x, **{f"param/{k}": v for k, v in params.items()}}
+        if padding_mask is not None:
+            arrays["padding_mask"] = padding_mask
+        message = {"op": "run", "kind": kind, "dtype": dtype, "config": config_fields(config), **extra}
+        reply, out = self.channel.request(message, arrays)
+        _reply_status(self.channel, reply, ("ran",))
+        if array not in out:
+            raise self.channel.error(f"replied 'ran' to a {kind} request without the array {array!r} "
+                                     f"(got {sorted(out) or 'no arrays'})")
+        return out[array]
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return self._run("block", "z1", config, params, x, padding_mask, dtype)
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        return self._run("trajectory", "trajectory", config, params, x, padding_mask, dtype)
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        return self._run("decode", "decode", config, params, x, padding_mask, dtype, prompt=int(prompt))
+
+
+class RemoteRun:
+    """A Run (export.decode) over one model loaded in the worker: the feed checked against the
+    model's declared inputs here, as a local session's is (export.decode.SessionRun), then sent."""
+
+    _ids = itertools.count()
+
+    def __init__(self, channel: Channel, model):
+        from odeattn.export.decode import SessionRun
+
+        local = SessionRun(model)  # the declared inputs and defaults; its session is never built
+        self.channel, self.model, self.declared, self.defaults, self.check = channel, model, local.declared, local.defaults, local.check
+        self.outputs = [o.name for o in model.graph.output]
+        self.id = f"m{next(self._ids)}"
+        self.loaded = False
+
+    def start(self) -> None:
+        """Sends the model once; NotSupported if the worker's runtime cannot build it."""
+        if not self.loaded:
+            data = np.frombuffer(self.model.SerializeToString(), np.uint8)
+            reply, _ = self.channel.request({"op": "load", "model": self.id}, {"model": data})
+            _reply_status(self.channel, reply, ("loaded",))
+            self.loaded = True
+
+    def __call__(self, feed: dict) -> dict:
+        return self.unchecked(self.check(feed))
+
+    def unchecked(self, feed: dict) -> dict:
+        self.start()
+        reply, out = self.channel.request({"op": "infer", "model": self.id}, feed)
+        _reply_status(self.channel, reply, ("ran",))
+        missing = [n for n in self.outputs if n not in out]
+        if missing:
+            raise self.channel.error(f"replied 'ran' to an infer request without the outputs {missing}")
+        return out
+
+    def drop(self) -> None:
+        if self.loaded:
+            self.channel.send({"op": "drop", "model": self.id})
+            self.loaded = False
+
+
+class OnnxAdapter(_External, _ExportedAdapter):
+    """A runtime that runs the exported models: the ONNX Runtime adapters' export and feeds
+    (exported._ExportedAdapter), every model loaded and run in the worker (RemoteRun), of the
+    opset and form its handshake names. Each model is dropped once no case needs it."""
+
+    def __init__(self, channel: Channel, hello: dict):
+        super().__init__(channel, hello)
+        self.opset, self.steps_input = hello["onnx"]["opset"], hello["onnx"]["form"] == "loop"
+        if "trajectory" not in self.kinds:
+            self.run_func = None
+        self._live: list = []
+
+    def _build(self, model):
+        run = RemoteRun(self.channel, model)
+        run.start()
+        self._live.append(run)
+        return run
+
+    def _runnable(self, config, params, padding_mask):
+        before = self._built[1]
+        built = super()._runnable(config, params, padding_mask)
+        if before is not None and before is not built:
+            self._drop([before[1]])
+        return built
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        mark = len(self._live)
+        try:
+            return super().run_decode(config, params, x, padding_mask, prompt, dtype)
+        finally:
+            self._drop(self._live[mark:])
+
+    def _drop(self, runs) -> None:
+        for run in list(runs):
+            run.drop()
+            self._live.remove(run)
+
+
+@dataclass(frozen=True)
+class Exec:
+    """An external backend: the program `command` (a string, split as a shell would, or a list),
+    started in `cwd`. Calling it (what the suite's worker does) starts the program, checks its
+    handshake and returns its adapter. The object is what an entry point or a 'module:object'
+    reference names; `--backend exec:CMD` and a backends file make one."""
+
+    command: "str | Sequence[str]"
+    cwd: Optional[str] = None
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+
+    @property
+    def argv(self) -> list:
+        argv = shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+        if not argv:
+            raise ValueError("backend exec: expected a command; got an empty one")
+        return argv
+
+    def __call__(self):
+        argv = self.argv
+        channel = Channel(argv, f"exec:{shlex.join(argv)}", self.cwd)
+        try:
+            hello, _ = channel.request({"op": "hello", "protocol": PROTOCOL}, timeout=self.handshake_timeout)
+            if hello["protocol"] != PROTOCOL:
+                raise channel.error(f"speaks protocol version {hello['protocol']}; this odeattn speaks {PROTOCOL}")
+        except BaseException:
+            channel.proc.kill()
+            channel.proc.wait()
+            raise
+        channel.label = hello["name"]
+        return (OnnxAdapter if hello["consumes"] == "onnx" else ParamsAdapter)(channel, hello)
+
+
+def from_reference(reference: str) -> Exec:
+    """The Exec of an 'exec:CMD ARGS' reference, or of a backends file's entry ('exec:' and the
+    JSON object {"command", "cwd"}: load_backends_file)."""
+    command = reference[len("exec:"):].strip()
+    if not command:
+        raise ValueError("backend: expected a command after 'exec:'; got none")
+    if command.startswith("{"):
+        entry = json.loads(command)
+        return Exec(entry["command"], entry["cwd"])
+    try:
+        shlex.split(command)
+    except ValueError as err:
+        raise ValueError(f"backend {reference}: cannot split the command ({err})") from None
+    return Exec(command)
+
+
+# The reference workers in JavaScript (js/), on Node.js: ONNX Runtime's two JavaScript builds.
+onnxruntime_node = Exec(["node", str(JS_DIR / "ort.mjs"), "node"])
+onnxruntime_web = Exec(["node", str(JS_DIR / "ort.mjs"), "web"])
+NPM_INSTALL = "npm ci --prefix conformance/js"  # the one command (from a checkout) that installs them
+
+
+def missing_js(packages: Sequence[str]) -> list:
+    """What a JavaScript worker lacks: node on PATH, or npm packages not installed in js/."""
+    missing = [] if shutil.which("node") else ["node (Node.js 20 or later)"]
+    missing += [f"the npm package {p} ({NPM_INSTALL})" for p in packages
+                if not (JS_DIR / "node_modules" / p / "package.json").is_file()]
+    return missing
+
+
+def load_backends_file(path: str) -> dict:
+    """name -> Exec reference from a backends file: JSON {"backends": {NAME: {"exec": CMD,
+    "cwd": DIR?}}}, cwd relative to the file's folder (its folder by default). ValueError naming
+    the field otherwise."""
+    where = Path(path)
+    try:
+        data = json.loads(where.read_text())
+    except OSError as err:
+        raise ValueError(f"external: cannot read {path!r} ({err.strerror or err})") from None
+    except ValueError as err:
+        raise ValueError(f"external: {path!r} is not JSON ({err})") from None
+    entries = data.get("backends") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or not entries:
+        raise ValueError(f"external: expected {{\"backends\": {{NAME: {{\"exec\": CMD}}}}}} in {path!r}")
+    out = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("exec"), str) or set(entry) - {"exec", "cwd"}:
+            raise ValueError(f"external: backends.{name}: expected {{\"exec\": CMD, \"cwd\": DIR (optional)}}; got {entry!r}")
+        try:
+            if not shlex.split(entry["exec"]):
+                raise ValueError("an empty command")
+        except ValueError as err:
+            raise ValueError(f"external: backends.{name}.exec: cannot split {entry['exec']!r} ({err})") from None
+        cwd = (where.parent / entry.get("cwd", ".")).resolve()
+        if not cwd.is_dir():
+            raise ValueError(f"external: backends.{name}.cwd: expected a folder; got {str(cwd)!r}")
+        out[name] = "exec:" + json.dumps({"command": entry["exec"], "cwd": str(cwd)})
+    return out

@@ -1,0 +1,70 @@
+"""An external backend for the tests, in Python as any language would be: `python external_worker.py MODE`.
+
+spec: a native port (consumes params) over ode_ref that speaks the protocol correctly; with
+ODEATTN_TEST_RECORD set, it appends every request's JSON to that file. The other modes break
+the protocol one way each."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import ode_ref as R
+from odeattn.conformance.frames import encode, read_frame
+
+MODE = sys.argv[1]
+IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
+HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"], "kinds": ["block", "trajectory", "decode"],
+         "consumes": "params"}
+
+
+def send(message, arrays=None):
+    os.write(OUT, encode(message, arrays))
+
+
+def run(message, arrays):
+    config = R.ODEConfig.from_any(message["config"])
+    params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
+    x, mask = arrays["x"], arrays.get("padding_mask")
+    if message["kind"] == "decode":
+        from odeattn.conformance.cases import run_decode
+        return {"decode": run_decode(config, params, x, mask, message["prompt"])}
+    z1, trajectory = R.ode_block(params, x, config, mask, return_trajectory=True)
+    return {"trajectory": trajectory.astype(x.dtype)} if message["kind"] == "trajectory" else {"z1": z1.astype(x.dtype)}
+
+
+while True:
+    try:
+        message, arrays = read_frame(IN)
+    except EOFError:
+        break
+    if os.environ.get("ODEATTN_TEST_RECORD"):
+        with open(os.environ["ODEATTN_TEST_RECORD"], "a") as f:
+            f.write(json.dumps(message) + "\n")
+    op = message["op"]
+    if op == "exit":
+        break
+    if op == "hello":
+        if MODE == "garbage":
+            os.write(OUT, b"starting up...\nready\n")
+        elif MODE == "silent":
+            time.sleep(60)
+        elif MODE == "version2":
+            send({**HELLO, "protocol": 2})
+        elif MODE == "malformed":
+            send({**HELLO, "dtypes": ["float8"]})
+        elif MODE == "oversized":
+            os.write(OUT, (1 << 20).to_bytes(4, "little") + (1 << 31).to_bytes(4, "little"))
+        else:
+            send(HELLO)
+        continue
+    if MODE == "dies":  # exits halfway through its first reply
+        frame = encode({"status": "ran"}, {"z1": arrays["x"]})
+        os.write(OUT, frame[:len(frame) // 2])
+        os._exit(3)
+    if MODE == "refuses" and message["config"].get("use_bitnet"):
+        send({"status": "unsupported", "message": "use_bitnet (this port has float projections only)"})
+        continue
+    send({"status": "ran"}, run(message, arrays))

@@ -1,0 +1,172 @@
+"""External backends (conformance/external.py): the protocol, its faults, and the JavaScript
+reference workers (conformance/js/), each a program in another process speaking the frames."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from odeattn.conformance import external as E
+from odeattn.conformance.adapters import BUILTIN, BackendRef, discover, make_adapter, missing_requirements
+from odeattn.conformance.golden import load_cases
+from odeattn.conformance.runner import run_suite, select
+
+CASES = load_cases()
+WORKER = Path(__file__).with_name("external_worker.py")
+# a block case padded in decoder mode, a BitLinear one, a cached decode and a rk4 layer_norm one
+FEW = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "^decode_rk4_layer_norm_rope_pad$",
+                             "block_layer_norm_rk4_encoder_float_nopad"])
+
+
+def exec_ref(mode: str) -> BackendRef:
+    return BackendRef(f"exec:{mode}", f"exec:{sys.executable} {WORKER} {mode}")
+
+
+def test_an_external_port_passes_and_every_request_it_gets_is_a_schema_message(tmp_path, monkeypatch):
+    record = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("ODEATTN_TEST_RECORD", str(record))
+    report = run_suite([exec_ref("spec")], FEW, jobs=1)
+    assert {r.status for r in report.results} == {"passed"} and len(report.results) == 2 * len(FEW)
+    messages = [json.loads(line) for line in record.read_text().splitlines()]
+    kinds = {"hello": "hello", "run": "run", "exit": "exit"}
+    for message in messages:
+        E.check_message(message, kinds[message["op"]])
+    assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode"}
+    # the config as the golden manifest stores it: the required fields and the non-defaults
+    assert all("dropout" not in m["config"] for m in messages if m["op"] == "run")
+
+
+def test_a_refusal_is_not_supported_with_the_workers_reason():
+    report = run_suite([exec_ref("refuses")], FEW, jobs=1)
+    refused = [r for r in report.results if r.status == "skipped"]
+    assert refused and all(r.message == "not supported: use_bitnet (this port has float projections only)" for r in refused)
+    assert {r.status for r in report.results if r not in refused} == {"passed"}
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("garbage", "announced a frame of 1918989427 + 1735289204 bytes, over the limits (1048576 and 1073741824) to the "
+                "hello request; its stdout began 'starting up...\\nready\\n' (a worker's logs go to its stderr)"),
+    ("version2", "speaks protocol version 2; this odeattn speaks 1"),
+    ("malformed", "sent a malformed hello_reply to the hello request: hello_reply: dtypes/0: 'float8' is not one of "
+                  "['float32', 'float64']"),
+    ("oversized", "announced a frame of 1048576 + 2147483648 bytes, over the limits"),
+    ("silent", "no reply within 2 s to the hello request"),
+])
+def test_a_handshake_fault_is_one_error_naming_the_backend(mode, message, monkeypatch):
+    monkeypatch.setattr(E, "HANDSHAKE_TIMEOUT", 2.0)
+    exe = E.Exec([sys.executable, str(WORKER), mode], handshake_timeout=2.0)
+    with pytest.raises(E.ExternalError) as err:
+        exe()
+    assert str(err.value).startswith(f"backend exec:{exe.argv[0]} ") and message in str(err.value)
+
+
+def test_a_faulty_worker_is_an_error_for_itself_only():
+    """A worker that dies mid-frame and one that never answers, beside the spec in one run: the
+    spec's results are as alone, the others' errors say what happened."""
+    spec = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
+    alone = run_suite(spec, FEW, jobs=2)
+    report = run_suite(spec + [exec_ref("dies"), exec_ref("silent"), exec_ref("garbage")], FEW, jobs=2, timeout=5.0)
+    assert [(r.case, r.dtype, r.status) for r in report.results if r.backend == "spec"] == \
+           [(r.case, r.dtype, r.status) for r in alone.results]
+    died = [r for r in report.results if r.backend == "py-dies"]
+    assert died and died[0].status == "error" and "the worker exited with status 3 to the run request, mid-frame" in died[0].message
+    errors = {e.backend: e.message for e in report.errors}
+    assert "timed out after 5 s while constructing the backend" in errors[f"exec:silent"]
+    assert "over the limits" in errors["exec:garbage"] and report.exit_code == 1
+
+
+def test_exec_references_and_backends_files_are_checked_before_any_run(tmp_path):
+    with pytest.raises(ValueError, match="^backend: expected a command after 'exec:'; got none$"):
+        discover(["exec:  "])
+    with pytest.raises(ValueError, match="cannot split the command"):
+        discover(['exec:node "unclosed'])
+    good = tmp_path / "backends.json"
+    good.write_text(json.dumps({"backends": {"mine": {"exec": f"{sys.executable} {WORKER} spec"}}}))
+    refs, _, _ = discover(["mine"], declared=E.load_backends_file(str(good)))
+    assert [r.label for r in refs] == ["mine"]
+    report = run_suite(refs, FEW[:1], jobs=1)
+    assert {r.status for r in report.results} == {"passed"}
+    for text, field in [('{"backends": {}}', "external: expected"), ('[1]', "external: expected"),
+                        ('{"backends": {"m": {"exec": 3}}}', "external: backends.m: expected"),
+                        ('{"backends": {"m": {"exec": "x", "cwd": "nowhere"}}}', "external: backends.m.cwd: expected a folder"),
+                        ('{"backends": {"m": {"exec": ""}}}', "external: backends.m.exec: cannot split"), ("{", "is not JSON")]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            E.load_backends_file(str(bad))
+    taken = tmp_path / "taken.json"
+    taken.write_text(json.dumps({"backends": {"spec": {"exec": "x"}}}))
+    with pytest.raises(ValueError, match="backends.spec: the name is taken by a built-in backend"):
+        discover(declared=E.load_backends_file(str(taken)))
+
+
+def test_the_command_line_refuses_a_bad_backends_file_in_one_line(tmp_path, capsys):
+    from odeattn.cli import main
+
+    assert main(["conformance", "--external", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--external: expected a file" in err[0]
+
+
+# ---- the JavaScript workers (npm ci --prefix conformance/js) ----------------------------------------------
+JS = {name: missing_requirements(name) for name in ("onnxruntime-node", "onnxruntime-web")}
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+
+
+def js_ref(name):
+    if JS[name]:
+        pytest.skip(f"{name}: not installed (missing {', '.join(JS[name])})")
+    return BackendRef(name, BUILTIN[name].reference, builtin=True, dtypes=("float32",))
+
+
+@pytest.mark.parametrize("name", ["onnxruntime-node", "onnxruntime-web"])
+def test_onnx_runtimes_in_javascript_pass_block_trajectory_and_decode_cases(name):
+    report = run_suite([js_ref(name)], FEW, jobs=1)
+    assert [(r.case, r.status) for r in report.results] == [(c.name, "passed") for c in FEW]
+    assert max(r.worst_ratio for r in report.results) < 1.0
+
+
+def test_a_missing_operator_kernel_is_not_supported_and_named():
+    import onnx
+    from onnx import TensorProto, helper
+
+    ref = js_ref("onnxruntime-node")
+    det = helper.make_graph([helper.make_node("Det", ["a"], ["d"])], "g",
+                            [helper.make_tensor_value_info("a", TensorProto.DOUBLE, [2, 2])],
+                            [helper.make_tensor_value_info("d", TensorProto.DOUBLE, [])])
+    model = helper.make_model(det, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    adapter = make_adapter(ref.reference)
+    with pytest.raises(E.NotSupported, match=r"^not supported: operator Det \(opset 11\) has no kernel in onnxruntime-node 1\.30\.0$"):
+        E.RemoteRun(adapter.channel, model).start()
+    adapter.close()
+    onnx.checker.check_model(model)
+
+
+@needs_node
+def test_the_plain_javascript_port_passes_what_it_supports_and_names_the_rest():
+    ref = BackendRef("js-native", f"exec:node {E.JS_DIR / 'native.mjs'}")
+    report = run_suite([ref], CASES, jobs=2)
+    ran = [r for r in report.results if r.status != "skipped"]
+    assert {r.status for r in ran} == {"passed"} and {r.dtype for r in ran} == {"float32", "float64"}
+    assert {r.case for r in ran} == {c.name for c in CASES if c.name.startswith("block_layer_norm_") and
+                                     c.config.ode_solver in ("euler", "rk4") and not c.config.use_bitnet
+                                     and c.config.position_encoding == "none"}
+    reasons = {r.message for r in report.results if r.status == "skipped"}
+    assert "not supported: norm_type rms_norm (this port has layer_norm)" in reasons
+    assert "not supported: use_bitnet (this port has float projections only)" in reasons
+    assert "not supported: cached decoding (the backend has no run_decode)" in reasons
+    assert "not supported: gradients (the backend has no run_vjp)" in reasons
+
+
+@needs_node
+def test_the_golden_set_runs_from_javascripts_own_test_runner():
+    """conformance/js/golden.test.mjs reads the golden files without odeattn (docs/protocol.md)."""
+    import subprocess
+
+    done = subprocess.run(["node", "--test", "golden.test.mjs"], cwd=E.JS_DIR, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    passed = int(next(line for line in done.stdout.splitlines() if line.startswith("# pass")).split()[-1])
+    assert passed == 1 + 2 * 3  # the set holds block cases, and the port's three, in two dtypes
