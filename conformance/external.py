@@ -98,6 +98,7 @@ class Channel:
         except OSError as err:
             raise ExternalError(f"backend {label}: cannot start {argv[0]!r} ({err.strerror or err})") from None
         self.read_so_far = b""
+        self.broken = ""  # the fault that stopped the worker, if one did
 
     def error(self, what: str) -> ExternalError:
         return ExternalError(f"backend {self.label}: {what}")
@@ -143,6 +144,16 @@ class Channel:
         """(reply, arrays) for message; the reply checked against the schema's reply (or, for
         hello, hello_reply). timeout: seconds for the whole reply (the run's per-case timeout
         otherwise bounds it, killing this process)."""
+        if self.broken:
+            raise self.error(f"not run: the worker was stopped after an earlier fault ({self.broken})")
+        try:
+            return self._request(message, arrays, timeout)
+        except ExternalError as err:  # the stream is out of step: nothing more can be read from it
+            self.broken = str(err).removeprefix(f"backend {self.label}: ")
+            self.proc.kill()
+            raise
+
+    def _request(self, message: dict, arrays: Optional[dict], timeout: float):
         op = message["op"]
         during = f"to the {op} request"
         self.send(message, arrays)
@@ -180,16 +191,18 @@ class Channel:
                 self.proc.wait()
 
 
-def _reply_status(channel: Channel, reply: dict, during: str) -> None:
-    """NotSupported or ExternalError for a reply that is not 'ran'/'loaded'."""
+def _reply_status(channel: Channel, reply: dict, expected: str) -> None:
+    """Nothing for the expected status ('ran' or 'loaded'); NotSupported for 'unsupported' (the
+    case is skipped with the worker's message), RuntimeError for 'error' (the case's error),
+    ExternalError for any other."""
     status = reply["status"]
     if status == "unsupported":
         message = reply["message"]
         raise NotSupported(message if message.startswith("not supported") else f"not supported: {message}")
     if status == "error":
-        raise RuntimeError(f"{channel.label}: {reply['message']}")
-    if status not in during:
-        raise channel.error(f"replied {status!r}; expected {' or '.join(map(repr, during))}")
+        raise RuntimeError(reply["message"])
+    if status != expected:
+        raise channel.error(f"replied {status!r}; expected {expected!r}")
 
 
 class _External:
@@ -226,7 +239,7 @@ class ParamsAdapter(_External):
             arrays["padding_mask"] = padding_mask
         message = {"op": "run", "kind": kind, "dtype": dtype, "config": config_fields(config), **extra}
         reply, out = self.channel.request(message, arrays)
-        _reply_status(self.channel, reply, ("ran",))
+        _reply_status(self.channel, reply, "ran")
         if array not in out:
             raise self.channel.error(f"replied 'ran' to a {kind} request without the array {array!r} "
                                      f"(got {sorted(out) or 'no arrays'})")
@@ -252,7 +265,8 @@ class RemoteRun:
         from odeattn.export.decode import SessionRun
 
         local = SessionRun(model)  # the declared inputs and defaults; its session is never built
-        self.channel, self.model, self.declared, self.defaults, self.check = channel, model, local.declared, local.defaults, local.check
+        self.channel, self.model = channel, model
+        self.declared, self.defaults, self.check = local.declared, local.defaults, local.check
         self.outputs = [o.name for o in model.graph.output]
         self.id = f"m{next(self._ids)}"
         self.loaded = False
@@ -262,7 +276,7 @@ class RemoteRun:
         if not self.loaded:
             data = np.frombuffer(self.model.SerializeToString(), np.uint8)
             reply, _ = self.channel.request({"op": "load", "model": self.id}, {"model": data})
-            _reply_status(self.channel, reply, ("loaded",))
+            _reply_status(self.channel, reply, "loaded")
             self.loaded = True
 
     def __call__(self, feed: dict) -> dict:
@@ -271,7 +285,7 @@ class RemoteRun:
     def unchecked(self, feed: dict) -> dict:
         self.start()
         reply, out = self.channel.request({"op": "infer", "model": self.id}, feed)
-        _reply_status(self.channel, reply, ("ran",))
+        _reply_status(self.channel, reply, "ran")
         missing = [n for n in self.outputs if n not in out]
         if missing:
             raise self.channel.error(f"replied 'ran' to an infer request without the outputs {missing}")
