@@ -261,7 +261,7 @@ class Builtin:
         return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request)
 
 
-_JS_SLOW = "each case's model exported, sent to Node.js and run there (about a minute each on 2 cores)"
+_JS_SLOW = "each case's model exported, sent to Node.js and run there (20 to 90 s on 2 cores)"
 BUILTIN = {
     "spec": Builtin.of(SpecAdapter),
     "torch": Builtin.of(TorchAdapter, ("torch",)),
