@@ -1,0 +1,122 @@
+"""The encoder cases: the ODE Transformer's stack (ode_ref.ode_encoder) as conformance cases.
+
+A pairwise cover of family x profile x norm placement x padding x depth, written out (ENCODER_ROWS):
+every valid pair of two factors' values appears in some row (euler has no released block, so
+that pair is not valid), twelve rows in all, each a JAX compilation. A case's seeds derive from
+its name (cases.name_seed), as for every case. Quantities:
+
+    layer_0   L_0(x), the first layer alone (a failure here is in the layer, not the block)
+    z         the stack's output (after the final layer_norm when pre-norm)
+
+Also here, for the ports' tests: the spec's float32 error of an output (e32_of, from which the
+suite's rule derives the tolerance) and the spec's central difference of <z_bar, ode_encoder>
+along a direction (central_difference), the reference of every port's gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+import ode_ref as R
+from ode_ref.encoder import ODEEncoderStages
+from ode_ref.encoder_config import RELEASED_FAMILIES
+
+from .cases import name_seed
+from .tolerance import relative_error
+
+FAMILY_PROFILES = [(f, p) for f in R.FAMILIES for p in R.PROFILES if p == "paper" or f in RELEASED_FAMILIES]
+
+# (family, profile, pre-norm, padding, layers, (batch, seq, heads, C, ffn_dim)); frozen: append only
+ENCODER_ROWS = [
+    ("euler", "paper", False, False, 1, (2, 5, 2, 8, 12)),
+    ("euler", "paper", True, True, 2, (3, 6, 3, 12, 20)),
+    ("rk2", "paper", False, True, 2, (2, 5, 2, 8, 12)),
+    ("rk2", "released", True, False, 1, (1, 4, 1, 6, 10)),
+    ("rk3", "paper", True, False, 2, (2, 5, 2, 8, 12)),
+    ("rk3", "released", False, True, 1, (3, 6, 3, 12, 20)),
+    ("rk4", "paper", True, True, 1, (2, 5, 2, 8, 12)),
+    ("rk4", "released", False, False, 2, (1, 4, 1, 6, 10)),
+    ("rk2_gated", "paper", True, False, 1, (3, 6, 3, 12, 20)),
+    ("rk2_gated", "released", False, True, 2, (2, 5, 2, 8, 12)),
+    ("rk2_weighted", "paper", False, True, 1, (1, 4, 1, 6, 10)),
+    ("rk2_weighted", "released", True, False, 2, (2, 5, 2, 8, 12)),
+]
+FACTORS = ("family", "profile", "pre", "padding", "layers")
+
+
+def covered_pairs(rows=ENCODER_ROWS) -> set:
+    """((factor, value), (factor, value)) of every pair of two factors some row holds."""
+    return {((a, row[i]), (b, row[j])) for row in rows for (i, a), (j, b) in itertools.combinations(enumerate(FACTORS), 2)}
+
+
+def row_name(row) -> str:
+    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
+    return (f"encoder_{family}_{profile}_{'pre' if pre else 'post'}_{'pad' if padding else 'nopad'}_l{layers}"
+            f"_b{b}t{t}h{h}c{c}f{ff}")
+
+
+@dataclass(frozen=True)
+class EncoderCase:
+    name: str
+    config: R.ODEEncoderConfig
+    params: dict  # name -> float64 array (the released keys)
+    x: np.ndarray  # float64 (batch, seq, C)
+    padding_mask: Optional[np.ndarray]  # bool (batch, seq), True = real token; or None
+    outputs: dict  # quantity -> float64 golden array (layer_0, z)
+    e32: dict  # quantity -> the spec's own float32 relative error
+
+
+def spec_outputs(config, params, x, padding_mask) -> dict:
+    """layer_0 and z, by the spec, in x's dtype."""
+    cfg = R.ODEEncoderConfig.from_any(config)
+    z = R.ode_encoder(params, x, cfg, padding_mask)
+    stages = ODEEncoderStages(cfg)
+    p = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
+    return {"layer_0": stages.layer(p, "layers.0.", x, stages.key_mask(padding_mask)), "z": z}
+
+
+def e32_of(config, params, x, padding_mask, golden) -> float:
+    """The spec's own float32 error of the stack's output against golden (its float64 output)."""
+    return relative_error(R.ode_encoder(params, x.astype(np.float32), config, padding_mask), golden)
+
+
+def padding_of(batch: int, seq: int):
+    """The cases' padding: the last sequence's last seq // 2 tokens padded (the others unpadded)."""
+    mask = np.ones((batch, seq), bool)
+    mask[-1, seq - seq // 2:] = False
+    return mask
+
+
+def build_encoder_case(row) -> EncoderCase:
+    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
+    name = row_name(row)
+    cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile)
+    params = R.init_encoder_params(cfg, name_seed(name, "params"), perturb=True)
+    x = np.random.default_rng(name_seed(name, "input")).normal(size=(b, t, c))
+    mask = padding_of(b, t) if padding else None
+    golden = spec_outputs(cfg, params, x, mask)
+    spec32 = spec_outputs(cfg, params, x.astype(np.float32), mask)
+    return EncoderCase(name, cfg, params, x, mask, golden, {q: relative_error(spec32[q], golden[q]) for q in golden})
+
+
+@functools.lru_cache(maxsize=None)
+def build_encoder_cases() -> tuple:
+    names = [row_name(r) for r in ENCODER_ROWS]
+    if len(set(names)) != len(names):
+        raise ValueError("encoder case names: each row must be named once")
+    return tuple(build_encoder_case(r) for r in ENCODER_ROWS)
+
+
+def central_difference(config, params, x, padding_mask, z_bar, direction: dict, eps: float = 1e-6) -> float:
+    """(J(p + eps d) - J(p - eps d)) / (2 eps), J = sum(z_bar * ode_encoder(p)), p = x and the
+    parameters (direction: 'x' and parameter names -> arrays of their shapes), in float64."""
+    def objective(sign):
+        moved = {k: v + sign * eps * direction[k] for k, v in params.items()}
+        return float((z_bar * R.ode_encoder(moved, x + sign * eps * direction["x"], config, padding_mask)).sum())
+
+    return (objective(1.0) - objective(-1.0)) / (2 * eps)
