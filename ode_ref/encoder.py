@@ -99,12 +99,13 @@ class ODEEncoderStages(EncoderStages):
         return np.concatenate([a, b], axis=-1)
 
 
-def check_encoder_input(x, config, padding_mask=None, **port) -> None:
-    """check_input's checks with the stack's width, and every sequence holding a real token (with
-    every key padded a softmax row would be 0 / 0). port: check_input's array_type etc."""
+def check_encoder_input(x, config, padding_mask=None, *, concrete: bool = True, **port) -> None:
+    """check_input's checks with the stack's width, and (when the mask's values are known, not
+    traced: concrete) every sequence holding a real token (with every key padded a softmax row
+    would be 0 / 0). port: check_input's array_type etc."""
     cfg = ODEEncoderConfig.from_any(config)
     check_input(x, {"hidden_size": cfg.encoder_embed_dim, "num_heads": 1}, padding_mask, **port)
-    if padding_mask is not None and not bool(np.asarray(padding_mask).any(axis=-1).all()):
+    if padding_mask is not None and concrete and not bool(np.asarray(padding_mask).any(axis=-1).all()):
         empty = [int(b) for b in np.flatnonzero(~np.asarray(padding_mask).any(axis=-1))]
         raise ValueError(f"padding_mask: expected at least one real token (True) per sequence; sequence(s) {empty} have none")
 

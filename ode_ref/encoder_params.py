@@ -104,8 +104,11 @@ def check_encoder_params(params, config) -> None:
             raise ValueError(f"params[{name!r}]: expected an array; got {type(value).__name__}")
         if tuple(np.shape(value)) != shape:
             raise ValueError(f"params[{name!r}]: expected shape {shape}; got {tuple(np.shape(value))}")
-        dtype = np.dtype(value.dtype) if isinstance(value, np.ndarray) else None
-        if dtype is not None and dtype.kind != "f":
+        try:
+            dtype = np.dtype(value.dtype)  # NumPy's and JAX's arrays (traced ones too)
+        except TypeError:
+            dtype = None  # a dtype NumPy does not name: the port checks its own
+        if dtype is not None and dtype.kind != "f" and dtype.name != "bfloat16":
             raise ValueError(f"params[{name!r}]: expected a floating dtype; got {dtype}")
 
 
