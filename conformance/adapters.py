@@ -24,13 +24,14 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
+from .encoder_adapters import JaxEncoder, SpecEncoder, TorchEncoder
 from .profile import compiling
 from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
 
 
-class SpecAdapter:
+class SpecAdapter(SpecEncoder):
     """ode_ref itself; against the frozen files it catches drift in the spec."""
 
     name = "spec"
@@ -55,7 +56,7 @@ class SpecAdapter:
         return R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
 
 
-class TorchAdapter:
+class TorchAdapter(TorchEncoder):
     name = "torch"
     dtypes = ("float32", "float64")
 
@@ -122,7 +123,7 @@ def jax_with_cache():
     return jax
 
 
-class JaxAdapter:
+class JaxAdapter(JaxEncoder):
     """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
     (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
     jit cache). XLA's persistent compilation cache in the user's cache folder makes later runs

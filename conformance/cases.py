@@ -72,6 +72,7 @@ class Case:
     decode: Optional[np.ndarray] = None  # decode cases: (batch, seq, d_model), the prompt's z then each token's
     z1_bar: Optional[np.ndarray] = None  # grad cases: the cotangent of z(1), (batch, seq, d_model)
     grads: Optional[dict] = None  # grad cases: x_bar and grad.<parameter>, float64
+    encoder_outputs: Optional[dict] = None  # encoder cases (encoder_cases.py): {"z": the stack's output}; config an ODEEncoderConfig
 
     @property
     def z1(self) -> np.ndarray:
@@ -84,6 +85,8 @@ class Case:
     def quantities(self) -> dict:
         """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
         trajectory's first state, which is x), z1 the last step's state."""
+        if self.encoder_outputs is not None:
+            return dict(self.encoder_outputs)
         if self.decoded:
             return split_decoded(self.decode, self.prompt)
         if self.z1_bar is not None:
@@ -281,5 +284,7 @@ def at_steps(case: Case, steps: int) -> Case:
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
-    """Every case, built from the spec (kept in memory for the session)."""
-    return tuple(build_case(s) for s in case_specs())
+    """Every case, built from the spec (kept in memory for the session); the encoder cases last."""
+    from .encoder_cases import build_encoder_cases
+
+    return tuple(build_case(s) for s in case_specs()) + build_encoder_cases()

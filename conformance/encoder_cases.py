@@ -3,10 +3,9 @@
 A pairwise cover of family x profile x norm placement x padding x depth, written out (ENCODER_ROWS):
 every valid pair of two factors' values appears in some row (euler has no released block, so
 that pair is not valid), twelve rows in all, each a JAX compilation. A case's seeds derive from
-its name (cases.name_seed), as for every case. Quantities:
-
-    layer_0   L_0(x), the first layer alone (a failure here is in the layer, not the block)
-    z         the stack's output (after the final layer_norm when pre-norm)
+its name (cases.name_seed), as for every case. Its one quantity, z, is the stack's output (after
+the final layer_norm when pre-norm), which a backend returns from its optional run_encoder
+(protocol.py); its e32 is the spec's own float32 error of z.
 
 Also here, for the ports' tests: the spec's float32 error of an output (e32_of, from which the
 suite's rule derives the tolerance) and the spec's central difference of <z_bar, ode_encoder>
@@ -15,18 +14,14 @@ along a direction (central_difference), the reference of every port's gradients.
 
 from __future__ import annotations
 
-import functools
 import itertools
-from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 import ode_ref as R
-from ode_ref.encoder import ODEEncoderStages
 from ode_ref.encoder_config import RELEASED_FAMILIES
 
-from .cases import name_seed
+from .cases import Case, name_seed
 from .tolerance import relative_error
 
 FAMILY_PROFILES = [(f, p) for f in R.FAMILIES for p in R.PROFILES if p == "paper" or f in RELEASED_FAMILIES]
@@ -60,29 +55,19 @@ def row_name(row) -> str:
             f"_b{b}t{t}h{h}c{c}f{ff}")
 
 
-@dataclass(frozen=True)
-class EncoderCase:
-    name: str
-    config: R.ODEEncoderConfig
-    params: dict  # name -> float64 array (the released keys)
-    x: np.ndarray  # float64 (batch, seq, C)
-    padding_mask: Optional[np.ndarray]  # bool (batch, seq), True = real token; or None
-    outputs: dict  # quantity -> float64 golden array (layer_0, z)
-    e32: dict  # quantity -> the spec's own float32 relative error
-
-
-def spec_outputs(config, params, x, padding_mask) -> dict:
-    """layer_0 and z, by the spec, in x's dtype."""
-    cfg = R.ODEEncoderConfig.from_any(config)
-    z = R.ode_encoder(params, x, cfg, padding_mask)
-    stages = ODEEncoderStages(cfg)
-    p = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
-    return {"layer_0": stages.layer(p, "layers.0.", x, stages.key_mask(padding_mask)), "z": z}
+def spec_z(config, params, x, padding_mask):
+    """The spec's stack output in x's dtype (what run_encoder returns)."""
+    return R.ode_encoder(params, x, config, padding_mask)
 
 
 def e32_of(config, params, x, padding_mask, golden) -> float:
     """The spec's own float32 error of the stack's output against golden (its float64 output)."""
-    return relative_error(R.ode_encoder(params, x.astype(np.float32), config, padding_mask), golden)
+    return relative_error(spec_z(config, params, x.astype(np.float32), padding_mask), golden)
+
+
+def encoder_float32_errors(case) -> dict:
+    """A (loaded) encoder case's quantity -> the spec's own float32 error, recomputed."""
+    return {"z": e32_of(case.config, case.params, case.x, case.padding_mask, case.encoder_outputs["z"])}
 
 
 def padding_of(batch: int, seq: int):
@@ -92,20 +77,21 @@ def padding_of(batch: int, seq: int):
     return mask
 
 
-def build_encoder_case(row) -> EncoderCase:
+def build_encoder_case(row) -> Case:
     family, profile, pre, padding, layers, (b, t, h, c, ff) = row
     name = row_name(row)
     cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile)
-    params = R.init_encoder_params(cfg, name_seed(name, "params"), perturb=True)
-    x = np.random.default_rng(name_seed(name, "input")).normal(size=(b, t, c))
+    param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
+    params = R.init_encoder_params(cfg, param_seed, perturb=True)
+    x = np.random.default_rng(input_seed).normal(size=(b, t, c))
     mask = padding_of(b, t) if padding else None
-    golden = spec_outputs(cfg, params, x, mask)
-    spec32 = spec_outputs(cfg, params, x.astype(np.float32), mask)
-    return EncoderCase(name, cfg, params, x, mask, golden, {q: relative_error(spec32[q], golden[q]) for q in golden})
+    z = spec_z(cfg, params, x, mask)
+    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)},
+                input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})
 
 
-@functools.lru_cache(maxsize=None)
 def build_encoder_cases() -> tuple:
+    """Every encoder case, in ENCODER_ROWS' order (cases.build_all appends them)."""
     names = [row_name(r) for r in ENCODER_ROWS]
     if len(set(names)) != len(names):
         raise ValueError("encoder case names: each row must be named once")
