@@ -236,6 +236,8 @@ def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: in
     Case.quantities() that carry an e32): what the generator stores, and what loading a team's
     set recomputes to bound the e32 it stores (golden.py)."""
     x32 = x.astype(np.float32)
+    if isinstance(config, R.ODEEncoderConfig):  # an encoder case (encoder_cases.py): its one quantity z
+        return {"z": relative_error(R.ode_encoder(params, x32, config, padding_mask), golden["z"])}
     if decoded:
         prompt = x.shape[1] - decoded
         z32 = split_decoded(run_decode(config, params, x32, padding_mask, prompt), prompt)

@@ -65,11 +65,6 @@ def e32_of(config, params, x, padding_mask, golden) -> float:
     return relative_error(spec_z(config, params, x.astype(np.float32), padding_mask), golden)
 
 
-def encoder_float32_errors(case) -> dict:
-    """A (loaded) encoder case's quantity -> the spec's own float32 error, recomputed."""
-    return {"z": e32_of(case.config, case.params, case.x, case.padding_mask, case.encoder_outputs["z"])}
-
-
 def padding_of(batch: int, seq: int):
     """The cases' padding: the last sequence's last seq // 2 tokens padded (the others unpadded)."""
     mask = np.ones((batch, seq), bool)

@@ -40,7 +40,6 @@ import numpy as np
 import ode_ref as R
 
 from .cases import CASES_VERSION, Case, build_all, float32_errors, quantity_names
-from .encoder_cases import encoder_float32_errors
 from .tolerance import UNIT_ROUNDOFF
 
 FORMAT = 5  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"); older sets read as they did
@@ -478,8 +477,8 @@ def check_e32(case: Case, directory: Path) -> list:
     golden = {q: a for q, a in case.quantities().items() if q in case.e32}
     try:
         with np.errstate(all="ignore"):  # a float32 overflow gives a non-finite error, refused below
-            recomputed = encoder_float32_errors(case) if case.encoder_outputs is not None else float32_errors(
-                case.config, case.params, case.x, case.padding_mask, golden, decoded=case.decoded, z1_bar=case.z1_bar)
+            recomputed = float32_errors(case.config, case.params, case.x, case.padding_mask, golden,
+                                        decoded=case.decoded, z1_bar=case.z1_bar)
     except (ValueError, TypeError, ArithmeticError) as err:
         return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: the spec cannot run it in float32 to bound its "
                 f"e32 ({err})"]
