@@ -26,6 +26,7 @@ import numpy as np
 
 import ode_ref as R
 
+from .encoder_cases import ENCODER_ROWS, e32_of, encoder_inputs, row_name as encoder_row_name, spec_z
 from .fair import make_inputs
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error
@@ -287,6 +288,14 @@ def at_steps(case: Case, steps: int) -> Case:
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session); the encoder cases last."""
-    from .encoder_cases import build_encoder_cases
+    return tuple(build_case(s) for s in case_specs()) + tuple(build_encoder_case(r) for r in ENCODER_ROWS)
 
-    return tuple(build_case(s) for s in case_specs()) + build_encoder_cases()
+
+def build_encoder_case(row) -> Case:
+    """An encoder case (encoder_cases.py) from its row: its one quantity z and z's e32."""
+    name = encoder_row_name(row)
+    param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
+    cfg, params, x, mask = encoder_inputs(row, param_seed, input_seed)
+    z = spec_z(cfg, params, x, mask)
+    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)},
+                input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})

@@ -3,7 +3,7 @@
 A pairwise cover of family x profile x norm placement x padding x depth, written out (ENCODER_ROWS):
 every valid pair of two factors' values appears in some row (euler has no released block, so
 that pair is not valid), twelve rows in all, each a JAX compilation. A case's seeds derive from
-its name (cases.name_seed), as for every case. Its one quantity, z, is the stack's output (after
+its name (cases.name_seed), as for every case; cases.build_encoder_case builds it. Its one quantity, z, is the stack's output (after
 the final layer_norm when pre-norm), which a backend returns from its optional run_encoder
 (protocol.py); its e32 is the spec's own float32 error of z.
 
@@ -21,7 +21,6 @@ import numpy as np
 import ode_ref as R
 from ode_ref.encoder_config import RELEASED_FAMILIES
 
-from .cases import Case, name_seed
 from .tolerance import relative_error
 
 FAMILY_PROFILES = [(f, p) for f in R.FAMILIES for p in R.PROFILES if p == "paper" or f in RELEASED_FAMILIES]
@@ -72,25 +71,13 @@ def padding_of(batch: int, seq: int):
     return mask
 
 
-def build_encoder_case(row) -> Case:
+def encoder_inputs(row, param_seed: int, input_seed: int):
+    """(config, params, x, padding_mask) of a row, drawn from its seeds (cases.build_encoder_case)."""
     family, profile, pre, padding, layers, (b, t, h, c, ff) = row
-    name = row_name(row)
     cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile)
-    param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
     params = R.init_encoder_params(cfg, param_seed, perturb=True)
     x = np.random.default_rng(input_seed).normal(size=(b, t, c))
-    mask = padding_of(b, t) if padding else None
-    z = spec_z(cfg, params, x, mask)
-    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)},
-                input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})
-
-
-def build_encoder_cases() -> tuple:
-    """Every encoder case, in ENCODER_ROWS' order (cases.build_all appends them)."""
-    names = [row_name(r) for r in ENCODER_ROWS]
-    if len(set(names)) != len(names):
-        raise ValueError("encoder case names: each row must be named once")
-    return tuple(build_encoder_case(r) for r in ENCODER_ROWS)
+    return cfg, params, x, padding_of(b, t) if padding else None
 
 
 def central_difference(config, params, x, padding_mask, z_bar, direction: dict, eps: float = 1e-6) -> float:

@@ -90,6 +90,8 @@ def _step_time(case: Case, quantity: str) -> str:
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     if quantity.startswith("decode_"):
         return f" (token {case.prompt + int(quantity[7:]) - 1}, decoded with the cache)"
+    if quantity == "z" and case.encoder_outputs is not None:
+        return " (the encoder stack's output)"
     if quantity.startswith("grad."):
         return f" (the gradient of the parameter {quantity[5:]})"
     return ""
