@@ -24,7 +24,7 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
-from .encoder_adapters import JaxEncoder, SpecEncoder, TorchEncoder
+from .encoder_adapters import JaxEncoder, OnnxEncoder, SpecEncoder, TorchEncoder
 from .profile import compiling
 from .protocol import REQUIRED
 
@@ -318,7 +318,7 @@ class _ExportedAdapter:
         return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 
 
-class OnnxRuntimeAdapter(_ExportedAdapter):
+class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
     name = "onnxruntime"
 
     def _build(self, model):
@@ -330,7 +330,7 @@ class OnnxRuntimeAdapter(_ExportedAdapter):
 class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
     name = "onnxruntime-opset23"
     opset = 23
-    run_decode = None  # the prefill and decode-step models are opset 17
+    run_decode = run_encoder = None  # the prefill and decode-step models, and the encoder's, are opset 17
 
 
 class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
@@ -339,7 +339,7 @@ class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
 
     name = "onnxruntime-integer"
     bitlinear = "integer"
-    run_decode = None  # the prefill and decode-step models have the float form only
+    run_decode = run_encoder = None  # the prefill and decode-step models have the float form only; the encoder has no BitLinear
 
     def supports(self, config, dtype):
         return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
@@ -352,7 +352,7 @@ class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
 
     name = "onnxruntime-loop"
     steps_input = True
-    run_decode = None
+    run_decode = run_encoder = None  # the encoder's blocks step once: no Loop form
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         return np.concatenate([x[None], self._outputs(config, params, x, padding_mask)["trajectory"]])

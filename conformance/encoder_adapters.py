@@ -31,3 +31,20 @@ class JaxEncoder:
     def run_encoder(self, config, params, x, padding_mask, dtype):
         with self.jax.enable_x64(dtype == "float64"):
             return np.asarray(self.port.ode_encoder(params, x, config, padding_mask))
+
+
+class OnnxEncoder:
+    """The stack exported (export.encoder) and run by the adapter's ONNX Runtime session, after
+    the spec's input checks (as export.encoder.run_encoder_model)."""
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        from ode_ref.encoder import check_encoder_input
+        from odeattn.export.encoder import export_encoder_model
+        from odeattn.export.runtime import make_feed
+
+        from .profile import compiling
+
+        check_encoder_input(x, config, padding_mask)
+        with compiling("exports"):
+            model = export_encoder_model(config, params, padding_mask=padding_mask is not None)
+        return self._session(model)(make_feed(model, x, padding_mask))["z"]

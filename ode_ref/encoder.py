@@ -68,8 +68,7 @@ class ODEEncoderStages(EncoderStages):
             g = self.sigmoid(self.linear(self.concat(ks[0], ks[1]), params[GATE_WEIGHT], params[GATE_BIAS]))
             return g, 1.0 - g
         if family == "rk2_weighted":
-            alpha = params[ALPHA]
-            return alpha[0], alpha[1]
+            return self.item(params[ALPHA], 0), self.item(params[ALPHA], 1)
         return None
 
     def block(self, params: dict, i: int, y, key_mask):

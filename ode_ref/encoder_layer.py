@@ -49,9 +49,8 @@ class EncoderStages:
 
     def self_attn(self, params: dict, prefix: str, x, key_mask):
         """Multi-head self-attention with the fused input projection: (batch, seq, C) -> the same."""
-        c = self.config.encoder_embed_dim
         qkv = self.linear(x, params[prefix + "in_proj_weight"], params[prefix + "in_proj_bias"])  # (b, t, 3C)
-        q, k, v = qkv[..., :c], qkv[..., c:2 * c], qkv[..., 2 * c:]
+        q, k, v = self.split_qkv(qkv)  # (batch, seq, C) each
         q = q * self.config.scale  # after the bias, as released
         q, k, v = (self.split_heads(a) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         scores = self.fill_padded_keys(self.matmul(q, self.transpose_last(k)), key_mask)  # (b, h, seq_q, seq_k)
@@ -74,6 +73,15 @@ class EncoderStages:
     def fill_padded_keys(self, scores, key_mask):
         """scores with each padded key's score -inf (before the softmax, as released)."""
         return scores if key_mask is None else np.where(key_mask, scores, -np.inf)
+
+    def split_qkv(self, qkv):
+        """(batch, seq, 3C) -> its q, k, v thirds over the last axis, in that order."""
+        c = self.config.encoder_embed_dim
+        return qkv[..., :c], qkv[..., c:2 * c], qkv[..., 2 * c:]
+
+    def item(self, a, i: int):
+        """a[i] of a vector parameter, a scalar (rk2_weighted's alpha)."""
+        return a[i]
 
     def linear(self, x, weight, bias):
         """x @ weight^T + bias: (..., in) -> (..., out), weight (out, in)."""
