@@ -24,7 +24,7 @@ import numpy as np
 import ode_ref as R
 
 from .cases import decode_loop, run_decode
-from .encoder_adapters import JaxEncoder, OnnxEncoder, SpecEncoder, TorchEncoder
+from .encoder_adapters import FlaxEncoder, JaxEncoder, OnnxEncoder, SpecEncoder, TorchEncoder
 from .profile import compiling
 from .protocol import REQUIRED
 
@@ -181,7 +181,7 @@ class JaxAdapter(JaxEncoder):
 
 
 
-class FlaxAdapter:
+class FlaxAdapter(FlaxEncoder):
     """odeattn.backends.flax through module.apply under jax.jit, one compilation per case config
     and function: the block (trajectory), f once (the block's f), the prefill and the
     decode step (mutable=['cache'], the slot index traced), and jax.vjp of the block. The

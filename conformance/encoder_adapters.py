@@ -48,3 +48,14 @@ class OnnxEncoder:
         with compiling("exports"):
             model = export_encoder_model(config, params, padding_mask=padding_mask is not None)
         return self._session(model)(make_feed(model, x, padding_mask))["z"]
+
+
+class FlaxEncoder:
+    """The Flax ODEEncoder's apply on the case's parameters (its from_state_dict)."""
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        from odeattn.backends.flax import encoder
+
+        with self.jax.enable_x64(dtype == "float64"):
+            variables = encoder.from_state_dict(config, params)
+            return np.asarray(encoder.ODEEncoder(config=config).apply(variables, x, padding_mask))

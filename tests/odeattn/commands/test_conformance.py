@@ -185,11 +185,12 @@ def test_a_users_own_backend_never_imports_or_compiles_the_jax_port(tmp_path):
     assert not (tmp_path / "cache" / "odeattn").exists()
 
 
-# one case of each kind the flax backend runs (block, f, decode, gradient), the gated solver,
-# padding, positions and BitLinear among them; the whole set on flax is a run of minutes
+# one case of each kind the flax backend runs (block, f, decode, gradient, encoder), the gated
+# solver, padding, positions and BitLinear among them; the whole set on flax is a run of minutes
 FLAX_CASES = ["block_dynamic_tanh_rk2_gated_decoder_bitnet_pad_s2_b1t1h1d6_positions-rope",
               "block_alibi_h3_decoder_pad_large", "decode_rk2_gated_rms_norm_rope_pad",
-              "grad_flash_norm_rk2_gated_encoder_bitnet_pad_s2_none_b2t5h2d8"]
+              "grad_flash_norm_rk2_gated_encoder_bitnet_pad_s2_none_b2t5h2d8",
+              "encoder_rk2_gated_released_post_pad_l2_b2t5h2c8f12"]
 
 
 def test_the_flax_backend_runs_when_asked_for(tmp_path, capsys):
