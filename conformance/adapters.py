@@ -26,12 +26,13 @@ from .cases import decode_loop, run_decode
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
 from . import external
+from .encoder_adapters import FlaxEncoder, JaxEncoder, SpecEncoder, TorchEncoder
 from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
 
 
-class SpecAdapter:
+class SpecAdapter(SpecEncoder):
     """ode_ref itself; against the frozen files it catches drift in the spec."""
 
     name = "spec"
@@ -56,7 +57,7 @@ class SpecAdapter:
         return R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
 
 
-class TorchAdapter:
+class TorchAdapter(TorchEncoder):
     name = "torch"
     dtypes = ("float32", "float64")
 
@@ -123,7 +124,7 @@ def jax_with_cache():
     return jax
 
 
-class JaxAdapter:
+class JaxAdapter(JaxEncoder):
     """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
     (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
     jit cache). XLA's persistent compilation cache in the user's cache folder makes later runs
@@ -181,7 +182,7 @@ class JaxAdapter:
 
 
 
-class FlaxAdapter:
+class FlaxAdapter(FlaxEncoder):
     """odeattn.backends.flax through module.apply under jax.jit, one compilation per case config
     and function: the block (trajectory), f once (the block's f), the prefill and the
     decode step (mutable=['cache'], the slot index traced), and jax.vjp of the block. The

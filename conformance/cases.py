@@ -26,6 +26,7 @@ import numpy as np
 
 import ode_ref as R
 
+from .encoder_cases import ENCODER_ROWS, e32_of, encoder_inputs, row_name as encoder_row_name, spec_z
 from .fair import make_inputs
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error
@@ -72,6 +73,7 @@ class Case:
     decode: Optional[np.ndarray] = None  # decode cases: (batch, seq, d_model), the prompt's z then each token's
     z1_bar: Optional[np.ndarray] = None  # grad cases: the cotangent of z(1), (batch, seq, d_model)
     grads: Optional[dict] = None  # grad cases: x_bar and grad.<parameter>, float64
+    encoder_outputs: Optional[dict] = None  # encoder cases (encoder_cases.py): {"z": the stack's output}; config an ODEEncoderConfig
 
     @property
     def z1(self) -> np.ndarray:
@@ -84,6 +86,8 @@ class Case:
     def quantities(self) -> dict:
         """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
         trajectory's first state, which is x), z1 the last step's state."""
+        if self.encoder_outputs is not None:
+            return dict(self.encoder_outputs)
         if self.decoded:
             return split_decoded(self.decode, self.prompt)
         if self.z1_bar is not None:
@@ -233,6 +237,8 @@ def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: in
     Case.quantities() that carry an e32): what the generator stores, and what loading a team's
     set recomputes to bound the e32 it stores (golden.py)."""
     x32 = x.astype(np.float32)
+    if isinstance(config, R.ODEEncoderConfig):  # an encoder case (encoder_cases.py): its one quantity z
+        return {"z": relative_error(R.ode_encoder(params, x32, config, padding_mask), golden["z"])}
     if decoded:
         prompt = x.shape[1] - decoded
         z32 = split_decoded(run_decode(config, params, x32, padding_mask, prompt), prompt)
@@ -281,5 +287,15 @@ def at_steps(case: Case, steps: int) -> Case:
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
-    """Every case, built from the spec (kept in memory for the session)."""
-    return tuple(build_case(s) for s in case_specs())
+    """Every case, built from the spec (kept in memory for the session); the encoder cases last."""
+    return tuple(build_case(s) for s in case_specs()) + tuple(build_encoder_case(r) for r in ENCODER_ROWS)
+
+
+def build_encoder_case(row) -> Case:
+    """An encoder case (encoder_cases.py) from its row: its one quantity z and z's e32."""
+    name = encoder_row_name(row)
+    param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
+    cfg, params, x, mask = encoder_inputs(row, param_seed, input_seed)
+    z = spec_z(cfg, params, x, mask)
+    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)},
+                input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from .cases import decode_loop
+from .encoder_adapters import OnnxEncoder
 from .profile import compiling
 
 
@@ -91,7 +92,7 @@ class _ExportedAdapter:
         return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 
 
-class OnnxRuntimeAdapter(_ExportedAdapter):
+class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
     name = "onnxruntime"
 
     def _build(self, model):
@@ -103,7 +104,7 @@ class OnnxRuntimeAdapter(_ExportedAdapter):
 class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
     name = "onnxruntime-opset23"
     opset = 23
-    run_decode = None  # the prefill and decode-step models are opset 17
+    run_decode = run_encoder = None  # the prefill and decode-step models, and the encoder's, are opset 17
 
 
 class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
@@ -112,7 +113,7 @@ class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
 
     name = "onnxruntime-integer"
     bitlinear = "integer"
-    run_decode = None  # the prefill and decode-step models have the float form only
+    run_decode = run_encoder = None  # the prefill and decode-step models have the float form only; the encoder has no BitLinear
 
     def supports(self, config, dtype):
         return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
@@ -125,7 +126,7 @@ class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
 
     name = "onnxruntime-loop"
     steps_input = True
-    run_decode = None
+    run_decode = run_encoder = None  # the encoder's blocks step once: no Loop form
 
 
 def other_steps(steps: int) -> int:

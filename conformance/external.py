@@ -14,7 +14,7 @@ are those of protocol.schema.json, version PROTOCOL, and every reply is checked 
     hello {"op": "hello", "protocol": 1}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?}
     consumes "params" (a native port):
       run   {"op": "run", "kind", "dtype", "config", "prompt"?} + x, padding_mask?, param/<name>
-            -> {"status": "ran"} + z1 | trajectory | decode
+            -> {"status": "ran"} + z1 | trajectory | decode | z (encoder)
     consumes "onnx" (a runtime; the host exports each case's model, once per case config):
       load  {"op": "load", "model": ID} + model (uint8)  ->  {"status": "loaded"}
       infer {"op": "infer", "model": ID} + feed          ->  {"status": "ran"} + every output
@@ -45,6 +45,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .encoder_adapters import OnnxEncoder
 from .exported import _ExportedAdapter
 from .frames import HEADER, decode, encode
 from .protocol import NotSupported
@@ -211,7 +212,7 @@ class _External:
     def __init__(self, channel: Channel, hello: dict):
         self.channel, self.hello = channel, hello
         self.name, self.dtypes, self.kinds = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
-        for kind, method in (("trajectory", "run_trajectory"), ("decode", "run_decode")):
+        for kind, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder")):
             if kind not in self.kinds:
                 setattr(self, method, None)  # absent: those cases are "not supported" (protocol.py)
 
@@ -253,6 +254,9 @@ class ParamsAdapter(_External):
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         return self._run("decode", "decode", config, params, x, padding_mask, dtype, prompt=int(prompt))
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        return self._run("encoder", "z", config, params, x, padding_mask, dtype)
 
 
 class RemoteRun:
@@ -297,7 +301,7 @@ class RemoteRun:
             self.loaded = False
 
 
-class OnnxAdapter(_External, _ExportedAdapter):
+class OnnxAdapter(_External, OnnxEncoder, _ExportedAdapter):
     """A runtime that runs the exported models: the ONNX Runtime adapters' export and feeds
     (exported._ExportedAdapter), every model loaded and run in the worker (RemoteRun), of the
     opset and form its handshake names. Each model is dropped once no case needs it."""
@@ -323,9 +327,16 @@ class OnnxAdapter(_External, _ExportedAdapter):
         return built
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        return self._once(super().run_decode, config, params, x, padding_mask, prompt, dtype)
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        return self._once(super().run_encoder, config, params, x, padding_mask, dtype)
+
+    def _once(self, run, *args):
+        """run(*args), then drop the models it loaded: a decode or encoder case's own."""
         mark = len(self._live)
         try:
-            return super().run_decode(config, params, x, padding_mask, prompt, dtype)
+            return run(*args)
         finally:
             self._drop(self._live[mark:])
 

@@ -4,11 +4,12 @@
     golden/<case>.safetensors  x, padding_mask (if any), the parameters under their names, and
                                block cases: f0, trajectory (steps + 1, batch, seq, d_model);
                                decode cases: decode (batch, seq, d_model), float64;
-                               grad cases: z1_bar, x_bar and grad.<parameter>, float64
+                               grad cases: z1_bar, x_bar and grad.<parameter>, float64;
+                               encoder cases: z (the stack's output), float64
 
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
 defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
-(grad cases: true), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
+(grad cases: true), encoder (encoder cases: true, their config an ODEEncoderConfig's fields), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
 and its sha256. Everything stored is read: the versions are checked against this code, the shape
 and padding against the file, the checksums against the bytes. Every size a manifest declares is
 bounded (MAX_SIZE) and checked against the bytes its file holds before anything is built from it;
@@ -41,8 +42,8 @@ import ode_ref as R
 from .cases import CASES_VERSION, Case, build_all, float32_errors, quantity_names
 from .tolerance import UNIT_ROUNDOFF
 
-FORMAT = 4  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"); older sets read as they did
-READ_FORMATS = (2, 3, 4)
+FORMAT = 5  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"); older sets read as they did
+READ_FORMATS = (2, 3, 4, 5)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
@@ -57,6 +58,7 @@ _SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_SIZE}
 # recomputed at load (counted as at least one float32 rounding, 2^-24); see docs/specification.md,
 # "The stored e32 of a team's golden set is bounded".
 E32_FACTOR = 256.0
+ENCODER_SIZES = ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim", "encoder_layers")
 SCHEMA = {
     "type": "object",
     "required": ["format", "cases_version", "spec_version", "cases"],
@@ -72,14 +74,19 @@ SCHEMA = {
                 "type": "object",
                 "required": ["name", "config", "shape", "padding", "file", "sha256", "e32"],
                 "additionalProperties": False,
+                "if": {"required": ["encoder"]},
+                "then": {"properties": {"config": {"type": "object", "required": list(ENCODER_SIZES[:3]),
+                                                   "properties": {k: _SIZE for k in ENCODER_SIZES}}}},
+                "else": {"properties": {"config": {"type": "object", "required": ["hidden_size", "num_heads"],
+                                                   "properties": {"hidden_size": _SIZE, "num_heads": _SIZE, "ode_steps": _SIZE}}}},
                 "properties": {
                     "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
-                    "config": {"type": "object", "required": ["hidden_size", "num_heads"],
-                               "properties": {"hidden_size": _SIZE, "num_heads": _SIZE, "ode_steps": _SIZE}},
+                    "config": {"type": "object"},
                     "shape": {"type": "array", "items": _SIZE, "minItems": 3, "maxItems": 3},
                     "padding": {"type": "boolean"},
                     "decoded": _SIZE,
                     "vjp": {"const": True},
+                    "encoder": {"const": True},
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "e32": {"type": "object", "additionalProperties": _NUMBER},
@@ -123,6 +130,8 @@ def _outputs(case: Case) -> dict:
         return {"decode": case.decode}
     if case.z1_bar is not None:
         return {"z1_bar": case.z1_bar, **case.grads}
+    if case.encoder_outputs is not None:
+        return dict(case.encoder_outputs)
     return {"f0": case.f0, "trajectory": case.trajectory}
 
 
@@ -142,6 +151,7 @@ def _entry(case: Case, file: str, sha: str) -> dict:
         "padding": case.padding_mask is not None,
         **({"decoded": case.decoded} if case.decoded else {}),
         **({"vjp": True} if case.z1_bar is not None else {}),
+        **({"encoder": True} if case.encoder_outputs is not None else {}),
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
@@ -253,7 +263,7 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
         names.add(e["name"])
         files.add(e["file"])
         try:
-            config = R.ODEConfig.from_any(e["config"])
+            config = config_of_entry(e)
         except (TypeError, ValueError) as err:
             defects.append(f"{field}.config: {err}")
             continue
@@ -261,16 +271,27 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
     return defects + unlisted
 
 
+def config_of_entry(entry: dict):
+    """The entry's config: an ODEEncoderConfig for an encoder case, else an ODEConfig."""
+    return (R.ODEEncoderConfig if entry.get("encoder", False) else R.ODEConfig).from_any(entry["config"])
+
+
+def _param_shapes(entry: dict, config) -> dict:
+    return R.encoder_param_shapes(config) if entry.get("encoder", False) else R.param_shapes(config)
+
+
 def _expected_arrays(entry: dict, config) -> dict:
     """name -> shape of every array a (schema-valid) entry's file holds; tuples only, no arrays."""
     shape = tuple(entry["shape"])
-    if entry.get("vjp", False):
+    if entry.get("encoder", False):
+        outputs = {"z": shape}
+    elif entry.get("vjp", False):
         outputs = {"z1_bar": shape, "x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}}
     elif entry.get("decoded", 0):
         outputs = {"decode": shape}
     else:
         outputs = {"f0": shape, "trajectory": (config.ode_steps + 1, *shape)}
-    expected = {"x": shape, **outputs, **R.param_shapes(config)}
+    expected = {"x": shape, **outputs, **_param_shapes(entry, config)}
     if entry["padding"]:
         expected["padding_mask"] = shape[:2]
     return expected
@@ -290,6 +311,8 @@ def _check_sizes(entry: dict, config, directory: Path, field: str) -> list:
     and against the bytes of its file (a stat, no read): a manifest that declares more than it or
     its file holds is refused before anything is built from its sizes. One line at most."""
     shape, decoded, vjp = entry["shape"], entry.get("decoded", 0), entry.get("vjp", False)
+    if entry.get("encoder", False):
+        return _check_encoder_sizes(entry, config, directory, field)
     if shape[2] != config.hidden_size:
         return [f"{field}.shape: expected d_model {config.hidden_size} last; got {shape}"]
     if decoded and (decoded >= shape[1] or config.mode != "decoder"):
@@ -313,6 +336,21 @@ def _check_sizes(entry: dict, config, directory: Path, field: str) -> list:
         return [f"{field}: its sizes (shape {shape}, ode_steps {config.ode_steps}"
                 f"{f', decoded {decoded}' if decoded else ''}) need at least {need} bytes of arrays; "
                 f"{os.fspath(path)} holds {have}"]
+    return []
+
+
+def _check_encoder_sizes(entry: dict, config, directory: Path, field: str) -> list:
+    """_check_sizes for an encoder case: width, the one quantity z, and the file's bytes."""
+    shape = entry["shape"]
+    if shape[2] != config.encoder_embed_dim:
+        return [f"{field}.shape: expected encoder_embed_dim {config.encoder_embed_dim} last; got {shape}"]
+    if set(entry["e32"]) != {"z"}:
+        return [f"{field}.e32: expected the quantities z; got [{_names(repr(q) for q in sorted(entry['e32']))}]"]
+    path = directory / entry["file"]
+    need = sum(_itemsize(k) * math.prod(s) for k, s in _expected_arrays(entry, config).items())
+    if path.is_file() and need > path.stat().st_size:
+        return [f"{field}: its sizes (shape {shape}, encoder_layers {config.encoder_layers}) need at least {need} "
+                f"bytes of arrays; {os.fspath(path)} holds {path.stat().st_size}"]
     return []
 
 
@@ -387,7 +425,7 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
         t = load(data)
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
-    config = R.ODEConfig.from_any(entry["config"])
+    config = config_of_entry(entry)
     decoded, vjp = entry.get("decoded", 0), entry.get("vjp", False)
     expected = _expected_arrays(entry, config)
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
@@ -395,10 +433,11 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
     _check_arrays(t, path)
     case = Case(
-        name=entry["name"], config=config, params={k: t[k] for k in R.param_shapes(config)}, x=t["x"],
+        name=entry["name"], config=config, params={k: t[k] for k in _param_shapes(entry, config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
         decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
         grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
+        encoder_outputs={"z": t["z"]} if entry.get("encoder", False) else None,
     )
     if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed
         defects = check_e32(case, Path(directory))
@@ -410,7 +449,7 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
 def _role(name: str) -> str:
     if name in ("x", "padding_mask", "z1_bar"):
         return "input"
-    return "quantity" if name in ("f0", "trajectory", "decode", "x_bar") or name.startswith("grad.") else "parameter"
+    return "quantity" if name in ("f0", "trajectory", "decode", "x_bar", "z") or name.startswith("grad.") else "parameter"
 
 
 def _check_arrays(t: dict, path: Path) -> None:

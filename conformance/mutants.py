@@ -25,6 +25,9 @@ from ode_ref import bitlinear as BL
 from ode_ref import norms as N
 from ode_ref import positions as P
 from ode_ref import rk as RK
+from ode_ref.encoder import ODEEncoderStages
+from ode_ref.encoder_layer import EncoderStages
+from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
 from .adapters import SpecAdapter
@@ -251,6 +254,30 @@ class _GateNoBias(R.SelfAttention):
         return super().gate((w, b * 0), f1, f2)  # bug: the gate's bias dropped
 
 
+# ---- the ODE Transformer's encoder (encoder cases) --------------------------------------------------
+def _gate_stages_swapped(self, params, ks):
+    if self.config.family != "rk2_gated":
+        return _SPEC_STAGE_WEIGHTS(self, params, ks)
+    g = self.sigmoid(self.linear(self.concat(ks[1], ks[0]), params[GATE_WEIGHT], params[GATE_BIAS]))  # bug: [k_2; k_1]
+    return g, 1.0 - g
+
+
+def _released_residual_in_paper(self, params, prefix, key_mask):
+    return lambda z: self.layer(params, prefix, z, key_mask)  # bug: the stage L(y) under both profiles, not L(y) - y
+
+
+def _post_norm_applied_pre(self, params, norm, x, fn):
+    h = self.layer_norm(x, params[norm + "weight"], params[norm + "bias"])
+    return x + self.dropout(fn(h), self.config.dropout)  # bug: x + fn(norm(x)) whatever encoder_normalize_before says
+
+
+def _ffn_bias_dropped(self, params, prefix, x):
+    h = self.relu(self.linear(x, params[prefix + "fc1.weight"], params[prefix + "fc1.bias"]))
+    return self.linear(h, params[prefix + "fc2.weight"], 0.0 * params[prefix + "fc2.bias"])  # bug: fc2's bias dropped
+
+
+_SPEC_STAGE_WEIGHTS = ODEEncoderStages.stage_weights
+
 MUTANTS = [
     Mutant("scale_1_over_head_dim", "attn", "scores scaled by 1/head_dim instead of head_dim^-1/2", stage=_ScaleByHeadDim),
     Mutant("softmax_over_queries", "attn", "softmax over the query axis", stage=_SoftmaxOverQueries),
@@ -292,6 +319,13 @@ MUTANTS = [
     Mutant("gate_inputs_swapped", "gated RK2", "the gate reads [F2; F1], not [F1; F2]", stage=_GateInputsSwapped),
     Mutant("gate_bias_dropped", "gated RK2", "the gate's bias dropped", stage=_GateNoBias),
     Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "integrate", _integrate_reversed)]),
+    Mutant("encoder_gate_stages_swapped", "encoder block", "rk2_gated's gate reads [k_2; k_1], not [k_1; k_2]",
+           patch=lambda: [(ODEEncoderStages, "stage_weights", _gate_stages_swapped)]),
+    Mutant("encoder_released_residual_in_paper", "encoder block", "the paper profile's stages are L(y), the released residual, not L(y) - y",
+           patch=lambda: [(ODEEncoderStages, "stage", _released_residual_in_paper)]),
+    Mutant("encoder_post_norm_applied_pre", "encoder layer", "a post-norm layer's norms applied before each sublayer",
+           patch=lambda: [(EncoderStages, "sublayer", _post_norm_applied_pre)]),
+    Mutant("encoder_ffn_bias_dropped", "encoder layer", "the FFN's fc2 bias dropped", patch=lambda: [(EncoderStages, "ffn", _ffn_bias_dropped)]),
 ]
 
 
@@ -344,13 +378,17 @@ class MutantAdapter(SpecAdapter):
         with applied(self.mutant):
             return run_decode(config, params, x, padding_mask, prompt, attention=self._attention(config))
 
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        with applied(self.mutant):
+            return R.ode_encoder(params, x, config, padding_mask)
+
 
 # '<this module>:battery.<name>' names each mutant's adapter for a worker
 battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantAdapter(m)) for m in MUTANTS})
 
 
 def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
-    """Run every mutant on every forward case (block and decode; the grad cases check the
+    """Run every mutant on every forward case (block, decode and encoder; the grad cases check the
     backward pass, which these bugs are not written for) in both precisions: one row a mutant."""
     from .adapters import BackendRef
     from .runner import run_suite

@@ -65,6 +65,13 @@ class OptionalMethods(Protocol):
         (x's shape). Returns (x_bar, params_bar): x_bar x's shape, params_bar a dict with every
         parameter name. Without it, the grad cases are reported "not supported"."""
 
+    def run_encoder(self, config, params: dict, x: np.ndarray, padding_mask: Optional[np.ndarray],
+                    dtype: str) -> np.ndarray:
+        """The ODE Transformer's encoder stack (ode_ref.ode_encoder): config an
+        ode_ref.ODEEncoderConfig, params the released state_dict keys. Returns x's shape, dtype.
+        Without it, the encoder cases are reported "not supported" (and supports() never sees
+        their config)."""
+
 
 def members(protocol: type) -> tuple[str, ...]:
     """A protocol's own attributes, then its methods, in the order the class declares them."""

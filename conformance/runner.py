@@ -90,6 +90,8 @@ def _step_time(case: Case, quantity: str) -> str:
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     if quantity.startswith("decode_"):
         return f" (token {case.prompt + int(quantity[7:]) - 1}, decoded with the cache)"
+    if quantity == "z" and case.encoder_outputs is not None:
+        return " (the encoder stack's output)"
     if quantity.startswith("grad."):
         return f" (the gradient of the parameter {quantity[5:]})"
     return ""
@@ -98,8 +100,8 @@ def _step_time(case: Case, quantity: str) -> str:
 def split_outputs(case: Case, outputs: dict) -> dict:
     """A backend's raw outputs (f0, trajectory or z1; or a decode run) as quantity -> array, in
     the order computed."""
-    if case.z1_bar is not None:
-        return dict(outputs)  # x_bar, grad.<parameter>: checked against the golden set by compare
+    if case.z1_bar is not None or case.encoder_outputs is not None:
+        return dict(outputs)  # x_bar, grad.<parameter>; z: checked against the golden set by compare
     if case.decoded:
         z = np.asarray(outputs["decode"])
         if z.shape != case.x.shape:
@@ -177,7 +179,8 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
     try:
         params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
         reply, outputs = attempt(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
-                                 case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype))
+                                 case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype),
+                                 case.encoder_outputs is not None)
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
     judge(result, case, reply, outputs, float64_bound)
@@ -222,14 +225,15 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
     if case.z1_bar is not None:
         arrays["z1_bar"] = case.z1_bar.astype(dtype)
     return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded,
-            "vjp": case.z1_bar is not None}, arrays
+            "vjp": case.z1_bar is not None, "encoder": case.encoder_outputs is not None}, arrays
 
 
 def reply_limit(case: Case) -> int:
     """The most bytes a correct reply for case can take: f0, the trajectory and z1 in float64,
     twice over, plus 1 MB for the message (a traceback). A larger announced reply is refused."""
     b, t, d = case.x.shape
-    return 2 * 8 * b * t * d * (case.config.ode_steps + 3) + (1 << 20)
+    steps = 1 if case.encoder_outputs is not None else case.config.ode_steps  # an encoder case: z alone
+    return 2 * 8 * b * t * d * (steps + 3) + (1 << 20)
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,

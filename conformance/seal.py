@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "9b0d095c5158f9ec70ee0fcf19469e4e2e575cdddfbe1efcca443413fd98ef35"  # sha256 of golden/manifest.json
+DIGEST = "bb56f6a5fa922279bf9092ed3e2ff7d0034799e81cc64dfea3b756cb6a6af833"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -110,4 +110,16 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "grad_derf_rk38_encoder_bitnet_pad_s2_alibi_b3t6h3d12": "d7b045c55ac98ba846fca4dba3310ee5de37b278a8f160b7ec16c4a09c33403d",
     "grad_layer_norm_rk4_decoder_float_nopad_s1_none_b2t5h2d8": "64d6f761475df4d870f18852e2d3f9110fb504875691e6103d757ba22d440cd1",
     "grad_rms_norm_rk4_encoder_bitnet_pad_s2_rope_b1t4h1d6": "371c44bdbd7f2760fbc24829757cf33455d2f5e3c98431576257d713ae45cd00",
+    "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12": "9171bbf54bdba46cdc8f9cfe9affd65e277e18e65b15a87ed0feb1c198aefdc0",
+    "encoder_euler_paper_pre_pad_l2_b3t6h3c12f20": "5db36ccb887606d19e65eca59e22c8be15e6eed1d9daee36b370ea6bf3e2cb78",
+    "encoder_rk2_paper_post_pad_l2_b2t5h2c8f12": "04f6fa0cc1d9cce8faa7822e941044b334b34af825f14fc36498e2e8c4551c72",
+    "encoder_rk2_released_pre_nopad_l1_b1t4h1c6f10": "507e10b199fdde521c48a2657a75072378a4d674970d1b0745d55f285ab6a893",
+    "encoder_rk3_paper_pre_nopad_l2_b2t5h2c8f12": "308dbb38381ecb7974c354b755facbf0f663f71f6b5ebd5ff27a859baf6a750c",
+    "encoder_rk3_released_post_pad_l1_b3t6h3c12f20": "d0cd962898d5663c74494742fbb3cf1b9f8d1d5b8c8bc90125814d0468bfac21",
+    "encoder_rk4_paper_pre_pad_l1_b2t5h2c8f12": "65b5d1eda168b012c7c742b7fc51889642c1a84f1fc80d1a8ed25fcfb42cc4f3",
+    "encoder_rk4_released_post_nopad_l2_b1t4h1c6f10": "3c1ccf3a57fa26379f0a4d792150b15020d5068ea51559565dca58e4a4d3f883",
+    "encoder_rk2_gated_paper_pre_nopad_l1_b3t6h3c12f20": "1c8d365fddfc6bba1bee977b3453b3c675e43be90b6ea34dc429ea5156a545dc",
+    "encoder_rk2_gated_released_post_pad_l2_b2t5h2c8f12": "748b7aa2ea6b4111afc8123a657ab328aae25dca0dd13fd354e3cf1b07ca7ead",
+    "encoder_rk2_weighted_paper_post_pad_l1_b1t4h1c6f10": "c8cc6e75ba4a2b9d07a2853047999dd37e41c6c36a046faaec1761dee97bd948",
+    "encoder_rk2_weighted_released_pre_nopad_l2_b2t5h2c8f12": "8a9385ec52b47b09c94df03094961d718d22274a18ef999bd54705b1d146067a",
 }

@@ -40,9 +40,14 @@ def _failure(err: BaseException) -> dict:
     return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
 
-def unsupported(adapter, config, dtype, decoded: int = 0, vjp: bool = False) -> str | None:
-    """Why the adapter does not run this case, or None: its supports() answer, or, for a decode
-    or grad case, the lack of run_decode or run_vjp (optional methods: not supported, not failed)."""
+def unsupported(adapter, config, dtype, decoded: int = 0, vjp: bool = False, encoder: bool = False) -> str | None:
+    """Why the adapter does not run this case, or None: its supports() answer, or, for a decode,
+    grad or encoder case, the lack of run_decode, run_vjp or run_encoder (optional methods: not
+    supported, not failed). An adapter without run_encoder is never asked about an encoder config."""
+    if encoder:
+        if getattr(adapter, "run_encoder", None) is None:
+            return "not supported: the encoder stack (the backend has no run_encoder)"
+        return check_supports(adapter.supports(config, dtype))
     reason = check_supports(adapter.supports(config, dtype))
     if reason is None and decoded and getattr(adapter, "run_decode", None) is None:
         reason = "not supported: cached decoding (the backend has no run_decode)"
@@ -51,15 +56,19 @@ def unsupported(adapter, config, dtype, decoded: int = 0, vjp: bool = False) -> 
     return reason
 
 
-def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None) -> dict:
-    """quantity -> array from one adapter: for a decode case, its run_decode output; for a grad
-    case (z1_bar given), run_vjp's x_bar and grad.<parameter>; else f0 and the trajectory if it
+def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None,
+                    encoder: bool = False) -> dict:
+    """quantity -> array from one adapter: for an encoder case, run_encoder's z; for a decode case,
+    its run_decode output; for a grad case (z1_bar given), run_vjp's x_bar and grad.<parameter>; else f0 and the trajectory if it
     provides them (an attribute set to None counts as absent), else z1. Each call gets its own
     copies of the inputs."""
     def fresh():
         return ({k: v.copy() for k, v in params.items()}, x.copy(), None if padding_mask is None else padding_mask.copy())
 
     out = {}
+    if encoder:
+        p, xx, m = fresh()
+        return {"z": np.asarray(adapter.run_encoder(config, p, xx, m, dtype))}
     if z1_bar is not None:
         p, xx, m = fresh()
         x_bar, params_bar = adapter.run_vjp(config, p, xx, m, z1_bar.copy(), dtype)
@@ -85,17 +94,18 @@ def collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded: in
     return out
 
 
-def attempt(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None) -> tuple[dict, dict]:
+def attempt(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z1_bar=None,
+            encoder: bool = False) -> tuple[dict, dict]:
     """(reply, outputs) of one case: skipped for unsupported()'s reason or a NotSupported raised
     by the backend (protocol.py), else ran with collect_outputs'. Anything else raised is the
     caller's to report as the backend's error."""
     from .protocol import NotSupported
 
-    reason = unsupported(adapter, config, dtype, decoded, z1_bar is not None)
+    reason = unsupported(adapter, config, dtype, decoded, z1_bar is not None, encoder)
     if reason is not None:
         return {"status": "skipped", "message": reason}, {}
     try:
-        return {"status": "ran"}, collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded, z1_bar)
+        return {"status": "ran"}, collect_outputs(adapter, config, params, x, padding_mask, dtype, decoded, z1_bar, encoder)
     except NotSupported as err:
         return {"status": "skipped", "message": str(err)}, {}
 
@@ -139,10 +149,11 @@ def serve(fd_in: int, fd_out: int) -> None:
         profile.watch_jax()  # a backend that imported JAX in its last call
         before, start = profile.snapshot(), time.perf_counter()
         try:
-            config = R.ODEConfig.from_any(message["config"])
+            encoder = message.get("encoder", False)
+            config = (R.ODEEncoderConfig if encoder else R.ODEConfig).from_any(message["config"])
             params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
             reply, out = attempt(adapter, config, params, arrays["x"], arrays.get("padding_mask"), message["dtype"],
-                                 message.get("decoded", 0), arrays.get("z1_bar"))
+                                 message.get("decoded", 0), arrays.get("z1_bar"), encoder)
         except BaseException as err:  # noqa: B036 -- a backend's crash is its result
             out, reply = {}, {"status": "error", **_failure(err)}
         reply["profile"] = {"seconds": time.perf_counter() - start, **profile.since(before)}

@@ -19,5 +19,10 @@ from .variants import CoolerAttention as CoolerAttention, DropFirstHeadAttention
 from .variants import LocalWindowAttention as LocalWindowAttention, RecentKeysAttention as RecentKeysAttention
 from .variants import ScaledOutputAttention as ScaledOutputAttention, ScaledQueryAttention as ScaledQueryAttention
 from .variants import TiedKeysAttention as TiedKeysAttention, UnitNormQKAttention as UnitNormQKAttention
+from .encoder import ode_encoder as ode_encoder
+from .encoder_backward import ode_encoder_vjp as ode_encoder_vjp
+from .encoder_config import FAMILIES as FAMILIES, PROFILES as PROFILES, ODEEncoderConfig as ODEEncoderConfig
+from .encoder_params import check_encoder_params as check_encoder_params, encoder_param_shapes as encoder_param_shapes
+from .encoder_params import init_encoder_params as init_encoder_params
 
 __version__ = "0.1.0"

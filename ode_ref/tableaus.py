@@ -98,3 +98,15 @@ RK2_GATED = _tableau(
 TABLEAUS: dict[str, ButcherTableau] = {
     t.name: t for t in (EULER, MIDPOINT, HEUN, RALSTON, RK4_CLASSIC, RK4_3_8, RK2_GATED)
 }
+
+# Two third-order tableaus for the ODE Transformer's rk3 block (encoder_block.py), kept out of
+# TABLEAUS: they are not solvers of the attention block (adding one there would add cases).
+RK3_KUTTA = _tableau(
+    "rk3", 3, ["0", "1/2", "1"], [[], ["1/2"], ["-1", "2"]], ["1/6", "2/3", "1/6"],
+    "Kutta's third-order method, the ODE Transformer paper's RK3 block.",
+)
+RK3_RELEASED = _tableau(
+    "rk3_released", 2, ["0", "1/2", "1"], [[], ["1/2"], ["0", "1"]], ["1/6", "2/3", "1/6"],
+    "The released ODE Transformer code's RK3: its third stage input, meant as y - k_0 + 2 k_1, is "
+    "written y - k_1 + 2 k_1, which is y + k_1 (a_20 = 0, a_21 = 1); second order.",
+)

@@ -13,6 +13,13 @@ rk2_gated adds its gate, 2 d_model + 1 parameters, and the output says how many 
 
 It shows that each solver trains; it is not a claim about which solver is better: one small task,
 one seed, a few hundred steps.
+
+With blocks="layer" (--blocks layer) the block is the ODE Transformer's instead: token and learned
+position embeddings -> one ODEEncoder block whose F is a whole pre-norm encoder layer (attention and
+FFN) -> head, residual (euler) against the learnable RK2 (rk2_gated), at equal parameter count:
+the gate's 2 d_model + 1 parameters are exactly what one more FFN unit costs (fc1 a row and a bias,
+fc2 a column), so the residual layer gets ffn_dim + 1. The embeddings and head are drawn first, so
+both start from the same ones; the layers differ in shape, so their weights are drawn apart.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from pathlib import Path
 import ode_ref as R
 
 SOLVERS = ("euler", "rk4", "rk2_gated")
+LAYER_FAMILIES = ("euler", "rk2_gated")  # blocks="layer": the ODE Transformer's residual and learnable RK2 blocks
+BLOCKS = ("attention", "layer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +46,7 @@ class Task:
     heads: int = 2
     ode_steps: int = 1
     lr: float = 3e-3
+    ffn_dim: int = 64  # blocks="layer": the rk2_gated layer's FFN width (the residual one's is one more)
 
     def config(self, solver: str) -> R.ODEConfig:
         """The block's config for `solver`: encoder mode, RoPE, no dropout."""
@@ -59,6 +69,34 @@ def build_model(task: Task, solver: str, seed: int):
     return nn.Sequential(embedding, block, head)
 
 
+def encoder_config(task: Task, family: str) -> R.ODEEncoderConfig:
+    """blocks="layer": one pre-norm ODE Transformer block of `family`; euler's FFN is one unit
+    wider, which costs exactly rk2_gated's gate (2 d_model + 1 parameters)."""
+    extra = 0 if family == "rk2_gated" else 1
+    return R.ODEEncoderConfig(task.d_model, task.heads, task.ffn_dim + extra, encoder_layers=1,
+                              encoder_normalize_before=True, family=family)
+
+
+def build_layer_model(task: Task, family: str, seed: int):
+    """token + position embeddings -> ODEEncoder -> head, float32; the embeddings and head drawn first."""
+    import torch
+    from torch import nn
+
+    from odeattn.backends.torch import ODEEncoder
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(task.vocab, task.d_model), nn.Embedding(task.seq, task.d_model)
+
+        def forward(self, tokens):
+            return self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1]))
+
+    torch.manual_seed(seed)
+    embed, head = Embed(), nn.Linear(task.d_model, task.vocab)
+    return nn.Sequential(embed, ODEEncoder(encoder_config(task, family)), head)
+
+
 def batches(task: Task, seed: int):
     """Endless (tokens, targets) batches: random tokens, each target the token before it (-100,
     cross_entropy's ignore_index, at the first position). The same stream for every solver."""
@@ -75,13 +113,13 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def train(solver: str, *, steps: int, seed: int = 0, task: Task = Task()) -> dict:
-    """Train the demo model with `solver` for `steps` Adam steps; {"solver", "parameters",
-    "losses" (one per step, before its update), "seconds"}."""
+def train(solver: str, *, steps: int, seed: int = 0, task: Task = Task(), blocks: str = "attention") -> dict:
+    """Train the demo model with `solver` (blocks="layer": the layer family) for `steps` Adam
+    steps; {"solver", "parameters", "losses" (one per step, before its update), "seconds"}."""
     import torch
     import torch.nn.functional as F
 
-    model = build_model(task, solver, seed)
+    model = (build_model if blocks == "attention" else build_layer_model)(task, solver, seed)
     optimiser = torch.optim.Adam(model.parameters(), lr=task.lr)
     losses = []
     start = time.perf_counter()
@@ -95,22 +133,26 @@ def train(solver: str, *, steps: int, seed: int = 0, task: Task = Task()) -> dic
             "seconds": time.perf_counter() - start}
 
 
-def run(*, steps: int, seed: int = 0, threads: int = 1, task: Task = Task(), log=None) -> dict:
-    """Train every solver of SOLVERS on the same data from the same start, with `threads` torch
-    threads (the previous setting is restored); {"task", "steps", "seed", "threads", "runs"}."""
+def run(*, steps: int, seed: int = 0, threads: int = 1, task: Task = Task(), log=None, blocks: str = "attention") -> dict:
+    """Train every solver of SOLVERS (blocks="layer": of LAYER_FAMILIES) on the same data from the
+    same start, with `threads` torch threads (the previous setting is restored); {"task", "steps",
+    "seed", "threads", "blocks", "runs"}."""
     import torch
 
+    if blocks not in BLOCKS:
+        raise ValueError(f"blocks: expected one of {', '.join(map(repr, BLOCKS))}; got {blocks!r}")
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         runs = []
-        for solver in SOLVERS:
+        for solver in SOLVERS if blocks == "attention" else LAYER_FAMILIES:
             if log:
                 log(f"training {solver}...")
-            runs.append(train(solver, steps=steps, seed=seed, task=task))
+            runs.append(train(solver, steps=steps, seed=seed, task=task, blocks=blocks))
     finally:
         torch.set_num_threads(previous)
-    return {"task": dataclasses.asdict(task), "steps": steps, "seed": seed, "threads": threads, "runs": runs}
+    return {"task": dataclasses.asdict(task), "steps": steps, "seed": seed, "threads": threads, "blocks": blocks,
+            "runs": runs}
 
 
 def tail_mean(losses: list[float], n: int = 10) -> float:
@@ -128,7 +170,11 @@ def format_summary(result: dict) -> str:
              f"batch {t['batch']}, {result['steps']} Adam steps (lr {t['lr']:g}), seed {result['seed']}, "
              f"{result['threads']} thread{'s' if result['threads'] > 1 else ''}",
              f"model: embedding -> ODEAttentionBlock (d_model {t['d_model']}, {t['heads']} heads, RoPE, "
-             f"{t['ode_steps']} step, float32) -> linear head; the same initial weights and batches for every solver",
+             f"{t['ode_steps']} step, float32) -> linear head; the same initial weights and batches for every solver"
+             if result.get("blocks", "attention") == "attention" else
+             f"model: token + position embeddings -> one ODE Transformer block (F: a pre-norm encoder layer, d_model "
+             f"{t['d_model']}, {t['heads']} heads, FFN {t['ffn_dim']}, euler's {t['ffn_dim'] + 1}: equal parameter counts) "
+             f"-> linear head; the same embeddings, head and batches for both",
              f"{'solver':<10}{'parameters':>11}  {'':<20}{'first loss':>11}{'last loss':>11}{'seconds':>9}"]
     for r in runs:
         extra = r["parameters"] - base

@@ -136,7 +136,11 @@ def check_flax(ns, tmp_path):
     assert relative_error(ns["z_recent"], ns["z_recent_spec"]) < 1e-5 and relative_error(ns["z_recent"], ns["z"]) > 1e-3
 
 
-CHECKS = {"README.md": check_readme, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
+def check_encoder(ns, tmp_path):
+    assert ns["z"].shape == (2, 5, 16) and relative_error(ns["z_torch"], ns["z_spec"]) < 1e-5
+
+
+CHECKS = {"README.md": check_readme, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
           "diagnose.md": check_diagnose}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]

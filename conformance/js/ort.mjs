@@ -30,7 +30,7 @@ function missingOperator(text) {
 async function handle(message, arrays) {
   switch (message.op) {
     case 'hello':
-      return [{ protocol: 1, name: `onnxruntime-${runtime}`, dtypes: ['float32'], kinds: ['block', 'trajectory', 'decode'],
+      return [{ protocol: 1, name: `onnxruntime-${runtime}`, dtypes: ['float32'], kinds: ['block', 'trajectory', 'decode', 'encoder'],
                 consumes: 'onnx', onnx: { opset: 17, form: 'unrolled' }, about: `onnxruntime-${runtime} ${version} on Node.js ${process.version}` }, {}];
     case 'load': {
       try {

@@ -84,13 +84,14 @@ def _run(args) -> int:
 
 def generate(args) -> int:
     from odeattn.conformance.cases import case_specs
+    from odeattn.conformance.encoder_cases import ENCODER_ROWS
     from odeattn.conformance.golden import GOLDEN_DIR, check_writable, generate as write_set
 
     directory = args.golden or GOLDEN_DIR
     with user_input():
         check_writable(directory)  # made if missing
     bar = Progress()
-    bar.begin(len(case_specs()))
+    bar.begin(len(case_specs()) + len(ENCODER_ROWS))
     try:
         written = write_set(directory, progress=lambda name: bar.advance())
     finally:

@@ -25,6 +25,9 @@ def register(sub) -> None:
                    help="PNG of the loss curves (default demo_train.png; needs odeattn[bench])")
     t.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
     t.add_argument("--json", type=Path, help="the losses of every step, per solver")
+    t.add_argument("--blocks", choices=D.BLOCKS, default="attention",
+                   help="attention: the ODE attention block with euler, rk4, rk2_gated (default); layer: the ODE "
+                        "Transformer's block (F a whole encoder layer), residual against rk2_gated at equal parameter count")
 
 
 def title(args) -> str:
@@ -45,7 +48,7 @@ def run(args) -> int:
 
     with user_input():
         check_options(args)
-    result = D.run(steps=args.steps, seed=args.seed, threads=args.threads,
+    result = D.run(steps=args.steps, seed=args.seed, threads=args.threads, blocks=args.blocks,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     print(D.format_summary(result))
     if args.json:

@@ -16,7 +16,7 @@ from odeattn.conformance.frames import encode, read_frame
 
 MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
-HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"], "kinds": ["block", "trajectory", "decode"],
+HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"], "kinds": ["block", "trajectory", "decode", "encoder"],
          "consumes": "params"}
 
 
@@ -25,9 +25,11 @@ def send(message, arrays=None):
 
 
 def run(message, arrays):
-    config = R.ODEConfig.from_any(message["config"])
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     x, mask = arrays["x"], arrays.get("padding_mask")
+    if message["kind"] == "encoder":
+        return {"z": R.ode_encoder(params, x, R.ODEEncoderConfig.from_any(message["config"]), mask)}
+    config = R.ODEConfig.from_any(message["config"])
     if message["kind"] == "decode":
         from odeattn.conformance.cases import run_decode
         return {"decode": run_decode(config, params, x, mask, message["prompt"])}

@@ -52,6 +52,7 @@ def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(reg
     outputs differ from this machine's in the last bits: test_golden)."""
     before = golden.read_manifest(regenerated)["cases"]
     assert [e["name"] for e in before] == [e["name"] for e in golden.read_manifest()["cases"]]
+    before = [e for e in before if not e.get("encoder")]  # the encoder cases (encoder_cases.py) come last
     specs = case_specs()
     assert [s.name for s in specs[:len(before) - TAIL]] == [e["name"] for e in before[:len(before) - TAIL]]
     added = specs[len(before) - TAIL:-TAIL]  # matrix rows appended before the chosen cases

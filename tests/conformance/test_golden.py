@@ -10,6 +10,7 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden, seal
 from odeattn.conformance.cases import build_all, case_specs
+from odeattn.conformance.encoder_cases import ENCODER_ROWS, row_name
 from odeattn.conformance.tolerance import relative_error, tolerance
 
 
@@ -51,9 +52,13 @@ def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_pa
 
 def test_manifest_describes_every_case_and_nothing_twice():
     manifest = golden.read_manifest()
-    assert [e["name"] for e in manifest["cases"]] == [s.name for s in case_specs()]
+    encoders = [row_name(r) for r in ENCODER_ROWS]
+    assert [e["name"] for e in manifest["cases"]] == [s.name for s in case_specs()] + encoders
     assert sum(p.stat().st_size for p in golden.GOLDEN_DIR.iterdir()) < 4e6  # small enough for a repository
     for e in manifest["cases"]:
+        if e.get("encoder"):
+            assert sorted(e["e32"]) == ["z"] and e["name"].startswith("encoder_")
+            continue
         steps, decoded, vjp = e["config"].get("ode_steps", 2), e.get("decoded", 0), e.get("vjp", False)
         want = ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)] if decoded else (
             ["f0"] + [f"step_{k}" for k in range(1, steps + 1)])
@@ -138,18 +143,22 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
 @pytest.mark.parametrize("edit, expected", [
     (lambda m: m.pop("cases_version"), "$: 'cases_version' is a required property"),
     (lambda m: m.update(spec_version="0.0.1"), "$.spec_version: '0.1.0' was expected"),
-    (lambda m: m.update(format=1), "$.format: 1 is not one of [2, 3, 4]"),
+    (lambda m: m.update(format=1), "$.format: 1 is not one of [2, 3, 4, 5]"),
     (lambda m: m["cases"][2].update(e32={"f0": "big", "step_1": 1e-7}), "$.cases[2].e32.f0: 'big' is not of type 'number'"),
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[108].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[120].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
     (lambda m: m["cases"][93].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
-    (lambda m: m["cases"][-1].pop("vjp"), "$.cases[107].e32: expected the quantities f0, step_1"),
-    (lambda m: m["cases"][-1].update(vjp=False), "$.cases[107].vjp: True was expected"),
+    (lambda m: m["cases"][107].pop("vjp"), "$.cases[107].e32: expected the quantities f0, step_1"),
+    (lambda m: m["cases"][107].update(vjp=False), "$.cases[107].vjp: True was expected"),
+    (lambda m: m["cases"][-1]["config"].pop("encoder_ffn_embed_dim"), "$.cases[119].config: 'encoder_ffn_embed_dim' is a required property"),
+    (lambda m: m["cases"][-1].pop("encoder"), "$.cases[119].config: 'hidden_size' is a required property"),
+    (lambda m: m["cases"][-1]["config"].update(family="rk5"), "$.cases[119].config: family: expected one of 'euler'"),
+    (lambda m: m["cases"][-1].update(e32={"f0": 1e-7}), "$.cases[119].e32: expected the quantities z; got ['f0']"),
     (lambda m: m.update(tolerance_model={}), "Additional properties are not allowed ('tolerance_model' was unexpected)"),
 ])
 def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expected):

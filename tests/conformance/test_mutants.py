@@ -32,9 +32,10 @@ def test_every_mutant_is_killed_in_both_precisions(rows):
 def test_where_a_mutant_is_caught_first(rows):
     """A bug in f shows at f0 (one evaluation); a bug in the solver (the gate too) only from the
     first step on; a trajectory out of order at its first state, z(0); a bug in the cache only at
-    the first decoded token."""
+    the first decoded token; a bug in the encoder at its one quantity, z."""
     first = {r["mutant"]: r["first_divergence"] for r in rows}
-    where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1"}
+    where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1",
+             "encoder block": "z", "encoder layer": "z"}
     for m in MUTANTS:
         assert first[m.name] == where.get(m.target, "f0"), m.name
 

@@ -46,12 +46,12 @@ def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_pat
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
     shutil.copytree(golden.GOLDEN_DIR, tmp_path / "g")
     text = (tmp_path / "g" / "manifest.json").read_text()
-    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 4', '"format": "4"').replace('"padding": true', '"padding": 1', 1))
+    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 5', '"format": "5"').replace('"padding": true', '"padding": 1', 1))
     (tmp_path / "g" / "notes.txt").write_text("stray")
     assert main(["conformance", "--golden", str(tmp_path / "g")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("odeattn conformance: ") for line in lines), lines
-    assert any("$.format: '4' is not one of [2, 3, 4]" in line for line in lines), lines
+    assert any("$.format: '5' is not one of [2, 3, 4, 5]" in line for line in lines), lines
     assert any("notes.txt: not listed in manifest.json" in line for line in lines)
 
 
@@ -96,19 +96,22 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
     # every case passes everywhere, but the decode cases on opset 23, which has no decode models,
     # and on the Loop form, whose steps the cached models cannot take (their cache layout is
     # fixed), the grad cases on the exported graphs, which have no backward pass, and on the integer
-    # BitLinear export, every case but the use_bitnet block cases
+    # BitLinear export, every case but the use_bitnet block cases; the encoder cases everywhere but
+    # the spec, torch, jax and onnxruntime (the others have no run_encoder)
     from odeattn.conformance.golden import load_cases
 
     count = {kind: sum(1 for c in report["results"] if c["backend"] == "spec" and c["case"].startswith(kind))
-             for kind in ("decode_", "grad_")}
+             for kind in ("decode_", "grad_", "encoder_")}
     assert count["decode_"] >= 6 and count["grad_"] >= 14
-    bitnet_blocks = sum(1 for c in load_cases() if c.config.use_bitnet and not c.decoded and c.z1_bar is None)
+    bitnet_blocks = sum(1 for c in load_cases() if c.encoder_outputs is None and c.config.use_bitnet and not c.decoded
+                        and c.z1_bar is None)
     assert bitnet_blocks >= 16
     for key, row in rows.items():
-        skipped = {"onnxruntime": count["grad_"], "onnx-reference": count["grad_"],
-                   "onnxruntime-opset23": count["grad_"] + count["decode_"],
-                   "onnxruntime-loop": count["grad_"] + count["decode_"],
-                   "onnxruntime-loop-other-steps": count["grad_"] + count["decode_"],
+        encoder = count["encoder_"]
+        skipped = {"onnxruntime": count["grad_"], "onnx-reference": count["grad_"] + encoder,
+                   "onnxruntime-opset23": count["grad_"] + count["decode_"] + encoder,
+                   "onnxruntime-loop": count["grad_"] + count["decode_"] + encoder,
+                   "onnxruntime-loop-other-steps": count["grad_"] + count["decode_"] + encoder,
                    "onnxruntime-integer": report["cases"] - bitnet_blocks}.get(key[0], 0)
         assert (row["passed"], row["skipped"], row["failed"]) == (report["cases"] - skipped, skipped, 0), key
     assert not report["backend_errors"]
@@ -184,11 +187,12 @@ def test_a_users_own_backend_never_imports_or_compiles_the_jax_port(tmp_path):
     assert not (tmp_path / "cache" / "odeattn").exists()
 
 
-# one case of each kind the flax backend runs (block, f, decode, gradient), the gated solver,
-# padding, positions and BitLinear among them; the whole set on flax is a run of minutes
+# one case of each kind the flax backend runs (block, f, decode, gradient, encoder), the gated
+# solver, padding, positions and BitLinear among them; the whole set on flax is a run of minutes
 FLAX_CASES = ["block_dynamic_tanh_rk2_gated_decoder_bitnet_pad_s2_b1t1h1d6_positions-rope",
               "block_alibi_h3_decoder_pad_large", "decode_rk2_gated_rms_norm_rope_pad",
-              "grad_flash_norm_rk2_gated_encoder_bitnet_pad_s2_none_b2t5h2d8"]
+              "grad_flash_norm_rk2_gated_encoder_bitnet_pad_s2_none_b2t5h2d8",
+              "encoder_rk2_gated_released_post_pad_l2_b2t5h2c8f12"]
 
 
 def test_the_flax_backend_runs_when_asked_for(tmp_path, capsys):

@@ -1,0 +1,66 @@
+"""The ODE Transformer's encoder stack as a flax.linen Module, over the JAX port's ode_encoder.
+
+    encoder = ODEEncoder(config=cfg)
+    variables = encoder.init(key, x)                      # or from_state_dict(cfg, params)
+    z = encoder.apply(variables, x, padding_mask=m)       # evaluation, the spec
+    z = encoder.apply(variables, x, padding_mask=m, deterministic=False, rngs={"dropout": key})
+
+variables['params'] holds one leaf per released state_dict key ('layers.0.self_attn.in_proj_weight',
+..., ode_ref/encoder_params.py), in the released layout (a weight is (out, in), not a Dense
+kernel), so from_state_dict and to_state_dict only check and copy. Their init is the released
+one: weight matrices Xavier-uniform, biases 0, the LayerNorms 1 and 0, alpha 1. The forward,
+its checks and its dropout (a key of its own at every call, so every stage evaluation draws its
+own masks) are the JAX port's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ode_ref.block import check_flag
+from ode_ref.encoder_config import ODEEncoderConfig
+from ode_ref.encoder_params import ALPHA, check_encoder_params, encoder_param_shapes
+
+from ..jax import block as jax_block
+from ..jax import encoder as jax_encoder
+
+
+def _init(name: str, shape: tuple):
+    """The released init of a parameter by its name and shape."""
+    if len(shape) == 2:
+        return nn.initializers.xavier_uniform()
+    return nn.initializers.ones if name == ALPHA or name.endswith("weight") else nn.initializers.zeros
+
+
+class ODEEncoder(nn.Module):
+    config: Any  # an ODEEncoderConfig (or what ODEEncoderConfig.from_any takes: a dict)
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, padding_mask=None, *, deterministic: bool = True):
+        """x (batch, seq, C) -> (batch, seq, C); padding_mask (batch, seq) bool, True = real token."""
+        cfg = ODEEncoderConfig.from_any(self.config)
+        check_flag("deterministic", deterministic)
+        params = {name: self.param(name, _init(name, shape), shape, self.param_dtype)
+                  for name, shape in encoder_param_shapes(cfg).items()}
+        drops = max(cfg.dropout, cfg.attention_dropout, cfg.activation_dropout) > 0
+        rng = None if deterministic or not drops else self.make_rng("dropout")
+        return jax_encoder.ode_encoder(params, x, cfg, padding_mask, dropout_rng=rng)
+
+
+def from_state_dict(config, params) -> dict:
+    """The variables for ODEEncoder.apply from params under the released keys (NumPy or JAX
+    arrays), after the spec's check against config."""
+    check_encoder_params(params, config)
+    return {"params": {k: v if isinstance(v, jax.Array) else jax_block._as_jax(np.asarray(v), f"params[{k!r}]")
+                       for k, v in params.items()}}
+
+
+def to_state_dict(variables) -> dict:
+    """The parameters of variables (or of variables['params']) under the released keys."""
+    return dict(variables.get("params", variables))

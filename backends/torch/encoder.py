@@ -1,0 +1,144 @@
+"""The ODE Transformer's encoder in PyTorch; port of ode_ref/encoder.py as nn.Modules.
+
+    ODEEncoderLayer(config).forward(x, padding_mask=None)   L(x), one encoder layer
+    ODEEncoder(config).forward(x, padding_mask=None)        the stack of RK blocks
+
+The modules' state_dict keys are the released encoder's (ode_ref/encoder_params.py), so the stack
+of a released checkpoint loads strict: ``encoder.load_state_dict(stack_params(state_dict))``
+(stack_params leaves out the embedding's keys). x is (batch, seq, C) and padding_mask True for a
+real token, as everywhere in odeattn (fairseq's layers take (seq, batch, C) and True for a pad).
+
+The block, the stack and the layer's orchestration are the spec's (ode_ref.encoder.ODEEncoderStages
+over a dict of this module's parameters); this file supplies the primitives in torch. Dropout, in
+training, is drawn anew at every call, so at every stage evaluation, as released.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ode_ref.encoder import ODEEncoderStages, check_encoder_input
+from ode_ref.encoder_config import ODEEncoderConfig
+from ode_ref.encoder_params import check_encoder_params, stack_params
+
+from .params import params_to_state_dict
+
+
+class TorchEncoderStages(ODEEncoderStages):
+    """The spec's stages with torch primitives (key_mask and matmul are the spec's as written)."""
+
+    def fill_padded_keys(self, scores, key_mask):
+        return scores if key_mask is None else scores.masked_fill(~key_mask, float("-inf"))
+
+    def linear(self, x, weight, bias):
+        return F.linear(x, weight, bias)
+
+    def layer_norm(self, x, weight, bias):
+        return F.layer_norm(x, x.shape[-1:], weight, bias, eps=1e-5)
+
+    def softmax(self, scores):
+        return torch.softmax(scores, dim=-1)
+
+    def relu(self, x):
+        return torch.relu(x)
+
+    def transpose_last(self, a):
+        return a.transpose(-1, -2)
+
+    def split_heads(self, a):
+        b, t, _ = a.shape
+        return a.reshape(b, t, self.config.encoder_attention_heads, self.config.head_dim).transpose(1, 2)
+
+    def merge_heads(self, a):
+        b, _, t, _ = a.shape
+        return a.transpose(1, 2).reshape(b, t, self.config.encoder_embed_dim)
+
+    def dropout(self, x, p: float):
+        return F.dropout(x, p, training=self.training) if p > 0 else x
+
+    def sigmoid(self, x):
+        return torch.sigmoid(x)
+
+    def concat(self, a, b):
+        return torch.cat([a, b], dim=-1)
+
+
+def _xavier_linear(n_in: int, n_out: int) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    nn.init.xavier_uniform_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class SelfAttention(nn.Module):
+    """The fused-projection attention's parameters (in_proj_weight, in_proj_bias, out_proj)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * c, c))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * c))
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        self.out_proj = _xavier_linear(c, c)
+
+
+class ODEEncoderLayer(nn.Module):
+    """fairseq's encoder layer: self_attn, fc1, fc2, layer_norms.0 and .1 (released keys)."""
+
+    def __init__(self, config):
+        super().__init__()
+        cfg = ODEEncoderConfig.from_any(config)
+        self.config, self.stages = cfg, TorchEncoderStages(cfg)
+        c, ff = cfg.encoder_embed_dim, cfg.encoder_ffn_embed_dim
+        self.self_attn = SelfAttention(c)
+        self.fc1, self.fc2 = _xavier_linear(c, ff), _xavier_linear(ff, c)
+        self.layer_norms = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(2)])
+
+    def forward(self, x, padding_mask=None):
+        """L(x): (batch, seq, C) -> (batch, seq, C)."""
+        check_encoder_input(x, self.config, padding_mask, array_type=torch.Tensor, bool_dtype=torch.bool)
+        self.stages.training = self.training
+        return self.stages.layer(dict(self.named_parameters()), "", x, self.stages.key_mask(padding_mask))
+
+
+class ODEEncoder(nn.Module):
+    """The stack: layers.0 .. layers.N-1, layer_norm (pre-norm), gate_linear (rk2_gated), alpha
+    (rk2_weighted), with the released init (Xavier-uniform weights, zero biases, alpha 1)."""
+
+    def __init__(self, config):
+        super().__init__()
+        cfg = ODEEncoderConfig.from_any(config)
+        self.config, self.stages = cfg, TorchEncoderStages(cfg)
+        c = cfg.encoder_embed_dim
+        self.layers = nn.ModuleList([ODEEncoderLayer(cfg) for _ in range(cfg.encoder_layers)])
+        if cfg.encoder_normalize_before:
+            self.layer_norm = nn.LayerNorm(c, eps=1e-5)
+        if cfg.family == "rk2_gated":
+            self.gate_linear = _xavier_linear(2 * c, 1)
+        if cfg.family == "rk2_weighted":
+            self.alpha = nn.Parameter(torch.ones(cfg.enc_calculate_num))
+
+    @classmethod
+    def from_params(cls, config, params: dict, *, dtype=torch.float32) -> "ODEEncoder":
+        """An encoder in evaluation mode holding the spec's params (checked, loaded strict)."""
+        encoder = cls(config).to(dtype).eval()
+        load_encoder_params(encoder, params)
+        return encoder
+
+    def forward(self, x, padding_mask=None):
+        """x (batch, seq, C) -> (batch, seq, C); padding_mask (batch, seq) bool, True = real token."""
+        check_encoder_input(x, self.config, padding_mask, array_type=torch.Tensor, bool_dtype=torch.bool)
+        dtype = next(self.parameters()).dtype
+        if x.dtype != dtype:
+            raise TypeError(f"x: expected the encoder's dtype {dtype}; got {x.dtype}")
+        self.stages.training = self.training
+        return self.stages.encoder(dict(self.named_parameters()), x, padding_mask)
+
+
+def load_encoder_params(encoder: ODEEncoder, params: dict) -> None:
+    """Check params (the spec's, or a released state_dict's stack_params) against the encoder's
+    config, then copy them in, strict."""
+    params = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in stack_params(params).items()}
+    check_encoder_params(params, encoder.config)
+    encoder.load_state_dict(params_to_state_dict(params, next(encoder.parameters()).dtype), strict=True)

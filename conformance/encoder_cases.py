@@ -1,0 +1,90 @@
+"""The encoder cases: the ODE Transformer's stack (ode_ref.ode_encoder) as conformance cases.
+
+A pairwise cover of family x profile x norm placement x padding x depth, written out (ENCODER_ROWS):
+every valid pair of two factors' values appears in some row (euler has no released block, so
+that pair is not valid), twelve rows in all, each a JAX compilation. A case's seeds derive from
+its name (cases.name_seed), as for every case; cases.build_encoder_case builds it. Its one quantity, z, is the stack's output (after
+the final layer_norm when pre-norm), which a backend returns from its optional run_encoder
+(protocol.py); its e32 is the spec's own float32 error of z.
+
+Also here, for the ports' tests: the spec's float32 error of an output (e32_of, from which the
+suite's rule derives the tolerance) and the spec's central difference of <z_bar, ode_encoder>
+along a direction (central_difference), the reference of every port's gradients.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+import ode_ref as R
+from ode_ref.encoder_config import RELEASED_FAMILIES
+
+from .tolerance import relative_error
+
+FAMILY_PROFILES = [(f, p) for f in R.FAMILIES for p in R.PROFILES if p == "paper" or f in RELEASED_FAMILIES]
+
+# (family, profile, pre-norm, padding, layers, (batch, seq, heads, C, ffn_dim)); frozen: append only
+ENCODER_ROWS = [
+    ("euler", "paper", False, False, 1, (2, 5, 2, 8, 12)),
+    ("euler", "paper", True, True, 2, (3, 6, 3, 12, 20)),
+    ("rk2", "paper", False, True, 2, (2, 5, 2, 8, 12)),
+    ("rk2", "released", True, False, 1, (1, 4, 1, 6, 10)),
+    ("rk3", "paper", True, False, 2, (2, 5, 2, 8, 12)),
+    ("rk3", "released", False, True, 1, (3, 6, 3, 12, 20)),
+    ("rk4", "paper", True, True, 1, (2, 5, 2, 8, 12)),
+    ("rk4", "released", False, False, 2, (1, 4, 1, 6, 10)),
+    ("rk2_gated", "paper", True, False, 1, (3, 6, 3, 12, 20)),
+    ("rk2_gated", "released", False, True, 2, (2, 5, 2, 8, 12)),
+    ("rk2_weighted", "paper", False, True, 1, (1, 4, 1, 6, 10)),
+    ("rk2_weighted", "released", True, False, 2, (2, 5, 2, 8, 12)),
+]
+FACTORS = ("family", "profile", "pre", "padding", "layers")
+
+
+def covered_pairs(rows=ENCODER_ROWS) -> set:
+    """((factor, value), (factor, value)) of every pair of two factors some row holds."""
+    return {((a, row[i]), (b, row[j])) for row in rows for (i, a), (j, b) in itertools.combinations(enumerate(FACTORS), 2)}
+
+
+def row_name(row) -> str:
+    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
+    return (f"encoder_{family}_{profile}_{'pre' if pre else 'post'}_{'pad' if padding else 'nopad'}_l{layers}"
+            f"_b{b}t{t}h{h}c{c}f{ff}")
+
+
+def spec_z(config, params, x, padding_mask):
+    """The spec's stack output in x's dtype (what run_encoder returns)."""
+    return R.ode_encoder(params, x, config, padding_mask)
+
+
+def e32_of(config, params, x, padding_mask, golden) -> float:
+    """The spec's own float32 error of the stack's output against golden (its float64 output)."""
+    return relative_error(spec_z(config, params, x.astype(np.float32), padding_mask), golden)
+
+
+def padding_of(batch: int, seq: int):
+    """The cases' padding: the last sequence's last seq // 2 tokens padded (the others unpadded)."""
+    mask = np.ones((batch, seq), bool)
+    mask[-1, seq - seq // 2:] = False
+    return mask
+
+
+def encoder_inputs(row, param_seed: int, input_seed: int):
+    """(config, params, x, padding_mask) of a row, drawn from its seeds (cases.build_encoder_case)."""
+    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
+    cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile)
+    params = R.init_encoder_params(cfg, param_seed, perturb=True)
+    x = np.random.default_rng(input_seed).normal(size=(b, t, c))
+    return cfg, params, x, padding_of(b, t) if padding else None
+
+
+def central_difference(config, params, x, padding_mask, z_bar, direction: dict, eps: float = 1e-6) -> float:
+    """(J(p + eps d) - J(p - eps d)) / (2 eps), J = sum(z_bar * ode_encoder(p)), p = x and the
+    parameters (direction: 'x' and parameter names -> arrays of their shapes), in float64."""
+    def objective(sign):
+        moved = {k: v + sign * eps * direction[k] for k, v in params.items()}
+        return float((z_bar * R.ode_encoder(moved, x + sign * eps * direction["x"], config, padding_mask)).sum())
+
+    return (objective(1.0) - objective(-1.0)) / (2 * eps)

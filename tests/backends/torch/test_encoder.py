@@ -1,0 +1,160 @@
+"""The torch encoder (odeattn.backends.torch.encoder) against the spec: float64 to 1e-12, float32
+within the suite's tolerance rule, autograd against central differences of the spec, the released
+state_dict keys loading strict, and dropout drawn at every stage evaluation in training."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ode_ref as R  # noqa: E402
+from ode_ref.encoder_backward import ode_encoder_vjp  # noqa: E402
+from odeattn.backends.torch import ODEEncoder, ODEEncoderLayer, load_encoder_params  # noqa: E402
+from odeattn.conformance.encoder_cases import FAMILY_PROFILES, central_difference, e32_of  # noqa: E402
+from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+
+C, H, FF = 8, 2, 12
+
+
+def config(family="rk2", profile="paper", pre=False, layers=2, **more):
+    return R.ODEEncoderConfig(C, H, FF, encoder_layers=layers, family=family, profile=profile,
+                              encoder_normalize_before=pre, **more)
+
+
+def inputs(cfg, seed=0):
+    params = R.init_encoder_params(cfg, seed, perturb=True)
+    x = np.random.default_rng(seed).normal(size=(2, 5, C))
+    mask = np.ones((2, 5), bool)
+    mask[1, 3:] = False
+    return params, x, mask
+
+
+def run(cfg, params, x, mask, dtype):
+    encoder = ODEEncoder.from_params(cfg, params, dtype=dtype)
+    with torch.no_grad():
+        return encoder(torch.as_tensor(x, dtype=dtype), torch.as_tensor(mask)).numpy()
+
+
+@pytest.mark.parametrize("family, profile", FAMILY_PROFILES)
+@pytest.mark.parametrize("pre", [False, True])
+def test_equal_to_the_spec(family, profile, pre):
+    cfg = config(family, profile, pre)
+    params, x, mask = inputs(cfg)
+    want = R.ode_encoder(params, x, cfg, mask)
+    assert relative_error(run(cfg, params, x, mask, torch.float64), want) < 1e-12
+    got32 = run(cfg, params, x, mask, torch.float32)
+    assert got32.dtype == np.float32
+    assert relative_error(got32, want) <= tolerance(e32_of(cfg, params, x, mask, want), "float32")
+
+
+def test_the_layer_alone_is_the_specs_euler_block_minus_nothing():
+    """ODEEncoderLayer is L: under the paper profile, euler's block y + (L(y) - y) is L(y)."""
+    cfg = config("euler", layers=1)
+    params, x, mask = inputs(cfg)
+    layer = ODEEncoderLayer(cfg).double().eval()
+    layer.load_state_dict({k[len("layers.0."):]: torch.as_tensor(v) for k, v in params.items()}, strict=True)
+    with torch.no_grad():
+        got = layer(torch.as_tensor(x), torch.as_tensor(mask)).numpy()
+    assert relative_error(got, R.ode_encoder(params, x, cfg, mask)) < 1e-12
+
+
+def test_the_state_dict_keys_are_the_released_ones_and_load_strict():
+    cfg = config("rk2_gated", pre=True)
+    encoder = ODEEncoder(cfg)
+    assert list(encoder.state_dict()) == list(R.encoder_param_shapes(cfg))
+    assert {k: tuple(v.shape) for k, v in encoder.state_dict().items()} == R.encoder_param_shapes(cfg)
+    # a released checkpoint holds the embedding too: stack_params leaves it out, the rest loads strict
+    released = {"embed_tokens.weight": torch.zeros(10, C), "version": torch.ones(1),
+                **{k: torch.as_tensor(v, dtype=torch.float32) for k, v in R.init_encoder_params(cfg, 3, perturb=True).items()}}
+    load_encoder_params(encoder, released)
+    assert torch.equal(encoder.gate_linear.bias, released["gate_linear.bias"])
+    with pytest.raises(ValueError, match=r"unexpected \['decoder.layers.0.fc1.bias'\]"):
+        load_encoder_params(encoder, {**released, "decoder.layers.0.fc1.bias": torch.zeros(FF)})
+
+
+def test_init_is_the_released_one():
+    torch.manual_seed(0)
+    encoder = ODEEncoder(R.ODEEncoderConfig(64, 4, 256, family="rk2_weighted"))
+    w = encoder.layers[0].fc1.weight.detach()
+    assert float(w.abs().max()) <= (6 / (256 + 64)) ** 0.5
+    assert all(float(p.detach().abs().max()) == 0 for n, p in encoder.named_parameters() if n.endswith("bias"))
+    assert torch.equal(encoder.alpha, torch.ones(2))
+
+
+def test_dropout_is_drawn_at_every_stage_evaluation():
+    """rk4 with two layers calls each layer 4 times; each call draws its own masks: a layer's four
+    dropouts (attention weights, after attention, after the ReLU, after fc2) make 32 draws."""
+    cfg = config("rk4", dropout=0.3, attention_dropout=0.2, activation_dropout=0.1)
+    encoder = ODEEncoder(cfg).double().train()
+    draws = []
+    original = encoder.stages.dropout
+
+    def recording(x, p):
+        out = original(x, p)
+        draws.append((p, (out == 0).flatten()[:64].clone()))
+        return out
+
+    encoder.stages.dropout = recording
+    params, x, mask = inputs(cfg)
+    encoder(torch.as_tensor(x), torch.as_tensor(mask))
+    assert [p for p, _ in draws] == [0.2, 0.3, 0.1, 0.3] * 8
+    after_attention = [m for p, m in draws if p == 0.3][::2]
+    assert all(not torch.equal(after_attention[0], m) for m in after_attention[1:])
+    encoder.eval()
+    with torch.no_grad():
+        a, b = (encoder(torch.as_tensor(x), torch.as_tensor(mask)) for _ in range(2))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("family, profile, pre", [("rk2_gated", "paper", False), ("rk3", "released", True),
+                                                  ("rk2_weighted", "released", False), ("rk4", "paper", True)])
+def test_autograd_against_central_differences_of_the_spec(family, profile, pre):
+    """The directional derivative of <z_bar, encoder(x; params)> along a random direction of x and
+    every parameter: autograd's against the spec's central difference (step eps = 1e-6). Its
+    error is the truncation, eps^2 |J'''| / 6 (measured: it scales as eps^2 from eps = 3e-4 down
+    to 1e-6), plus rounding, ~ 1e-16 |J| / eps = 1e-10 |J|: at most 6.4e-10 relative on these
+    four; bounded at 1e-8."""
+    cfg = config(family, profile, pre)
+    params, x, mask = inputs(cfg)
+    rng = np.random.default_rng(7)
+    z_bar = rng.normal(size=x.shape)
+    direction = {k: rng.normal(size=np.shape(v)) for k, v in {"x": x, **params}.items()}
+    encoder = ODEEncoder.from_params(cfg, params, dtype=torch.float64)
+    xt = torch.as_tensor(x).requires_grad_(True)
+    (encoder(xt, torch.as_tensor(mask)) * torch.as_tensor(z_bar)).sum().backward()
+    grads = {"x": xt.grad, **dict((n, p.grad) for n, p in encoder.named_parameters())}
+    autograd = sum(float((grads[k] * torch.as_tensor(direction[k])).sum()) for k in direction)
+    fd = central_difference(cfg, params, x, mask, z_bar, direction)
+    assert abs(autograd - fd) <= 1e-8 * abs(fd)
+
+
+def test_bad_input_is_refused_as_in_the_spec():
+    cfg = config("rk2")
+    params, x, mask = inputs(cfg)
+    encoder = ODEEncoder.from_params(cfg, params, dtype=torch.float64)
+    empty = torch.as_tensor(mask).clone()
+    empty[0] = False
+    with pytest.raises(ValueError, match=r"padding_mask: expected at least one real token"):
+        encoder(torch.as_tensor(x), empty)
+    with pytest.raises(ValueError, match=r"x: expected shape \(batch, seq, 8\)"):
+        encoder(torch.as_tensor(x[..., :4]))
+    with pytest.raises(TypeError, match=r"x: expected the encoder's dtype torch.float64; got torch.float32"):
+        encoder(torch.as_tensor(x, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"params\['alpha'\]: rk2_weighted has one weight per stage"):
+        ODEEncoder.from_params(config("rk2_weighted"), {**inputs(config("rk2_weighted"))[0], "alpha": np.ones(3)})
+
+
+@pytest.mark.parametrize("family, profile", FAMILY_PROFILES)
+def test_autograd_equals_the_specs_backward_pass(family, profile):
+    """Every gradient (x and each parameter) against ode_ref.encoder_backward's, float64: measured
+    at most 5.5e-15 relative over every family and profile, pre- and post-norm; bounded at 1e-12."""
+    cfg = config(family, profile, pre=family in ("rk2", "rk4", "rk2_weighted"))
+    params, x, mask = inputs(cfg)
+    z_bar = np.random.default_rng(7).normal(size=x.shape)
+    encoder = ODEEncoder.from_params(cfg, params, dtype=torch.float64)
+    xt = torch.as_tensor(x).requires_grad_(True)
+    (encoder(xt, torch.as_tensor(mask)) * torch.as_tensor(z_bar)).sum().backward()
+    x_bar, params_bar = ode_encoder_vjp(params, x, cfg, z_bar, mask)
+    assert relative_error(xt.grad.numpy(), x_bar) < 1e-12
+    for name, p in encoder.named_parameters():
+        assert relative_error(p.grad.numpy(), params_bar[name]) < 1e-12, name

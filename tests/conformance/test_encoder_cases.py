@@ -1,0 +1,34 @@
+"""The encoder cases (conformance/encoder_cases.py): a pairwise cover of the valid pairs, twelve
+rows named once, and the golden files of every one loaded with its kind."""
+
+import itertools
+
+import ode_ref as R
+from odeattn.conformance.encoder_cases import ENCODER_ROWS, FACTORS, FAMILY_PROFILES, covered_pairs, row_name
+from odeattn.conformance.golden import load_cases
+
+VALUES = {"family": list(R.FAMILIES), "profile": list(R.PROFILES), "pre": [False, True], "padding": [False, True],
+          "layers": [1, 2]}
+
+
+def test_every_valid_pair_of_two_factors_is_covered():
+    valid = {((a, va), (b, vb)) for a, b in itertools.combinations(FACTORS, 2) for va in VALUES[a] for vb in VALUES[b]}
+    valid.discard((("family", "euler"), ("profile", "released")))  # no released euler block
+    assert covered_pairs() == valid
+    assert {(r[0], r[1]) for r in ENCODER_ROWS} == set(FAMILY_PROFILES) and len(FAMILY_PROFILES) == 11
+
+
+def test_twelve_rows_each_named_once():
+    names = [row_name(r) for r in ENCODER_ROWS]
+    assert len(ENCODER_ROWS) == 12 and len(set(names)) == 12
+    assert names[0] == "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12"
+
+
+def test_the_golden_encoder_cases_load_with_their_config():
+    cases = [c for c in load_cases() if c.encoder_outputs is not None]
+    assert [c.name for c in cases] == [row_name(r) for r in ENCODER_ROWS]
+    for case, row in zip(cases, ENCODER_ROWS):
+        assert isinstance(case.config, R.ODEEncoderConfig) and case.config.family == row[0]
+        assert list(case.quantities()) == ["z"] and set(case.e32) == {"z"}
+        assert (case.padding_mask is not None) == row[3] and case.trajectory is None
+        assert list(case.params) == list(R.encoder_param_shapes(case.config))
