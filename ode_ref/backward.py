@@ -21,9 +21,12 @@ from .bitlinear import bitlinear_vjp, linear_vjp
 from .block import _checked, check_input
 from .norms import apply_norm_vjp
 from .params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
-from .positions import apply_rope_vjp
+from .positions import apply_hope, apply_rope_vjp
 from .rk import add_grads, rk_step_vjp, step_times
 from .tableaus import TABLEAUS
+
+
+VJP_ENCODINGS = ("none", "rope", "alibi", "sinusoidal_rotary", "hope")  # the encodings this backward covers
 
 
 def softmax_vjp(a_bar, a):
@@ -62,8 +65,9 @@ def evaluate_vjp(attention, prepared: Prepared, t, z, f_bar):
     merged_bar, out_proj_bar = linear(f_bar, attention.merge_heads(y), p.out_proj)
     y_bar = attention.postprocess_attn(merged_bar.reshape(y.shape), p.padding_mask)  # zeroing is its own transpose
     q_bar, k_bar, v_bar = attn_vjp(cfg, q, k, v, p.mask, p.bias, y_bar)
-    if p.rope is not None:
-        q_bar, k_bar = apply_rope_vjp(q_bar, *p.rope), apply_rope_vjp(k_bar, *p.rope)
+    if p.rope is not None:  # hope's map is symmetric: its own transpose
+        back = apply_hope if cfg.position_encoding == "hope" else apply_rope_vjp
+        q_bar, k_bar = back(q_bar, *p.rope), back(k_bar, *p.rope)
     qkv_bar = np.stack([q_bar, k_bar, v_bar], axis=2).reshape(*h.shape[:2], 3 * cfg.hidden_size)
     h_bar, qkv_w_bar = linear(qkv_bar, h, p.qkv)
     h0_bar, norm_bar = apply_norm_vjp(cfg.norm_type, p.norm, h0, h_bar)
@@ -86,6 +90,12 @@ def ode_block_vjp(params, x, config, z1_bar, padding_mask=None):
     z1_bar of z(1), (batch, seq, d_model) like x. The default SelfAttention (a variant's
     backward is its own port's autodiff)."""
     cfg, attention = _checked(params, x, config, padding_mask, None)
+    if cfg.position_encoding not in VJP_ENCODINGS or cfg.ssmax:
+        raise ValueError(
+            f"positional_encoding: the hand-written backward covers {', '.join(map(repr, VJP_ENCODINGS))} without "
+            f"SSMax; got {cfg.position_encoding!r}{' with use_ssmax=True' if cfg.ssmax else ''} (a port's "
+            f"autodiff covers the rest)"
+        )
     check_input(z1_bar, cfg, name="z1_bar")
     if z1_bar.shape != x.shape or z1_bar.dtype != x.dtype:
         raise ValueError(f"z1_bar: expected x's shape {x.shape} and dtype {x.dtype}; got {z1_bar.shape} {z1_bar.dtype}")
