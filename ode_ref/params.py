@@ -8,7 +8,7 @@ Names are the seed module's state_dict keys, so a seed checkpoint converts by co
     pos_encoder.<name>        the encoder's, when one is in effect (encoder_shapes; H heads,
                               M = pape_num_parabolas):
         pape, pape_efficient  position.weight (H M, 1), ab.weight (2 H M, d_model)
-        pape_ri               a.weight (H, d_model), position_scales (1, H, 1, 1)
+        pape_ri               position_scales (1, H, 1, 1), a.weight (H, d_model)
         bam                   theta_alpha (H,), theta_beta (H,), theta_mu (H,) when bam_learn_mu
         use_ssmax             ssmax.s (H,)
     gate.weight               (1, 2 d_model)  the gated solver (rk2_gated) only, at block level
@@ -45,7 +45,7 @@ def encoder_shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     if encoding in ("pape", "pape_efficient"):
         shapes = {"position.weight": (h * m, 1), "ab.weight": (2 * h * m, d)}
     elif encoding == "pape_ri":
-        shapes = {"a.weight": (h, d), "position_scales": (1, h, 1, 1)}
+        shapes = {"position_scales": (1, h, 1, 1), "a.weight": (h, d)}  # torch's order: own tensors first
     elif encoding == "bam":
         shapes = {"theta_alpha": (h,), "theta_beta": (h,), **({"theta_mu": (h,)} if cfg.bam_learn_mu else {})}
     if cfg.ssmax:

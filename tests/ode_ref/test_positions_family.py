@@ -68,7 +68,7 @@ def test_the_parameters_carry_the_seeds_names():
     assert names["sinusoidal_rotary"] == names["hope"] == ["pos_encoder.ssmax.s"]
     assert names["pape"] == names["pape_efficient"] == ["pos_encoder.position.weight", "pos_encoder.ab.weight",
                                                         "pos_encoder.ssmax.s"]
-    assert names["pape_ri"] == ["pos_encoder.a.weight", "pos_encoder.position_scales", "pos_encoder.ssmax.s"]
+    assert names["pape_ri"] == ["pos_encoder.position_scales", "pos_encoder.a.weight", "pos_encoder.ssmax.s"]
     assert names["bam"] == ["pos_encoder.theta_alpha", "pos_encoder.theta_beta", "pos_encoder.ssmax.s"]
     shapes = R.param_shapes(cfg("pape", bam_learn_mu=True))
     assert shapes["pos_encoder.ab.weight"] == (2 * 3 * 4, 12) and shapes["pos_encoder.position.weight"] == (12, 1)
