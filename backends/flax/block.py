@@ -43,7 +43,7 @@ from ..jax import block as jax_block
 from .attention import ModuleStages, SelfAttention, _Configured, dropout_rng
 
 # Every encoder parameter's short name (ode_ref.params.encoder_shapes), in the seed's order
-ENCODER_NAMES = ("position.weight", "ab.weight", "a.weight", "position_scales", "theta_alpha", "theta_beta",
+ENCODER_NAMES = ("position.weight", "ab.weight", "position_scales", "a.weight", "theta_alpha", "theta_beta",
                  "theta_mu", "ssmax.s")
 # Each seed state_dict name: (its path in variables['params'], stored transposed as a Dense kernel).
 PATHS = {QKV: (("ode_func", "c_attn", "kernel"), True), OUT_PROJ: (("ode_func", "c_proj", "kernel"), True),

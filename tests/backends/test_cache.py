@@ -94,7 +94,7 @@ def test_port_decodes_as_the_whole_sequence(port, encoding):
 # The seed's positional family: every encoder's cache is exact (PaPE's keys carry positions only,
 # its queries read their own state; SSMax's n is the keys each query sees), SSMax with two of them.
 FAMILY = ["sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam", "pape+ssmax", "bam+ssmax", "none+ssmax"]
-FAMILY_PORTS = ["jax"]
+FAMILY_PORTS = ["torch", "jax"]
 
 
 def family_config(encoding):

@@ -34,20 +34,12 @@ REPLACED = {
        for port in ("torch", "jax", "export") for name in ("rotary_frequencies", "rotary_base_scaling", "hope_gain")},
     **{(port, "positions", "seed_sinusoidal_table"): "the seed's float32 table: documents and tests the spec, no path runs it"
        for port in ("torch", "jax", "export")},
-    **{(port, "positions", name): "the positional family's JAX and ONNX ports land on their own branch (pos-family-ports)"
-       for port in ("jax", "export") for name in ("hope_angles", "hope_damping", "hope_tables", "apply_hope", "softplus",
-                                                  "distances", "pape_coefficients", "pape_bias", "pape_ri_bias",
-                                                  "content_bias", "bam_alpha_beta", "bam_mu", "bam_bias", "ssmax_lengths",
-                                                  "ssmax_factor", "ssmax_bias", "ssmax_queries")},
 }
 # Stages whose signature deliberately differs, in every SelfAttention class of a port.
 DIFFERENT_STAGES = {("torch", "prepare"): "the module owns its parameters: prepare(x, padding_mask)"}
 # Stages a port holds otherwise, in every SelfAttention class of it.
 REPLACED_STAGES = {
     ("torch", "norm"): "the nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage",
-    **{(port, stage): "the positional family's JAX and ONNX ports land on their own branch (pos-family-ports)"
-       for port in ("jax", "export") for stage in ("encoder_weights", "hope_tables", "bam_bias", "ssmax_factor",
-                                                   "content_bias", "ssmax_bias", "ssmax_queries")},
 }
 # Signatures that deliberately differ: (port, module, name) -> why.
 DIFFERENT = {
@@ -74,10 +66,6 @@ DIFFERENT = {
 
 # The seed's positional family (ode_ref/positions.py) in the JAX port and the export.
 REPLACED.update({
-    **{(port, "positions", name): "the spec's float64 constants: hope_tables and rope_cos_sin tabulate them"
-       for port in ("jax", "export") for name in ("rotary_frequencies", "rotary_base_scaling", "hope_gain")},
-    **{(port, "positions", "seed_sinusoidal_table"): "the seed's float32 table, a test aid of the spec's"
-       for port in ("jax", "export")},
     **{("jax", "positions", name): "the spec's float64 hope table, gathered by hope_tables"
        for name in ("hope_angles", "hope_damping")},
     **{("export", "positions", name): "double nodes inside hope_tables" for name in ("hope_angles", "hope_damping")},
