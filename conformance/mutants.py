@@ -251,6 +251,41 @@ class _GateNoBias(R.SelfAttention):
         return super().gate((w, b * 0), f1, f2)  # bug: the gate's bias dropped
 
 
+# ---- the seed's positional family ---------------------------------------------------------------
+class _HopeRelative(R.SelfAttention):
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        if self.config.position_encoding != "hope":
+            return super().preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
+        back = P.hope_tables(-positions, self.config, self.config.layer_idx, q.dtype)  # bug: k at -j, as RoPE's inverse
+        return P.apply_hope(q, *rope), P.apply_hope(k, *back), v
+
+
+class _PapeNormedState(R.SelfAttention):
+    def norm(self, norm_params, z):
+        self._normed = super().norm(norm_params, z)
+        return self._normed
+
+    def content_bias(self, encoder, z, positions_q, positions_k):
+        return super().content_bias(encoder, self._normed, positions_q, positions_k)  # bug: the normed state h
+
+
+class _BamAlphaOnKey(R.SelfAttention):
+    def bam_bias(self, encoder, positions_q, positions_k, like):
+        swapped = P.bam_bias(encoder, positions_k, positions_q, self.config, like.dtype)  # bug: |i - alpha j - mu|
+        return swapped.transpose(0, 1, 3, 2)
+
+
+class _SsmaxBeforeBias(R.SelfAttention):
+    def ssmax_bias(self, bias, factor):
+        return bias  # bug: the bias added after the rescale, unscaled
+
+
+class _SsmaxPaddedLength(R.SelfAttention):
+    def ssmax_factor(self, encoder, positions_q, positions_k, seq_len, like):
+        lengths = np.full((1, positions_q.shape[1]), seq_len)  # bug: n = the padded length, whatever the rule
+        return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
+
+
 MUTANTS = [
     Mutant("scale_1_over_head_dim", "attn", "scores scaled by 1/head_dim instead of head_dim^-1/2", stage=_ScaleByHeadDim),
     Mutant("softmax_over_queries", "attn", "softmax over the query axis", stage=_SoftmaxOverQueries),
@@ -292,6 +327,12 @@ MUTANTS = [
     Mutant("gate_inputs_swapped", "gated RK2", "the gate reads [F2; F1], not [F1; F2]", stage=_GateInputsSwapped),
     Mutant("gate_bias_dropped", "gated RK2", "the gate's bias dropped", stage=_GateNoBias),
     Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "integrate", _integrate_reversed)]),
+    Mutant("hope_relative", "hope", "k mapped at -j (as RoPE's inverse): the score made relative, i - j", stage=_HopeRelative),
+    Mutant("pape_normed_state", "PaPE", "coefficients from the normed state h, not the raw z", stage=_PapeNormedState),
+    Mutant("bam_alpha_on_key", "BAM", "alpha on the key index: abs(i - alpha j - mu)", stage=_BamAlphaOnKey),
+    Mutant("ssmax_before_bias", "SSMax", "the rescale before the bias: the bias not multiplied", stage=_SsmaxBeforeBias),
+    Mutant("ssmax_padded_length", "SSMax", "ln of the padded length where the rule is the visible keys",
+           stage=_SsmaxPaddedLength),
 ]
 
 

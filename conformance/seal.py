@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "9b0d095c5158f9ec70ee0fcf19469e4e2e575cdddfbe1efcca443413fd98ef35"  # sha256 of golden/manifest.json
+DIGEST = "ee485b7cf8f9403f531248bd0eef673da5f15ad545dcdbf58946d3eac8eea45c"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -110,4 +110,26 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "grad_derf_rk38_encoder_bitnet_pad_s2_alibi_b3t6h3d12": "d7b045c55ac98ba846fca4dba3310ee5de37b278a8f160b7ec16c4a09c33403d",
     "grad_layer_norm_rk4_decoder_float_nopad_s1_none_b2t5h2d8": "64d6f761475df4d870f18852e2d3f9110fb504875691e6103d757ba22d440cd1",
     "grad_rms_norm_rk4_encoder_bitnet_pad_s2_rope_b1t4h1d6": "371c44bdbd7f2760fbc24829757cf33455d2f5e3c98431576257d713ae45cd00",
+    "block_pos_bam_encoder_plain_nopad_layer_norm_rk4_b2t5h2d8": "c85b575d78f8d19c17859d6dc9f6ae479de6fb09d27a33cc73108806bd1b0e1d",
+    "block_pos_bam_decoder_ssmax_pad_rms_norm_heun_b1t7h3d12": "a987e85c899621c8c9731fd330f56bf34732c915cec1d2c52492654d5137f221",
+    "block_pos_hope_decoder_plain_nopad_dynamic_tanh_euler_b3t6h2d10": "ff1d9a1828eb528b2469f295d75e9ce5019d9dd55aca803ba56216511da5a26e",
+    "block_pos_hope_encoder_ssmax_pad_layer_norm_midpoint_b2t5h2d8": "9ae095969de074309092b9a475757ea29e4baa0fe9066d8677af004c5362932e",
+    "block_pos_pape_encoder_plain_pad_rms_norm_rk4_b1t7h3d12": "35027e36959feca223111706d477f8171acb46aaba209a01f4bda4b02fe44722",
+    "block_pos_pape_decoder_ssmax_nopad_dynamic_tanh_heun_b3t6h2d10": "d2eaa5b4eb326e90950aa4f237d40af48f7bbfdd240562c14fc7c268ecf07221",
+    "block_pos_pape_efficient_encoder_plain_nopad_layer_norm_euler_b2t5h2d8": "779882f9b4bfd8a692e179b55caeeea5bde5619e6cf5d37aceb98fd217aca810",
+    "block_pos_pape_efficient_decoder_ssmax_pad_rms_norm_midpoint_b1t7h3d12": "76590189814b26a21f2e70b5af8c45a5654a2bf6ece02653768ab49f6a50eb09",
+    "block_pos_pape_ri_encoder_plain_nopad_dynamic_tanh_rk4_b3t6h2d10": "edf7c989d1d55837869fc6d04964c1ed366884ee3f3f0b01f7d4504cdf68bde7",
+    "block_pos_pape_ri_decoder_ssmax_pad_layer_norm_heun_b2t5h2d8": "6edf8a2a1588a5a97cefaed1eb64c941f3fb7ffddad36ce95913fd61d4f147af",
+    "block_pos_sinusoidal_rotary_encoder_plain_nopad_rms_norm_euler_b1t7h3d12": "38f312788e51d285416f6b89b49d9a7ba233202de5af1cb9c03a8588ac7eeccd",
+    "block_pos_sinusoidal_rotary_decoder_ssmax_pad_dynamic_tanh_midpoint_b3t6h2d10": "20c2c16d12c68b1634e369dbf3a2c999f72c1f9ad9e5672579e0d3f48b38c8d0",
+    "block_pos_ssmax_padded_rule_decoder_pad": "027b4f752adabcea26d255d80bbb8b4a8f67bee449dd3ff98d095d396ac72a01",
+    "block_pos_bam_learn_mu_decoder": "f87da1ed47595bdc062dfd0002d724d5f31a3a8167638cd8461dfe9d67a8d6a4",
+    "decode_pos_sinusoidal_rotary": "f9e859148915e4fa1cae98d235181bdef930dbd952909734b93bea7da623627b",
+    "decode_pos_hope_ssmax": "596725483ce8995e046b31de70e4be2f156a2925f05a7e36bfeb3bbe9d1ad990",
+    "decode_pos_pape": "6c332d2bd6b4cb7500bc3126f51c6325de54fa259a9d40c1ae76fc5b6f0d3649",
+    "decode_pos_pape_efficient_ssmax": "27f6854460e60d78c7b96ba11994aca5565366498da351116d805d734e661fcf",
+    "decode_pos_pape_ri": "1ca579061544b8a84fada5e48b3e8f4ea2a0312f87afa928bc9d8f63efadb367",
+    "decode_pos_bam_ssmax": "623c5e43aa94cc5b3465414061957d5396111ca42dae38cd2882d3ed1abaae96",
+    "grad_pos_sinusoidal_rotary_decoder_pad": "8e1b341b638977e1c8b200d51b0830b21e5f65262f80547e352068110507f4a8",
+    "grad_pos_hope_encoder": "5e9ddd5e29bf837568a4143546e85aa903e2df24cdba9400c96a0758ce522f81",
 }

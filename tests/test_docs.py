@@ -136,9 +136,16 @@ def check_flax(ns, tmp_path):
     assert relative_error(ns["z_recent"], ns["z_recent_spec"]) < 1e-5 and relative_error(ns["z_recent"], ns["z"]) > 1e-3
 
 
+def check_positions(ns, tmp_path):
+    """The page's block decodes as it runs whole; BAM's and SSMax's parameters carry the seed's names."""
+    assert sorted(k for k in ns["params"] if k.startswith("pos_encoder.")) == [
+        "pos_encoder.ssmax.s", "pos_encoder.theta_alpha", "pos_encoder.theta_beta"]
+    assert np.isfinite(ns["z"]).all() and ns["cache"].index == 5
+
+
 CHECKS = {"README.md": check_readme, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
-          "diagnose.md": check_diagnose}
+          "diagnose.md": check_diagnose, "positions.md": check_positions}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]
 
 
