@@ -29,18 +29,6 @@ from .protocol import REQUIRED
 
 ENTRY_POINT_GROUP = "odeattn.backends"
 
-# The seed's positional family is ported to torch; the JAX, Flax and ONNX ports follow (issue 29).
-# Until each lands, its adapter skips these cases, saying why, rather than failing them.
-FAMILY_PENDING = ("sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam")
-
-
-def family_pending(config, backend: str) -> Optional[str]:
-    """The skip reason for a case of the positional family on a backend that has not ported it yet."""
-    if config.position_encoding in FAMILY_PENDING or config.ssmax:
-        what = config.position_encoding if config.position_encoding in FAMILY_PENDING else "SSMax"
-        return f"{what}: not yet ported to {backend}"
-    return None
-
 
 class SpecAdapter:
     """ode_ref itself; against the frozen files it catches drift in the spec."""
@@ -163,7 +151,7 @@ class JaxAdapter:
         self._vjp = jax.jit(vjp, static_argnames=("config",))
 
     def supports(self, config, dtype) -> Optional[str]:
-        return family_pending(config, self.name)
+        return None
 
     def _run(self, config, params, t, x, padding_mask, dtype):
         with self.jax.enable_x64(dtype == "float64"):
@@ -225,7 +213,7 @@ class FlaxAdapter:
         self._vjp = jax.jit(vjp, static_argnames="config")
 
     def supports(self, config, dtype) -> Optional[str]:
-        return family_pending(config, self.name)
+        return None
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         with self.jax.enable_x64(dtype == "float64"):
@@ -270,7 +258,7 @@ class _ExportedAdapter:
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
-        return family_pending(config, "the ONNX export")
+        return None
 
     def _build(self, model):
         """A runnable: feed (name -> array) -> name -> array, for every output of model."""

@@ -11,7 +11,6 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.adapters import family_pending  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
@@ -35,7 +34,7 @@ def test_inlined_graph_equals_the_default_export_on_the_conformance_cases():
     """ONNX Runtime inlines the local functions itself, so both files run the same nodes: equal z,
     bit for bit (float32), on golden block cases covering every solver, norm, mode, BitLinear,
     position encoding, width and padding of the set."""
-    cases = _covering([c for c in load_cases() if c.trajectory is not None and not family_pending(c.config, "onnx")])
+    cases = _covering([c for c in load_cases() if c.trajectory is not None])
     assert 10 <= len(cases) < 40, len(cases)
     for case in cases:
         params = {k: v.astype(np.float32) for k, v in case.params.items()}
