@@ -3,6 +3,8 @@ encoder, with and without SSMax, in both modes and padded, float64 to 1e-12 and 
 suite's rule; an encoder that is off adds nothing to the traced program; BAM's floor keeps a row
 finite. (Cached decoding: tests/backends/test_cache.py; the golden cases: the main job.)"""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,24 @@ def test_hope_s_table_follows_layer_idx():
             assert relative_error(got, R.ode_block(params, x, cfg, mask)) <= FLOAT64
             outs.append(got)
     assert relative_error(outs[0], outs[1]) > 1e-6
+
+
+def test_every_jax_and_onnx_path_refuses_a_pape_checkpoint_of_the_wrong_shape():
+    """A PaPE ab.weight of another shape: the spec's error naming the key, in the JAX block, the
+    Flax converter and the export, before anything runs."""
+    cfg = family_config("pape")
+    params = {k: v.astype(np.float32) for k, v in R.init_params(cfg).items()}
+    params["pos_encoder.ab.weight"] = np.zeros((12, 12), np.float32)
+    message = r"^params\['pos_encoder.ab.weight'\]: expected shape \(24, 12\); got \(12, 12\)"
+    calls = [lambda: J.ode_block(params, np.zeros((1, 3, 12), np.float32), cfg)]
+    if importlib.util.find_spec("flax") is not None:
+        from odeattn.backends import flax as F
+
+        calls.append(lambda: F.from_state_dict(cfg, params))
+    if importlib.util.find_spec("onnx") is not None:
+        from odeattn.export.block import export_model
+
+        calls.append(lambda: export_model(cfg, params))
+    for call in calls:
+        with pytest.raises(ValueError, match=message):
+            call()
