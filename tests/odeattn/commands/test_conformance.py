@@ -103,17 +103,14 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
     assert count["decode_"] >= 6 and count["grad_"] >= 14
     bitnet_blocks = sum(1 for c in load_cases() if c.config.use_bitnet and not c.decoded and c.z1_bar is None)
     assert bitnet_blocks >= 16
-    from odeattn.conformance.adapters import family_pending
-
     cases = load_cases()
     grad, decode = ({c.name for c in cases if c.name.startswith(kind)} for kind in ("grad_", "decode_"))
     not_bitnet_blocks = {c.name for c in cases if not (c.config.use_bitnet and not c.decoded and c.z1_bar is None)}
-    pending = {c.name for c in cases if family_pending(c.config, "")}  # the positional family, where not yet ported
     for key, row in rows.items():
         skipped = {"onnxruntime": grad, "onnx-reference": grad, "onnxruntime-opset23": grad | decode,
                    "onnxruntime-loop": grad | decode, "onnxruntime-loop-other-steps": grad | decode,
                    "onnxruntime-integer": not_bitnet_blocks}.get(key[0], set())
-        skipped = len(skipped | (set() if key[0] in ("spec", "torch") else pending))
+        skipped = len(skipped)
         assert (row["passed"], row["skipped"], row["failed"]) == (report["cases"] - skipped, skipped, 0), key
     assert not report["backend_errors"]
     assert [n.split(":")[0] for n in report["notes"]] == ["flax"] and "runs on request (--backend flax)" in report["notes"][0]
