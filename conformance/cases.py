@@ -213,9 +213,9 @@ def grad_specs() -> list:
 # The seed's positional family (docs/positions.md): a pairwise cover of its own over the encoding,
 # SSMax, the mode and the padding (12 rows); the norm, the solver and the shape taken in turn, hope
 # at layer 3 and pape_ri with n = 2. Beside it: the seed's padded SSMax rule (a full block only:
-# decoding refuses it), a learnable BAM mu, a decode case per encoding, and grad cases for the two
-# the hand-written backward covers. Every distinct config costs a JAX port one compilation: kept
-# small on purpose. Frozen: append, never edit.
+# decoding refuses it), a learnable BAM mu, a decode case per encoding, and six grad cases (every
+# encoding but pape_efficient, which is pape's function; SSMax with and without a bias). Every
+# distinct config costs a JAX port one compilation: kept small on purpose. Frozen: append, never edit.
 POSITION_FACTORS = {
     "positional_encoding": ["sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam"],
     "use_ssmax": [False, True],
@@ -248,6 +248,16 @@ POSITION_GRAD_CASES = [  # (name, config fields, batch, seq, padding)
                                                     ode_solver="heun", ode_steps=1), 2, 5, True),
     ("grad_pos_hope_encoder", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="hope", layer_idx=3,
                                    ode_solver="rk4", ode_steps=1), 1, 6, False),
+    ("grad_pos_pape_ssmax_decoder_pad", dict(hidden_size=8, num_heads=2, mode="decoder", **_POS, positional_encoding="pape",
+                                             use_ssmax=True, ode_solver="heun", ode_steps=1), 2, 5, True),
+    ("grad_pos_pape_ri_encoder_pad", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="pape_ri",
+                                          pape_num_positions=2, norm_type="rms_norm", ode_solver="rk4", ode_steps=1), 2, 6, True),
+    ("grad_pos_bam_learn_mu_ssmax_decoder", dict(hidden_size=10, num_heads=2, mode="decoder", **_POS, positional_encoding="bam",
+                                                 bam_learn_mu=True, use_ssmax=True, ode_solver="midpoint", ode_steps=1),
+     1, 6, False),
+    ("grad_pos_alibi_ssmax_padded_rule_encoder_pad", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="alibi",
+                                                          use_ssmax=True, ssmax_length="padded", ode_solver="euler",
+                                                          ode_steps=1), 2, 5, True),
 ]
 
 

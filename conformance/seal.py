@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "ee485b7cf8f9403f531248bd0eef673da5f15ad545dcdbf58946d3eac8eea45c"  # sha256 of golden/manifest.json
+DIGEST = "9623ea017b1efc4a42875edc7d0c372d5c66ffac84f2843f5ea8728110d90d4c"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -132,4 +132,8 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "decode_pos_bam_ssmax": "623c5e43aa94cc5b3465414061957d5396111ca42dae38cd2882d3ed1abaae96",
     "grad_pos_sinusoidal_rotary_decoder_pad": "8e1b341b638977e1c8b200d51b0830b21e5f65262f80547e352068110507f4a8",
     "grad_pos_hope_encoder": "5e9ddd5e29bf837568a4143546e85aa903e2df24cdba9400c96a0758ce522f81",
+    "grad_pos_pape_ssmax_decoder_pad": "6f1b81a65f3b6d7704cb977b014888236e31afcbd8570e27970a3d96d4ac7991",
+    "grad_pos_pape_ri_encoder_pad": "8435f62322235e93087bf988b909920645126d285e27c4f3d80b221ce5d839ce",
+    "grad_pos_bam_learn_mu_ssmax_decoder": "84e01053ec04ea5e1b18f8513059cd087046f7fc1fdcb44c434709c9d9668e07",
+    "grad_pos_alibi_ssmax_padded_rule_encoder_pad": "3f4651896fb82b540a478c517751e8f6fe0c63864e34fda37f2df96ea1be9604",
 }

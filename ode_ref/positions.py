@@ -278,3 +278,68 @@ def ssmax_queries(q, factor):
     q . k part rescaled (the bias is rescaled by ssmax_bias); the mask fill follows, so a hidden
     key stays hidden whatever the sign of s."""
     return q * factor.transpose(0, 2, 1, 3)
+
+
+# ---- the VJPs of the family's parameterised parts (backward.py) --------------------------------
+def _sigmoid(x):
+    """softplus's derivative, exp(-log(1 + exp(-x))), for any finite x."""
+    return np.exp(-np.logaddexp(x.dtype.type(0), -x))
+
+
+def content_bias_vjp(bias_bar, z, encoder: dict, positions_q, positions_k, config):
+    """(z_bar, encoder_bar) of content_bias for its cotangent bias_bar (batch, heads, seq_q, seq_k)."""
+    d = distances(positions_q, positions_k, z.dtype)
+    g = bias_bar * z.dtype.type(config.scale)
+    b, t, _ = z.shape
+    heads = config.num_heads
+    if config.position_encoding == "pape_ri":
+        w = encoder["a.weight"]
+        pre, s = z @ w.T, encoder["position_scales"]  # (batch, seq, heads), (1, heads, 1, 1)
+        a = softplus(pre).transpose(0, 2, 1)[..., None]
+        n = z.dtype.type(config.pape_num_positions)
+        gd2 = (g * (d * d)).sum(axis=-1, keepdims=True)  # (batch, heads, seq_q, 1)
+        a_bar = -(n * (s * s)) * gd2
+        s_bar = (-(n * a) * 2 * s * gd2).sum(axis=(0, 2, 3)).reshape(s.shape)
+        pre_bar = a_bar[..., 0].transpose(0, 2, 1) * _sigmoid(pre)
+        return pre_bar @ w, {"a.weight": pre_bar.reshape(-1, heads).T @ z.reshape(-1, z.shape[-1]),
+                             "position_scales": s_bar}
+    m, ab, position = config.pape_num_parabolas, encoder["ab.weight"], encoder["position.weight"]
+    coef = (z @ ab.T).reshape(b, t, 2, heads, m)
+    w = position.reshape(heads, m)
+    a_sum_bar = -(g * (d * d)).sum(axis=-1)[..., None].transpose(0, 2, 1, 3)  # (batch, seq, heads, 1)
+    b_sum_bar = (g * d).sum(axis=-1)[..., None].transpose(0, 2, 1, 3)
+    c0_bar = a_sum_bar * (w * w) * _sigmoid(coef[:, :, 0])
+    c1_bar = b_sum_bar * w
+    w_bar = (a_sum_bar * 2 * w * softplus(coef[:, :, 0]) + b_sum_bar * coef[:, :, 1]).sum(axis=(0, 1))
+    coef_bar = np.stack([c0_bar, c1_bar], axis=2).reshape(b, t, 2 * heads * m)
+    return coef_bar @ ab, {"position.weight": w_bar.reshape(position.shape),
+                           "ab.weight": coef_bar.reshape(-1, coef_bar.shape[-1]).T @ z.reshape(-1, z.shape[-1])}
+
+
+def bam_bias_vjp(bias_bar, encoder: dict, positions_q, positions_k, config):
+    """encoder_bar of bam_bias (float64 math) for its cotangent bias_bar: theta_alpha, theta_beta and,
+    when learnable, theta_mu. The floored entries and |.|'s kink (sign 0) pass no gradient."""
+    alpha, beta = bam_alpha_beta(encoder["theta_alpha"], encoder["theta_beta"])
+    mu = bam_mu(encoder, config)
+    pq = np.asarray(positions_q, dtype=np.float64)[:, None, :, None]
+    pk = np.asarray(positions_k, dtype=np.float64)[:, None, None, :]
+    h = (slice(None), None, None)
+    r = pk - alpha[h] * pq - mu[h]
+    base = np.abs(r) + config.bam_eps
+    with np.errstate(over="ignore"):
+        power = base ** beta[h]
+        g = np.where(-power > BAM_FLOOR, np.asarray(bias_bar, dtype=np.float64), 0.0)
+        r_bar = -g * beta[h] * base ** (beta[h] - 1) * np.sign(r)  # d bias / d r
+    beta_bar = (-g * power * np.log(base)).sum(axis=(0, 2, 3))
+    alpha_bar = (r_bar * -pq).sum(axis=(0, 2, 3))
+    ta, tb = (np.asarray(encoder[k], dtype=np.float64) for k in ("theta_alpha", "theta_beta"))
+    out = {"theta_alpha": alpha_bar * alpha * -tb, "theta_beta": beta_bar + alpha_bar * alpha * -ta}
+    if config.bam_learn_mu:
+        out["theta_mu"] = -r_bar.sum(axis=(0, 2, 3))
+    return out
+
+
+def ssmax_factor_vjp(factor_bar, lengths, dtype):
+    """s_bar (H,) of ssmax_factor for its cotangent factor_bar (batch | 1, heads, seq_q, 1)."""
+    log_n = np.log(np.maximum(lengths, 1).astype(np.float64)).astype(dtype)
+    return (factor_bar * log_n[:, None, :, None]).sum(axis=(0, 2, 3))

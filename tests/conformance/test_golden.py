@@ -143,13 +143,13 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[130].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[134].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
     (lambda m: m["cases"][93].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
-    (lambda m: m["cases"][-1].pop("vjp"), "$.cases[129].e32: expected the quantities f0, step_1"),
-    (lambda m: m["cases"][-1].update(vjp=False), "$.cases[129].vjp: True was expected"),
+    (lambda m: m["cases"][-1].pop("vjp"), "$.cases[133].e32: expected the quantities f0, step_1"),
+    (lambda m: m["cases"][-1].update(vjp=False), "$.cases[133].vjp: True was expected"),
     (lambda m: m.update(tolerance_model={}), "Additional properties are not allowed ('tolerance_model' was unexpected)"),
 ])
 def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expected):

@@ -229,22 +229,3 @@ def test_cached_decoding_refuses_the_seeds_padded_ssmax_rule_by_name():
     x, pm = inputs(c)
     with pytest.raises(ValueError, match="ssmax_length: cached decoding needs ssmax_length='visible'"):
         R.prefill(R.init_params(c), x, c, pm, max_len=8)
-
-
-def test_the_hand_written_backward_refuses_what_it_does_not_cover():
-    for c in (cfg("bam"), cfg("pape"), cfg("rope", use_ssmax=True)):
-        x, pm = inputs(c)
-        with pytest.raises(ValueError, match="positional_encoding: the hand-written backward covers"):
-            R.ode_block_vjp(R.init_params(c), x, c, np.ones_like(x), pm)
-
-
-@pytest.mark.parametrize("encoding", ["sinusoidal_rotary", "hope"])
-def test_the_backward_of_the_rotary_family_matches_finite_differences(encoding):
-    c = cfg(encoding, ode_steps=1, ode_solver="euler", hope_damping=0.1)
-    p = R.init_params(c, seed=12, perturb_norms=True)
-    x, pm = inputs(c, seq=4)
-    z1_bar = np.random.default_rng(3).normal(size=x.shape)
-    x_bar, _ = R.ode_block_vjp(p, x, c, z1_bar, pm)
-    dx = np.random.default_rng(4).normal(size=x.shape) * 1e-6
-    fd = ((R.ode_block(p, x + dx, c, pm) - R.ode_block(p, x - dx, c, pm)) * z1_bar).sum() / 2
-    assert (x_bar * dx).sum() == pytest.approx(fd, rel=1e-6)
