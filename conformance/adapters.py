@@ -106,7 +106,9 @@ class TorchAdapter(TorchEncoder):
         x.requires_grad_(True)
         z = block(x, padding_mask=mask)
         z.backward(self.torch.from_numpy(np.ascontiguousarray(z1_bar)))
-        return x.grad.numpy(), {name: p.grad.numpy() for name, p in block.named_parameters()}
+        inner = "ode_func." + R.params.POS_PREFIX  # the shared encoder's first name: the spec's is pos_encoder.X
+        return x.grad.numpy(), {name.removeprefix("ode_func.") if name.startswith(inner) else name: p.grad.numpy()
+                                for name, p in block.named_parameters()}
 
 
 def jax_cache_dir() -> str:

@@ -214,6 +214,73 @@ def grad_specs() -> list:
     return out
 
 
+# The seed's positional family (docs/positions.md): a pairwise cover of its own over the encoding,
+# SSMax, the mode and the padding (12 rows); the norm, the solver and the shape taken in turn, hope
+# at layer 3 and pape_ri with n = 2. Beside it: the seed's padded SSMax rule (a full block only:
+# decoding refuses it), a learnable BAM mu, a decode case per encoding, and six grad cases (every
+# encoding but pape_efficient, which is pape's function; SSMax with and without a bias). Every
+# distinct config costs a JAX port one compilation: kept small on purpose. Frozen: append, never edit.
+POSITION_FACTORS = {
+    "positional_encoding": ["sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam"],
+    "use_ssmax": [False, True],
+    "mode": ["encoder", "decoder"],
+    "padding": [False, True],
+}
+POSITION_TURNS = {
+    "norm_type": ["layer_norm", "rms_norm", "dynamic_tanh"],
+    "ode_solver": ["rk4", "heun", "euler", "midpoint"],
+    "shape": [(2, 5, 2, 8), (1, 7, 3, 12), (3, 6, 2, 10)],  # (batch, seq, heads, d_model); (3, 6, 2, 10): head_dim 5
+}
+_POS = dict(ode_use_pe=True, pape_num_parabolas=2)
+POSITION_EXTRA_CASES = [  # (name, config fields, batch, seq, padding)
+    ("block_pos_ssmax_padded_rule_decoder_pad", dict(hidden_size=12, num_heads=3, mode="decoder", **_POS,
+                                                     positional_encoding="alibi", use_ssmax=True, ssmax_length="padded"),
+     2, 6, True),
+    ("block_pos_bam_learn_mu_decoder", dict(hidden_size=8, num_heads=2, mode="decoder", **_POS, positional_encoding="bam",
+                                            bam_learn_mu=True, bam_mu_init=0.5, ode_solver="heun"), 2, 5, False),
+]
+POSITION_DECODE_CASES = [  # (name, config fields, batch, prompt + decoded tokens, padding of the prompt, decoded)
+    (f"decode_pos_{e}{'_ssmax' if i % 2 else ''}", dict(hidden_size=12, num_heads=3, mode="decoder", **_POS, positional_encoding=e,
+                                                       use_ssmax=bool(i % 2), ode_solver=("rk4", "heun")[i % 2], layer_idx=3,
+                                                       pape_num_positions=2 if e == "pape_ri" else 1),
+     2, 6, bool(i // 2 % 2), 3)
+    for i, e in enumerate(POSITION_FACTORS["positional_encoding"])
+]
+POSITION_GRAD_CASES = [  # (name, config fields, batch, seq, padding)
+    ("grad_pos_sinusoidal_rotary_decoder_pad", dict(hidden_size=10, num_heads=2, mode="decoder", **_POS,
+                                                    positional_encoding="sinusoidal_rotary", sinusoidal_scale=0.6,
+                                                    ode_solver="heun", ode_steps=1), 2, 5, True),
+    ("grad_pos_hope_encoder", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="hope", layer_idx=3,
+                                   ode_solver="rk4", ode_steps=1), 1, 6, False),
+    ("grad_pos_pape_ssmax_decoder_pad", dict(hidden_size=8, num_heads=2, mode="decoder", **_POS, positional_encoding="pape",
+                                             use_ssmax=True, ode_solver="heun", ode_steps=1), 2, 5, True),
+    ("grad_pos_pape_ri_encoder_pad", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="pape_ri",
+                                          pape_num_positions=2, norm_type="rms_norm", ode_solver="rk4", ode_steps=1), 2, 6, True),
+    ("grad_pos_bam_learn_mu_ssmax_decoder", dict(hidden_size=10, num_heads=2, mode="decoder", **_POS, positional_encoding="bam",
+                                                 bam_learn_mu=True, use_ssmax=True, ode_solver="midpoint", ode_steps=1),
+     1, 6, False),
+    ("grad_pos_alibi_ssmax_padded_rule_encoder_pad", dict(hidden_size=12, num_heads=3, **_POS, positional_encoding="alibi",
+                                                          use_ssmax=True, ssmax_length="padded", ode_solver="euler",
+                                                          ode_steps=1), 2, 5, True),
+]
+
+
+def position_specs() -> list:
+    """(name, config, batch, seq, padding) of the positional family's block cases."""
+    out = []
+    for i, row in enumerate(pairwise(POSITION_FACTORS)):
+        row = {**row, **{k: values[i % len(values)] for k, values in POSITION_TURNS.items()}}
+        b, t, h, d = row["shape"]
+        e = row["positional_encoding"]
+        name = (f"block_pos_{e}_{row['mode']}_{'ssmax' if row['use_ssmax'] else 'plain'}_{'pad' if row['padding'] else 'nopad'}"
+                f"_{row['norm_type']}_{row['ode_solver']}_b{b}t{t}h{h}d{d}")
+        config = R.ODEConfig(hidden_size=d, num_heads=h, **_POS, positional_encoding=e, use_ssmax=row["use_ssmax"],
+                             mode=row["mode"], norm_type=row["norm_type"], ode_solver=row["ode_solver"],
+                             layer_idx=3 if e == "hope" else 0, pape_num_positions=2 if e == "pape_ri" else 1)
+        out.append((name, config, b, t, row["padding"]))
+    return out + [(name, R.ODEConfig(**fields), b, t, padding) for name, fields, b, t, padding in POSITION_EXTRA_CASES]
+
+
 def case_specs() -> list[CaseSpec]:
     def spec(name, config, b, t, padding, scale=1.0):
         return CaseSpec(name, config, b, t, padding, name_seed(name, "params"), name_seed(name, "input"), scale)
@@ -223,6 +290,11 @@ def case_specs() -> list[CaseSpec]:
     specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
               for name, fields, b, t, padding, k in DECODE_CASES]
     specs += [dataclasses.replace(spec(name, config, b, t, padding), vjp=True) for name, config, b, t, padding in grad_specs()]
+    specs += [spec(name, config, b, t, padding) for name, config, b, t, padding in position_specs()]
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
+              for name, fields, b, t, padding, k in POSITION_DECODE_CASES]
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), vjp=True)
+              for name, fields, b, t, padding in POSITION_GRAD_CASES]
     seen = set()
     for s in specs:
         if s.name in seen:

@@ -254,6 +254,40 @@ class _GateNoBias(R.SelfAttention):
         return super().gate((w, b * 0), f1, f2)  # bug: the gate's bias dropped
 
 
+# ---- the seed's positional family ---------------------------------------------------------------
+class _HopeRelative(R.SelfAttention):
+    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
+        if self.config.position_encoding != "hope":
+            return super().preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
+        back = P.hope_tables(-positions, self.config, self.config.layer_idx, q.dtype)  # bug: k at -j, as RoPE's inverse
+        return P.apply_hope(q, *rope), P.apply_hope(k, *back), v
+
+
+class _PapeNormedState(R.SelfAttention):
+    def norm(self, norm_params, z):
+        self._normed = super().norm(norm_params, z)
+        return self._normed
+
+    def content_bias(self, encoder, z, positions_q, positions_k):
+        return super().content_bias(encoder, self._normed, positions_q, positions_k)  # bug: the normed state h
+
+
+class _BamAlphaOnKey(R.SelfAttention):
+    def bam_bias(self, encoder, positions_q, positions_k, like):
+        swapped = P.bam_bias(encoder, positions_k, positions_q, self.config, like.dtype)  # bug: |i - alpha j - mu|
+        return swapped.transpose(0, 1, 3, 2)
+
+
+class _SsmaxBeforeBias(R.SelfAttention):
+    def ssmax_bias(self, bias, factor):
+        return bias  # bug: the bias added after the rescale, unscaled
+
+
+class _SsmaxPaddedLength(R.SelfAttention):
+    def ssmax_factor(self, encoder, positions_q, positions_k, seq_len, like):
+        lengths = np.full((1, positions_q.shape[1]), seq_len)  # bug: n = the padded length, whatever the rule
+        return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
+
 # ---- the ODE Transformer's encoder (encoder cases) --------------------------------------------------
 def _gate_stages_swapped(self, params, ks):
     if self.config.family != "rk2_gated":
@@ -326,6 +360,12 @@ MUTANTS = [
     Mutant("encoder_post_norm_applied_pre", "encoder layer", "a post-norm layer's norms applied before each sublayer",
            patch=lambda: [(EncoderStages, "sublayer", _post_norm_applied_pre)]),
     Mutant("encoder_ffn_bias_dropped", "encoder layer", "the FFN's fc2 bias dropped", patch=lambda: [(EncoderStages, "ffn", _ffn_bias_dropped)]),
+    Mutant("hope_relative", "hope", "k mapped at -j (as RoPE's inverse): the score made relative, i - j", stage=_HopeRelative),
+    Mutant("pape_normed_state", "PaPE", "coefficients from the normed state h, not the raw z", stage=_PapeNormedState),
+    Mutant("bam_alpha_on_key", "BAM", "alpha on the key index: abs(i - alpha j - mu)", stage=_BamAlphaOnKey),
+    Mutant("ssmax_before_bias", "SSMax", "the rescale before the bias: the bias not multiplied", stage=_SsmaxBeforeBias),
+    Mutant("ssmax_padded_length", "SSMax", "ln of the padded length where the rule is the visible keys",
+           stage=_SsmaxPaddedLength),
 ]
 
 

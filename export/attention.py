@@ -24,7 +24,8 @@ from .bitlinear import (bitlinear, integer_bitlinear, integer_levels, integer_pr
                         quantize_weight)
 from .graph import XP, Value
 from .norms import apply_norm
-from .positions import alibi_bias, apply_rope, rope_cos_sin
+from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
+from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 
 FLOAT_MIN = float(np.finfo(np.float32).min)
 
@@ -89,6 +90,10 @@ class SelfAttention(Stages):
             return (params["qkv"], params["qkv_scale"]), (params["out_proj"], params["out_proj_scale"]), norm
         return params["qkv"], params["out_proj"], norm
 
+    def encoder_weights(self, params: dict, x: Value) -> dict:
+        """The encoder's initializers by short name (export.block; its Linear weights transposed)."""
+        return params["encoder"]
+
     def gate_weights(self, params: dict, x: Value):
         """(W_g^T (2 d_model, 1), b_g (1,)): initializers."""
         return params["gate"]
@@ -138,6 +143,15 @@ class SelfAttention(Stages):
 
     def alibi_bias(self, positions_q: Value, positions_k: Value, like: Value) -> Value:
         return alibi_bias(positions_q, positions_k, self.config)
+
+    def hope_tables(self, positions: Value, bound, like: Value, layer_idx: int):
+        return hope_tables(positions, self.config, layer_idx)
+
+    def bam_bias(self, encoder: dict, positions_q: Value, positions_k: Value, like: Value) -> Value:
+        return bam_bias(encoder, positions_q, positions_k, self.config)
+
+    def ssmax_factor(self, encoder: dict, positions_q: Value, positions_k: Value, seq_len: Value, like: Value) -> Value:
+        return ssmax_factor(encoder["ssmax.s"], ssmax_lengths(positions_q, positions_k, self.config, seq_len))
 
     # ---- the cache's slots (Stages.prefill and Stages.decode, in their models); axis 1 is the slot --
     def all_real(self, x: Value) -> Value:
@@ -207,17 +221,30 @@ class SelfAttention(Stages):
             return out
         return tuple(g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in out)
 
+    def _per_head(self, fn, *xs):
+        """fn on each x viewed (batch, seq, heads, head_dim): at opset 23 x is 3D, reshaped for it."""
+        if self.opset < 23:
+            return tuple(fn(x) for x in xs)
+        g, cfg = xs[0].body, self.config
+        split = (g.op("Reshape", x, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for x in xs)
+        return tuple(g.op("Reshape", fn(x), g.ints(0, 0, cfg.hidden_size)) for x in split)
+
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
-        """RoPE on q and k (at opset 23 they are 3D: viewed as (batch, seq, heads, head_dim) for it)."""
+        """The rotation or hope's map on q and k (at opset 23 they are 3D: viewed per head for it)."""
         if rope is None:
             return q, k, v
-        g, cfg = q.body, self.config
-        if self.opset >= 23:
-            q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.num_heads, cfg.head_dim)) for a in (q, k))
-        q, k = (apply_rope(a, *rope) for a in (q, k))
-        if self.opset >= 23:
-            q, k = (g.op("Reshape", a, g.ints(0, 0, cfg.hidden_size)) for a in (q, k))
+        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
+        q, k = self._per_head(lambda a: apply(a, *rope), q, k)
         return q, k, v
+
+    def content_bias(self, encoder: dict, z: Value, positions_q: Value, positions_k: Value) -> Value:
+        return content_bias(z, encoder, positions_q, positions_k, self.config)
+
+    ssmax_bias = staticmethod(ssmax_bias)
+
+    def ssmax_queries(self, q: Value, factor: Value) -> Value:
+        """q times SSMax's factor (at opset 23 q is 3D: viewed per head for it)."""
+        return self._per_head(lambda a: ssmax_queries(a, factor), q)[0]
 
     def hide_nonfinite(self, k: Value, v: Value, mask: Optional[Value]):
         """The spec's stage: each NaN or Inf in k and v replaced by 0 (Where), and poison, bool:

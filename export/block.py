@@ -49,7 +49,7 @@ from ode_ref.bitlinear import ternarize_weight
 from ode_ref.block import attention_for
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 from ode_ref.rk import rk_step, step_times
 from ode_ref.variants import port_variant
 from ode_ref.tableaus import TABLEAUS
@@ -69,6 +69,13 @@ BLOCKS = ("q", "k", "v")  # W_qkv's row blocks, in the spec's order
 def _scale_name(bitlinear: str) -> str:
     """A BitLinear weight's scale: w_s (float form) or the integer form's c = 1 / (127 w_s)."""
     return "product_scale" if bitlinear == "integer" else "scale"
+
+
+def _encoder_names(cfg) -> dict:
+    """The encoder's parameters: short name -> initializer name, the seed's name with _t added
+    where the weight is stored transposed (PaPE's Linear weights, as every projection)."""
+    return {k: POS_PREFIX + k + ("_t" if k.endswith(".weight") and k != "position.weight" else "")
+            for k in encoder_shapes(cfg)}
 
 
 def _initializers(cfg, params, bitlinear: str = "float") -> dict:
@@ -93,6 +100,9 @@ def _initializers(cfg, params, bitlinear: str = "float") -> dict:
             out[f"ode_func.out_proj.{kind}"] = np.ascontiguousarray(w.T)
     for k in NORM_PARAMS[cfg.norm_type]:
         out[NORM_PREFIX + k] = np.asarray(params[NORM_PREFIX + k], np.float32)
+    for k, name in _encoder_names(cfg).items():
+        w = np.asarray(params[POS_PREFIX + k], np.float32)
+        out[name] = np.ascontiguousarray(w.T) if name.endswith("_t") else w
     if TABLEAUS[cfg.ode_solver].gated:
         out["gate.weight_t"] = np.ascontiguousarray(np.asarray(params[GATE_WEIGHT], np.float32).T)
         out[GATE_BIAS] = np.asarray(params[GATE_BIAS], np.float32)
@@ -109,6 +119,7 @@ def _weights(cfg, main, bitlinear: str = "float") -> dict:
         w["qkv_scale"], w["out_proj_scale"] = Value(main, f"ode_func.qkv.{scale}"), Value(main, f"ode_func.out_proj.{scale}")
     for k in NORM_PARAMS[cfg.norm_type]:
         w["norm." + k] = Value(main, NORM_PREFIX + k)
+    w["encoder"] = {k: Value(main, name) for k, name in _encoder_names(cfg).items()}
     if TABLEAUS[cfg.ode_solver].gated:
         w["gate"] = (Value(main, "gate.weight_t"), Value(main, GATE_BIAS))
     return w

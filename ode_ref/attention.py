@@ -1,14 +1,19 @@
 """ODEFunc as a staged self-attention, f(t, z) for z: (batch, seq, d_model).
 
     prepare          once per block: cast parameters, quantise BitLinear weights, build the mask,
-                     the positions and their encodings (RoPE cos/sin, ALiBi bias; positions.py)
+                     the positions and their encodings (rotary or hope tables, ALiBi or BAM bias,
+                     SSMax's factor; positions.py)
     hide_padding     padded tokens read as 0 (their bits never reach a real token)
     norm             h = norm(z)                                   (batch, seq, d_model)
     project          q, k, v = split(h @ Wqkv^T)                   (batch, seq, heads, head_dim) each
-    preprocess_qkv   RoPE on q, k when configured; a variant may scale or rotate (gets t, positions)
+    preprocess_qkv   rope, sinusoidal_rotary or hope on q, k when configured; a variant may scale
+                     or rotate (gets t, positions)
     (kv hook)        decoding: this token's k, v written to the cache, every slot read (cache.py)
     hide_nonfinite   k, v with each NaN or Inf read as 0; poison: the queries that see a key whose
                      k or v (in that head) held one                (batch, seq_q, heads, 1)
+    content_bias     PaPE only: the score term of the query's state z (hidden padding, before the
+                     norm) and the positions, every evaluation     (batch, heads, seq_q, seq_k)
+    ssmax_queries    SSMax only: q times s_h ln(n_i) (every bias was multiplied too: ssmax_bias)
     poison_queries   q = NaN for a poisoned query (its attention output is then NaN)
     attn             softmax((q @ k^T) * scale + bias where mask else -big, over keys) @ v
     postprocess_attn zero the output of padded queries
@@ -43,8 +48,10 @@ from .bitlinear import bitlinear, linear, quantize_weight
 from .cache import CacheSlots, KVCache
 from .config import ODEConfig
 from .norms import apply_norm
-from .params import GATE_BIAS, GATE_WEIGHT, OUT_PROJ, QKV, norm_params_of
-from .positions import alibi_bias, apply_rope, rope_cos_sin
+from .config import PAPE_ENCODINGS, ROTARY_ENCODINGS
+from .params import GATE_BIAS, GATE_WEIGHT, OUT_PROJ, QKV, encoder_params_of, encoder_shapes, norm_params_of
+from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
+from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 from .rk import integrate
 from .tableaus import TABLEAUS
 
@@ -93,11 +100,16 @@ class Prepared(NamedTuple):
     out_proj: Any  # (d_model, d_model), likewise
     norm: dict  # norm parameters by short name, in the state's dtype
     mask: Any  # bool (batch | 1, 1, seq_q, seq_k), True = visible (a port's own form: merge_bias)
-    bias: Any  # ALiBi score bias (batch | 1, heads, seq_q, seq_k) in the state's dtype; or None
+    bias: Any  # ALiBi or BAM score bias (batch | 1, heads, seq_q, seq_k) in the state's dtype
+    # (times SSMax's factor when on); or None
     padding_mask: Any  # bool (batch, seq_q), True = real token; or None (decoding: the token is real)
     positions: Any  # int (batch | 1, seq_q)
-    rope: Any = None  # (cos, sin), each (batch | 1, seq_q, head_dim // 2) in the state's dtype; or None
+    rope: Any = None  # rotary (cos, sin) or hope (r cosh, r sinh), each (batch | 1, seq_q, head_dim // 2)
+    # in the state's dtype; or None
     gate: Any = None  # the gated solver's (W_g (1, 2 d_model), b_g (1,)) in the state's dtype; or None
+    key_positions: Any = None  # int (batch | 1, seq_k): the keys' positions (content_bias reads them)
+    encoder: Any = None  # the encoder's parameters by short name in the state's dtype; or None (it has none)
+    ssmax: Any = None  # SSMax's factor s_h ln(n_i), (batch | 1, heads, seq_q, 1) in the state's dtype; or None
 
 
 class Stages:
@@ -108,12 +120,13 @@ class Stages:
     hide_nonfinite and poison_queries (the non-finite keys and values, in the port's mask form), and
     for the cache pad_slots, write_slot, read_slot, mark_slot and all_real."""
 
-    def prepare(self, params, x, padding_mask=None) -> Prepared:
-        """The whole sequence x (batch, seq, d_model) at once."""
+    def prepare(self, params, x, padding_mask=None, layer_idx=None) -> Prepared:
+        """The whole sequence x (batch, seq, d_model) at once. layer_idx: hope's, for this forward
+        (the seed's logical_layer_idx); None: the config's."""
         seq_len = self.seq_len(x)
         positions = self.positions_from_padding(padding_mask, seq_len)
         return self._prepared(params, x, self.build_mask(seq_len, padding_mask), padding_mask,
-                              positions, positions, seq_len)
+                              positions, positions, seq_len, layer_idx)
 
     def prepare_decode(self, params, x_t, cache: KVCache) -> Prepared:
         """One new real token x_t (batch, 1, d_model) at slot cache.index; its keys are every slot
@@ -125,16 +138,26 @@ class Stages:
         mask = self.build_mask(max_len, keys, cache_index=cache.index)
         return self._prepared(params, x_t, mask, None, positions, key_positions, max_len)
 
-    def _prepared(self, params, x, mask, padding_mask, positions, key_positions, bound) -> Prepared:
-        """bound: every position is < bound (a port that tabulates RoPE needs it)."""
+    def _prepared(self, params, x, mask, padding_mask, positions, key_positions, bound, layer_idx=None) -> Prepared:
+        """bound: every position is < bound (a port that tabulates RoPE needs it); it is also the
+        sequence's (padded) length, SSMax's n under the seed's rule."""
+        cfg = self.config
         qkv, out_proj, norm = self.weights(params, x)
-        if self.config.use_bitnet:
+        if cfg.use_bitnet:
             qkv, out_proj = self.quantize_weight(qkv), self.quantize_weight(out_proj)
-        encoding = self.config.position_encoding
-        rope = self.rope_tables(positions, bound, x) if encoding == "rope" else None
-        bias = self.alibi_bias(positions, key_positions, x) if encoding == "alibi" else None
-        gate = self.gate_weights(params, x) if TABLEAUS[self.config.ode_solver].gated else None
-        return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope, gate)
+        encoding = cfg.position_encoding
+        encoder = self.encoder_weights(params, x) if encoder_shapes(cfg) else None
+        rope = (self.rope_tables(positions, bound, x) if encoding in ROTARY_ENCODINGS else
+                self.hope_tables(positions, bound, x, cfg.layer_idx if layer_idx is None else layer_idx)
+                if encoding == "hope" else None)
+        bias = (self.alibi_bias(positions, key_positions, x) if encoding == "alibi" else
+                self.bam_bias(encoder, positions, key_positions, x) if encoding == "bam" else None)
+        factor = self.ssmax_factor(encoder, positions, key_positions, bound, x) if cfg.ssmax else None
+        if factor is not None and bias is not None:
+            bias = self.ssmax_bias(bias, factor)
+        gate = self.gate_weights(params, x) if TABLEAUS[cfg.ode_solver].gated else None
+        return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope, gate,
+                        key_positions, encoder, factor)
 
     def merge_bias(self, mask, bias):
         """(mask, bias) as attn takes them: here, as built. A port whose attention kernel takes one
@@ -148,13 +171,20 @@ class Stages:
 
     def evaluate(self, prepared: Prepared, t, z, kv=None):
         """f(t, z): (batch, seq, d_model) -> (batch, seq, d_model). kv: a CacheSlots, or None."""
-        h = self.norm(prepared.norm, self.hide_padding(z, prepared.padding_mask))
+        z = self.hide_padding(z, prepared.padding_mask)
+        h = self.norm(prepared.norm, z)
         q, k, v = self.project(prepared.qkv, h)
         q, k, v = self.preprocess_qkv(q, k, v, t=t, positions=prepared.positions, rope=prepared.rope)
         if kv is not None:
             k, v = kv(k, v)
         k, v, poison = self.hide_nonfinite(k, v, prepared.mask)
-        y = self.attn(self.poison_queries(q, poison), k, v, prepared.mask, prepared.bias)
+        mask, bias = prepared.mask, prepared.bias
+        if self.config.position_encoding in PAPE_ENCODINGS:  # of the raw state z, not the normed h
+            bias = self.content_bias(prepared.encoder, z, prepared.positions, prepared.key_positions)
+            mask, bias = self.merge_bias(mask, bias if prepared.ssmax is None else self.ssmax_bias(bias, prepared.ssmax))
+        if prepared.ssmax is not None:
+            q = self.ssmax_queries(q, prepared.ssmax)
+        y = self.attn(self.poison_queries(q, poison), k, v, mask, bias)
         y = self.postprocess_attn(y, prepared.padding_mask)
         return self.output_proj(prepared.out_proj, self.merge_heads(y))
 
@@ -202,6 +232,10 @@ class SelfAttention(Stages):
         norm = {k: v.astype(dtype) for k, v in norm_params_of(params, self.config.norm_type).items()}
         return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
 
+    def encoder_weights(self, params: dict, x):
+        """The encoder's parameters by short name ('ab.weight', 'ssmax.s', ...), cast to x's dtype."""
+        return {k: v.astype(x.dtype) for k, v in encoder_params_of(params, self.config).items()}
+
     def gate_weights(self, params: dict, x):
         """(W_g (1, 2 d_model), b_g (1,)) of the gated solver, cast to x's dtype."""
         return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
@@ -238,6 +272,19 @@ class SelfAttention(Stages):
     def alibi_bias(self, positions_q, positions_k, like):
         """(batch | 1, heads, seq_q, seq_k) in like's dtype (positions.py)."""
         return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+
+    def hope_tables(self, positions, bound: int, like, layer_idx: int):
+        """hope's (r cosh, r sinh), (batch | 1, seq, P) in like's dtype (positions.py)."""
+        return hope_tables(positions, self.config, layer_idx, like.dtype)
+
+    def bam_bias(self, encoder, positions_q, positions_k, like):
+        """(batch | 1, heads, seq_q, seq_k) in like's dtype (positions.py)."""
+        return bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)
+
+    def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
+        """(batch | 1, heads, seq_q, 1) in like's dtype: s_h ln(n_i) (positions.py)."""
+        lengths = ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        return ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
     # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
     def all_real(self, x):
@@ -287,11 +334,20 @@ class SelfAttention(Stages):
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
-        """RoPE on q and k (rope: prepare's (cos, sin), or None). A variant may also scale or
-        rotate; t and the integer positions (batch | 1, seq) are passed for that."""
+        """The rotation (rope, sinusoidal_rotary) or hope's map on q and k (rope: prepare's tables,
+        or None). A variant may also scale or rotate; t and the integer positions (batch | 1, seq)
+        are passed for that."""
         if rope is None:
             return q, k, v
-        return apply_rope(q, *rope), apply_rope(k, *rope), v
+        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
+        return apply(q, *rope), apply(k, *rope), v
+
+    def content_bias(self, encoder, z, positions_q, positions_k):
+        """PaPE's score term (batch, heads, seq_q, seq_k) in z's dtype, of z (batch, seq_q, d_model)."""
+        return content_bias(z, encoder, positions_q, positions_k, self.config)
+
+    ssmax_bias = staticmethod(ssmax_bias)
+    ssmax_queries = staticmethod(ssmax_queries)
 
     def hide_nonfinite(self, k, v, mask):
         """(k, v, poison): k and v (batch, seq_k, heads, head_dim) with each NaN or Inf replaced by

@@ -21,7 +21,9 @@ from .bitlinear import bitlinear_vjp, linear_vjp
 from .block import _checked, check_input
 from .norms import apply_norm_vjp
 from .params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
-from .positions import apply_rope_vjp
+from .config import PAPE_ENCODINGS
+from .params import POS_PREFIX
+from .positions import apply_hope, apply_rope_vjp, bam_bias_vjp, content_bias_vjp, ssmax_factor_vjp, ssmax_lengths
 from .rk import add_grads, rk_step_vjp, step_times
 from .tableaus import TABLEAUS
 
@@ -32,7 +34,8 @@ def softmax_vjp(a_bar, a):
 
 
 def attn_vjp(config, q, k, v, mask, bias, y_bar):
-    """(q_bar, k_bar, v_bar) of SelfAttention.attn for y_bar (batch, seq_q, heads, head_dim). A
+    """(q_bar, k_bar, v_bar, bias_bar) of SelfAttention.attn for y_bar (batch, seq_q, heads,
+    head_dim); bias_bar (batch, heads, seq_q, seq_k) is the scores' cotangent, the bias's. A
     masked score is a constant (the fill), so no gradient reaches it."""
     q, k, v, y_bar = (a.transpose(0, 2, 1, 3) for a in (q, k, v, y_bar))  # (batch, heads, seq, head_dim)
     scale = q.dtype.type(config.scale)
@@ -41,9 +44,10 @@ def attn_vjp(config, q, k, v, mask, bias, y_bar):
         s = s + bias
     a = softmax(masked_fill_min(s, mask))
     v_bar = a.transpose(0, 1, 3, 2) @ y_bar
-    s_bar = np.where(mask, softmax_vjp(y_bar @ v.transpose(0, 1, 3, 2), a), 0.0) * scale
+    bias_bar = np.where(mask, softmax_vjp(y_bar @ v.transpose(0, 1, 3, 2), a), 0.0)
+    s_bar = bias_bar * scale
     q_bar, k_bar = s_bar @ k, s_bar.transpose(0, 1, 3, 2) @ q
-    return tuple(g.transpose(0, 2, 1, 3) for g in (q_bar, k_bar, v_bar))
+    return (*(g.transpose(0, 2, 1, 3) for g in (q_bar, k_bar, v_bar)), bias_bar)
 
 
 def evaluate_vjp(attention, prepared: Prepared, t, z, f_bar):
@@ -57,17 +61,41 @@ def evaluate_vjp(attention, prepared: Prepared, t, z, f_bar):
     q, k, v = attention.project(p.qkv, h)
     q, k, v = attention.preprocess_qkv(q, k, v, t=t, positions=p.positions, rope=p.rope)
     # hide_nonfinite and poison_queries are the identity on finite k, v (this VJP's domain): left out
-    y = attention.postprocess_attn(attention.attn(q, k, v, p.mask, p.bias), p.padding_mask)
+    raw = bias = p.bias  # raw: the score bias before SSMax's factor
+    if cfg.position_encoding in PAPE_ENCODINGS:
+        raw = bias = attention.content_bias(p.encoder, h0, p.positions, p.key_positions)
+        bias = bias if p.ssmax is None else attention.ssmax_bias(bias, p.ssmax)
+    elif p.ssmax is not None and bias is not None:  # prepare's bias is scaled: recompute it unscaled
+        raw = (attention.bam_bias(p.encoder, p.positions, p.key_positions, z) if cfg.position_encoding == "bam"
+               else attention.alibi_bias(p.positions, p.key_positions, z))
+    q_in = q if p.ssmax is None else attention.ssmax_queries(q, p.ssmax)
+    y = attention.postprocess_attn(attention.attn(q_in, k, v, p.mask, bias), p.padding_mask)
     # reverse: output_proj, merge_heads, postprocess_attn, attn, preprocess_qkv, project, norm, hide_padding
     merged_bar, out_proj_bar = linear(f_bar, attention.merge_heads(y), p.out_proj)
     y_bar = attention.postprocess_attn(merged_bar.reshape(y.shape), p.padding_mask)  # zeroing is its own transpose
-    q_bar, k_bar, v_bar = attn_vjp(cfg, q, k, v, p.mask, p.bias, y_bar)
-    if p.rope is not None:
-        q_bar, k_bar = apply_rope_vjp(q_bar, *p.rope), apply_rope_vjp(k_bar, *p.rope)
+    q_bar, k_bar, v_bar, bias_bar = attn_vjp(cfg, q_in, k, v, p.mask, bias, y_bar)
+    encoder_bar, h0_extra = {}, 0.0
+    if p.ssmax is not None:  # q and the bias were multiplied by the factor f
+        f = p.ssmax  # (batch | 1, heads, seq_q, 1)
+        f_bar = (q_bar * q).sum(axis=-1, keepdims=True).transpose(0, 2, 1, 3)
+        q_bar = q_bar * f.transpose(0, 2, 1, 3)
+        if raw is not None:
+            f_bar, bias_bar = f_bar + (bias_bar * raw).sum(axis=-1, keepdims=True), bias_bar * f
+        lengths = ssmax_lengths(p.positions, p.key_positions, cfg, p.key_positions.shape[-1])
+        encoder_bar["ssmax.s"] = ssmax_factor_vjp(f_bar, lengths, z.dtype)
+    if cfg.position_encoding == "bam":
+        encoder_bar.update(bam_bias_vjp(bias_bar, p.encoder, p.positions, p.key_positions, cfg))
+    if cfg.position_encoding in PAPE_ENCODINGS:
+        h0_extra, grads = content_bias_vjp(bias_bar, h0, p.encoder, p.positions, p.key_positions, cfg)
+        encoder_bar.update(grads)
+    if p.rope is not None:  # hope's map is symmetric: its own transpose
+        back = apply_hope if cfg.position_encoding == "hope" else apply_rope_vjp
+        q_bar, k_bar = back(q_bar, *p.rope), back(k_bar, *p.rope)
     qkv_bar = np.stack([q_bar, k_bar, v_bar], axis=2).reshape(*h.shape[:2], 3 * cfg.hidden_size)
     h_bar, qkv_w_bar = linear(qkv_bar, h, p.qkv)
     h0_bar, norm_bar = apply_norm_vjp(cfg.norm_type, p.norm, h0, h_bar)
-    return attention.hide_padding(h0_bar, p.padding_mask), {"qkv": qkv_w_bar, "out_proj": out_proj_bar, "norm": norm_bar}
+    grads = {"qkv": qkv_w_bar, "out_proj": out_proj_bar, "norm": norm_bar, "encoder": encoder_bar}
+    return attention.hide_padding(h0_bar + h0_extra, p.padding_mask), grads
 
 
 def gate_vjp(gate_params, g_bar, f1, f2):
@@ -115,6 +143,7 @@ def params_bar(params: dict, grads: dict) -> dict:
     gradients are the weights' (the straight-through estimator), the casts are the identity."""
     out = {QKV: grads["qkv"], OUT_PROJ: grads["out_proj"]}
     out.update({NORM_PREFIX + name: g for name, g in grads["norm"].items()})
+    out.update({POS_PREFIX + name: g for name, g in grads.get("encoder", {}).items()})
     if "gate_weight" in grads:
         out[GATE_WEIGHT], out[GATE_BIAS] = grads["gate_weight"], grads["gate_bias"]
     return {name: np.asarray(out[name]).reshape(np.shape(params[name])) for name in params}

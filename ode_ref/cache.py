@@ -80,6 +80,12 @@ def check_mode(cfg: ODEConfig) -> None:
             f"mode: cached decoding needs mode='decoder' (in encoder mode every token sees later "
             f"ones); got {cfg.mode!r}"
         )
+    if cfg.ssmax and cfg.ssmax_length == "padded":
+        raise ValueError(
+            "ssmax_length: cached decoding needs ssmax_length='visible' (with the seed's 'padded' rule, "
+            "SSMax's ln(n) is of the whole padded length, so appending a token changes every earlier "
+            "one and no cache can reproduce it); got 'padded'"
+        )
 
 
 def check_max_len(max_len, seq_len: int) -> int:

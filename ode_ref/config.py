@@ -20,7 +20,13 @@ from .tableaus import TABLEAUS
 
 SOLVERS: tuple[str, ...] = tuple(TABLEAUS)
 MODES: tuple[str, ...] = ("encoder", "decoder")
-ENCODINGS: tuple[str, ...] = ("none", "rope", "alibi")  # the positional encodings implemented
+# The positional encodings, by the seed's names. The four null ones act outside f (at the embeddings)
+NULL_ENCODINGS: tuple[str, ...] = ("none", "nope", "sinusoidal_absolute", "learned_absolute")
+ROTARY_ENCODINGS: tuple[str, ...] = ("rope", "sinusoidal_rotary")  # the seed's rotation, two configs
+PAPE_ENCODINGS: tuple[str, ...] = ("pape", "pape_efficient", "pape_ri")  # a bias from the query's state
+BIAS_ENCODINGS: tuple[str, ...] = ("alibi", "bam")  # a bias from the positions alone, once per block
+ENCODINGS: tuple[str, ...] = (*NULL_ENCODINGS, *ROTARY_ENCODINGS, "hope", *BIAS_ENCODINGS, *PAPE_ENCODINGS)
+SSMAX_LENGTHS: tuple[str, ...] = ("visible", "padded")  # what n is in SSMax's s * ln(n) (positions.py)
 
 
 def dtype_name(dtype) -> str:
@@ -31,6 +37,17 @@ def dtype_name(dtype) -> str:
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{field}: expected one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def _real(field: str, value: Any, *, minimum: float | None = None, strict: bool = False) -> float:
+    """value as a finite float (NumPy floats too, bools not), > minimum when strict, >= it otherwise."""
+    bad = isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not np.isfinite(value)
+    if not bad and minimum is not None:
+        bad = value <= minimum if strict else value < minimum
+    if bad:
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
+        raise ValueError(f"{field}: expected a finite number{bound}; got {value!r}")
+    return float(value)
 
 
 def _positive_int(field: str, value: Any, minimum: int = 1) -> int:
@@ -52,16 +69,32 @@ class ODEConfig:
     mode: str = "encoder"  # "decoder" adds the causal mask j <= i
     # Positions, with the seed's names and defaults: the encoding is read only when ode_use_pe is
     # on (off, any string is kept and ignored, as the seed does); see positions.py
-    positional_encoding: str = "rope"  # "none", "rope" (rotary, the seed's convention) or "alibi"
+    positional_encoding: str = "rope"  # one of ENCODINGS; "rope" is rotary in the seed's convention
     ode_use_pe: bool = False
     rope_base: float = 10000.0  # rotary frequencies base ** (-i / (P - 1)), P = head_dim // 2
     rope_scaling: float = 1.0  # rotary angle = position * rope_scaling * frequency
+    # The rest of the seed's positional family (positions.py; docs/positions.md), its names and defaults
+    sinusoidal_max_len: int = 512  # sinusoidal_rotary: the seed's float32 table length (the spec has none)
+    sinusoidal_base: float = 10000.0  # sinusoidal_rotary: RoPE with this base and scale
+    sinusoidal_scale: float = 1.0
+    hope_base: float = 10000.0  # hope: the frequencies' base
+    hope_damping: float = 0.01  # hope: r = exp(-damping * g * p), >= 0
+    layer_idx: int = 0  # hope: the seed's logical_layer_idx (None there means 0); g = 1 + 0.05 * layer_idx
+    pape_num_parabolas: int = 4  # pape, pape_efficient: M parabolas per head
+    pape_num_positions: int = 1  # pape, pape_efficient: 1 (the seed crashes on more); pape_ri: its factor n
+    bam_learn_mu: bool = False  # bam: theta_mu a parameter, else the fixed bam_mu_init
+    bam_theta_init: float = 0.0  # bam: theta_alpha and theta_beta at init
+    bam_mu_init: float = 0.0
+    bam_eps: float = 1e-5  # bam: > 0
+    use_ssmax: bool = False  # SSMax: scores * s_h * ln(n), with any encoding in effect (ode_use_pe on)
+    ssmax_s_init: float = 1.0  # > 0
+    ssmax_length: str = "visible"  # n: "visible" keys of each query, or "padded" (the seed's: the padded length)
 
     def __post_init__(self) -> None:
         # NumPy integers and booleans (read from arrays or checkpoints) become Python ones
         for name in ("hidden_size", "num_heads", "ode_steps"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
-        for name in ("use_bitnet", "ode_use_pe"):
+        for name in ("use_bitnet", "ode_use_pe", "bam_learn_mu", "use_ssmax"):
             if isinstance(getattr(self, name), np.bool_):
                 object.__setattr__(self, name, bool(getattr(self, name)))
         if self.hidden_size % self.num_heads:
@@ -92,6 +125,7 @@ class ODEConfig:
                 f"positional_encoding: {self.positional_encoding!r} is not implemented; expected one of "
                 f"{', '.join(map(repr, ENCODINGS))} (or ode_use_pe=False, which ignores it)"
             )
+        self._check_family()
         for name in ("rope_base", "rope_scaling"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
@@ -100,14 +134,43 @@ class ODEConfig:
                 raise ValueError(f"{name}: expected a finite number > 0; got {value!r}")
             object.__setattr__(self, name, float(value))
 
+    def _check_family(self) -> None:
+        """The seed's positional family's fields, checked whatever the encoding (as rope_base is)."""
+        for name in ("bam_learn_mu", "use_ssmax"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False; got {getattr(self, name)!r}")
+        for name, minimum in (("sinusoidal_max_len", 1), ("pape_num_parabolas", 1), ("pape_num_positions", 1),
+                              ("layer_idx", 0)):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name), minimum))
+        for name, minimum, strict in (("sinusoidal_base", 0.0, True), ("sinusoidal_scale", 0.0, True),
+                                      ("hope_base", 0.0, True), ("hope_damping", 0.0, False), ("bam_eps", 0.0, True),
+                                      ("ssmax_s_init", 0.0, True), ("bam_theta_init", None, False),
+                                      ("bam_mu_init", None, False)):
+            object.__setattr__(self, name, _real(name, getattr(self, name), minimum=minimum, strict=strict))
+        _choice("ssmax_length", self.ssmax_length, SSMAX_LENGTHS)
+        if self.position_encoding in ("pape", "pape_efficient") and self.pape_num_positions != 1:
+            raise ValueError(
+                f"pape_num_positions: {self.positional_encoding} takes one position coordinate, expected 1 "
+                f"(the seed's ODE path crashes on more; pape_ri takes any n >= 1 as its factor); "
+                f"got {self.pape_num_positions}"
+            )
+
+    @property
+    def ssmax(self) -> bool:
+        """SSMax in effect: use_ssmax with ode_use_pe on (it belongs to the seed's encoder object)."""
+        return self.use_ssmax and self.ode_use_pe
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
     @property
     def position_encoding(self) -> str:
-        """The encoding in effect: positional_encoding when ode_use_pe is on, else "none"."""
-        return self.positional_encoding if self.ode_use_pe else "none"
+        """The encoding in effect: positional_encoding when ode_use_pe is on, else "none"; the
+        four null encodings (NULL_ENCODINGS) are all "none" inside f."""
+        if not self.ode_use_pe or self.positional_encoding in NULL_ENCODINGS:
+            return "none"
+        return self.positional_encoding
 
     @property
     def scale(self) -> float:

@@ -23,7 +23,7 @@ import warnings
 from typing import NamedTuple
 
 from .cache import evaluations
-from .config import ODEConfig
+from .config import BIAS_ENCODINGS, PAPE_ENCODINGS, ODEConfig
 
 LIMIT_VARIABLE = "ODEATTN_MEMORY_LIMIT"  # bytes, an integer; overrides the machine's physical memory
 
@@ -136,8 +136,8 @@ def scores_needs(cfg: ODEConfig, batch: int, seq_q: int, seq_k: int, dtype: str,
         f"the attention scores of a tile of {tile_heads} head{'s' if tile_heads > 1 else ''}"
     needs = [Need(scores, score_arrays, (batch, tile_heads or heads, seq_q, seq_k), dtype, itemsize),
              Need("the mask", 1, (rows, 1, seq_q, seq_k), "bool", 1)]
-    if cfg.position_encoding == "alibi":
-        needs.insert(1, Need("the ALiBi bias", bias_arrays, (rows, heads, seq_q, seq_k), dtype, itemsize))
+    if cfg.position_encoding in BIAS_ENCODINGS + PAPE_ENCODINGS:
+        needs.insert(1, Need("the score bias", bias_arrays, (rows, heads, seq_q, seq_k), dtype, itemsize))
     return needs
 
 

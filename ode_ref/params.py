@@ -5,8 +5,19 @@ Names are the seed module's state_dict keys, so a seed checkpoint converts by co
     ode_func.qkv.weight       (3 d_model, d_model)
     ode_func.out_proj.weight  (d_model, d_model)
     ode_func.norm.<name>      per norm type, see norms.NORM_PARAMS ((d_model,) or ())
+    pos_encoder.<name>        the encoder's, when one is in effect (encoder_shapes; H heads,
+                              M = pape_num_parabolas):
+        pape, pape_efficient  position.weight (H M, 1), ab.weight (2 H M, d_model)
+        pape_ri               position_scales (1, H, 1, 1), a.weight (H, d_model)
+        bam                   theta_alpha (H,), theta_beta (H,), theta_mu (H,) when bam_learn_mu
+        use_ssmax             ssmax.s (H,)
     gate.weight               (1, 2 d_model)  the gated solver (rk2_gated) only, at block level
     gate.bias                 (1,)            likewise
+
+The seed holds its encoder twice (the block's and ODEFunc's), so its state_dict has each encoder
+tensor as pos_encoder.X and ode_func.pos_encoder.X; the spec's parameters hold pos_encoder.X once
+(a port's loader takes both, backends/torch/params.py). pape_ri's position_scales is a saved
+parameter here, under the seed's (non-persistent) buffer name.
 """
 
 from __future__ import annotations
@@ -23,6 +34,23 @@ QKV = "ode_func.qkv.weight"
 OUT_PROJ = "ode_func.out_proj.weight"
 NORM_PREFIX = "ode_func.norm."
 GATE_WEIGHT, GATE_BIAS = "gate.weight", "gate.bias"
+POS_PREFIX = "pos_encoder."
+SSMAX_S = POS_PREFIX + "ssmax.s"
+
+
+def encoder_shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
+    """The encoder's parameter names (short, without pos_encoder.) with their shapes."""
+    h, d, m, encoding = cfg.num_heads, cfg.hidden_size, cfg.pape_num_parabolas, cfg.position_encoding
+    shapes = {}
+    if encoding in ("pape", "pape_efficient"):
+        shapes = {"position.weight": (h * m, 1), "ab.weight": (2 * h * m, d)}
+    elif encoding == "pape_ri":
+        shapes = {"position_scales": (1, h, 1, 1), "a.weight": (h, d)}  # torch's order: own tensors first
+    elif encoding == "bam":
+        shapes = {"theta_alpha": (h,), "theta_beta": (h,), **({"theta_mu": (h,)} if cfg.bam_learn_mu else {})}
+    if cfg.ssmax:
+        shapes["ssmax.s"] = (h,)
+    return shapes
 
 
 def param_shapes(config) -> dict[str, tuple[int, ...]]:
@@ -35,6 +63,7 @@ def _shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     shapes = {QKV: (3 * d, d), OUT_PROJ: (d, d)}
     for name, (kind, _) in NORM_PARAMS[cfg.norm_type].items():
         shapes[NORM_PREFIX + name] = (d,) if kind == "vector" else ()
+    shapes.update({POS_PREFIX + name: shape for name, shape in encoder_shapes(cfg).items()})
     if TABLEAUS[cfg.ode_solver].gated:
         shapes[GATE_WEIGHT], shapes[GATE_BIAS] = (1, 2 * d), (1,)
     return shapes
@@ -51,6 +80,11 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
       - the gate (rk2_gated): weight Xavier-uniform, U(-sqrt(6 / (2 d_model + 1)), +sqrt(...)),
         the paper's init; bias 0, or U(-0.5, 0.5) with perturb_norms=True (a zero bias would let
         a port that drops it pass).
+      - the encoder's (encoder_init): PaPE's Linear weights as torch.nn.Linear's default
+        (position: fan_in 1, U(-1, 1)); pape_ri's position_scales U(0.5, 1.5) (the seed draws them
+        at random and does not save them); bam's thetas bam_theta_init and its mu bam_mu_init,
+        ssmax.s ssmax_s_init, each + U(-0.5, 0.5) with perturb_norms=True (at init BAM's bias is
+        the constant -1, which a port that drops the positions would match).
     """
     cfg = ODEConfig.from_any(config)
     rng = np.random.default_rng(seed)
@@ -63,6 +97,8 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
             value = rng.uniform(-1.0, 1.0, size=shape) * np.sqrt(6.0 / sum(shape))  # fan_in + fan_out
         elif name == GATE_BIAS:
             value = rng.uniform(-0.5, 0.5, size=shape) if perturb_norms else np.zeros(shape)
+        elif name.startswith(POS_PREFIX):
+            value = encoder_init(cfg, name[len(POS_PREFIX):], shape, rng, perturb_norms)
         else:
             identity = NORM_PARAMS[cfg.norm_type][name[len(NORM_PREFIX):]][1]
             value = np.full(shape, identity)
@@ -70,6 +106,23 @@ def init_params(config, seed: int = 0, *, perturb_norms: bool = False, dtype=np.
                 value = value + rng.uniform(-0.5, 0.5, size=shape)
         params[name] = np.asarray(value, dtype=dtype)
     return params
+
+
+def encoder_init(cfg: ODEConfig, name: str, shape, rng, perturb: bool):
+    """One encoder parameter's initial value (init_params' docstring)."""
+    if name.endswith(".weight"):
+        bound = 1.0 / np.sqrt(shape[1])  # torch.nn.Linear's default: U(-1/sqrt(fan_in), +)
+        return rng.uniform(-bound, bound, size=shape)
+    if name == "position_scales":
+        return rng.uniform(0.5, 1.5, size=shape)
+    start = {"theta_alpha": cfg.bam_theta_init, "theta_beta": cfg.bam_theta_init, "theta_mu": cfg.bam_mu_init,
+             "ssmax.s": cfg.ssmax_s_init}[name]
+    return np.full(shape, start) + (rng.uniform(-0.5, 0.5, size=shape) if perturb else 0.0)
+
+
+def encoder_params_of(params: dict, cfg: ODEConfig) -> dict:
+    """The encoder's parameters by short name ('ab.weight', 'theta_alpha', ...)."""
+    return {name: np.asarray(params[POS_PREFIX + name]) for name in encoder_shapes(cfg)}
 
 
 def check_params(params, config) -> None:
@@ -83,7 +136,8 @@ def check_params(params, config) -> None:
     extra = sorted(k for k in params if k not in expected)
     if missing or extra:
         raise ValueError(
-            f"params: for norm_type={cfg.norm_type!r}, ode_solver={cfg.ode_solver!r} expected exactly {list(expected)}; "
+            f"params: for norm_type={cfg.norm_type!r}, ode_solver={cfg.ode_solver!r}"
+            f"{_encoder_words(cfg)} expected exactly {list(expected)}; "
             f"missing {missing}, unexpected {extra}"
         )
     for name, shape in expected.items():
@@ -96,6 +150,13 @@ def check_params(params, config) -> None:
         dtype = np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype  # traced arrays too
         if dtype.kind != "f" and dtype.name != "bfloat16":
             raise ValueError(f"params[{name!r}]: expected a floating dtype; got {dtype}")
+
+
+def _encoder_words(cfg: ODEConfig) -> str:
+    """', positional_encoding='bam', use_ssmax=True' where an encoder holds parameters, else ''."""
+    words = "" if cfg.position_encoding in ("none", "rope", "alibi", "sinusoidal_rotary", "hope") \
+        else f", positional_encoding={cfg.position_encoding!r}"
+    return words + (", use_ssmax=True" if cfg.ssmax else "")
 
 
 def norm_params_of(params: dict, norm_type: str) -> dict:

@@ -140,9 +140,16 @@ def check_encoder(ns, tmp_path):
     assert ns["z"].shape == (2, 5, 16) and relative_error(ns["z_torch"], ns["z_spec"]) < 1e-5
 
 
+def check_positions(ns, tmp_path):
+    """The page's block decodes as it runs whole; BAM's and SSMax's parameters carry the seed's names."""
+    assert sorted(k for k in ns["params"] if k.startswith("pos_encoder.")) == [
+        "pos_encoder.ssmax.s", "pos_encoder.theta_alpha", "pos_encoder.theta_beta"]
+    assert np.isfinite(ns["z"]).all() and ns["cache"].index == 5
+
+
 CHECKS = {"README.md": check_readme, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
-          "diagnose.md": check_diagnose}
+          "diagnose.md": check_diagnose, "positions.md": check_positions}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]
 
 

@@ -26,8 +26,12 @@ the orchestration (ode_ref.attention.Stages) and the stepping (ode_ref.rk) are t
 
 Parameters (variables['params'] of the module): c_attn.kernel (d_model, 3 d_model) and
 c_proj.kernel (d_model, d_model), Flax's Dense layout (kernel = the seed's weight transposed),
-and norm.<name> as the seed names them (ode_ref.norms.NORM_PARAMS). Their init is the spec's
-(ode_ref.params.init_params): U(-1/sqrt(d_model), 1/sqrt(d_model)) and the norms' identity values.
+and norm.<name> as the seed names them (ode_ref.norms.NORM_PARAMS); with an encoder that holds
+parameters (ode_ref.params.encoder_shapes), pos_encoder.<name> under the seed's short names, in
+the seed's layout ('ab.weight' (2 H M, d_model), 'ssmax.s' (H,), ...). Their init is the spec's
+(ode_ref.params.init_params): U(-1/sqrt(d_model), 1/sqrt(d_model)), the norms' identity values,
+and the encoder's (encoder_init: U(-1/sqrt(fan_in), +) for PaPE's weights, U(0.5, 1.5) for
+pape_ri's scales, the config's constants for BAM and SSMax).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import jax.numpy as jnp
 from ode_ref.block import check_flag
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.params import NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_init, encoder_shapes
 
 from ..jax import attention as port
 from ..jax import block as jax_block
@@ -117,6 +121,29 @@ class Norm(_Configured):
         return apply_norm(self.config.norm_type, {k: v.astype(z.dtype) for k, v in self.values.items()}, z)
 
 
+def encoder_initializer(config: ODEConfig, name: str):
+    """Flax initializer of one encoder parameter, as the spec's encoder_init draws it: PaPE's
+    Linear weights U(-1/sqrt(fan_in), +), pape_ri's scales U(0.5, 1.5), the rest the spec's own
+    constant (bam_theta_init, bam_mu_init, ssmax_s_init)."""
+    if name.endswith(".weight") or name == "position_scales":
+        def init(key, shape, dtype=jnp.float32):
+            low, high = (0.5, 1.5) if name == "position_scales" else (-shape[1] ** -0.5, shape[1] ** -0.5)
+            return jax.random.uniform(key, shape, dtype, low, high)
+        return init
+    return lambda key, shape, dtype=jnp.float32: jnp.asarray(encoder_init(config, name, shape, None, False), dtype)
+
+
+class PosEncoder(_Configured):
+    """The positional encoder's parameters (the seed's pos_encoder), by their short names; made
+    only for an encoder that holds some (pape, pape_efficient, pape_ri, bam, SSMax)."""
+
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        self.values = {name: self.param(name, encoder_initializer(self.config, name), shape, self.param_dtype)
+                       for name, shape in encoder_shapes(self.config).items()}
+
+
 class SelfAttention(_Configured):
     """The staged ODE function f as the staged attention API writes it. Override a stage to make
     a variant, keep its signature, and call super() for the default.
@@ -132,12 +159,15 @@ class SelfAttention(_Configured):
         self.c_attn = Projection(self.config, features=3 * d, param_dtype=self.param_dtype)
         self.c_proj = Projection(self.config, features=d, param_dtype=self.param_dtype)
         self.norm = Norm(self.config, param_dtype=self.param_dtype)
+        self.pos_encoder = PosEncoder(self.config, param_dtype=self.param_dtype) if encoder_shapes(self.config) else None
         self.dropout = nn.Dropout(self.config.dropout)
 
     def state_dict(self) -> dict:
         """This module's parameters under the seed's state_dict names (W = kernel^T)."""
         out = {QKV: self.c_attn.kernel.T, OUT_PROJ: self.c_proj.kernel.T}
         out.update({NORM_PREFIX + name: value for name, value in self.norm.values.items()})
+        if self.pos_encoder is not None:
+            out.update({POS_PREFIX + name: value for name, value in self.pos_encoder.values.items()})
         return out
 
     # ---- the stages --------------------------------------------------------------------------

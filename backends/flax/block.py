@@ -36,16 +36,20 @@ import numpy as np
 from ode_ref.cache import KVCache, check_cache_index, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV, check_params
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, check_params
 from ode_ref.tableaus import TABLEAUS
 
 from ..jax import block as jax_block
 from .attention import ModuleStages, SelfAttention, _Configured, dropout_rng
 
+# Every encoder parameter's short name (ode_ref.params.encoder_shapes), in the seed's order
+ENCODER_NAMES = ("position.weight", "ab.weight", "position_scales", "a.weight", "theta_alpha", "theta_beta",
+                 "theta_mu", "ssmax.s")
 # Each seed state_dict name: (its path in variables['params'], stored transposed as a Dense kernel).
 PATHS = {QKV: (("ode_func", "c_attn", "kernel"), True), OUT_PROJ: (("ode_func", "c_proj", "kernel"), True),
          GATE_WEIGHT: (("gate", "kernel"), True), GATE_BIAS: (("gate", "bias"), False),
-         **{NORM_PREFIX + n: (("ode_func", "norm", n), False) for norm in NORM_PARAMS.values() for n in norm}}
+         **{NORM_PREFIX + n: (("ode_func", "norm", n), False) for norm in NORM_PARAMS.values() for n in norm},
+         **{POS_PREFIX + n: (("ode_func", "pos_encoder", n), False) for n in ENCODER_NAMES}}
 CACHE_NAMES = ("cached_key", "cached_value", "padding_mask", "cache_index")
 CACHE = jax_block.CACHE  # the JAX port's caches: what a decode step checks the cache holds
 
@@ -79,7 +83,8 @@ def to_state_dict(variables) -> dict:
         out[name] = leaf.T if name in PATHS and PATHS[name][1] else leaf
     norm = {n[len(NORM_PREFIX):] for n in out if n.startswith(NORM_PREFIX)}
     norm_order = next((list(names) for names in NORM_PARAMS.values() if set(names) == norm), sorted(norm))
-    order = [QKV, OUT_PROJ, *(NORM_PREFIX + n for n in norm_order), GATE_WEIGHT, GATE_BIAS]
+    order = [QKV, OUT_PROJ, *(NORM_PREFIX + n for n in norm_order), *(POS_PREFIX + n for n in ENCODER_NAMES),
+             GATE_WEIGHT, GATE_BIAS]
     return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 

@@ -20,11 +20,12 @@ from jax import lax
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, QKV
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
-from .positions import alibi_bias, apply_rope, rope_cos_sin
+from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
+from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 
 
 def softmax(s, axis=-1):
@@ -129,6 +130,9 @@ class SelfAttention(Stages):
         norm = {k: params[NORM_PREFIX + k].astype(dtype) for k in NORM_PARAMS[self.config.norm_type]}
         return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
 
+    def encoder_weights(self, params: dict, x):
+        return {k: params[POS_PREFIX + k].astype(x.dtype) for k in encoder_shapes(self.config)}
+
     def gate_weights(self, params: dict, x):
         return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
 
@@ -159,6 +163,16 @@ class SelfAttention(Stages):
 
     def alibi_bias(self, positions_q, positions_k, like):
         return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+
+    def hope_tables(self, positions, bound: int, like, layer_idx: int):
+        return hope_tables(positions, self.config, layer_idx, like.dtype, bound)
+
+    def bam_bias(self, encoder, positions_q, positions_k, like):
+        return bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)
+
+    def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
+        lengths = ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        return ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
     # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
     def all_real(self, x):
@@ -197,7 +211,14 @@ class SelfAttention(Stages):
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
         if rope is None:
             return q, k, v
-        return apply_rope(q, *rope), apply_rope(k, *rope), v
+        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
+        return apply(q, *rope), apply(k, *rope), v
+
+    def content_bias(self, encoder, z, positions_q, positions_k):
+        return content_bias(z, encoder, positions_q, positions_k, self.config)
+
+    ssmax_bias = staticmethod(ssmax_bias)
+    ssmax_queries = staticmethod(ssmax_queries)
 
     def hide_nonfinite(self, k, v, mask):
         """The spec's stage. The queries that see a bad key: the product of the visible keys with the

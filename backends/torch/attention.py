@@ -26,8 +26,10 @@ Differences, each computing the same values:
   - RoPE angles are computed in float64 torch ops (the spec's precision), on the weights' device.
 The seed's signatures: ODEFunc(config, pos_encoder=None) and forward(t, x, logical_layer_idx=None,
 pos_encoder=None); the padding mask is keyword-only. The encoding is the config's (ode_use_pe,
-positional_encoding): a pos_encoder object is accepted and not read, and logical_layer_idx is
-accepted and unused (docs/specification.md, decisions).
+positional_encoding): a pos_encoder object is accepted and not read (the encoder's parameters
+are this module's own pos_encoder, PosEncoder), and logical_layer_idx, when given, is hope's layer
+index for that call (docs/specification.md, decisions). PaPE's and BAM's scores are written out,
+as ALiBi's; SSMax multiplies q (and the bias), so SDPA runs as it does without it.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ from ode_ref.attention import Prepared, Stages
 from ode_ref.block import INPUT_DTYPES, check_input
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import Need, cache_need, check_memory, subject
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT
+from ode_ref.config import BIAS_ENCODINGS, PAPE_ENCODINGS
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, encoder_shapes
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
-from .positions import alibi_bias, apply_rope, rope_cos_sin
+from . import positions as P
+from .positions import PosEncoder, alibi_bias, apply_hope, apply_rope, rope_cos_sin
 
 
 
@@ -123,12 +127,14 @@ class SelfAttention(Stages, nn.Module):
         self.out_proj = linear_cls(self.dim, self.dim)
         self.norm = Norm(cfg.norm_type, self.dim)
         self.dropout = nn.Dropout(cfg.dropout)
+        if encoder_shapes(cfg):  # the seed's encoder parameters, under its names (pos_encoder.X)
+            self.pos_encoder = PosEncoder(cfg)
 
     # ---- once per block (Stages.prepare) --------------------------------------------------
-    def prepare(self, x, padding_mask=None) -> Prepared:
+    def prepare(self, x, padding_mask=None, layer_idx=None) -> Prepared:
         """The module owns its parameters, so prepare takes none (Stages.prepare gets the module's)."""
         self.check(x, padding_mask)
-        return Stages.prepare(self, None, x, padding_mask)
+        return Stages.prepare(self, None, x, padding_mask, layer_idx)
 
     def check(self, x, padding_mask=None, *, name: str = "x") -> None:
         """The spec's input checks, and x in the parameters' dtype."""
@@ -143,6 +149,10 @@ class SelfAttention(Stages, nn.Module):
     def weights(self, params, x):
         """The module's own parameters (params is None): already in x's dtype, checked above."""
         return self.qkv.weight, self.out_proj.weight, dict(self.norm.named_parameters())
+
+    def encoder_weights(self, params, x):
+        """The encoder's own parameters by short name ('ab.weight', 'ssmax.s', ...)."""
+        return dict(self.pos_encoder.named_parameters())
 
     def gate_weights(self, params, x):
         """The gate is the block's (ODEAttentionBlock.gate), not this module's: params holds its
@@ -190,6 +200,16 @@ class SelfAttention(Stages, nn.Module):
     def alibi_bias(self, positions_q, positions_k, like):
         return alibi_bias(positions_q, positions_k, self.config, like.dtype)
 
+    def hope_tables(self, positions, bound: int, like, layer_idx: int):
+        return P.hope_tables(positions, self.config, layer_idx, like.dtype)
+
+    def bam_bias(self, encoder, positions_q, positions_k, like):
+        return P.bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)
+
+    def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
+        lengths = P.ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
+
     # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
     def all_real(self, x):
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
@@ -226,7 +246,14 @@ class SelfAttention(Stages, nn.Module):
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
         if rope is None:
             return q, k, v
-        return apply_rope(q, *rope), apply_rope(k, *rope), v
+        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
+        return apply(q, *rope), apply(k, *rope), v
+
+    def content_bias(self, encoder, z, positions_q, positions_k):
+        return P.content_bias(z, encoder, positions_q, positions_k, self.config)
+
+    ssmax_bias = staticmethod(P.ssmax_bias)
+    ssmax_queries = staticmethod(P.ssmax_queries)
 
     def hide_nonfinite(self, k, v, mask):
         """The spec's stage; mask in this port's forms (visible_bad). 0 * x is NaN exactly where x is
@@ -286,11 +313,12 @@ class SelfAttention(Stages, nn.Module):
         return torch.sigmoid(F.linear(torch.cat([f1, f2], dim=-1), *gate_params))
 
     def forward(self, t, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None):
-        """f(t, x) once; the seed's signature (logical_layer_idx, pos_encoder: accepted, not read)."""
+        """f(t, x) once; the seed's signature (pos_encoder: accepted, not read; logical_layer_idx:
+        hope's layer index for this call, None: the config's layer_idx)."""
         check_seed_arguments(logical_layer_idx)
         self.check(x, padding_mask)
         check_torch_memory("ODEFunc.forward", self, x, padding_mask)  # before prepare builds the mask
-        return self.evaluate(self.prepare(x, padding_mask), t, x)
+        return self.evaluate(self.prepare(x, padding_mask, logical_layer_idx), t, x)
 
 
 # Arrays of (batch, heads, seq_q, seq_k) alive at once where this port writes the scores out:
@@ -308,12 +336,13 @@ def memory_needs(attention: SelfAttention, x, padding_mask=None, max_len: int | 
     dtype, itemsize = dtype_name(x.dtype), x.element_size()
     scores = (batch, cfg.num_heads, seq, seq)
     needs = []
-    if cfg.position_encoding == "alibi":
-        needs.append(Need("the ALiBi scores, written out", ALIBI_SCORE_ARRAYS, scores, dtype, itemsize))
+    if cfg.position_encoding in BIAS_ENCODINGS + PAPE_ENCODINGS:
+        what = "the ALiBi scores" if cfg.position_encoding == "alibi" else "the biased scores"
+        needs.append(Need(f"{what}, written out", ALIBI_SCORE_ARRAYS, scores, dtype, itemsize))
     elif attention.training and cfg.dropout > 0 and x.device.type == "cpu":
         needs.append(Need("the attention scores (SDPA's math path: dropout on CPU)", MATH_SCORE_ARRAYS, scores,
                           dtype, itemsize))
-    if cfg.mode == "decoder" and padding_mask is not None and cfg.position_encoding != "alibi":
+    if cfg.mode == "decoder" and padding_mask is not None and cfg.position_encoding not in BIAS_ENCODINGS + PAPE_ENCODINGS:
         needs += [Need("the mask", 1, (batch, 1, seq, seq), "bool", 1),
                   Need("SDPA's float copy of the mask", 1, (batch, 1, seq, seq), dtype, itemsize)]
     if max_len is not None:
@@ -331,8 +360,11 @@ def check_torch_memory(call: str, attention: SelfAttention, x, padding_mask=None
 
 
 def check_seed_arguments(logical_layer_idx) -> None:
-    """The seed's logical_layer_idx is an int or None; anything else (a mask passed positionally,
-    say) is refused rather than ignored."""
+    """The seed's logical_layer_idx is an int >= 0 or None; anything else (a mask passed
+    positionally, say) is refused rather than ignored."""
+    if logical_layer_idx is not None and not isinstance(logical_layer_idx, bool) and isinstance(logical_layer_idx, int) \
+            and logical_layer_idx < 0:
+        raise ValueError(f"logical_layer_idx: expected an integer >= 0 or None; got {logical_layer_idx}")
     if logical_layer_idx is not None and (isinstance(logical_layer_idx, bool) or not isinstance(logical_layer_idx, int)):
         raise TypeError(
             f"logical_layer_idx: expected an int or None (the padding mask is keyword-only: "

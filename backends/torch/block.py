@@ -5,7 +5,9 @@
     .prefill(x, padding_mask=None, *, max_len) -> (z(1), cache);  .decode_step(x_t, cache) -> (z_t, cache)
 
 The seed's signatures are accepted: ODEAttentionBlock(config, pos_encoder=None) and
-forward(x, logical_layer_idx=None, pos_encoder=None); see attention.py.
+forward(x, logical_layer_idx=None, pos_encoder=None); see attention.py. logical_layer_idx, when
+given, is hope's layer index for that call (else the config's layer_idx). The seed's encoder
+parameters are ode_func.pos_encoder, also held as pos_encoder (params.py: seed_state_dict).
 
 The ODE loop is the spec's Stages.integrate (ode_ref.rk.integrate, which only adds and scales),
 so the torch block runs the spec's stepper, arithmetic order included. Weight quantisation and the mask are computed once
@@ -33,7 +35,7 @@ from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, check_seed_arguments, check_torch_memory
-from .params import load_params
+from .params import check_state_dict, load_params, seed_state_dict
 
 
 def checkpoint(fn, *args):
@@ -53,12 +55,23 @@ class ODEAttentionBlock(nn.Module):
         self.config = cfg
         self.checkpoint = check_flag("checkpoint", checkpoint)
         self.ode_func = attention_for(cfg, ode_func, SelfAttention, name="ode_func")
+        if hasattr(self.ode_func, "pos_encoder"):  # the seed's: one encoder, held by the block and by ODEFunc
+            self.pos_encoder = self.ode_func.pos_encoder
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps
         self.tableau = TABLEAUS[cfg.ode_solver]
         if self.tableau.gated:  # the paper's learnable RK2: g = sigmoid(Linear(2 d_model -> 1)([F1; F2]))
             self.gate = nn.Linear(2 * cfg.hidden_size, 1)
             nn.init.xavier_uniform_(self.gate.weight)
             nn.init.zeros_(self.gate.bias)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """torch's, over seed_state_dict: a seed checkpoint loads as is, its encoder tensors under
+        pos_encoder.X, ode_func.pos_encoder.X or both (pos_encoder.X wins). strict: the spec's
+        names and shapes are checked first (ValueError naming the key)."""
+        state_dict = seed_state_dict(self.config, state_dict)
+        if strict:
+            check_state_dict(self.config, state_dict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def block_params(self):
         """The parameters the block holds beside ode_func's, by spec name (the gate's), or None."""
@@ -80,7 +93,7 @@ class ODEAttentionBlock(nn.Module):
         check_seed_arguments(logical_layer_idx)
         self.ode_func.check(x, padding_mask)
         check_torch_memory("ODEAttentionBlock.forward", self.ode_func, x, padding_mask)
-        prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask)
+        prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask, logical_layer_idx)
         wrapper = checkpoint if self.checkpoint and torch.is_grad_enabled() else None
         states = self.ode_func.integrate(prepared, x, checkpoint=wrapper, trajectory=return_trajectory)
         if return_trajectory:

@@ -1,11 +1,19 @@
-"""Spec parameters <-> module state: the names are the same, so conversion is a copy."""
+"""Spec parameters <-> module state: the names are the same, so conversion is a copy.
+
+The seed's block and its ODEFunc both hold the positional encoder, so the block's state_dict has
+each encoder tensor twice, pos_encoder.X and ode_func.pos_encoder.X (one shared tensor); the
+spec's parameters hold pos_encoder.X. A loaded state_dict may hold either key or both; where both
+differ, pos_encoder.X wins, as in the seed (seed_state_dict)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ode_ref.params import check_params
+from ode_ref.config import ODEConfig
+from ode_ref.params import POS_PREFIX, check_params, encoder_shapes
+
+INNER_PREFIX = "ode_func." + POS_PREFIX  # the encoder's keys under the block's ODEFunc
 
 
 def params_to_state_dict(params: dict, dtype=torch.float32) -> dict:
@@ -14,8 +22,45 @@ def params_to_state_dict(params: dict, dtype=torch.float32) -> dict:
 
 
 def state_dict_to_params(state_dict: dict) -> dict:
-    """A block's state_dict (a seed checkpoint too) -> ode_ref params as float64 NumPy arrays."""
-    return {k: v.detach().cpu().to(torch.float64).numpy() for k, v in state_dict.items()}
+    """A block's state_dict (a seed checkpoint too) -> ode_ref params as float64 NumPy arrays: each
+    encoder tensor once, as pos_encoder.X (which wins over ode_func.pos_encoder.X)."""
+    out = {}
+    for k, v in state_dict.items():
+        if k.startswith(INNER_PREFIX):
+            outer = k[len("ode_func."):]
+            if outer in state_dict:
+                continue
+            k = outer
+        out[k] = v.detach().cpu().to(torch.float64).numpy()
+    return out
+
+
+def seed_state_dict(config, state_dict) -> dict:
+    """state_dict with every encoder tensor under both of the block's keys, pos_encoder.X's value
+    where both are given; ValueError for a pape_ri checkpoint without position_scales (the seed's
+    non-persistent buffer: its values are lost, and no random draw stands in for them)."""
+    cfg = ODEConfig.from_any(config)
+    sd = dict(state_dict)
+    scales = "position_scales"
+    if scales in encoder_shapes(cfg) and POS_PREFIX + scales not in sd and INNER_PREFIX + scales not in sd:
+        raise ValueError(
+            "pos_encoder.position_scales: missing. pape_ri's per-head scales are a non-persistent buffer in "
+            "the seed, so its checkpoints do not hold them and cannot reproduce its function; odeattn saves "
+            "them as a parameter: give the scales the trained module used (a (1, heads, 1, 1) tensor), "
+            "never a new random draw"
+        )
+    for name in encoder_shapes(cfg):
+        outer, inner = POS_PREFIX + name, INNER_PREFIX + name
+        if outer in sd:
+            sd[inner] = sd[outer]
+        elif inner in sd:
+            sd[outer] = sd[inner]
+    return sd
+
+
+def check_state_dict(config, state_dict) -> None:
+    """The spec's check_params on a state_dict (names, shapes, float dtypes), the encoder's keys once."""
+    check_params(state_dict_to_params(state_dict), config)
 
 
 def load_params(block, params: dict) -> None:

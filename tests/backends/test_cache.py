@@ -91,6 +91,34 @@ def test_port_decodes_as_the_whole_sequence(port, encoding):
     assert cache.index == T + K and cache.k[0].shape == (3, T + K, 3, 4)
 
 
+# The seed's positional family: every encoder's cache is exact (PaPE's keys carry positions only,
+# its queries read their own state; SSMax's n is the keys each query sees), SSMax with two of them.
+FAMILY = ["sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam", "pape+ssmax", "bam+ssmax", "none+ssmax"]
+FAMILY_PORTS = ["torch", "jax"]
+
+
+def family_config(encoding):
+    name, _, ssmax = encoding.partition("+")
+    return R.ODEConfig(**{**CFG.to_dict(), "positional_encoding": name, "use_ssmax": bool(ssmax), "layer_idx": 2})
+
+
+@pytest.mark.parametrize("encoding", FAMILY)
+@pytest.mark.parametrize("port", FAMILY_PORTS)
+def test_port_decodes_the_positional_family_as_the_whole_sequence(port, encoding):
+    with jax.enable_x64(True):
+        got, want, cache = run(port, family_config(encoding))
+    assert relative_error(got, want) <= 1e-12 and cache.index == T + K
+
+
+@pytest.mark.parametrize("port", ["spec", *FAMILY_PORTS])
+def test_every_port_refuses_to_cache_the_seed_s_ssmax_rule(port):
+    """ssmax_length='padded' (the seed's ln of the padded length): no cache reproduces it."""
+    cfg = R.ODEConfig(**{**family_config("bam+ssmax").to_dict(), "ssmax_length": "padded"})
+    x = np.random.default_rng(0).normal(size=(3, T, 12))
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError, match="^ssmax_length: cached decoding needs ssmax_length='visible'"):
+            PORTS[port](cfg, R.init_params(cfg), "float64").prefill(x, None, 8)
+
 # (id, expected error, call(api, x, cache, other_cache)): every port must refuse each, with the field named.
 REFUSALS = [
     ("max-len-below-the-prompt", "max_len: expected an integer >= the prompt's length 5",

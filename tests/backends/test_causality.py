@@ -23,6 +23,11 @@ CONFIGS = {  # small; one solver each, rk4 once; the torch norm kernels (layer_n
                         ode_use_pe=True, positional_encoding="rope"),
     "rk4": R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver="rk4", ode_steps=1, norm_type="rms_norm",
                        ode_use_pe=True, positional_encoding="alibi"),
+    # the seed's positional family: PaPE's term of the query's own state, BAM's bias, SSMax's factor
+    "pape-ssmax": R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver="euler", ode_steps=2,
+                              ode_use_pe=True, positional_encoding="pape", use_ssmax=True),
+    "bam": R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver="midpoint", ode_steps=1, ode_use_pe=True,
+                       positional_encoding="bam", bam_learn_mu=True),
 }
 T = 5
 VALUES = (np.nan, np.inf, -np.inf)

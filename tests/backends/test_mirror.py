@@ -30,6 +30,10 @@ REPLACED = {
        for port in ("torch", "jax") for name in ("check_window", "check_factor", "port_variant")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
        for port in ("torch", "jax", "export") for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
+    **{(port, "positions", name): "the spec's float64 constants, imported by the port"
+       for port in ("torch", "jax", "export") for name in ("rotary_frequencies", "rotary_base_scaling", "hope_gain")},
+    **{(port, "positions", "seed_sinusoidal_table"): "the seed's float32 table: documents and tests the spec, no path runs it"
+       for port in ("torch", "jax", "export")},
 }
 # Stages whose signature deliberately differs, in every SelfAttention class of a port.
 DIFFERENT_STAGES = {("torch", "prepare"): "the module owns its parameters: prepare(x, padding_mask)"}
@@ -59,6 +63,22 @@ DIFFERENT = {
     ("export", "norms", "prms_norm"): "the width is static in the graph",
     ("export", "norms", "dynamic_tanh"): "the width is static in the graph",
 }
+
+# The seed's positional family (ode_ref/positions.py) in the JAX port and the export.
+REPLACED.update({
+    **{("jax", "positions", name): "the spec's float64 hope table, gathered by hope_tables"
+       for name in ("hope_angles", "hope_damping")},
+    **{("export", "positions", name): "double nodes inside hope_tables" for name in ("hope_angles", "hope_damping")},
+    ("export", "positions", "bam_mu"): "the spec's constant (theta_mu itself when learnable)",
+})
+DIFFERENT.update({
+    ("jax", "positions", "hope_tables"): "gathers from a float64 table made at trace time: needs the static bound",
+    ("export", "positions", "hope_tables"): "always float32 in the graph: (positions, config, layer_idx)",
+    ("export", "positions", "distances"): "always float32 in the graph: (positions_q, positions_k)",
+    ("export", "positions", "pape_coefficients"): "takes ab.weight transposed, as every stored projection: ab_t",
+    ("export", "positions", "bam_bias"): "always float32 in the graph: (encoder, positions_q, positions_k, config)",
+    ("export", "positions", "ssmax_factor"): "always float32 in the graph: (s, lengths)",
+})
 
 
 def own_public(module) -> dict:

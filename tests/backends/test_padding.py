@@ -12,12 +12,19 @@ PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23
 BITNET_PATHS = [n for n in ("onnxruntime-integer",) if not missing_requirements(n)]  # use_bitnet blocks only
 
 
+# the encodings whose terms read the padded tokens' neighbours: none, PaPE (of the query's state) with SSMax, BAM
+ENCODINGS = {"none": {}, "pape+ssmax": dict(ode_use_pe=True, positional_encoding="pape", use_ssmax=True),
+             "bam": dict(ode_use_pe=True, positional_encoding="bam")}
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
 @pytest.mark.parametrize("mode", R.MODES)
 @pytest.mark.parametrize("path", PATHS + BITNET_PATHS)
-def test_non_finite_padded_tokens_stay_in_their_rows(path, mode):
+def test_non_finite_padded_tokens_stay_in_their_rows(path, mode, encoding):
     backend = make_adapter(BUILTIN[path].reference)
     dtype = "float64" if "float64" in backend.dtypes else "float32"
-    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode=mode, use_bitnet=True, norm_type="dynamic_tanh", ode_steps=2)
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode=mode, use_bitnet=True, norm_type="dynamic_tanh", ode_steps=2,
+                      **ENCODINGS[encoding])
     params = {k: v.astype(dtype) for k, v in R.init_params(cfg, 3, perturb_norms=True).items()}
     mask = np.array([[True, True, False, False], [False, True, True, True]])  # right- and left-padded
     x = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(dtype)

@@ -22,14 +22,24 @@ def cfg(**kw):
                                  ode_use_pe=True, positional_encoding="rope"), **kw})
 
 
-@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+# The encodings, the seed's positional family included; "+ssmax" adds SSMax
+ENCODINGS = ["rope", "alibi", "sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam", "pape_ri+ssmax",
+             "bam+ssmax"]
+
+
+def encoded(encoding, **kw):
+    name, _, ssmax = encoding.partition("+")
+    return cfg(positional_encoding=name, use_ssmax=bool(ssmax), **kw)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
 def test_generation_loop_in_onnxruntime_equals_the_spec(encoding):
     """A padded 4-token prompt through the prefill model, then 32 tokens decoded by the decode-step
     model, feeding each step's present cache back as the next past, all in ONNX Runtime: every
     token's z equals ode_block on the whole sequence within the suite's float32 tolerance (derived
     from the spec's own float32 error on that sequence). head_dim 7 is odd: its last channel is
     not rotated."""
-    c = cfg(positional_encoding=encoding)  # BitLinear: in the decode golden cases (36 tokens leave no fair draw)
+    c = encoded(encoding)  # BitLinear: in the decode golden cases (36 tokens leave no fair draw)
     params = R.init_params(c, seed=5, perturb_norms=True)
     prompt, steps = 4, 32
     x, mask, _ = make_inputs(c, params, 3, prompt + steps, seed=5, padding=True, decoded=steps)
@@ -53,14 +63,27 @@ def test_generation_loop_in_onnxruntime_equals_the_spec(encoding):
     np.testing.assert_array_equal(feeds["padding_mask"], mask)
 
 
+# What each encoding adds to the main graph (prepare), once: the rotary tables' Cos and Sin, ALiBi's
+# and BAM's distance (Abs), BAM's Pow, hope's and BAM's Exp (BAM's alpha), SSMax's Log. PaPE's term
+# is in the function ode_func, once per evaluation: one MatMul more than rope's (the state by ab)
+MAIN_OPS = {"Cos": ("rope", "sinusoidal_rotary"), "Abs": ("alibi", "bam"), "Pow": ("bam",), "Exp": ("hope", "bam"),
+            "Log": ("ssmax",)}
+
+
 @pytest.mark.parametrize("opset", [17, 23])
-@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+@pytest.mark.parametrize("encoding", ENCODINGS)
 def test_positions_pass_the_checker(opset, encoding):
-    c = cfg(positional_encoding=encoding)
+    c = encoded(encoding)
     model = export_model(c, R.init_params(c), opset=opset)
     check(model)
     ops = {n.op_type for n in model.graph.node}
-    assert ({"Cos", "Sin"} <= ops) == (encoding == "rope") and ("Abs" in ops) == (encoding == "alibi")
+    for op, owners in MAIN_OPS.items():
+        assert (op in ops) == any(o in encoding.split("+") for o in owners), op
+    def matmuls(m):
+        return sum(n.op_type == "MatMul" for f in m.functions if f.name == "ode_func" for n in f.node)
+
+    rope = encoded("rope")
+    assert matmuls(model) == matmuls(export_model(rope, R.init_params(rope), opset=opset)) + encoding.startswith("pape")
 
 
 @pytest.mark.parametrize("export, fields, kwargs, message", [
@@ -70,6 +93,9 @@ def test_positions_pass_the_checker(opset, encoding):
                  id="decode-step-of-an-encoder"),
     pytest.param(export_decode_model, {}, dict(opset=23),
                  "^opset: the prefill and decode-step models are exported at opset 17", id="decode-step-at-opset-23"),
+    *(pytest.param(export, dict(positional_encoding="bam", use_ssmax=True, ssmax_length="padded"), {},
+                   "^ssmax_length: cached decoding needs ssmax_length='visible'", id=f"{name}-of-the-seed-s-ssmax-rule")
+      for name, export in (("prefill", export_prefill_model), ("decode-step", export_decode_model))),
 ])
 def test_decode_model_refuses_what_it_cannot_do(export, fields, kwargs, message):
     with pytest.raises(ValueError, match=message):

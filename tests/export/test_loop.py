@@ -16,15 +16,16 @@ from odeattn.export.deploy import loop_body  # noqa: E402
 from odeattn.export.runtime import make_feed, run, run_reference, session  # noqa: E402
 
 STEP_COUNTS = (1, 2, 3, 4, 8, 16)
-# every solver, with the options in turn: positions, mode, BitLinear
+# every solver, with the options in turn: positions (the seed's family among them), mode, BitLinear
 SOLVERS = [
     ("euler", dict(ode_use_pe=True)),
-    ("midpoint", dict(mode="decoder", use_bitnet=True)),
+    ("midpoint", dict(mode="decoder", use_bitnet=True, ode_use_pe=True, positional_encoding="pape", use_ssmax=True)),
     ("heun", dict(ode_use_pe=True, positional_encoding="alibi", norm_type="rms_norm")),
-    ("ralston", dict(mode="decoder", norm_type="derf")),
+    ("ralston", dict(mode="decoder", norm_type="derf", ode_use_pe=True, positional_encoding="hope", layer_idx=1)),
     ("rk4", dict(use_bitnet=True, norm_type="prms_norm", ode_use_pe=True)),
     ("rk38", dict(mode="decoder", norm_type="flash_norm", ode_use_pe=True, positional_encoding="alibi")),
     ("rk2_gated", dict(mode="decoder", ode_use_pe=True, norm_type="dynamic_tanh")),
+    ("euler", dict(ode_use_pe=True, positional_encoding="bam", use_ssmax=True, ssmax_length="padded", bam_learn_mu=True)),
 ]
 
 
@@ -37,7 +38,8 @@ def within_float32(got, cfg, params, x, mask, steps, variant=None) -> bool:
     return relative_error(got, want) <= tolerance(e32, "float32")
 
 
-@pytest.mark.parametrize("solver, fields", SOLVERS, ids=[s for s, _ in SOLVERS])
+@pytest.mark.parametrize("solver, fields", SOLVERS, ids=[s + ("-" + f["positional_encoding"] if "positional_encoding" in f
+                                                                   else "") for s, f in SOLVERS])
 def test_one_file_equals_the_spec_at_every_step_count(solver, fields):
     cfg = R.ODEConfig(hidden_size=12, num_heads=3, ode_solver=solver, ode_steps=4, **fields)
     params = R.init_params(cfg, seed=1, perturb_norms=True)

@@ -94,3 +94,40 @@ def test_each_norms_vjp_equals_finite_differences():
             d = rng.normal(size=np.shape(value))
             want = directional(lambda v: float(np.sum(R.apply_norm(norm, {**params, name: v}, x) * y_bar)), value, d)
             assert abs(np.sum(bars[name] * d) - want) <= TOL * np.linalg.norm(bars[name]), (norm, name)
+
+
+FAMILY_VJP_ROWS = [  # (encoding, SSMax, mode, padding, extra fields): every encoding, with and without SSMax
+    ("sinusoidal_rotary", False, "decoder", True, {}), ("hope", True, "encoder", False, {}),
+    ("pape", False, "encoder", True, {}), ("pape_efficient", True, "decoder", True, {}),
+    ("pape_ri", True, "encoder", True, dict(pape_num_positions=2)), ("pape_ri", False, "decoder", False, {}),
+    ("bam", True, "decoder", True, dict(bam_learn_mu=True)), ("bam", False, "encoder", False, {}),
+    ("alibi", True, "encoder", True, dict(ssmax_length="padded")), ("none", True, "decoder", False, {}),
+    ("sinusoidal_rotary", True, "encoder", True, {}), ("hope", False, "decoder", True, dict(hope_damping=0.1)),
+]
+
+
+@pytest.mark.parametrize("row", FAMILY_VJP_ROWS, ids=lambda r: f"{r[0]}-{'ssmax' if r[1] else 'plain'}-{r[2]}-{r[3]}")
+def test_the_hand_written_backward_equals_finite_differences(row):
+    """The seed's positional family: x_bar and every parameter's gradient, the encoder's included."""
+    encoding, ssmax, mode, padding, extra = row
+    c = R.ODEConfig(hidden_size=16, num_heads=2, ode_use_pe=True, positional_encoding=encoding, use_ssmax=ssmax,
+                    mode=mode, ode_solver="heun", ode_steps=2, pape_num_parabolas=2, layer_idx=1, **extra)
+    p = R.init_params(c, seed=12, perturb_norms=True)
+    rng = np.random.default_rng(3)
+    x, pm = rng.normal(size=(2, 5, 16)), None
+    if padding:
+        pm = np.ones((2, 5), bool)
+        pm[0, :2] = False
+    z1_bar = rng.normal(size=x.shape)
+    x_bar, p_bar = R.ode_block_vjp(p, x, c, z1_bar, pm)
+    assert set(p_bar) == set(p)
+
+    def loss(params, xx):
+        return float(np.sum(R.ode_block(params, xx, c, pm) * z1_bar))
+
+    d = rng.normal(size=x.shape)
+    assert abs(np.sum(x_bar * d) - directional(lambda xx: loss(p, xx), x, d)) <= TOL * np.linalg.norm(x_bar)
+    for name in p:
+        d = rng.normal(size=np.shape(p[name]))
+        want = directional(lambda v, name=name: loss({**p, name: v}, x), p[name], d)
+        assert abs(np.sum(p_bar[name] * d) - want) <= TOL * np.linalg.norm(p_bar[name]), name

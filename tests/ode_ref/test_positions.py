@@ -98,9 +98,9 @@ def test_config_fields_carry_the_seeds_names_and_defaults():
 
 
 def test_an_unimplemented_encoding_is_refused_by_name_only_when_on():
-    with pytest.raises(ValueError, match="positional_encoding: 'hope' is not implemented"):
-        cfg(positional_encoding="hope")
-    assert R.ODEConfig(hidden_size=8, num_heads=2, positional_encoding="hope").position_encoding == "none"
+    with pytest.raises(ValueError, match="positional_encoding: 'xpos' is not implemented"):
+        cfg(positional_encoding="xpos")
+    assert R.ODEConfig(hidden_size=8, num_heads=2, positional_encoding="xpos").position_encoding == "none"
     for field, bad in [("rope_base", 0.0), ("rope_scaling", float("inf")), ("rope_base", "10000"), ("ode_use_pe", 1)]:
         with pytest.raises(ValueError, match=field):
             cfg(**{field: bad})

@@ -40,7 +40,13 @@ def decoding():
     dict(hidden_size=12, num_heads=3, ode_use_pe=True, positional_encoding="alibi", norm_type="dynamic_tanh"),
     dict(hidden_size=8, num_heads=2, mode="decoder", ode_solver="rk2_gated", ode_use_pe=True, norm_type="flash_norm",
          use_bitnet=True),
-], ids=["encoder-alibi", "decoder-gated-rope-bitnet"])
+    dict(hidden_size=12, num_heads=3, ode_use_pe=True, positional_encoding="pape", use_ssmax=True),
+    dict(hidden_size=12, num_heads=3, mode="decoder", ode_use_pe=True, positional_encoding="bam", bam_learn_mu=True,
+         use_ssmax=True, ssmax_length="padded"),
+    dict(hidden_size=12, num_heads=3, mode="decoder", ode_use_pe=True, positional_encoding="pape_ri"),
+    dict(hidden_size=12, num_heads=3, ode_use_pe=True, positional_encoding="hope", layer_idx=2),
+], ids=["encoder-alibi", "decoder-gated-rope-bitnet", "encoder-pape-ssmax", "decoder-bam-ssmax-padded-rule",
+        "decoder-pape_ri", "encoder-hope"])
 def test_the_forward_equals_the_spec(fields):
     cfg = R.ODEConfig(**fields)
     params = R.init_params(cfg, seed=3, perturb_norms=True)
@@ -78,6 +84,47 @@ def test_cached_decoding_equals_the_spec_in_one_compilation(decoding):
             block.apply({**variables, **state}, x[:, :1], mutable=["cache"])  # outside jit: the spec's own error
         with pytest.raises(ValueError, match=r"^x_t: expected shape \(2, 1, 8\)"):
             block.apply({**variables, **state}, x[:, :2], mutable=["cache"])
+
+
+@pytest.mark.parametrize("encoding", ["pape_efficient+ssmax", "bam"])
+def test_cached_decoding_of_the_positional_family_equals_the_spec(encoding):
+    name, _, ssmax = encoding.partition("+")
+    cfg = R.ODEConfig(**{**DECODER.to_dict(), "positional_encoding": name, "use_ssmax": bool(ssmax)})
+    params = R.init_params(cfg, seed=4, perturb_norms=True)
+    x, mask = inputs(cfg)
+    block = F.ODEAttentionBlock(config=cfg, max_len=MAX_LEN)
+    with jax.enable_x64(True):
+        variables = F.from_state_dict(cfg, params)
+        z, state = block.apply(variables, x[:, :3], padding_mask=mask[:, :3], mutable=["cache"])
+        out = [z]
+        for i in range(3, MAX_LEN):
+            z_t, state = block.apply({**variables, **state}, x[:, i:i + 1], mutable=["cache"])
+            out.append(z_t)
+    assert relative_error(np.concatenate(out, axis=1), run_decode(cfg, params, x, mask, 3)) <= FLOAT64
+
+
+@pytest.mark.parametrize("encoding", ["pape", "pape_ri", "bam"])
+def test_the_encoder_s_parameters_take_the_seed_s_names_and_the_spec_s_init(encoding):
+    """pos_encoder.<name> in the spec's order and shapes; PaPE's weights U(-1/sqrt(fan_in), +),
+    pape_ri's scales U(0.5, 1.5), BAM's thetas and SSMax's s the config's constants."""
+    cfg = R.ODEConfig(hidden_size=64, num_heads=4, ode_use_pe=True, positional_encoding=encoding, use_ssmax=True,
+                      bam_learn_mu=True, bam_theta_init=0.25, bam_mu_init=-0.5, ssmax_s_init=0.75)
+    variables = F.ODEAttentionBlock(config=cfg).init(jax.random.key(0), jnp.zeros((1, 2, 64)))
+    params = F.to_state_dict(variables)
+    assert list(params) == list(R.param_shapes(cfg))
+    assert {k: tuple(v.shape) for k, v in params.items()} == R.param_shapes(cfg)
+    encoder = {k[len("pos_encoder."):]: np.asarray(v) for k, v in params.items() if k.startswith("pos_encoder.")}
+    for name, value in encoder.items():
+        if name.endswith(".weight"):
+            bound = value.shape[1] ** -0.5
+            assert np.abs(value).max() <= bound and np.abs(value).max() > 0.8 * bound, name
+        elif name == "position_scales":
+            assert 0.5 <= value.min() and value.max() <= 1.5 and value.max() - value.min() > 0.1
+        else:
+            want = {"theta_alpha": 0.25, "theta_beta": 0.25, "theta_mu": -0.5, "ssmax.s": 0.75}[name]
+            assert (value == np.float32(want)).all(), name
+    back = F.from_state_dict(cfg, {k: np.asarray(v) for k, v in params.items()})
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(variables)
 
 
 def test_init_draws_the_spec_s_distributions():
