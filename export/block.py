@@ -56,7 +56,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
 from .bitlinear import check_form, product_scale
-from .graph import Body, Function, Value
+from .graph import Body, Function, Value, ir_version
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
 
 OPSETS = (17, 23)
@@ -221,11 +221,8 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
         + list(extra_initializers), value_info=list(value_info),
     )
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)]
-    # The oldest IR version the opset allows (8 at least: model-local functions), not the onnx
-    # package's newest, so that every runtime reading this opset loads the file.
-    ir_version = max(8, helper.find_min_ir_version_for(opsets, ignore_unknown=True))
     model = helper.make_model(graph, functions=functions, producer_name="odeattn", producer_version=R.__version__,
-                              opset_imports=opsets, ir_version=ir_version)
+                              opset_imports=opsets, ir_version=ir_version(opsets))
     helper.set_model_props(model, {
         "odeattn_version": R.__version__,
         "config": json.dumps(cfg.to_dict(), sort_keys=True),

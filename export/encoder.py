@@ -23,7 +23,7 @@ from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import ODEEncoderConfig
 
 from . import runtime
-from .graph import Body, Value
+from .graph import Body, Value, ir_version
 from .norms import layer_norm
 
 OPSET = 17
@@ -98,8 +98,9 @@ def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.M
     graph = helper.make_graph(
         main.nodes, "ode_encoder", inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", c])],
         initializer=[numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in params.items()])
-    model = helper.make_model(graph, producer_name="odeattn", producer_version=R.__version__,
-                              opset_imports=[helper.make_opsetid("", OPSET)])
+    opsets = [helper.make_opsetid("", OPSET)]
+    model = helper.make_model(graph, producer_name="odeattn", producer_version=R.__version__, opset_imports=opsets,
+                              ir_version=ir_version(opsets))
     helper.set_model_props(model, {"odeattn_version": R.__version__, "encoder_config": json.dumps(cfg.to_dict(), sort_keys=True)})
     return model
 

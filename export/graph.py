@@ -126,6 +126,12 @@ ELEMENTWISE = {
 REDUCTIONS = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "amax": "ReduceMax", "min": "ReduceMin", "amin": "ReduceMin"}
 
 
+def ir_version(opsets) -> int:
+    """The oldest IR version the opsets allow (8 at least: model-local functions), not the onnx
+    package's newest, so that every runtime that reads the opset loads the file."""
+    return max(8, helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+
+
 def apply(name: str, *args, axis=None, keepdims=False):
     """The NumPy function `name` on Values (and constants) as ONNX nodes. NotImplementedError
     naming the function if it has no entry in ELEMENTWISE or REDUCTIONS. A reduction's axis may

@@ -16,9 +16,9 @@ from odeattn.conformance.runner import run_suite, select
 
 CASES = load_cases()
 WORKER = Path(__file__).with_name("external_worker.py")
-# a block case padded in decoder mode, a BitLinear one, a cached decode and a rk4 layer_norm one
+# a block case padded in decoder mode, a BitLinear one, a cached decode, a rk4 layer_norm one and an encoder stack
 FEW = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "^decode_rk4_layer_norm_rope_pad$",
-                             "block_layer_norm_rk4_encoder_float_nopad"])
+                             "block_layer_norm_rk4_encoder_float_nopad", "^encoder_rk2_gated_paper_pre_nopad"])
 
 
 def exec_ref(mode: str) -> BackendRef:
@@ -34,7 +34,7 @@ def test_an_external_port_passes_and_every_request_it_gets_is_a_schema_message(t
     kinds = {"hello": "hello", "run": "run", "exit": "exit"}
     for message in messages:
         E.check_message(message, kinds[message["op"]])
-    assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode"}
+    assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode", "encoder"}
     # the config as the golden manifest stores it: the required fields and the non-defaults
     assert all("dropout" not in m["config"] for m in messages if m["op"] == "run")
 
