@@ -57,6 +57,24 @@ def _positive_int(field: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def field_values(cls, obj: Any, required: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of the dataclass cls read from obj: a dict of field names (an unknown key is
+    refused, it is likely a typo) or any object with them as attributes (others ignored); a
+    ValueError names a required field obj lacks."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if isinstance(obj, Mapping):
+        unknown = sorted(set(obj) - set(names))
+        if unknown:
+            raise ValueError(f"config: unknown key(s) {unknown}; expected a subset of {names}")
+        values = dict(obj)
+    else:
+        values = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+    for name in required:
+        if name not in values:
+            raise ValueError(f"{name}: required, but the config {type(obj).__name__} has none")
+    return values
+
+
 @dataclass(frozen=True)
 class ODEConfig:
     hidden_size: int  # d_model, the width of every token state
@@ -190,17 +208,4 @@ class ODEConfig:
         """
         if isinstance(obj, cls):
             return obj
-        names = [f.name for f in dataclasses.fields(cls)]
-        if isinstance(obj, Mapping):
-            unknown = sorted(set(obj) - set(names))
-            if unknown:
-                raise ValueError(
-                    f"config: unknown key(s) {unknown}; expected a subset of {names}"
-                )
-            values = dict(obj)
-        else:
-            values = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
-        for required in ("hidden_size", "num_heads"):
-            if required not in values:
-                raise ValueError(f"{required}: required, but the config {type(obj).__name__} has none")
-        return cls(**values)
+        return cls(**field_values(cls, obj, ("hidden_size", "num_heads")))

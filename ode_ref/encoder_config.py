@@ -27,9 +27,11 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
+
+from .config import field_values
 
 # family -> (enc_calculate_num, rk_type)
 FAMILIES: dict[str, tuple[int, str]] = {
@@ -143,15 +145,4 @@ class ODEEncoderConfig:
         with the fields as attributes (a released model's args; other attributes are ignored)."""
         if isinstance(obj, cls):
             return obj
-        names = [f.name for f in dataclasses.fields(cls)]
-        if isinstance(obj, Mapping):
-            unknown = sorted(set(obj) - set(names))
-            if unknown:
-                raise ValueError(f"config: unknown key(s) {unknown}; expected a subset of {names}")
-            values = dict(obj)
-        else:
-            values = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
-        for required in ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim"):
-            if required not in values:
-                raise ValueError(f"{required}: required, but the config {type(obj).__name__} has none")
-        return cls(**values)
+        return cls(**field_values(cls, obj, ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")))
