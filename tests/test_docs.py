@@ -117,7 +117,8 @@ def check_training(ns, tmp_path):
     assert not dist.is_initialized()  # the example leaves no process group behind
     assert set(ns["grads"]) == set(ns["params"])
     assert relative_error(ns["z_batch"], ns["z"]) < 1e-6 and relative_error(ns["z_heads"], ns["z"]) < 1e-6
-    assert np.isfinite(ns["loss"]) and sum(ns["sizes"]) == sum(p.numel() for p in ns["model"].parameters())
+    model = ns["ode_model"](ns["cfg"], layers=2, out_features=3)
+    assert np.isfinite(ns["loss"]) and sum(ns["sizes"]) == sum(p.numel() for p in model.parameters())
 
 
 def check_diagnose(ns, tmp_path):
