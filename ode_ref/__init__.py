@@ -11,6 +11,7 @@ from .cache import KVCache as KVCache
 from .config import ENCODINGS as ENCODINGS, MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
 from .norms import NORM_PARAMS as NORM_PARAMS, NORM_TYPES as NORM_TYPES, apply_norm as apply_norm
 from .params import check_params as check_params, init_params as init_params
+from .precision import HALF_DTYPES as HALF_DTYPES, half_block as half_block, half_func as half_func, round_to as round_to
 from .params import load_params as load_params, param_shapes as param_shapes, save_params as save_params
 from .rk import integrate as integrate, rk_step as rk_step
 from .tableaus import TABLEAUS as TABLEAUS, ButcherTableau as ButcherTableau
