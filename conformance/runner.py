@@ -24,7 +24,7 @@ import numpy as np
 
 from .adapters import RESTEPPED
 from .cases import Case, at_steps, split_decoded
-from .half import HALF_DTYPES, cast
+from .half import HALF_DTYPES, cast, check_dtypes
 from .tolerance import half_tolerance, relative_error, tolerance
 from .worker import attempt
 
@@ -250,11 +250,12 @@ def reply_limit(case: Case) -> int:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=()) -> Report:
+              progress=None, taken=(), dtypes=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
-    xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
+    dtypes: only these of the dtypes each backend declares (None: all; ValueError for one not in
+    half.DTYPES). xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
     progress: an object told of the run as it goes: begin(total) with the number of results
     expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
@@ -268,10 +269,15 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     from .pool import core_count, run_workers
 
     xfail = compile_patterns("xfail", xfail)
+    only = None if dtypes is None else check_dtypes(dtypes)
+
+    def chosen(declared):
+        return [d for d in declared if only is None or d in only]
+
     jobs = jobs or core_count()
     report = Report()
     names = {}
-    expected = {i: len(ref.dtypes or ("?",)) * len(cases) for i, ref in enumerate(refs)}
+    expected = {i: len(chosen(ref.dtypes) if ref.dtypes else ("?",)) * len(cases) for i, ref in enumerate(refs)}
     done = {i: 0 for i in range(len(refs))}
     began = time.perf_counter()
     spawned = {}  # backend index -> when its first worker was spawned
@@ -289,6 +295,9 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
             gone(i, f"reports the name {name!r}, which another backend has taken")
             return False
         names[i] = name
+        dtypes = chosen(dtypes)
+        if not dtypes:
+            report.notes.append(f"{name}: runs none of the dtypes asked for ({', '.join(only)})")
         if progress and len(dtypes) * len(cases) != expected[i]:
             progress.grow(len(dtypes) * len(cases) - expected[i])
         expected[i] = len(dtypes) * len(cases)
@@ -306,7 +315,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         restep = RESTEPPED.get(name) if refs[i].builtin else None  # judged against the spec at its count
         judged = {c.name: at_steps(c, restep(c.config.ode_steps)) if restep and c.trajectory is not None else c for c in cases}
         jobs = []
-        for d in dtypes:
+        for d in chosen(dtypes):
             for c in cases:
                 skipped = untestable(CaseResult(names[i], d, c.name, "passed"), judged[c.name])
                 if skipped is not None:
@@ -361,9 +370,9 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         if progress:
             progress.close()
     report.wall = time.perf_counter() - began
-    ran = {r.backend for r in report.results if r.status not in ("skipped", "untestable")}
+    ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
     for i, name in names.items():
-        if name not in ran and not stop[0]:
+        if name not in ran and not stop[0] and expected[i]:
             report.errors.append(BackendError(refs[i].label, "ran no case: supports() refused every one"))
     order = {n: i for i, n in names.items()}
     case_order = {c.name: i for i, c in enumerate(cases)}

@@ -239,3 +239,12 @@ def test_an_unknown_dtype_is_refused_naming_the_backend_the_field_and_the_allowe
     assert check_dtypes(list(DTYPES)) == DTYPES
     with pytest.raises(ValueError, match="dtype: expected a non-empty tuple"):
         cast(np.zeros(2), "float8")
+
+
+def test_run_suite_refuses_an_unknown_dtype_asked_for_and_runs_only_those_asked_for(ports):
+    with pytest.raises(ValueError, match=r"dtypes: expected a non-empty tuple of 'float32', 'float64', 'bfloat16', "
+                                         r"'float16'; got \('float8',\)"):
+        run_suite([BackendRef("policy", "odeattn_half_ports:PolicyPort")], CASES[:1], dtypes=("float8",))
+    report = run_suite([BackendRef("policy", "odeattn_half_ports:PolicyPort")], select(CASES, include=[TESTABLE[0] + "$"]),
+                       jobs=1, dtypes=("float16", "float32"))
+    assert [(r.dtype, r.status) for r in report.results] == [("float16", "passed")] and not report.errors
