@@ -33,6 +33,11 @@ from odeattn.cli import main
     pytest.param(["--backend", "spec", "--backend", "spec"], "--backend: each backend once; got spec more than once",
                  id="backend-repeated"),
     pytest.param(["--backend", ".relative:X"], "--backend .relative:X: expected an absolute module name", id="backend-relative"),
+    pytest.param(["--dtype", "float8"], "--dtype: expected one of float32, float64, bfloat16, float16; got 'float8'",
+                 id="dtype-float8"),
+    pytest.param(["--dtype", "bfloat16", "--dtype", "int8"], "--dtype: expected one of float32, float64, bfloat16, "
+                                                              "float16; got 'int8'", id="dtype-integer"),
+    pytest.param(["--dt", "float8"], "--dtype: expected one of", id="dtype-abbreviated"),
 ])
 def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_path, capsys):
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -46,12 +51,12 @@ def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_pat
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
     shutil.copytree(golden.GOLDEN_DIR, tmp_path / "g")
     text = (tmp_path / "g" / "manifest.json").read_text()
-    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 5', '"format": "5"').replace('"padding": true', '"padding": 1', 1))
+    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 6', '"format": "6"').replace('"padding": true', '"padding": 1', 1))
     (tmp_path / "g" / "notes.txt").write_text("stray")
     assert main(["conformance", "--golden", str(tmp_path / "g")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("odeattn conformance: ") for line in lines), lines
-    assert any("$.format: '5' is not one of [2, 3, 4, 5]" in line for line in lines), lines
+    assert any("$.format: '6' is not one of [2, 3, 4, 5, 6]" in line for line in lines), lines
     assert any("notes.txt: not listed in manifest.json" in line for line in lines)
 
 
