@@ -117,7 +117,7 @@ def _typed_initializers(cfg, params, bitlinear: str = "float", dtype: str = "flo
     if dtype == "float32":
         return _initializers(cfg, params, bitlinear), set()
     out = _initializers(cfg, stored_params(params, dtype), bitlinear)
-    exact = {k for k in out if cfg.use_bitnet and k.startswith("ode_func.")}  # every projection's ternary and scale
+    exact = {k for k in out if cfg.use_bitnet and k.startswith(("ode_func.qkv.", "ode_func.out_proj."))}  # ternary, scale
     return as_storage(out, dtype, exact), exact
 
 
