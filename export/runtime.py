@@ -9,6 +9,7 @@ one given is checked (an int64 scalar >= 1) before ONNX Runtime sees it.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -75,7 +76,15 @@ def session(model, *, threads: int | None = None, optimized_path=None):
         # it is not folded as a constant, which is what such an input is for
         opts.log_severity_level = 3
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's NotImplemented: an operator without a CPU kernel for its types
+        found = re.search(r"Could not find an implementation for (\w+)\((\d+)\)", str(err))
+        if found is None:
+            raise
+        raise ModelError(f"model: ONNX Runtime {ort.__version__}'s CPU provider has no kernel for {found[1]} (opset "
+                         f"{found[2]}) with the types the model gives it (computing in bfloat16 has almost none: a half "
+                         "export computes in float32, export.half)") from None
 
 
 def _takes_defaults(model) -> bool:

@@ -99,7 +99,7 @@ def run(args) -> int:
     threads = args.threads or os.cpu_count() or 1
     with user_input():
         kind, x, forward, start = check_inputs(args, threads)
-    created = start()
+        created = start()  # a model with an operator the CPU provider has no kernel for is refused here
     z = forward()  # also the warm-up of --repeats
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:

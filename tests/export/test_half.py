@@ -182,3 +182,14 @@ def test_the_adapter_runs_half_rows_and_reports_the_float32_only_models():
         assert z.dtype == half and ulps(z, half_block(params, x, cfg, mask, dtype=dtype), dtype) <= ULPS
         with pytest.raises(NotSupported, match="prefill and decode-step models is exported in float32 only"):
             adapter.run_decode(cfg, hp, x.astype(half), mask, 3, dtype)
+
+
+
+def test_an_operator_without_a_cpu_kernel_is_named_in_one_line(bfloat16_tanh):
+    from odeattn.export.runtime import ModelError
+
+    with pytest.raises(ModelError) as err:
+        session(bfloat16_tanh())
+    message = str(err.value)
+    assert message.startswith("model: ONNX Runtime ") and "CPU provider has no kernel for Tanh (opset 13)" in message
+    assert "\n" not in message

@@ -231,3 +231,10 @@ def test_no_padding_mask_is_honoured_for_the_block_and_prefill_models(tmp_path, 
     assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "--padding-mask", str(tmp_path / "mask.npy")]) == 2
     assert capsys.readouterr().err.strip() == (
         "odeattn run: padding_mask: this model was exported without a padding_mask input; got one")
+
+
+def test_run_names_an_operator_the_cpu_provider_has_no_kernel_for(tmp_path, capsys, refused_in_one_line, bfloat16_tanh):
+    """A bfloat16 graph that computes in bfloat16 (not an odeattn export): `odeattn run` refuses it
+    in one line, exit 2, naming the operator, when the session is created."""
+    bfloat16_tanh(tmp_path / "t.onnx")
+    refused_in_one_line(tmp_path, ["run", "{d}/t.onnx"], "CPU provider has no kernel for Tanh (opset 13)", capsys)
