@@ -14,6 +14,10 @@ import numpy as np
 from .cases import decode_loop
 from .encoder_adapters import OnnxEncoder
 from .profile import compiling
+from .protocol import NotSupported
+
+HALF = ("float16", "bfloat16")  # the half exports (export.half): x, params and outputs of that dtype
+FLOAT32_ONLY = "not supported: the {what} is exported in float32 only (export.half covers the block model)"
 
 
 def _threads():
@@ -22,6 +26,9 @@ def _threads():
 
 
 class _ExportedAdapter:
+    """The block exported in the case's dtype: float32, or for an adapter that lists them a half
+    dtype (export_model's dtype; run_* then receive and return arrays of it)."""
+
     dtypes = ("float32",)
     opset = 17
     bitlinear = "float"  # export_model's form of BitLinear's products
@@ -35,17 +42,18 @@ class _ExportedAdapter:
         """A runnable: feed (name -> array) -> name -> array, for every output of model."""
         raise NotImplementedError
 
-    def _runnable(self, config, params, padding_mask):
+    def _runnable(self, config, params, padding_mask, dtype):
         digest = hashlib.sha256()
         for k in sorted(params):
             digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())
-        key = (config, padding_mask is not None, digest.hexdigest())
+        key = (config, padding_mask is not None, digest.hexdigest(), dtype)
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
             with compiling("exports"):
                 model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
-                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input)
+                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input,
+                                     dtype=dtype if dtype in HALF else "float32")
             self._built = (key, (model, self._session(model)))
         return self._built[1]
 
@@ -54,10 +62,10 @@ class _ExportedAdapter:
         with compiling("sessions"):
             return self._build(model)
 
-    def _outputs(self, config, params, x, padding_mask) -> dict:
+    def _outputs(self, config, params, x, padding_mask, dtype) -> dict:
         from odeattn.export.runtime import make_feed
 
-        model, runnable = self._runnable(config, params, padding_mask)
+        model, runnable = self._runnable(config, params, padding_mask, dtype)
         return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
 
     def fed_steps(self, config) -> int:
@@ -65,24 +73,27 @@ class _ExportedAdapter:
         return config.ode_steps
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
-        return self._outputs(config, params, x, padding_mask)["f0"]
+        return self._outputs(config, params, x, padding_mask, dtype)["f0"]
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         """x, then the state after each step: the unrolled form's outputs step_k, or the Loop
         form's scan output `trajectory`."""
-        out = self._outputs(config, params, x, padding_mask)
+        out = self._outputs(config, params, x, padding_mask, dtype)
         if self.steps_input:
             return np.concatenate([x[None], out["trajectory"]])
         return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        return self._outputs(config, params, x, padding_mask)["z"]
+        return self._outputs(config, params, x, padding_mask, dtype)["z"]
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         """The exported prefill model on the prompt, then the decode-step model per token, each
         step's present cache fed back as the next past (export.decode.OnnxDecoder)."""
         from odeattn.export.block import export_decode_model, export_prefill_model
         from odeattn.export.decode import OnnxDecoder
+
+        if dtype in HALF:
+            raise NotSupported(FLOAT32_ONLY.format(what="prefill and decode-step models"))
 
         with compiling("exports"):
             prefill = export_prefill_model(config, params, opset=self.opset)
@@ -94,6 +105,14 @@ class _ExportedAdapter:
 
 class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
     name = "onnxruntime"
+    # ONNX Runtime's CPU kernels run both half exports (their Casts; float32 between): run_* take
+    # and return HALF arrays. The rows join dtypes, ("float32", *HALF), once the runner judges them.
+    half_rows = HALF
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        if dtype in HALF:
+            raise NotSupported(FLOAT32_ONLY.format(what="encoder stack"))
+        return super().run_encoder(config, params, x, padding_mask, dtype)
 
     def _build(self, model):
         from odeattn.export.decode import session_runner
@@ -141,6 +160,7 @@ class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
     from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
 
     name = "onnxruntime-loop-other-steps"
+    half_rows = ()  # its reference is the spec at another step count, computed in the run in float64 only
 
     def fed_steps(self, config) -> int:
         return other_steps(config.ode_steps)

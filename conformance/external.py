@@ -319,9 +319,9 @@ class OnnxAdapter(_External, OnnxEncoder, _ExportedAdapter):
         self._live.append(run)
         return run
 
-    def _runnable(self, config, params, padding_mask):
+    def _runnable(self, config, params, padding_mask, dtype):
         before = self._built[1]
-        built = super()._runnable(config, params, padding_mask)
+        built = super()._runnable(config, params, padding_mask, dtype)
         if before is not None and before is not built:
             self._drop([before[1]])
         return built

@@ -57,6 +57,7 @@ from ode_ref.tableaus import TABLEAUS
 from .attention import SelfAttention
 from .bitlinear import check_form, product_scale
 from .graph import Body, Function, Value, ir_version
+from .half import HalfIO, as_storage, half_export_attention, stored_params
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
 
 OPSETS = (17, 23)
@@ -107,6 +108,25 @@ def _initializers(cfg, params, bitlinear: str = "float") -> dict:
         out["gate.weight_t"] = np.ascontiguousarray(np.asarray(params[GATE_WEIGHT], np.float32).T)
         out[GATE_BIAS] = np.asarray(params[GATE_BIAS], np.float32)
     return out
+
+
+def _typed_initializers(cfg, params, bitlinear: str = "float", dtype: str = "float32") -> tuple[dict, set]:
+    """(initializer name -> array, the names kept as they are): in float32, _initializers; in a
+    half dtype, those of the parameters rounded to it, stored in it, except BitLinear's ternary
+    weights and scales (int8 and float32, exact: derived from the rounded weights in float32)."""
+    if dtype == "float32":
+        return _initializers(cfg, params, bitlinear), set()
+    out = _initializers(cfg, stored_params(params, dtype), bitlinear)
+    exact = {k for k in out if cfg.use_bitnet and k.startswith(("ode_func.qkv.", "ode_func.out_proj."))}  # ternary, scale
+    return as_storage(out, dtype, exact), exact
+
+
+def _half(cfg, params, att, io: HalfIO, bitlinear: str = "float"):
+    """The export's attention under the half-precision policy of io.dtype (as it is in float32)."""
+    if not io.half:
+        return att
+    stored, exact = _typed_initializers(cfg, params, bitlinear, io.dtype)
+    return half_export_attention(att, io.dtype, set(stored) - exact, exact)
 
 
 def _weights(cfg, main, bitlinear: str = "float") -> dict:
@@ -214,10 +234,11 @@ def export_attention(attention, opset: int, bitlinear: str = "float") -> SelfAtt
 
 
 def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitlinear: str = "float",
-           extra_initializers=(), value_info=(), **props) -> onnx.ModelProto:
+           extra_initializers=(), value_info=(), io: HalfIO = HalfIO(), **props) -> onnx.ModelProto:
+    initializers, _ = _typed_initializers(cfg, params, bitlinear, io.dtype)
     graph = helper.make_graph(
         main.nodes, "ode_attention_block", inputs, outputs,
-        initializer=[numpy_helper.from_array(v, k) for k, v in _initializers(cfg, params, bitlinear).items()]
+        initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()]
         + list(extra_initializers), value_info=list(value_info),
     )
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(Function.DOMAIN, 1)]
@@ -230,14 +251,16 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
         "ode_steps": str(cfg.ode_steps),
         "opset": str(opset),
         **({"bitlinear": bitlinear} if bitlinear != "float" else {}),  # a float file stays as it was
+        **({"dtype": io.dtype, "keep_io_types": str(io.keep_io_types).lower()} if io.half else {}),  # a float32 one too
         **props,
     })
     return model
 
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
-                 diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False) -> onnx.ModelProto:
-    """The block for (config, params) as an onnx.ModelProto (float32).
+                 diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False,
+                 dtype: str = "float32", keep_io_types: bool = False) -> onnx.ModelProto:
+    """The block for (config, params) as an onnx.ModelProto (float32, or the half dtype given).
 
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
     step), which the conformance suite uses to name the first divergent quantity; with
@@ -248,34 +271,39 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     model's metadata then says bitlinear=integer.
     steps_input=True: the Loop form (export.loop), one file for any number of steps: an int64
     input `steps` (default the config's ode_steps) is the Loop's trip count; metadata form=loop.
+    dtype: "float16" or "bfloat16" runs ode_ref.precision's policy (export.half): S initializers,
+    x and the outputs typed S (keep_io_types=True: float32, holding S values), float32 between
+    the policy's rounding points; the metadata says dtype and keep_io_types.
     """
+    io = HalfIO(dtype, keep_io_types)
     cfg, att = _checked(config, params, opset, attention, bitlinear)
+    att = _half(cfg, params, att, io, bitlinear)
     main = Body("", opset)
-    x = Value(main, "x")
+    x = io.entry(main, Value(main, "x"))
     mask_in = Value(main, "padding_mask") if padding_mask else None
     weights = _weights(cfg, main, bitlinear)
     prepared = att.prepare(weights, x, mask_in)
     d = cfg.hidden_size
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
+    inputs = [helper.make_tensor_value_info("x", io.elem, ["batch", "seq", d])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
     if steps_input:
-        outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics)
+        outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics, io)
         return _model(cfg, params, main, inputs + [steps_info()], outputs, [], opset, bitlinear,
-                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, form="loop")
-    outputs, functions = _unrolled(cfg, att, main, x, prepared, weights, diagnostics)
-    return _model(cfg, params, main, inputs, outputs, functions, opset, bitlinear)
+                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, io=io, form="loop")
+    outputs, functions = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
+    return _model(cfg, params, main, inputs, outputs, functions, opset, bitlinear, io=io)
 
 
-def _state_info(name: str, d: int, *leading):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [*leading, "batch", "seq", d])
+def _state_info(name: str, d: int, *leading, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, [*leading, "batch", "seq", d])
 
 
 def _output(main: Body, value: Value, name: str) -> None:
     main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name if name != "z" else "output"))
 
 
-def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict, diagnostics: bool):
+def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict, diagnostics: bool, io: HalfIO):
     """(outputs, local functions) of the default form: one call of ode_step per step."""
     shared = _step_arguments(main, prepared, weights)
     names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
@@ -290,19 +318,19 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
     d = cfg.hidden_size
     extra = []
     if diagnostics:
-        _output(main, func.call(main, x, main.const(0.0), *shared), "f0")
-        extra.append(_state_info("f0", d))
+        _output(main, io.exit(main, func.call(main, x, main.const(0.0), *shared)), "f0")
+        extra.append(_state_info("f0", d, elem=io.elem))
     z = x
     for k, t0 in enumerate(step_times(cfg.ode_steps), start=1):
         z = step.call(main, z, main.const(t0), *shared)
         if diagnostics:
-            _output(main, z, f"step_{k}")
-            extra.append(_state_info(f"step_{k}", d))
-    _output(main, z, "z")
-    return [_state_info("z", d)] + extra, [func.proto(), step.proto()]
+            _output(main, io.exit(main, z), f"step_{k}")
+            extra.append(_state_info(f"step_{k}", d, elem=io.elem))
+    _output(main, io.exit(main, z), "z")
+    return [_state_info("z", d, elem=io.elem)] + extra, [func.proto(), step.proto()]
 
 
-def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: bool):
+def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: bool, io: HalfIO):
     """(the outputs, the Loop's outputs' shapes) of the Loop form: one Loop node over the steps
     (export.loop). The shapes are declared: onnx's shape inference leaves a Loop's loop-carried
     and scan outputs without one, though the body's outputs have theirs."""
@@ -317,12 +345,12 @@ def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: boo
 
     d = cfg.hidden_size
     z, trajectory = loop_over_steps(main, x, make_step, ["batch", "seq", d], trajectory=diagnostics)
-    _output(main, z, "z")
-    outputs, shapes = [_state_info("z", d)], [_state_info(z.name, d)]
+    _output(main, io.exit(main, z), "z")
+    outputs, shapes = [_state_info("z", d, elem=io.elem)], [_state_info(z.name, d)]
     if diagnostics:
-        _output(main, att.evaluate(prepared, main.const(0.0), x), "f0")
-        _output(main, trajectory, "trajectory")
-        outputs += [_state_info("f0", d), _state_info("trajectory", d, STEPS)]
+        _output(main, io.exit(main, att.evaluate(prepared, main.const(0.0), x)), "f0")
+        _output(main, io.exit(main, trajectory), "trajectory")
+        outputs += [_state_info("f0", d, elem=io.elem), _state_info("trajectory", d, STEPS, elem=io.elem)]
         shapes.append(_state_info(trajectory.name, d, STEPS))
     return outputs, shapes
 
@@ -360,12 +388,17 @@ KINDS = ("block", "prefill", "decode_step")  # export_model, export_prefill_mode
 
 
 def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OPSET, bitlinear: str = "float",
-                 attention=None, steps_input: bool = False) -> None:
+                 attention=None, steps_input: bool = False, dtype: str = "float32", keep_io_types: bool = False) -> None:
     """The checks the export of `kind` runs before building anything (parameters, opset, mode,
-    the BitLinear form, a variant that can be exported, the Loop form for the block only):
-    ValueError or TypeError naming what it refuses, so a caller can check its input before the work."""
+    the BitLinear form, a variant that can be exported, the Loop form for the block only, the
+    dtype: a half one for the block only): ValueError or TypeError naming what it refuses, so a
+    caller can check its input before the work."""
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}; got {kind!r}")
+    io = HalfIO(dtype, keep_io_types)
+    if io.half and kind != "block":
+        raise ValueError(f"dtype: the {kind} model is exported in float32 only (its cache arrays are float32 inputs "
+                         f"and outputs); got {dtype!r}")
     if steps_input and kind != "block":
         raise ValueError(f"steps_input: the {kind} model keeps a fixed step count (its cache holds one slot per "
                          "evaluation, ode_steps x stages); expected steps_input=False")

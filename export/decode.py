@@ -75,8 +75,10 @@ class SessionRun:
 
     def unchecked(self, feed: dict) -> dict:
         """The run on a feed already checked (a loop whose first feed was checked, as generate's)."""
+        from .runtime import run_session
+
         self.start()
-        return dict(zip(self._names, self._sess.run(self._names, feed)))
+        return dict(zip(self._names, run_session(self._sess, self._names, feed)))
 
 
 def session_runner(model, *, threads: int | None = None) -> SessionRun:

@@ -34,6 +34,9 @@ import onnx
 
 import ode_ref as R
 from ode_ref.cache import evaluations
+from ode_ref.precision import half_block
+
+from .half import numpy_dtype
 
 PROJECTIONS = 4  # MatMuls with a weight initializer per evaluation of f: q, k, v, out_proj
 
@@ -185,7 +188,8 @@ def node_counts(model: onnx.ModelProto) -> tuple[int, int]:
 
 def check_against_spec(model: onnx.ModelProto, config, params) -> float:
     """max|z - z_spec| / max|z_spec| of the exported model, run in ONNX Runtime in float32, against
-    ode_ref.ode_block in float64 on a random batch: x normal [2, 8, hidden_size], seed 0. A block
+    ode_ref.ode_block in float64 on a random batch: x normal [2, 8, hidden_size], seed 0 (a half
+    export: in its dtype, against ode_ref.precision.half_block in that dtype). A block
     model runs on it with the second row padded after 5 tokens (every token real if the model has
     no padding_mask input); a prefill model on the 8 tokens; a decode-step model generates them one
     by one from an empty cache."""
@@ -196,10 +200,15 @@ def check_against_spec(model: onnx.ModelProto, config, params) -> float:
     kind = _props(model).get("kind", "block")
     x = np.random.default_rng(0).normal(size=(2, 8, cfg.hidden_size))
     x32, mask = x.astype(np.float32), None
+    dtype = _props(model).get("dtype", "float32")  # a half export (export.half): against the spec's policy
     if kind == "block":
         if "padding_mask" in {i.name for i in model.graph.input}:
             mask = np.array([[True] * 8, [True] * 5 + [False] * 3])
-        z = run(model, session(model), x32, mask)["z"]
+        fed = x32 if dtype == "float32" or _props(model).get("keep_io_types") == "true" else x32.astype(numpy_dtype(dtype))
+        z = run(model, session(model), fed, mask)["z"].astype(np.float32)
+        if dtype != "float32":
+            want = half_block(params, x, cfg, mask, dtype=dtype)
+            return float(np.abs(z - want).max() / np.abs(want).max())
     elif kind == "prefill":
         z = OnnxDecoder(cfg, prefill_run=session_runner(model)).prefill(x32, None, x32.shape[1])[0]
     else:

@@ -9,6 +9,7 @@ one given is checked (an int64 scalar >= 1) before ONNX Runtime sees it.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -75,7 +76,15 @@ def session(model, *, threads: int | None = None, optimized_path=None):
         # it is not folded as a constant, which is what such an input is for
         opts.log_severity_level = 3
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's NotImplemented: an operator without a CPU kernel for its types
+        found = re.search(r"Could not find an implementation for (\w+)\((\d+)\)", str(err))
+        if found is None:
+            raise
+        raise ModelError(f"model: ONNX Runtime {ort.__version__}'s CPU provider has no kernel for {found[1]} (opset "
+                         f"{found[2]}) with the types the model gives it (computing in bfloat16 has almost none: a half "
+                         "export computes in float32, export.half)") from None
 
 
 def _takes_defaults(model) -> bool:
@@ -155,7 +164,8 @@ def fixed_steps(model: onnx.ModelProto) -> str:
 
 
 def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
-    """The feed for a block model, checked: x float32 [batch, seq, d_model]; padding_mask bool
+    """The feed for a block model, checked: x [batch, seq, d_model] of the model's dtype (float32,
+    or a half export's float16 or bfloat16, export.half); padding_mask bool
     [batch, seq] (all True if the model takes one and none is given); steps (the Loop form only)
     an integer >= 1, or None for the model's default (its ode_steps)."""
     declared = declared_inputs(model)
@@ -217,11 +227,39 @@ def check_feed(declared: dict, feed: dict, defaults: dict | None = None) -> dict
     return out
 
 
+def run_session(sess, names, feed: dict) -> list:
+    """sess.run(names, feed), bfloat16 arrays (ml_dtypes) included: ONNX Runtime's Python API
+    has no NumPy type for bfloat16, so such a feed goes in as OrtValues of its bits (uint16, typed
+    bfloat16) and each bfloat16 output comes back as a copy of its bits, viewed as ml_dtypes'."""
+    import ml_dtypes
+    import onnxruntime as ort
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    if not any(np.asarray(a).dtype == bf16 for a in feed.values()) and not any(
+            o.type == "tensor(bfloat16)" for o in sess.get_outputs() if o.name in names):
+        return sess.run(names, feed)
+    values = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(a).view(np.uint16), onnx.TensorProto.BFLOAT16)
+              if a.dtype == bf16 else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a))
+              for k, a in ((k, np.asarray(a)) for k, a in feed.items())}
+    return [_fetched(v, bf16) for v in sess.run_with_ort_values(names, values)]
+
+
+def _fetched(value, bf16) -> np.ndarray:
+    """An output OrtValue as a NumPy array: a bfloat16 one copied from its bits."""
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    import ctypes
+
+    count = int(np.prod(value.shape()))
+    bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr())) if count else np.empty(0, np.uint16)
+    return bits.copy().view(bf16).reshape(value.shape())
+
+
 def run(model: onnx.ModelProto, sess, x, padding_mask=None, outputs=None, steps=None) -> dict:
     """name -> array for the requested outputs (default: all) of an onnxruntime session; steps:
     the Loop form's step count (None: its default)."""
     names = outputs or [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, make_feed(model, x, padding_mask, steps))))
+    return dict(zip(names, run_session(sess, names, make_feed(model, x, padding_mask, steps))))
 
 
 def run_reference(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:

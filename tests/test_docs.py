@@ -103,6 +103,8 @@ def check_export(ns, tmp_path):
     assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and relative_error(ns["z_ref"], ns["z_spec"]) < 1e-5
     assert (tmp_path / "block.onnx").stat().st_size > 0 and (tmp_path / "block.int8.onnx").stat().st_size > 0
     assert relative_error(ns["zl"], ns["zl_spec"]) < 1e-5 and ns["steps"] == 16  # the Loop form, at its last count
+    # the half export: within one bfloat16 ulp of the spec's policy (2 u max|z|, export.half's bound)
+    assert ns["zb"].dtype.name == "bfloat16" and relative_error(ns["zb"].astype(np.float32), ns["zb_spec"]) <= 2 * 2.0**-8
 
 
 def check_decoding(ns, tmp_path):

@@ -10,11 +10,13 @@ import warnings
 from pathlib import Path
 
 from ode_ref.cache import evaluations
+from ode_ref.precision import HALF_DTYPES
 
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block
 
 DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
+DTYPES = ("float32", *HALF_DTYPES)  # export.half.DTYPES (not imported: registering a command imports no onnx)
 
 
 def register(sub) -> None:
@@ -44,6 +46,12 @@ def register(sub) -> None:
     p.add_argument("--steps-input", action="store_true",
                    help="the Loop form: one file for any number of steps, an int64 input 'steps' (default: the "
                         "config's ode_steps) that odeattn run --steps sets (block model of the direct route)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="float32 (default); float16 or bfloat16: ode_ref.precision's half-precision policy, weights "
+                        "stored in that dtype, x and z typed in it, float32 between its rounding points "
+                        "(block model of the direct route)")
+    p.add_argument("--keep-io-types", action="store_true",
+                   help="with a half --dtype: x and z typed float32 (x rounded to the dtype on entry, z on exit)")
     p.add_argument("--inline", action="store_true",
                    help="write the graph without model-local functions, for tools and runtimes that do not read "
                         "them (the same z; the file grows with the steps)")
@@ -67,6 +75,7 @@ def check_options(args):
     check_deploy_options(args, config)
     check_bitlinear(args, config)
     check_steps_input(args)
+    check_dtype(args)
     if args.prefill or args.decode:
         flag = "--prefill" if args.prefill else "--decode"
         if args.route != "direct":
@@ -82,7 +91,8 @@ def check_options(args):
         from odeattn.export.block import check_export
 
         kind = "prefill" if args.prefill else "decode_step" if args.decode else "block"
-        check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear)
+        check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear, dtype=args.dtype,
+                     keep_io_types=args.keep_io_types)
     return config, params, opset
 
 
@@ -99,9 +109,10 @@ def run(args) -> int:
     model = onnx.load(str(args.output))
     err = check_against_spec(model, config, params)
     stored, executed = node_counts(model)
+    spec = "ode_ref (float64)" if args.dtype == "float32" else f"ode_ref.precision.half_block ({args.dtype})"
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
-          f"max relative error vs ode_ref (float64) on a random batch (2 x 8): {err:.2e}")
+          f"max relative error vs {spec} on a random batch (2 x 8): {err:.2e}")
     if args.optimize:
         notes.append(write_optimized(args.output))
     for note in notes:
@@ -123,7 +134,7 @@ def write_block(args, config, params, opset: int) -> list[str]:
     from odeattn.export.block import check, export_model
 
     model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear,
-                         steps_input=args.steps_input)
+                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types)
     check(model)
     try:
         model, notes = deploy_form(model, args)
@@ -135,6 +146,10 @@ def write_block(args, config, params, opset: int) -> list[str]:
 
         notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
                      "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
+    if args.dtype != "float32":
+        io = "float32 (holding its values)" if args.keep_io_types else args.dtype
+        notes.append(f"{args.dtype}: weights stored in {args.dtype}, x and z typed {io}; float32 between the policy's "
+                     "rounding points (ode_ref.precision)")
     if args.steps_input:
         notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
@@ -214,6 +229,22 @@ def check_steps_input(args) -> None:
     if args.inline:
         raise UsageError("--inline: the Loop form (--steps-input) has no local functions to inline; its step is "
                          "written out once, in the Loop's body; got --steps-input --inline")
+
+
+def check_dtype(args) -> None:
+    """UsageError naming --dtype or --keep-io-types unless they apply: a half dtype for the direct
+    route's block model, not quantised to int8; --keep-io-types with a half dtype only."""
+    if args.keep_io_types and args.dtype == "float32":
+        raise UsageError("--keep-io-types: applies to a half --dtype (float16 or bfloat16); got --dtype float32")
+    if args.dtype == "float32":
+        return
+    other = _other_form(args)
+    if other:
+        raise UsageError(f"--dtype {args.dtype}: expected the block model of the direct route (the prefill and "
+                         f"decode-step models, and the torch route, export float32 only); got {other}")
+    if args.quantize:
+        raise UsageError(f"--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); "
+                         f"got --dtype {args.dtype}")
 
 
 def check_bitlinear(args, config) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ode_ref.precision import HALF_DTYPES
 from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int, user_input
 from odeattn.commands.inputs import load_x
 
@@ -16,7 +17,8 @@ def register(sub) -> None:
     r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
                                    "--seq tokens from an empty cache)")
     r.add_argument("model", type=Path)
-    r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model]; default: a random batch")
+    r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model] (a half model's dtype too, or float32 "
+                                         "rounded to it); default: a random batch")
     r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
     r.add_argument("--batch", type=positive_int, default=2)
     r.add_argument("--seq", type=positive_int, default=8)
@@ -36,7 +38,7 @@ def check_inputs(args, threads: int):
     import time
 
     from odeattn.export.decode import OnnxDecoder, SessionRun
-    from odeattn.export.runtime import block_width, load_model, make_feed, session
+    from odeattn.export.runtime import block_width, load_model, make_feed, run_session, session
 
     check_output_path("-o", args.output, ".npy")
     model = load_model(args.model)
@@ -46,7 +48,7 @@ def check_inputs(args, threads: int):
     kind = meta.get("kind", "block")
     check_steps_option(model, args.steps)
     if kind == "block":
-        feed = make_feed(model, x, mask, args.steps)
+        feed = make_feed(model, as_model_dtype(model, x), mask, args.steps)
         built = {}
 
         def start() -> float:
@@ -54,7 +56,7 @@ def check_inputs(args, threads: int):
             built["session"] = session(model, threads=threads)
             return time.perf_counter() - begun
 
-        return kind, x, (lambda: built["session"].run(["z"], feed)[0]), start
+        return kind, x, (lambda: run_session(built["session"], ["z"], feed)[0]), start
     runner = SessionRun(model, threads=threads)  # the feeds are checked before the session is built
     config = json.loads(meta["config"])
     if kind == "prefill":
@@ -66,6 +68,15 @@ def check_inputs(args, threads: int):
     decoder = OnnxDecoder(config, decode_run=runner)
     decoder.check_generate(x)
     return kind, x, (lambda: decoder.generate(x)), runner.start
+
+
+def as_model_dtype(model, x):
+    """x in a half model's dtype (export.half): float32 rounded to it, as every library converts (a
+    .npy file holds no bfloat16); anything else as it is, for make_feed to check."""
+    from odeattn.export.runtime import declared_inputs
+
+    dtype = declared_inputs(model)["x"][0]
+    return x.astype(dtype) if dtype.name in HALF_DTYPES and x.dtype == np.float32 else x
 
 
 def check_steps_option(model, steps) -> None:
@@ -88,12 +99,13 @@ def run(args) -> int:
     threads = args.threads or os.cpu_count() or 1
     with user_input():
         kind, x, forward, start = check_inputs(args, threads)
-    created = start()
+        created = start()  # a model with an operator the CPU provider has no kernel for is refused here
     z = forward()  # also the warm-up of --repeats
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:
-        np.save(args.output, z)
-        summary += f", saved to {args.output}"
+        saved = z if z.dtype.kind == "f" else z.astype(np.float32)  # .npy has no bfloat16: its values, in float32
+        np.save(args.output, saved)
+        summary += f", saved to {args.output}" + ("" if saved is z else f" as float32 (holding its {z.dtype} values)")
     print(summary)
     if args.repeats:
         print(latency(forward, args.repeats, created, threads, kind, x.shape))

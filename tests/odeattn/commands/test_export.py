@@ -84,6 +84,19 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
     pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
+    pytest.param(export_argv("c", "--keep-io-types"),
+                 "--keep-io-types: applies to a half --dtype (float16 or bfloat16); got --dtype float32",
+                 id="keep-io-types-in-float32"),
+    pytest.param(export_argv("c", "--dtype", "float16", "--route", "torch"),
+                 "--dtype float16: expected the block model of the direct route (the prefill and decode-step models, "
+                 "and the torch route, export float32 only); got --route torch", id="half-by-the-torch-route"),
+    pytest.param(export_argv("d", "--dtype", "bfloat16", "--prefill"),
+                 "--dtype bfloat16: expected the block model of the direct route", id="half-prefill-model"),
+    pytest.param(export_argv("d", "--dtype", "float16", "--decode"),
+                 "--dtype float16: expected the block model of the direct route", id="half-decode-step-model"),
+    pytest.param(export_argv("c", "--dtype", "float16", "--quantize", "int8"),
+                 "--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); got --dtype float16",
+                 id="half-quantised-to-int8"),
 ])
 def test_what_the_export_cannot_make_is_refused_in_one_line(export_files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(export_files, argv, message, capsys)
@@ -92,6 +105,36 @@ def test_what_the_export_cannot_make_is_refused_in_one_line(export_files, argv, 
 def test_an_unknown_bitlinear_form_is_refused_by_the_parser(export_files, capsys, argument_type_refused):
     argument_type_refused([a.format(d=export_files) for a in export_argv("b", "--bitlinear", "int8")],
                           "argument --bitlinear: invalid choice: 'int8'", capsys)
+
+
+@pytest.mark.parametrize("dtype", ["float8", "int8", "float64"])
+def test_an_unsupported_dtype_is_refused_by_the_parser(export_files, capsys, argument_type_refused, dtype):
+    argument_type_refused([a.format(d=export_files) for a in export_argv("c", "--dtype", dtype)],
+                          f"argument --dtype: invalid choice: '{dtype}' (choose from 'float32', 'float16', 'bfloat16')", capsys)
+    assert not (export_files / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("dtype, keep, io", [
+    ("float16", False, "float16"), ("bfloat16", False, "bfloat16"), ("bfloat16", True, "float32")])
+def test_a_half_export_is_checked_against_the_policy_and_runs(export_files, capsys, dtype, keep, io):
+    """`odeattn export --dtype` writes the half model, checked against half_block (one storage ulp
+    at most, export.half's bound: 2 u); `odeattn run` feeds it and saves z (bfloat16 as float32)."""
+    from ode_ref.precision import half_block
+
+    d = export_files
+    assert export_cli(d, "d", "--dtype", dtype, *(["--keep-io-types"] if keep else []), output="h.onnx") == 0
+    out = capsys.readouterr().out
+    u = {"float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]
+    err = float(out.split(f"half_block ({dtype}) on a random batch (2 x 8): ")[1].split()[0])
+    assert err <= 2 * u, out
+    assert f"{dtype}: weights stored in {dtype}, x and z typed {io}" in out
+    x = np.random.default_rng(0).normal(size=(2, 5, 14))
+    np.save(d / "x.npy", x.astype(np.float32))
+    assert main(["run", str(d / "h.onnx"), "--x", str(d / "x.npy"), "-o", str(d / "z.npy")]) == 0
+    assert f"dtype {io}" in capsys.readouterr().out
+    cfg, params = R.ODEConfig.from_any(json.loads((d / "d.json").read_text())), R.load_params(d / "d.safetensors")
+    want = half_block(params, x, cfg, dtype=dtype)
+    assert np.abs(np.load(d / "z.npy").astype(np.float32) - want).max() <= 2 * u * np.abs(want).max()
 
 
 def test_the_optimised_model_s_path_is_checked_before_any_work(export_files, capsys):
@@ -188,3 +231,10 @@ def test_no_padding_mask_is_honoured_for_the_block_and_prefill_models(tmp_path, 
     assert main(["run", str(model), "--x", str(tmp_path / "x.npy"), "--padding-mask", str(tmp_path / "mask.npy")]) == 2
     assert capsys.readouterr().err.strip() == (
         "odeattn run: padding_mask: this model was exported without a padding_mask input; got one")
+
+
+def test_run_names_an_operator_the_cpu_provider_has_no_kernel_for(tmp_path, capsys, refused_in_one_line, bfloat16_tanh):
+    """A bfloat16 graph that computes in bfloat16 (not an odeattn export): `odeattn run` refuses it
+    in one line, exit 2, naming the operator, when the session is created."""
+    bfloat16_tanh(tmp_path / "t.onnx")
+    refused_in_one_line(tmp_path, ["run", "{d}/t.onnx"], "CPU provider has no kernel for Tanh (opset 13)", capsys)
