@@ -106,7 +106,9 @@ class _ExportedAdapter:
 class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
     name = "onnxruntime"
     # ONNX Runtime's CPU kernels run both half exports (their Casts; float32 between): run_* take
-    # and return HALF arrays. The rows join dtypes, ("float32", *HALF), once the runner judges them.
+    # and return HALF arrays. The other ONNX Runtime rows run float32 only (half_rows: what they can
+    # run), so the main job exports each half case once, here.
+    dtypes = ("float32", *HALF)
     half_rows = HALF
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
@@ -122,6 +124,7 @@ class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
 
 class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
     name = "onnxruntime-opset23"
+    dtypes = ("float32",)
     opset = 23
     run_decode = run_encoder = None  # the prefill and decode-step models, and the encoder's, are opset 17
 
@@ -131,6 +134,7 @@ class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
     (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
 
     name = "onnxruntime-integer"
+    dtypes = ("float32",)
     bitlinear = "integer"
     run_decode = run_encoder = None  # the prefill and decode-step models have the float form only; the encoder has no BitLinear
 
@@ -144,6 +148,7 @@ class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
     `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases."""
 
     name = "onnxruntime-loop"
+    dtypes = ("float32",)
     steps_input = True
     run_decode = run_encoder = None  # the encoder's blocks step once: no Loop form
 
