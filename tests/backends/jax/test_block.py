@@ -133,7 +133,7 @@ def _x32(shape=(1, 3, 8)):
     pytest.param(lambda p32, cfg: J.ode_block(p32, _x32((1, 3, 7)), cfg),
                  ValueError, r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(1, 3, 7\)", id="x-of-another-width"),
     pytest.param(lambda p32, cfg: J.ode_block(p32, np.zeros((1, 3, 8), np.int32), cfg),
-                 TypeError, "x: expected dtype float32 or bfloat16; got int32", id="integer-x"),
+                 TypeError, "x: expected dtype float32 or bfloat16 or float16; got int32", id="integer-x"),
     pytest.param(lambda p32, cfg: J.ode_block(p32, _x32(), cfg, np.ones((1, 2), bool)),
                  ValueError, r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 2\)",
                  id="padding-mask-of-another-length"),
@@ -180,7 +180,7 @@ def test_stage_times_are_not_in_the_state_dtype():
 
 def test_an_integer_input_is_named_by_its_own_dtype():
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
-    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int64"):
+    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16 or float16; got int64"):
         J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 2, 8), np.int64), cfg)
 
 

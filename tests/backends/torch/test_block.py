@@ -198,7 +198,7 @@ CFG8 = R.ODEConfig(hidden_size=8, num_heads=2)
     pytest.param(lambda block: block(torch.randn(1, 3, 8, dtype=torch.float64)),
                  TypeError, r"x: expected dtype torch.float32 \(the module's parameter dtype", id="x-not-in-the-parameters-dtype"),
     pytest.param(lambda block: block(torch.ones(1, 3, 8, dtype=torch.long)),
-                 TypeError, "x: expected dtype float32 or float64 or bfloat16; got int64", id="integer-x"),
+                 TypeError, "x: expected dtype float32 or float64 or bfloat16 or float16; got int64", id="integer-x"),
     pytest.param(lambda block: block(torch.randn(1, 3, 8), padding_mask=torch.ones(1, 4, dtype=torch.bool)),
                  ValueError, r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 4\)",
                  id="padding-mask-of-another-length"),
@@ -217,10 +217,17 @@ def test_the_torch_block_refuses_what_the_spec_refuses(call, error, message):
         call(block)
 
 
-def test_float16_is_refused_like_the_spec():
+def test_float16_runs_and_float8_is_refused_like_the_spec():
+    """float16 is a storage dtype of the policy (z(1) comes back in it); float8, the parameters'
+    or the input's, is refused by the spec's message, naming the field."""
     block = ODEAttentionBlock(R.ODEConfig(hidden_size=8, num_heads=2)).half()
-    with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16; got float16"):
-        block(torch.zeros(1, 2, 8, dtype=torch.float16))
+    assert block(torch.zeros(1, 2, 8, dtype=torch.float16)).dtype == torch.float16
+    with pytest.raises(TypeError, match="x: expected dtype float32 or float64 or bfloat16 or float16; got float8_e4m3fn"):
+        block(torch.zeros(1, 2, 8).to(torch.float8_e4m3fn))
+    with pytest.raises(TypeError, match="parameters: expected dtype float32 or .* or float16; got float8_e4m3fn"):
+        block.to(torch.float8_e4m3fn)(torch.zeros(1, 2, 8))
+    with pytest.raises(TypeError, match="dtype: expected dtype float32 or .* or float16; got int8"):
+        ODEAttentionBlock.from_params(CFG8, R.init_params(CFG8), dtype=torch.int8)
 
 
 def test_the_seed_norm_call_still_works():
