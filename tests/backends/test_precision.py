@@ -47,7 +47,7 @@ CONFIGS = {
                                      mode="decoder"), True, None),
     **{norm: (dict(norm_type=norm, ode_solver="midpoint"), False, None)
        for norm in ("prms_norm", "flash_norm", "dynamic_tanh", "derf")},
-    "local-window": (dict(mode="decoder"), False, ("LocalWindowAttention", dict(window=2))),
+    "local-window": (dict(mode="decoder", ode_solver="midpoint"), False, ("LocalWindowAttention", dict(window=2))),
     "scaled-query": (dict(ode_solver="rk38"), False, ("ScaledQueryAttention", {})),
 }
 JAX_CONFIGS = ("gated-padded", "bitlinear-rms", "local-window")  # each compiles 4 programs per dtype: a few
