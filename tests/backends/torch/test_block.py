@@ -429,3 +429,18 @@ def test_prefill_refuses_a_cache_that_cannot_fit(monkeypatch):
     monkeypatch.setenv(LIMIT_VARIABLE, "1024")
     with pytest.raises(MemoryLimitError, match=r"^ODEFunc.forward: x of shape \(1, 64, 8\): .*the ALiBi scores"):
         block.ode_func(0.0, torch.zeros(1, 64, 8))
+
+
+def test_a_bfloat16_block_trains_through_the_float32_compute():
+    """Under the policy autograd runs through the float32 stages and the roundings (a cast's
+    gradient is the cast back): every parameter gets a finite gradient in the module's dtype.
+    No accuracy is claimed for half-precision gradients (the golden set has none)."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="rk2_gated", mode="decoder")
+    block = ODEAttentionBlock(cfg).to(torch.bfloat16)
+    x = torch.randn(2, 3, 8).to(torch.bfloat16).requires_grad_(True)
+    z = block(x)
+    assert z.dtype == torch.bfloat16
+    z.float().square().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
+    for name, p in block.named_parameters():
+        assert p.grad is not None and p.grad.dtype == torch.bfloat16 and torch.isfinite(p.grad.float()).all(), name
