@@ -177,3 +177,22 @@ def test_a_port_keeping_the_state_in_storage_exceeds_the_bound(dtype, monkeypatc
     assert worst(z1(), want, dtype) <= BOUND
     monkeypatch.setattr(torch_precision, "TorchMixedPrecision", StateInStorage)
     assert worst(z1(), want, dtype) > BOUND
+
+
+@pytest.mark.parametrize("adapter", ["TorchAdapter", "JaxAdapter"])
+def test_the_adapters_half_rows_take_and_return_arrays_of_the_row(adapter):
+    """The conformance adapters' half rows (half_dtypes): parameters and x as NumPy float16 or
+    ml_dtypes.bfloat16 arrays in, z(1), f and the decode run out in the same dtype, within BOUND."""
+    from odeattn.conformance import adapters
+
+    backend = getattr(adapters, adapter)()
+    cfg, params, x, mask, _ = inputs("rope-padded")
+    for dtype in backend.half_dtypes:
+        half = adapters.numpy_half(dtype)
+        params_h, x_h = {k: v.astype(np.float32).astype(half) for k, v in params.items()}, x.astype(np.float32).astype(half)
+        got = {"z": backend.run_block(cfg, params_h, x_h, mask, dtype), "f": backend.run_func(cfg, params_h, 0.25, x_h, mask, dtype),
+               "decode": backend.run_decode(cfg, params_h, x_h, mask, PROMPT, dtype)}
+        assert all(v.dtype == np.dtype(half) for v in got.values())
+        want = spec_runs(cfg, params, x, mask, None, dtype)
+        want = {"z": want["z"], "f": want["f"], "decode": np.concatenate(want["decode"], 1)}
+        assert worst({k: v.astype(np.float32) for k, v in got.items()}, want, dtype) <= BOUND
