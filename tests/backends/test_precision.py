@@ -125,6 +125,30 @@ def jax_runs(cfg, params, x, mask, variant, dtype):
             for k, v in out.items()}
 
 
+def flax_runs(cfg, params, x, mask, variant, dtype):
+    """The same runs of the Flax block with its parameters stored in dtype (what the policy needs
+    of it: its stages read the module's own parameters), no variant."""
+    from odeattn.backends import flax as F
+
+    assert variant is None
+    variables = F.from_state_dict(cfg, {k: v.astype(np.float32).astype(NUMPY[dtype]) for k, v in params.items()})
+    xf = jax.numpy.asarray(x.astype(np.float32).astype(NUMPY[dtype]))
+    block = F.ODEAttentionBlock(config=cfg, max_len=SEQ)
+    z, trajectory = block.apply(variables, xf, padding_mask=mask, return_trajectory=True)
+    out = {"z": z, "trajectory": trajectory, "f": block.apply(variables, 0.25, xf, mask, method="f")}
+    z, state = block.apply(variables, xf[:, :PROMPT], padding_mask=None if mask is None else mask[:, :PROMPT],
+                           mutable=["cache"])
+    assert state["cache"]["cached_key"].dtype == NUMPY[dtype]
+    out["decode"] = [z]
+    for i in range(PROMPT, SEQ):
+        z, state = block.apply({**variables, **state}, xf[:, i:i + 1], mutable=["cache"])
+        out["decode"].append(z)
+    for value in out.values():
+        assert all(a.dtype == NUMPY[dtype] for a in (value if isinstance(value, list) else [value]))
+    return {k: [np.asarray(a, np.float32) for a in v] if isinstance(v, list) else np.asarray(v, np.float32)
+            for k, v in out.items()}
+
+
 def worst(got, want, dtype) -> float:
     """max over the runs of max|got - want| / (u max|want|): how many unit roundoffs apart."""
     out = 0.0
@@ -147,6 +171,24 @@ def test_the_torch_port_follows_the_spec_policy(name, dtype):
 def test_the_jax_port_follows_the_spec_policy(name, dtype):
     args = inputs(name)
     assert worst(jax_runs(*args, dtype), spec_runs(*args, dtype), dtype) <= BOUND
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_the_flax_block_follows_the_spec_policy(dtype):
+    pytest.importorskip("flax")
+    args = inputs("bitlinear-rms")
+    assert worst(flax_runs(*args, dtype), spec_runs(*args, dtype), dtype) <= BOUND
+
+
+def test_the_flax_block_refuses_a_half_input_over_float32_parameters():
+    pytest.importorskip("flax")
+    from odeattn.backends import flax as F
+
+    cfg, params, x, _, _ = inputs("rk4-decoder")
+    variables = F.from_state_dict(cfg, {k: v.astype(np.float32) for k, v in params.items()})
+    with pytest.raises(TypeError, match="x: a bfloat16 input runs under the half-precision policy, which needs the "
+                                        "parameters stored in bfloat16 .*; got parameters in float32"):
+        F.ODEAttentionBlock(config=cfg).apply(variables, x.astype(np.float32).astype(ml_dtypes.bfloat16))
 
 
 class StateInStorage(torch_precision.TorchMixedPrecision):
