@@ -30,6 +30,10 @@ there lax.dynamic_update_slice takes a negative index from the end and clamps on
 last slot, silently. So the step is only safe through decode_step; a user's own jit around
 SelfAttention.decode gets no index check.
 
+A float16 or bfloat16 x runs under the spec's half-precision policy (precision.py): float32
+between the policy's rounding points, z(1), f and the cache's k, v returned in x's dtype; the
+float32 and float64 programs are unchanged.
+
 Memory: ode_block, ode_func and prefill estimate what they allocate from the shapes
 (check_jax_memory: a tile of heads' scores, the ALiBi bias, the mask, the cache) and refuse it
 before compiling when it exceeds ode_ref.memory's limit; under jit too, since shapes are static.

@@ -19,6 +19,10 @@ each segment and each step in it under torch.utils.checkpoint (non-reentrant, ne
 backward pass keeps about 2 sqrt(steps) states (batch, seq, d_model) and recomputes one step's
 activations at a time. The values and gradients are the same, bit for bit; without grad (eval,
 no_grad) nothing is wrapped.
+
+A block in float16 or bfloat16 (block.to(torch.bfloat16)) follows the spec's half-precision
+policy (precision.py): parameters stored in that dtype, each call computing in float32 between
+the policy's rounding points, z(1) and the cache's k, v returned in it.
 """
 
 from __future__ import annotations
