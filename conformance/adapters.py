@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 import ode_ref as R
+from ode_ref.config import dtype_name
 
 from .cases import decode_loop, run_decode
 from .half import DTYPES, check_dtypes
@@ -58,9 +59,24 @@ class SpecAdapter(SpecEncoder):
         return R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
 
 
+# The half-precision rows each port runs (ode_ref.precision's policy): its run_* methods take and
+# return arrays of these dtypes (NumPy float16, ml_dtypes.bfloat16). They join the adapter's dtypes
+# once the runner and the golden set have half rows (e16, ebf16); until then the ports' tests run
+# them against the spec's policy directly (tests/backends/test_precision.py).
+HALF_ROWS = ("bfloat16", "float16")
+
+
+def numpy_half(dtype: str):
+    """The NumPy dtype of a half row: float16, or ml_dtypes' bfloat16."""
+    import ml_dtypes
+
+    return {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[R.precision.check_half_dtype(dtype)]
+
+
 class TorchAdapter(TorchEncoder):
     name = "torch"
     dtypes = ("float32", "float64")
+    half_dtypes = HALF_ROWS
 
     def __init__(self):
         import torch
@@ -76,29 +92,42 @@ class TorchAdapter(TorchEncoder):
         return self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype))
 
     def _tensors(self, x, padding_mask):
+        """x (NumPy, in the row's dtype) as a tensor of that dtype: a bfloat16 array through float32,
+        which holds it exactly (torch reads no NumPy bfloat16); the mask as a bool tensor."""
         t = self.torch
-        return t.from_numpy(np.ascontiguousarray(x)), None if padding_mask is None else t.from_numpy(padding_mask)
+        xt = t.from_numpy(np.ascontiguousarray(self.port.params.readable(x)))
+        half = dtype_name(x.dtype) in HALF_ROWS
+        return xt.to(getattr(t, dtype_name(x.dtype))) if half else xt, None if padding_mask is None else t.from_numpy(padding_mask)
+
+    def _array(self, a, dtype):
+        """A tensor back as NumPy in the row's dtype (a half one through float32, exactly)."""
+        return a.float().numpy().astype(numpy_half(dtype)) if dtype in HALF_ROWS else a.numpy()
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype)(x, padding_mask=mask, return_trajectory=True)[1].numpy()
+            return self._array(self._block(config, params, dtype)(x, padding_mask=mask, return_trajectory=True)[1], dtype)
 
     def run_block(self, config, params, x, padding_mask, dtype):
         x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype)(x, padding_mask=mask).numpy()
+            return self._array(self._block(config, params, dtype)(x, padding_mask=mask), dtype)
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            return self._block(config, params, dtype).ode_func(t, x, padding_mask=mask).numpy()
+            return self._array(self._block(config, params, dtype).ode_func(t, x, padding_mask=mask), dtype)
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         block = self._block(config, params, dtype)
         x, mask = self._tensors(x, padding_mask)
+
+        def numpy_z(step):  # decode_loop collects z as NumPy
+            return lambda *args, **kw: (lambda z, cache: (self._array(z, dtype), cache))(*step(*args, **kw))
+
         with self.torch.no_grad():
-            return decode_loop(lambda x, m, n: block.prefill(x, m, max_len=n), block.decode_step, x, mask, prompt)
+            return decode_loop(numpy_z(lambda x, m, n: block.prefill(x, m, max_len=n)), numpy_z(block.decode_step),
+                               x, mask, prompt)
 
     def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
         """Autograd through the block (BitLinear: the port's straight-through estimator)."""
@@ -106,10 +135,10 @@ class TorchAdapter(TorchEncoder):
         x, mask = self._tensors(x, padding_mask)
         x.requires_grad_(True)
         z = block(x, padding_mask=mask)
-        z.backward(self.torch.from_numpy(np.ascontiguousarray(z1_bar)))
+        z.backward(self._tensors(z1_bar, None)[0])
         inner = "ode_func." + R.params.POS_PREFIX  # the shared encoder's first name: the spec's is pos_encoder.X
-        return x.grad.numpy(), {name.removeprefix("ode_func.") if name.startswith(inner) else name: p.grad.numpy()
-                                for name, p in block.named_parameters()}
+        return self._array(x.grad, dtype), {name.removeprefix("ode_func.") if name.startswith(inner) else name:
+                                            self._array(p.grad, dtype) for name, p in block.named_parameters()}
 
 
 def jax_cache_dir() -> str:
@@ -135,6 +164,7 @@ class JaxAdapter(JaxEncoder):
 
     name = "jax"
     dtypes = ("float32", "float64")
+    half_dtypes = HALF_ROWS  # NumPy float16 and bfloat16 arrays pass to the port as they are
 
     def __init__(self):
         from odeattn.backends import jax as port

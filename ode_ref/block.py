@@ -21,17 +21,24 @@ from .config import ODEConfig, dtype_name
 from .memory import cache_need, check_memory, scores_needs, subject
 from .params import check_params
 
-# Input dtypes, decided here once for every path: float32 and float64 everywhere; bfloat16 in the
-# ports that have it (NumPy has no bfloat16, so the spec takes float32 and float64 only); float16
-# nowhere: no path is tested in it (the suite has no float16 tolerance run), so none claims it.
-INPUT_DTYPES = ("float32", "float64", "bfloat16")
+# Input dtypes, decided here once for every path: float32 and float64 everywhere; float16 and
+# bfloat16 in the ports (torch, JAX), which run them under the half-precision policy
+# (ode_ref/precision.py: stored in the half dtype, computed in float32 between its rounding points).
+# The spec's own ode_block takes float32 and float64 only (NumPy has no bfloat16); its policy run
+# is ode_ref.half_block, which a half input to ode_block is told to use. Any other dtype (an
+# integer, float8, complex) is refused everywhere by check_dtype, in one message shape.
+INPUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 SPEC_DTYPES = ("float32", "float64")
+HALF_HINT = "; for float16 or bfloat16 use ode_ref.half_block (the spec under the half-precision policy)"
 
 
 def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
-    """TypeError naming the argument unless dtype is one of the allowed names."""
-    if dtype_name(dtype) not in allowed:
-        raise TypeError(f"{name}: expected dtype {' or '.join(allowed)}; got {dtype_name(dtype)}")
+    """TypeError naming the argument unless dtype is one of the allowed names (a half dtype given to
+    the spec's float32/float64 path is told where its policy run is)."""
+    got = dtype_name(dtype)
+    if got not in allowed:
+        hint = HALF_HINT if got in ("float16", "bfloat16") and not set(allowed) & {"float16", "bfloat16"} else ""
+        raise TypeError(f"{name}: expected dtype {' or '.join(allowed)}; got {got}{hint}")
 
 
 def check_flag(name: str, value) -> bool:

@@ -30,6 +30,8 @@ NumPy has no bfloat16, so round_to rounds float32 bits (ode_ref imports NumPy on
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .attention import SelfAttention
@@ -110,15 +112,30 @@ class HalfPrecisionAttention(MixedPrecision, SelfAttention):
         return round_to(a, self.storage)
 
 
+@functools.cache
+def policy_class(policy: type, cls: type) -> type:
+    """The class (policy, cls): a port's policy mixin (MixedPrecision and its to_storage) over the
+    port's SelfAttention or a variant cls, made once per pair."""
+    return type(f"Half{cls.__name__}", (policy, cls), {})
+
+
+def policy_view(attention, policy: type, storage: str, **settings):
+    """attention under the policy in storage: an object of policy_class(policy, type(attention))
+    holding attention's own attributes (the same objects: a torch module's parameters too) and
+    storage (and the port's settings, e.g. its dtype object), so its stages, a variant's
+    included, run between the policy's rounding points. attention itself is left as it was."""
+    cls = policy_class(policy, type(attention))
+    half = cls.__new__(cls)
+    half.__dict__.update(vars(attention), storage=check_half_dtype(storage, name="storage"), **settings)
+    return half
+
+
 def half_attention(config, storage: str, attention=None):
     """The policy over attention (an instance of the spec's SelfAttention or of a variant of it,
     whose stages it keeps), or over SelfAttention(config) when None."""
     if attention is None or type(attention) is SelfAttention:
         return HalfPrecisionAttention(config, storage)
-    cls = type(f"Half{type(attention).__name__}", (HalfPrecisionAttention, type(attention)), {})
-    half = cls.__new__(cls)
-    half.__dict__.update(vars(attention), storage=check_half_dtype(storage, name="storage"))
-    return half
+    return policy_view(attention, HalfPrecisionAttention, storage)
 
 
 def half_block(params, x, config, padding_mask=None, *, dtype: str, attention=None,

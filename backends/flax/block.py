@@ -39,7 +39,11 @@ from ode_ref.norms import NORM_PARAMS
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, check_params
 from ode_ref.tableaus import TABLEAUS
 
+from ode_ref.config import dtype_name
+from ode_ref.precision import HALF_DTYPES
+
 from ..jax import block as jax_block
+from ..jax.precision import in_storage, under_policy
 from .attention import ModuleStages, SelfAttention, _Configured, dropout_rng
 
 # Every encoder parameter's short name (ode_ref.params.encoder_shapes), in the seed's order
@@ -145,7 +149,7 @@ class ODEAttentionBlock(_Configured):
     def __call__(self, x, padding_mask=None, deterministic: bool = True, return_trajectory: bool = False):
         """z(1) of x (batch, seq, d_model), or (z(1), trajectory) as the JAX port's ode_block.
         With a mutable 'cache' (not at init): the prefill of a prompt, then one token per call."""
-        params = self.state_dict()
+        params = check_storage(self.state_dict(), x)
         stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
         if self.is_mutable_collection("cache") and not self.is_initializing():
             check_mode(self.config)
@@ -158,15 +162,16 @@ class ODEAttentionBlock(_Configured):
     def f(self, t, x, padding_mask=None, deterministic: bool = True):
         """f(t, x) once, the gated solver's configs too: the JAX port's ode_func over the stages."""
         stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
-        return jax_block.ode_func(self.state_dict(), t, x, self.config, padding_mask, attention=stages)
+        return jax_block.ode_func(check_storage(self.state_dict(), x), t, x, self.config, padding_mask, attention=stages)
 
     def _prefill(self, params, x, padding_mask, stages):
         cfg, stages, x, padding_mask = jax_block._checked(params, x, self.config, padding_mask, stages)
         max_len = check_max_len(self.max_len, x.shape[1])
-        jax_block.check_jax_memory("prefill", cfg, stages, x, padding_mask, max_len)
-        z, cache = stages.prefill(params, x, padding_mask, max_len)
-        self._store(cache, jnp.asarray(x.shape[1], jnp.int32))
-        return z
+        half, x_c = under_policy(stages, x)  # a half x: the policy, in float32 (the JAX port's)
+        jax_block.check_jax_memory("prefill", cfg, half, x_c, padding_mask, max_len)
+        z, cache = half.prefill(params, x_c, padding_mask, max_len)
+        self._store(cache, jnp.asarray(x.shape[1], jnp.int32), x.dtype)
+        return z.astype(x.dtype)
 
     def _decode(self, params, x_t, padding_mask, stages):
         if padding_mask is not None:
@@ -181,14 +186,33 @@ class ODEAttentionBlock(_Configured):
         checked = check_decode_input(x_t, cache._replace(index=0 if traced else _concrete_index(index)), cfg, CACHE)
         if traced:
             jax.debug.callback(lambda i, n: check_cache_index(int(i), n) and None, index, cache.max_len)
-        z, cache = stages.decode(params, x_t, cache if traced else checked)
-        self._store(cache, jnp.asarray(cache.index, jnp.int32))
-        return z
+        half, x_c = under_policy(stages, x_t)
+        cache = cache if traced else checked
+        k, v = in_storage(x_c.dtype, cache.k, cache.v)  # a half cache computes in float32
+        z, cache = half.decode(params, x_c, cache._replace(k=k, v=v))
+        self._store(cache, jnp.asarray(cache.index, jnp.int32), x_t.dtype)
+        return z.astype(x_t.dtype)
 
-    def _store(self, cache: KVCache, index):
-        values = (jnp.stack(cache.k), jnp.stack(cache.v), cache.padding_mask, index)
+    def _store(self, cache: KVCache, index, dtype):
+        """The cache's variables, k and v in dtype (the input's: S under the policy)."""
+        k, v = in_storage(dtype, cache.k, cache.v)
+        values = (jnp.stack(k), jnp.stack(v), cache.padding_mask, index)
         for name, value in zip(CACHE_NAMES, values):
             self.put_variable("cache", name, value)
+
+
+def check_storage(params: dict, x) -> dict:
+    """params, unless x is float16 or bfloat16 and a parameter is not: under the policy the Flax
+    stages read the module's own parameters (not the policy's rounded copies), so they must be
+    stored in x's dtype already (param_dtype, or the variables converted). TypeError otherwise."""
+    name = dtype_name(x.dtype)
+    if name in HALF_DTYPES:
+        other = sorted({dtype_name(v.dtype) for v in params.values()} - {name})
+        if other:
+            raise TypeError(f"x: a {name} input runs under the half-precision policy, which needs the parameters "
+                            f"stored in {name} (param_dtype=jnp.{name}, or the variables converted); got parameters "
+                            f"in {', '.join(other)}")
+    return params
 
 
 def _concrete_index(index):

@@ -30,6 +30,10 @@ there lax.dynamic_update_slice takes a negative index from the end and clamps on
 last slot, silently. So the step is only safe through decode_step; a user's own jit around
 SelfAttention.decode gets no index check.
 
+A float16 or bfloat16 x runs under the spec's half-precision policy (precision.py): float32
+between the policy's rounding points, z(1), f and the cache's k, v returned in x's dtype; the
+float32 and float64 programs are unchanged.
+
 Memory: ode_block, ode_func and prefill estimate what they allocate from the shapes
 (check_jax_memory: a tile of heads' scores, the ALiBi bias, the mask, the cache) and refuse it
 before compiling when it exceeds ode_ref.memory's limit; under jit too, since shapes are static.
@@ -52,6 +56,7 @@ from ode_ref.rk import rk_step
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
+from .precision import in_storage, under_policy
 
 
 def _as_jax(x, name: str, allowed=None):
@@ -108,22 +113,25 @@ def check_jax_memory(call: str, cfg: ODEConfig, attention: SelfAttention, x, pad
 
 
 def _setup(params, x, config, padding_mask, attention, call: str):
+    """(config, attention, x, prepared, x's dtype) after the checks; a half x: the policy's
+    attention and x in float32 (precision.under_policy), the dtype to return in."""
     cfg, attention, x, padding_mask = _checked(params, x, config, padding_mask, attention)
-    check_jax_memory(call, cfg, attention, x, padding_mask)
-    return cfg, attention, x, attention.prepare(params, x, padding_mask)
+    attention, x_c = under_policy(attention, x)
+    check_jax_memory(call, cfg, attention, x_c, padding_mask)
+    return cfg, attention, x_c, attention.prepare(params, x_c, padding_mask), x.dtype
 
 
 def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
     """f(t, x): (batch, seq, d_model) -> (batch, seq, d_model), one evaluation."""
-    _, attention, x, prepared = _setup(params, x, config, padding_mask, attention, "ode_func")
-    return attention(prepared, t, x)
+    _, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_func")
+    return attention(prepared, t, x).astype(dtype)
 
 
 def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False, checkpoint=False):
     """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model)).
     checkpoint: recompute each step's activations in the backward pass (jax.checkpoint on the step)."""
     check_flag("checkpoint", checkpoint)
-    cfg, attention, x, prepared = _setup(params, x, config, padding_mask, attention, "ode_block")
+    cfg, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_block")
     tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
     h = 1.0 / steps
 
@@ -140,8 +148,8 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     # bfloat16 would round t = 1/3 to 0.33398
     z1, states = jax.lax.scan(step, x, jnp.arange(steps))
     if return_trajectory:
-        return z1, jnp.concatenate([x[None], states])
-    return z1
+        return in_storage(dtype, z1, jnp.concatenate([x[None], states]))
+    return z1.astype(dtype)  # a half input's z(1) back in its dtype; else as it is
 
 
 # An ODEConfig is static pytree data (hashable, no arrays), so a KVCache, which holds one, is a
@@ -154,14 +162,17 @@ ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
 
 @functools.partial(jax.jit, static_argnames=("config", "attention", "max_len"))
 def _prefill(params, x, padding_mask, config, attention, max_len):
-    z, cache = attention.prefill(params, x, padding_mask, max_len)
-    return z, cache.k, cache.v, cache.padding_mask
+    half, x_c = under_policy(attention, x)
+    z, cache = half.prefill(params, x_c, padding_mask, max_len)
+    return *in_storage(x.dtype, z, cache.k, cache.v), cache.padding_mask  # the cache's k, v in x's dtype
 
 
 @functools.partial(jax.jit, static_argnames=("config", "attention"))
 def _decode(params, x_t, k, v, padding_mask, index, config, attention):
-    z, cache = attention.decode(params, x_t, KVCache(config, k, v, padding_mask, index))
-    return z, cache.k, cache.v, cache.padding_mask
+    half, x_c = under_policy(attention, x_t)
+    k, v = in_storage(x_c.dtype, k, v)  # a half cache computes in float32, as the prefill did
+    z, cache = half.decode(params, x_c, KVCache(config, k, v, padding_mask, index))
+    return *in_storage(x_t.dtype, z, cache.k, cache.v), cache.padding_mask
 
 
 CACHE = CachePort("JAX", "odeattn.backends.jax.prefill", jax.Array)  # what decode_step takes

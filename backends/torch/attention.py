@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ode_ref.attention import Prepared, Stages
-from ode_ref.block import INPUT_DTYPES, check_input
+from ode_ref.block import INPUT_DTYPES, check_dtype, check_input
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import Need, cache_need, check_memory, subject
 from ode_ref.config import BIAS_ENCODINGS, PAPE_ENCODINGS
@@ -51,6 +51,7 @@ from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
 from . import positions as P
 from .positions import PosEncoder, alibi_bias, apply_hope, apply_rope, rope_cos_sin
+from .precision import to_compute, under_policy
 
 
 
@@ -137,7 +138,8 @@ class SelfAttention(Stages, nn.Module):
         return Stages.prepare(self, None, x, padding_mask, layer_idx)
 
     def check(self, x, padding_mask=None, *, name: str = "x") -> None:
-        """The spec's input checks, and x in the parameters' dtype."""
+        """The spec's input checks, and x in the parameters' dtype (one of INPUT_DTYPES)."""
+        check_dtype("parameters", self.qkv.weight.dtype, INPUT_DTYPES)
         check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=INPUT_DTYPES, bool_dtype=torch.bool,
                     name=name)
         if x.dtype != self.qkv.weight.dtype:
@@ -148,7 +150,7 @@ class SelfAttention(Stages, nn.Module):
 
     def weights(self, params, x):
         """The module's own parameters (params is None): already in x's dtype, checked above."""
-        return self.qkv.weight, self.out_proj.weight, dict(self.norm.named_parameters())
+        return self.qkv.weight, self.out_proj.weight, dict(self._modules["norm"].named_parameters())
 
     def encoder_weights(self, params, x):
         """The encoder's own parameters by short name ('ab.weight', 'ssmax.s', ...)."""
@@ -317,8 +319,9 @@ class SelfAttention(Stages, nn.Module):
         hope's layer index for this call, None: the config's layer_idx)."""
         check_seed_arguments(logical_layer_idx)
         self.check(x, padding_mask)
-        check_torch_memory("ODEFunc.forward", self, x, padding_mask)  # before prepare builds the mask
-        return self.evaluate(self.prepare(x, padding_mask, logical_layer_idx), t, x)
+        f, x_c = under_policy(self), to_compute(x, self)  # a half module: the policy, in float32
+        check_torch_memory("ODEFunc.forward", f, x_c, padding_mask)  # before prepare builds the mask
+        return f.evaluate(Stages.prepare(f, None, x_c, padding_mask, logical_layer_idx), t, x_c).to(x.dtype)
 
 
 # Arrays of (batch, heads, seq_q, seq_k) alive at once where this port writes the scores out:

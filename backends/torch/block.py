@@ -19,6 +19,10 @@ each segment and each step in it under torch.utils.checkpoint (non-reentrant, ne
 backward pass keeps about 2 sqrt(steps) states (batch, seq, d_model) and recomputes one step's
 activations at a time. The values and gradients are the same, bit for bit; without grad (eval,
 no_grad) nothing is wrapped.
+
+A block in float16 or bfloat16 (block.to(torch.bfloat16)) follows the spec's half-precision
+policy (precision.py): parameters stored in that dtype, each call computing in float32 between
+the policy's rounding points, z(1) and the cache's k, v returned in it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from ode_ref.attention import Stages
-from ode_ref.block import attention_for, check_flag
+from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_flag
 from ode_ref.cache import CachePort, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
@@ -36,6 +40,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, check_seed_arguments, check_torch_memory
 from .params import check_state_dict, load_params, seed_state_dict
+from .precision import cache_in, to_compute, under_policy
 
 
 def checkpoint(fn, *args):
@@ -83,6 +88,7 @@ class ODEAttentionBlock(nn.Module):
     def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None,
                     checkpoint: bool = False):
         """A block in evaluation mode with the spec's parameters loaded (checked, strict names)."""
+        check_dtype("dtype", dtype, INPUT_DTYPES)
         block = cls(config, ode_func=ode_func, checkpoint=checkpoint).to(dtype).eval()
         load_params(block, params)
         return block
@@ -92,25 +98,32 @@ class ODEAttentionBlock(nn.Module):
         """x: (batch, seq, d_model) -> z(1), or (z(1), (steps + 1, batch, seq, d_model))."""
         check_seed_arguments(logical_layer_idx)
         self.ode_func.check(x, padding_mask)
-        check_torch_memory("ODEAttentionBlock.forward", self.ode_func, x, padding_mask)
-        prepared = Stages.prepare(self.ode_func, self.block_params(), x, padding_mask, logical_layer_idx)
+        f, x_c = under_policy(self.ode_func), to_compute(x, self.ode_func)  # a half block: the policy
+        check_torch_memory("ODEAttentionBlock.forward", f, x_c, padding_mask)
+        prepared = Stages.prepare(f, self.block_params(), x_c, padding_mask, logical_layer_idx)
         wrapper = checkpoint if self.checkpoint and torch.is_grad_enabled() else None
-        states = self.ode_func.integrate(prepared, x, checkpoint=wrapper, trajectory=return_trajectory)
-        if return_trajectory:
-            return states[-1], torch.stack(states)
-        return states[-1]
+        states = f.integrate(prepared, x_c, checkpoint=wrapper, trajectory=return_trajectory)
+        if return_trajectory:  # z(1) and the states in the block's dtype (S under the policy)
+            return states[-1].to(x.dtype), torch.stack(states).to(x.dtype)
+        return states[-1].to(x.dtype)
 
     def prefill(self, x, padding_mask=None, *, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots); decoder mode."""
         check_mode(self.config)
         self.ode_func.check(x, padding_mask)
         max_len = check_max_len(max_len, x.shape[1])
-        check_torch_memory("ODEAttentionBlock.prefill", self.ode_func, x, padding_mask, max_len)
-        return self.ode_func.prefill(self.block_params(), x, padding_mask, max_len)
+        f, x_c = under_policy(self.ode_func), to_compute(x, self.ode_func)
+        check_torch_memory("ODEAttentionBlock.prefill", f, x_c, padding_mask, max_len)
+        z, cache = f.prefill(self.block_params(), x_c, padding_mask, max_len)
+        return z.to(x.dtype), cache_in(cache, x.dtype)  # the cache's k, v in the block's dtype
 
     def decode_step(self, x_t, cache):
         """(z(1) of the next token x_t (batch, 1, d_model), a new cache holding it); the cache
         given is not written. Compiles with torch.compile(fullgraph=True)."""
         self.ode_func.check(x_t, name="x_t")
         cache = check_decode_input(x_t, cache, self.config, CACHE)
-        return self.ode_func.decode(self.block_params(), x_t, cache)
+        f, x_c = under_policy(self.ode_func), to_compute(x_t, self.ode_func)
+        if f is self.ode_func:  # float32 or float64: the cache as it is
+            return f.decode(self.block_params(), x_t, cache)
+        z, cache = f.decode(self.block_params(), x_c, cache_in(cache, x_c.dtype))  # computed in float32
+        return z.to(x_t.dtype), cache_in(cache, x_t.dtype)

@@ -10,15 +10,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ode_ref.config import ODEConfig
+from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.params import POS_PREFIX, check_params, encoder_shapes
 
 INNER_PREFIX = "ode_func." + POS_PREFIX  # the encoder's keys under the block's ODEFunc
 
 
 def params_to_state_dict(params: dict, dtype=torch.float32) -> dict:
-    """ode_ref params (NumPy) -> a state_dict for ODEAttentionBlock.load_state_dict(strict=True)."""
-    return {k: torch.as_tensor(np.asarray(v), dtype=dtype).clone() for k, v in params.items()}
+    """ode_ref params (NumPy, float16 and ml_dtypes' bfloat16 too) -> a state_dict for
+    ODEAttentionBlock.load_state_dict(strict=True)."""
+    return {k: torch.as_tensor(readable(np.asarray(v)), dtype=dtype).clone() for k, v in params.items()}
+
+
+def readable(a: np.ndarray) -> np.ndarray:
+    """a as torch can read it: a NumPy bfloat16 array (ml_dtypes) as float32, which holds each of
+    its values exactly; any other array as it is."""
+    return a.astype(np.float32) if dtype_name(a.dtype) == "bfloat16" else a
 
 
 def state_dict_to_params(state_dict: dict) -> dict:

@@ -133,7 +133,7 @@ def _x32(shape=(1, 3, 8)):
     pytest.param(lambda p32, cfg: J.ode_block(p32, _x32((1, 3, 7)), cfg),
                  ValueError, r"x: expected shape \(batch, seq, 8\) with batch, seq >= 1; got \(1, 3, 7\)", id="x-of-another-width"),
     pytest.param(lambda p32, cfg: J.ode_block(p32, np.zeros((1, 3, 8), np.int32), cfg),
-                 TypeError, "x: expected dtype float32 or bfloat16; got int32", id="integer-x"),
+                 TypeError, "x: expected dtype float32 or bfloat16 or float16; got int32", id="integer-x"),
     pytest.param(lambda p32, cfg: J.ode_block(p32, _x32(), cfg, np.ones((1, 2), bool)),
                  ValueError, r"padding_mask: expected shape \(1, 3\) \(batch, seq\); got \(1, 2\)",
                  id="padding-mask-of-another-length"),
@@ -180,7 +180,7 @@ def test_stage_times_are_not_in_the_state_dtype():
 
 def test_an_integer_input_is_named_by_its_own_dtype():
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
-    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16; got int64"):
+    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16 or float16; got int64"):
         J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 2, 8), np.int64), cfg)
 
 
@@ -362,3 +362,24 @@ def test_the_estimate_is_xlas_compiled_temporaries(case):
     temporaries = compiled.memory_analysis().temp_size_in_bytes
     estimate = check_jax_memory("ode_block", cfg, attention, jnp.asarray(x))
     assert 0.75 <= estimate / temporaries <= 1.5, (estimate, temporaries)
+
+
+def test_a_half_input_compiles_once_more_and_leaves_float32_as_it_was():
+    """The policy is chosen from x's dtype while tracing: a bfloat16 input is one compilation of
+    its own, the float32 program has no half-precision conversion in it (its jaxpr is the one
+    before the policy existed, checked once by hand), and z(1) comes back in the input's dtype."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1)
+    params, x = as32(R.init_params(cfg)), np.ones((1, 3, 8), np.float32)
+    jaxpr = str(jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(params, x))
+    assert "bf16" not in jaxpr and "f16" not in jaxpr.replace("bf16", "")
+    J.ode_block_jit._clear_cache()
+    assert J.ode_block_jit(params, x, cfg).dtype == jnp.float32
+    assert J.ode_block_jit(params, x.astype(jnp.bfloat16), cfg).dtype == jnp.bfloat16
+    J.ode_block_jit(params, x, cfg)
+    assert J.ode_block_jit._cache_size() == 2
+
+
+def test_a_float8_input_is_refused_by_the_spec_message():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    with pytest.raises(TypeError, match="x: expected dtype float32 or bfloat16 or float16; got float8_e4m3fn"):
+        J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 2, 8), jnp.float8_e4m3fn), cfg)
