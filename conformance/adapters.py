@@ -24,7 +24,7 @@ import ode_ref as R
 from ode_ref.config import dtype_name
 
 from .cases import decode_loop, run_decode
-from .half import DTYPES, check_dtypes
+from .half import DTYPES, check_dtypes, numpy_dtype
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
 from . import external
@@ -60,23 +60,13 @@ class SpecAdapter(SpecEncoder):
 
 
 # The half-precision rows each port runs (ode_ref.precision's policy): its run_* methods take and
-# return arrays of these dtypes (NumPy float16, ml_dtypes.bfloat16). They join the adapter's dtypes
-# once the runner and the golden set have half rows (e16, ebf16); until then the ports' tests run
-# them against the spec's policy directly (tests/backends/test_precision.py).
+# return arrays of these dtypes (NumPy float16, ml_dtypes.bfloat16).
 HALF_ROWS = ("bfloat16", "float16")
-
-
-def numpy_half(dtype: str):
-    """The NumPy dtype of a half row: float16, or ml_dtypes' bfloat16."""
-    import ml_dtypes
-
-    return {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[R.precision.check_half_dtype(dtype)]
 
 
 class TorchAdapter(TorchEncoder):
     name = "torch"
-    dtypes = ("float32", "float64")
-    half_dtypes = HALF_ROWS
+    dtypes = ("float32", "float64", *HALF_ROWS)
 
     def __init__(self):
         import torch
@@ -101,7 +91,7 @@ class TorchAdapter(TorchEncoder):
 
     def _array(self, a, dtype):
         """A tensor back as NumPy in the row's dtype (a half one through float32, exactly)."""
-        return a.float().numpy().astype(numpy_half(dtype)) if dtype in HALF_ROWS else a.numpy()
+        return a.float().numpy().astype(numpy_dtype(dtype)) if dtype in HALF_ROWS else a.numpy()
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         x, mask = self._tensors(x, padding_mask)
@@ -163,8 +153,7 @@ class JaxAdapter(JaxEncoder):
     skip compilation."""
 
     name = "jax"
-    dtypes = ("float32", "float64")
-    half_dtypes = HALF_ROWS  # NumPy float16 and bfloat16 arrays pass to the port as they are
+    dtypes = ("float32", "float64", *HALF_ROWS)  # NumPy float16 and bfloat16 arrays pass to the port as they are
 
     def __init__(self):
         from odeattn.backends import jax as port

@@ -223,14 +223,16 @@ def test_a_port_keeping_the_state_in_storage_exceeds_the_bound(dtype, monkeypatc
 
 @pytest.mark.parametrize("adapter", ["TorchAdapter", "JaxAdapter"])
 def test_the_adapters_half_rows_take_and_return_arrays_of_the_row(adapter):
-    """The conformance adapters' half rows (half_dtypes): parameters and x as NumPy float16 or
+    """The conformance adapters' half rows: parameters and x as NumPy float16 or
     ml_dtypes.bfloat16 arrays in, z(1), f and the decode run out in the same dtype, within BOUND."""
     from odeattn.conformance import adapters
+    from odeattn.conformance.half import numpy_dtype
 
     backend = getattr(adapters, adapter)()
     cfg, params, x, mask, _ = inputs("rope-padded")
-    for dtype in backend.half_dtypes:
-        half = adapters.numpy_half(dtype)
+    assert set(adapters.HALF_ROWS) <= set(backend.dtypes)
+    for dtype in adapters.HALF_ROWS:
+        half = numpy_dtype(dtype)
         params_h, x_h = {k: v.astype(np.float32).astype(half) for k, v in params.items()}, x.astype(np.float32).astype(half)
         got = {"z": backend.run_block(cfg, params_h, x_h, mask, dtype), "f": backend.run_func(cfg, params_h, 0.25, x_h, mask, dtype),
                "decode": backend.run_decode(cfg, params_h, x_h, mask, PROMPT, dtype)}
