@@ -8,16 +8,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ode_ref as R
+from ode_ref.precision import HALF_DTYPES
 from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
 from odeattn.conformance.cases import CaseSpec, build_case
 from odeattn.conformance.runner import run_case
 
 
 def installed():
-    """spec, torch, jax, onnxruntime, onnxruntime-integer: each whose packages are installed. A
+    """spec, torch, jax, onnxruntime, onnxruntime-integer: each whose packages are installed, in
+    float32 and float64 (their half rows run on the golden set in the main job, and on 16 configs in
+    tests/backends/test_precision.py: a JAX half row compiles per config, 5 times this test's time). A
     port that is installed but fails to import fails here (make_adapter raises), it is not skipped."""
-    return [make_adapter(BUILTIN[name].reference) for name in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-integer")
-            if not missing_requirements(name)]
+    adapters = [make_adapter(BUILTIN[name].reference) for name in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-integer")
+                if not missing_requirements(name)]
+    for adapter in adapters:
+        adapter.dtypes = tuple(d for d in adapter.dtypes if d not in HALF_DTYPES)
+    return adapters
 
 
 BACKENDS = installed()
