@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "4909e88c69d81e8a307cab83703c170f5c50b6dd72990ca30ef878112d819a68"  # sha256 of golden/manifest.json
+DIGEST = "496a38ec81b30c55d89b8ee1bc58ed8237317d787dc16e0e0e9d4a3e67e861fc"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "4005922c916a6e31cf589c2d89069a73ed44d7b0c6edeee7e212a8471340a1a8",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "2d778c7c5fe5b4c32f61eb11170f23115453a047c177ed8a38ad2a264e6db2b6",
@@ -136,6 +136,8 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "grad_pos_pape_ri_encoder_pad": "8435f62322235e93087bf988b909920645126d285e27c4f3d80b221ce5d839ce",
     "grad_pos_bam_learn_mu_ssmax_decoder": "84e01053ec04ea5e1b18f8513059cd087046f7fc1fdcb44c434709c9d9668e07",
     "grad_pos_alibi_ssmax_padded_rule_encoder_pad": "3f4651896fb82b540a478c517751e8f6fe0c63864e34fda37f2df96ea1be9604",
+    "block_half_softmax_seq512": "d288facd224b0e2618b86d35c5e8bb154ae71f4122b16dd870a46c8a45abbe57",
+    "block_half_norm_near_constant": "57f05995afaf3b453ccb34c1b94d7f14ae3b68b5e6b70808355fefe33e88511c",
     "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12": "9171bbf54bdba46cdc8f9cfe9affd65e277e18e65b15a87ed0feb1c198aefdc0",
     "encoder_euler_paper_pre_pad_l2_b3t6h3c12f20": "5db36ccb887606d19e65eca59e22c8be15e6eed1d9daee36b370ea6bf3e2cb78",
     "encoder_rk2_paper_post_pad_l2_b2t5h2c8f12": "04f6fa0cc1d9cce8faa7822e941044b334b34af825f14fc36498e2e8c4551c72",
