@@ -26,10 +26,14 @@ import numpy as np
 
 import ode_ref as R
 
+from .decoding import decode_loop, run_decode, split_decoded  # noqa: F401 (re-exported: the adapters use them from here)
 from .encoder_cases import ENCODER_ROWS, e32_of, encoder_inputs, row_name as encoder_row_name, spec_z
+from ode_ref.precision import HALF_DTYPES, check_half_dtype
+
 from .fair import make_inputs
+from .half import HALF_FIELDS, half_errors
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
-from .tolerance import relative_error
+from .tolerance import relative_error, tolerance
 
 CASES_VERSION = 2  # bump when an existing case's definition changes; checked against the manifest
 
@@ -76,6 +80,9 @@ class Case:
     z1_bar: Optional[np.ndarray] = None  # grad cases: the cotangent of z(1), (batch, seq, d_model)
     grads: Optional[dict] = None  # grad cases: x_bar and grad.<parameter>, float64
     encoder_outputs: Optional[dict] = None  # encoder cases (encoder_cases.py): {"z": the stack's output}; config an ODEEncoderConfig
+    e16: Optional[dict] = None  # quantity -> the spec's error under the half policy in float16 (half.py); None: untestable or not stored
+    ebf16: Optional[dict] = None  # the same in bfloat16
+    half_untestable: Optional[dict] = None  # dtype -> why the case has no meaning in it (half.py); None or {}: none
 
     @property
     def z1(self) -> np.ndarray:
@@ -107,6 +114,27 @@ class Case:
             return 0.0
         return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
 
+    def untestable(self, dtype: str) -> Optional[str]:
+        """Why the case has no meaning in dtype (float16 or bfloat16), or None: the stored reason
+        (half.py's rules), or that the golden set stores no error for dtype (a team's own set)."""
+        check_half_dtype(dtype)
+        reason = (self.half_untestable or {}).get(dtype)
+        if reason is None and getattr(self, HALF_FIELDS[dtype]) is None:
+            return f"no {HALF_FIELDS[dtype]} in this golden set"
+        return reason
+
+    def e_half(self, dtype: str) -> dict:
+        """quantity -> the spec's own error under the half policy in dtype, for every quantity of
+        quantities() (z1: the last step's; step_0, x itself: 0, the tolerance's floor).
+        ValueError if the case is untestable in dtype (untestable says why)."""
+        reason = self.untestable(dtype)
+        if reason is not None:
+            raise ValueError(f"case {self.name!r} has no {HALF_FIELDS[dtype]}: {reason}")
+        stored = dict(getattr(self, HALF_FIELDS[dtype]))
+        if self.trajectory is not None:
+            stored.update(step_0=0.0, z1=stored[f"step_{self.config.ode_steps}"])
+        return stored
+
 
 def quantity_names(config, decoded: int = 0, vjp: bool = False) -> list:
     """The quantities with a stored e32: a block case's, a decode case's or a grad case's."""
@@ -115,32 +143,6 @@ def quantity_names(config, decoded: int = 0, vjp: bool = False) -> list:
     if decoded:
         return ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)]
     return ["f0"] + [f"step_{k}" for k in range(1, config.ode_steps + 1)]
-
-
-def split_decoded(z, prompt: int) -> dict:
-    """A decode run's output (batch, seq, d_model) as its quantities: the prompt's z, then each token's."""
-    out = {"prefill": z[:, :prompt]}
-    out.update({f"decode_{j}": z[:, prompt + j - 1:prompt + j] for j in range(1, z.shape[1] - prompt + 1)})
-    return out
-
-
-def decode_loop(prefill, decode_step, x, padding_mask, prompt: int):
-    """A decode run on any backend: prefill(x_prompt, mask_prompt, max_len) -> (z, cache) on the
-    first `prompt` tokens, then decode_step(x_t, cache) -> (z_t, cache) per remaining token (each
-    real); returns (batch, seq, d_model) as NumPy, the prompt's z then each token's."""
-    z, cache = prefill(x[:, :prompt], None if padding_mask is None else padding_mask[:, :prompt], x.shape[1])
-    out = [np.asarray(z)]
-    for i in range(prompt, x.shape[1]):
-        z_t, cache = decode_step(x[:, i:i + 1], cache)
-        out.append(np.asarray(z_t))
-    return np.concatenate(out, axis=1)
-
-
-def run_decode(config, params, x, padding_mask, prompt: int, *, attention=None):
-    """The spec's decode run (decode_loop over ode_ref.prefill and ode_ref.decode_step)."""
-    return decode_loop(lambda x, m, n: R.prefill(params, x, config, m, max_len=n, attention=attention),
-                       lambda x_t, cache: R.decode_step(params, x_t, cache, config, attention=attention),
-                       x, padding_mask, prompt)
 
 
 def vjp_quantities(config, params, x, padding_mask, z1_bar) -> dict:
@@ -368,14 +370,48 @@ def at_steps(case: Case, steps: int) -> Case:
     cfg = dataclasses.replace(case.config, ode_steps=steps)
     _, traj = R.ode_block(case.params, case.x, cfg, case.padding_mask, return_trajectory=True)
     golden = {"f0": case.f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}}
-    return dataclasses.replace(case, config=cfg, trajectory=traj,
-                               e32=float32_errors(cfg, case.params, case.x, case.padding_mask, golden))
+    return with_half(dataclasses.replace(case, config=cfg, trajectory=traj,
+                                         e32=float32_errors(cfg, case.params, case.x, case.padding_mask, golden)))
+
+
+def same_case(built: Case, stored: Case) -> bool:
+    """Whether stored holds built's case: config, inputs and parameters bit for bit, every
+    quantity within tolerance(e32, "float64") of the built one."""
+    if built.config != stored.config or built.decoded != stored.decoded or built.params.keys() != stored.params.keys():
+        return False
+    for a, b in [(built.x, stored.x), (built.padding_mask, stored.padding_mask), (built.z1_bar, stored.z1_bar),
+                 *((built.params[k], stored.params[k]) for k in built.params)]:
+        if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+            return False
+    want, got = built.quantities(), stored.quantities()
+    return want.keys() == got.keys() and all(
+        relative_error(got[q], want[q]) <= tolerance(built.e32_of(q), "float64") for q in want)
+
+
+def half_fields(case: Case) -> dict:
+    """The case's e16, ebf16 and half_untestable (half.py), measured on the spec: each dtype has
+    either its errors, one per quantity with an e32, or the reason it is untestable."""
+    golden = {q: a for q, a in case.quantities().items() if q in case.e32}
+    out, untestable = {}, {}
+    for dtype in HALF_DTYPES:
+        errors, reason = half_errors(case.config, case.params, case.x, case.padding_mask, golden, dtype=dtype,
+                                     decoded=case.decoded, vjp=case.z1_bar is not None,
+                                     encoder=case.encoder_outputs is not None)
+        out[HALF_FIELDS[dtype]] = errors
+        if reason is not None:
+            untestable[dtype] = reason
+    return {**out, "half_untestable": untestable}
+
+
+def with_half(case: Case) -> Case:
+    """case with its half-precision fields measured (half_fields)."""
+    return dataclasses.replace(case, **half_fields(case))
 
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session); the encoder cases last."""
-    return tuple(build_case(s) for s in case_specs()) + tuple(build_encoder_case(r) for r in ENCODER_ROWS)
+    return tuple(with_half(build_case(s)) for s in case_specs()) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
 
 
 def build_encoder_case(row) -> Case:

@@ -10,12 +10,17 @@
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
 defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
 (grad cases: true), encoder (encoder cases: true, their config an ODEEncoderConfig's fields), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
-and its sha256. Everything stored is read: the versions are checked against this code, the shape
+and its sha256. Since format 6 it also holds, per half dtype, either the spec's error under the
+half-precision policy per quantity (e16 for float16, ebf16 for bfloat16, the quantities of e32)
+or, in half_untestable, the reason the case has no meaning in that dtype (half.py's rules:
+grad and encoder cases, float16's range and overflow, BitLinear levels flipped). A team's set
+may omit both: its half rows are then untestable, "no e16 in this golden set". Everything stored is read: the versions are checked against this code, the shape
 and padding against the file, the checksums against the bytes. Every size a manifest declares is
 bounded (MAX_SIZE) and checked against the bytes its file holds before anything is built from it;
 every stored array must be float64 (the padding mask bool) and finite, and a trajectory's first
 state must be x. A team's set (not sealed) also has each stored e32 bounded by the spec's own
-float32 error for its case, recomputed at load (E32_FACTOR; docs/specification.md says why).
+float32 error for its case, recomputed at load (E32_FACTOR; docs/specification.md says why), and
+each stored e16 and ebf16 likewise by the spec's own error under the policy (check_e_half).
 
 Sealing: the set's digest is the sha256 of manifest.json, whose entries hold every file's
 sha256, so it covers every byte. The packaged set's digest, and each entry's, are recorded in
@@ -39,11 +44,15 @@ import numpy as np
 
 import ode_ref as R
 
-from .cases import CASES_VERSION, Case, build_all, float32_errors, quantity_names
+from ode_ref.precision import HALF_DTYPES
+
+from .cases import CASES_VERSION, Case, build_all, float32_errors, half_fields, quantity_names, same_case, with_half
+from .half import HALF_FIELDS
 from .tolerance import UNIT_ROUNDOFF
 
-FORMAT = 5  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"); older sets read as they did
-READ_FORMATS = (2, 3, 4, 5)
+FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
+# 6 the half-precision errors ("e16", "ebf16", "half_untestable"); older sets read as they did
+READ_FORMATS = (2, 3, 4, 5, 6)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
 MANIFEST = "manifest.json"
@@ -90,6 +99,10 @@ SCHEMA = {
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "e32": {"type": "object", "additionalProperties": _NUMBER},
+                    "e16": {"type": "object", "additionalProperties": _NUMBER},
+                    "ebf16": {"type": "object", "additionalProperties": _NUMBER},
+                    "half_untestable": {"type": "object", "additionalProperties": False,
+                                        "properties": {d: {"type": "string", "minLength": 1} for d in HALF_DTYPES}},
                 },
             },
         },
@@ -155,6 +168,8 @@ def _entry(case: Case, file: str, sha: str) -> dict:
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
+        **{HALF_FIELDS[d]: dict(getattr(case, HALF_FIELDS[d])) for d in HALF_DTYPES if getattr(case, HALF_FIELDS[d]) is not None},
+        **({"half_untestable": dict(case.half_untestable)} if case.half_untestable else {}),
     }
 
 
@@ -179,12 +194,17 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
     directory = Path(directory)
     check_writable(directory)
     cases = build_all() if cases is None else cases
+    kept = _kept(cases, directory)  # read before any file is removed
     entries = []
     for stale in directory.glob("*.safetensors"):  # a renamed or removed case leaves no file behind
-        stale.unlink()
+        if stale.name not in {f"{name}.safetensors" for name in kept}:
+            stale.unlink()
     for case in cases:
         file = f"{case.name}.safetensors"
-        save_file(_tensors(case), str(directory / file))
+        if case.name in kept:
+            case = with_half(kept[case.name])  # its file and e32 as stored; e16 and ebf16 against its golden
+        else:
+            save_file(_tensors(case), str(directory / file))
         entries.append(_entry(case, file, _sha256(directory / file)))
         if progress:
             progress(case.name)
@@ -195,6 +215,30 @@ def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
         write_seal(path)
     return path
 
+
+
+def _kept(cases, directory: Path) -> dict:
+    """name -> the stored Case, for each case that directory's (valid) set already holds: the same
+    config and inputs bit for bit, and outputs within the float64 bound of the built ones. Its
+    file and its e32 are kept as they are: the spec's float64 results move in the last bits from
+    one CPU to another (tests/conformance/test_golden.py), so regenerating on another machine
+    leaves the stored files byte-identical instead of rewriting them all."""
+    try:
+        stored = {e["name"]: e for e in read_manifest(directory)["cases"]}
+    except GoldenError:
+        return {}  # none yet, or not this code's: every case is written afresh
+    kept = {}
+    for case in cases:
+        entry = stored.get(case.name)
+        if entry is None or entry["file"] != f"{case.name}.safetensors":
+            continue
+        try:
+            old = load_case(entry, directory)
+        except GoldenError:
+            continue
+        if same_case(case, old):
+            kept[case.name] = old
+    return kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +311,22 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
         except (TypeError, ValueError) as err:
             defects.append(f"{field}.config: {err}")
             continue
-        defects += _check_sizes(e, config, Path(directory), field)  # before anything is built from the sizes
+        defects += _check_sizes(e, config, Path(directory), field) or _check_half(e, field)  # sizes first: one line an entry
     return defects + unlisted
+
+
+def _check_half(entry: dict, field: str) -> list:
+    """The entry's e16 and ebf16 against its e32 (the same quantities) and its half_untestable (a
+    dtype has its errors or the reason it has none, not both). One line at most."""
+    reasons = entry.get("half_untestable", {})
+    for dtype in HALF_DTYPES:
+        name = HALF_FIELDS[dtype]
+        if name in entry and dtype in reasons:
+            return [f"{field}.{name}: expected either {name} or half_untestable.{dtype}, not both"]
+        if name in entry and set(entry[name]) != set(entry["e32"]):
+            return [f"{field}.{name}: expected the quantities of e32 ({_names(sorted(entry['e32']))}); "
+                    f"got [{_names(repr(q) for q in sorted(entry[name]))}]"]
+    return []
 
 
 def config_of_entry(entry: dict):
@@ -438,9 +496,10 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
         decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
         grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
         encoder_outputs={"z": t["z"]} if entry.get("encoder", False) else None,
+        e16=entry.get("e16"), ebf16=entry.get("ebf16"), half_untestable=dict(entry.get("half_untestable", {})),
     )
     if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed
-        defects = check_e32(case, Path(directory))
+        defects = check_e32(case, Path(directory)) or check_e_half(case, Path(directory))
         if defects:
             raise GoldenError(defects)
     return case
@@ -492,6 +551,30 @@ def check_e32(case: Case, directory: Path) -> list:
             f"{E32_FACTOR:g} times the spec's own float32 error for this case, {recomputed[q]:.3g} recomputed here "
             f"(counted as at least 2^-24){more}; a tolerance derives from e32, so this one would let wrong "
             "results pass"]
+
+
+def check_e_half(case: Case, directory: Path) -> list:
+    """check_e32 for a team's stored e16 and ebf16: one line if one exceeds E32_FACTOR times the
+    spec's own error under the half policy, recomputed here (half.py; at least one rounding of the
+    dtype), or if the spec finds the case untestable in a dtype the set stores errors for."""
+    stored = {d: getattr(case, HALF_FIELDS[d]) for d in HALF_DTYPES if getattr(case, HALF_FIELDS[d]) is not None}
+    if not stored:
+        return []  # a set without them: its half rows are untestable, and say so
+    recomputed = half_fields(case)
+    where = f"{os.fspath(directory / MANIFEST)}: case {case.name!r}"
+    for dtype, errors in stored.items():
+        name, spec = HALF_FIELDS[dtype], recomputed[HALF_FIELDS[dtype]]
+        if spec is None:
+            return [f"{where}: {name} is stored, but the case is untestable in {dtype} "
+                    f"({recomputed['half_untestable'][dtype]})"]
+        floor = UNIT_ROUNDOFF[dtype]
+        over = [q for q in errors if not errors[q] <= E32_FACTOR * max(spec[q], floor)]
+        if over:
+            q = max(over, key=lambda q: errors[q] / max(spec[q], floor))
+            return [f"{where}: {name}.{q} = {errors[q]:.3g} is over {E32_FACTOR:g} times the spec's own {dtype} error "
+                    f"under the half policy, {spec[q]:.3g} recomputed here (counted as at least {floor:.3g}); a "
+                    "tolerance derives from it, so this one would let wrong results pass"]
+    return []
 
 
 def load_cases(directory=GOLDEN_DIR) -> list[Case]:

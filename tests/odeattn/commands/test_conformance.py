@@ -46,12 +46,12 @@ def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_pat
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
     shutil.copytree(golden.GOLDEN_DIR, tmp_path / "g")
     text = (tmp_path / "g" / "manifest.json").read_text()
-    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 5', '"format": "5"').replace('"padding": true', '"padding": 1', 1))
+    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 6', '"format": "6"').replace('"padding": true', '"padding": 1', 1))
     (tmp_path / "g" / "notes.txt").write_text("stray")
     assert main(["conformance", "--golden", str(tmp_path / "g")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("odeattn conformance: ") for line in lines), lines
-    assert any("$.format: '5' is not one of [2, 3, 4, 5]" in line for line in lines), lines
+    assert any("$.format: '6' is not one of [2, 3, 4, 5, 6]" in line for line in lines), lines
     assert any("notes.txt: not listed in manifest.json" in line for line in lines)
 
 
