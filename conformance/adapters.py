@@ -24,6 +24,7 @@ import ode_ref as R
 from ode_ref.precision import HALF_DTYPES, half_attention, half_block, half_func, round_to
 
 from .cases import decode_loop, run_decode
+from .half import DTYPES, check_dtypes
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
 from . import external
@@ -369,11 +370,11 @@ def check_adapter(adapter) -> tuple[str, ...]:
         raise TypeError(f"adapter {adapter!r}: expected attributes {', '.join(REQUIRED)}; missing {missing}")
     if not isinstance(adapter.name, str) or not adapter.name:
         raise TypeError(f"adapter {adapter!r}: name must be a non-empty string; got {adapter.name!r}")
-    dtypes = adapter.dtypes
-    if isinstance(dtypes, str) or not isinstance(dtypes, (tuple, list)) or not dtypes \
-            or not all(d in ("float32", "float64") for d in dtypes):
-        raise TypeError(f"adapter {adapter.name!r}: dtypes must be a non-empty tuple of 'float32'/'float64'; got {dtypes!r}")
-    return tuple(dtypes)
+    try:
+        return check_dtypes(adapter.dtypes)
+    except ValueError:
+        raise TypeError(f"adapter {adapter.name!r}: dtypes must be a non-empty tuple of {', '.join(map(repr, DTYPES))}; "
+                        f"got {adapter.dtypes!r}") from None
 
 
 def parse_reference(ref: str) -> tuple[str, str]:

@@ -40,6 +40,7 @@ from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, half_attentio
 from .decoding import run_decode, split_decoded
 from .tolerance import UNIT_ROUNDOFF, relative_error
 
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # what a backend may declare it runs
 HALF_FIELDS = {"float16": "e16", "bfloat16": "ebf16"}  # dtype -> the manifest's field
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 # A case whose spec error under the policy is over this many units u of the dtype's rounding is
@@ -53,6 +54,35 @@ NO_POLICY = {
     "grad": "a grad case: the half-precision policy covers the block's forward and its cached decoding, not the backward pass",
     "encoder": "an encoder case: the half-precision policy covers the attention block, not the encoder layer",
 }
+
+
+def check_dtypes(dtypes, *, name: str = "dtypes") -> tuple:
+    """dtypes as a tuple, if a non-empty sequence of DTYPES; ValueError naming the field, the
+    allowed values and what it got otherwise."""
+    if isinstance(dtypes, str) or not isinstance(dtypes, (tuple, list)) or not dtypes \
+            or not all(isinstance(d, str) and d in DTYPES for d in dtypes):
+        raise ValueError(f"{name}: expected a non-empty tuple of {', '.join(map(repr, DTYPES))}; got {dtypes!r}")
+    return tuple(dtypes)
+
+
+def numpy_dtype(dtype: str):
+    """The NumPy dtype of a dtype name: bfloat16 is ml_dtypes' (NumPy has none)."""
+    check_dtypes((dtype,), name="dtype")
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def cast(a, dtype: str):
+    """a (float64) as dtype, the way a backend receives it: a half dtype through float32 (what
+    every library converts from, so a value is rounded as ode_ref.precision.round_to rounds it)."""
+    a = np.asarray(a)
+    if dtype in HALF_DTYPES:
+        with np.errstate(over="ignore"):  # beyond float16's range is inf, float16's own rounding
+            return a.astype(np.float32).astype(numpy_dtype(dtype))
+    return a.astype(numpy_dtype(dtype))
 
 
 class _Levels(R.SelfAttention):

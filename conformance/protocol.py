@@ -3,7 +3,8 @@
 An adapter needs no base class: any object with Adapter's attributes and methods runs, and each
 method of OptionalMethods it has gives finer reports. config is an ode_ref.ODEConfig; params a
 dict name -> array of dtype; every array is NumPy, a fresh copy for every call. dtype is
-"float32" or "float64", the precision of the arrays in and out.
+"float32", "float64", "bfloat16" or "float16", the precision of the arrays in and out (bfloat16
+arrays are ml_dtypes.bfloat16; a half row runs the half-precision policy, ode_ref.precision).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Adapter(Protocol):
     name: str
     """Shown in reports, e.g. "mylib"; not a built-in backend's name."""
     dtypes: tuple[str, ...]
-    """The precisions it runs: "float32" and/or "float64"."""
+    """The precisions it runs: any of "float32", "float64", "bfloat16", "float16" (half.DTYPES)."""
 
     def supports(self, config: ODEConfig, dtype: str) -> Optional[str]:
         """None if it runs this config in this dtype, else the reason it does not (reported as

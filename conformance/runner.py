@@ -24,10 +24,11 @@ import numpy as np
 
 from .adapters import RESTEPPED
 from .cases import Case, at_steps, split_decoded
-from .tolerance import relative_error, tolerance
+from .half import HALF_DTYPES, cast, check_dtypes
+from .tolerance import half_tolerance, relative_error, tolerance
 from .worker import attempt
 
-STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "untestable")  # untestable: not run (case.untestable)
 FAILING = ("failed", "error", "xpassed")
 
 
@@ -139,7 +140,7 @@ def compare(case: Case, dtype: str, outputs: dict, *, float64_bound: Optional[fl
             return "failed", f"{name}: expected shape {golden[name].shape}; got {got.shape}", results
         if not np.isfinite(got).all():
             return "failed", f"{name}: non-finite values (NaN or inf) at {np.argwhere(~np.isfinite(got))[0].tolist()}", results
-        tol = tolerance(case.e32_of(name), dtype)
+        tol = half_tolerance(case.e_half(dtype)[name], dtype) if dtype in HALF_DTYPES else tolerance(case.e32_of(name), dtype)
         if float64_bound is not None and dtype == "float64":
             tol = min(tol, float64_bound)
         results.append(QuantityResult(name, relative_error(got, golden[name]), tol))
@@ -176,15 +177,27 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
 
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
+    if untestable(result, case) is not None:
+        return result
     try:
-        params = {k: np.asarray(v, dtype=dtype) for k, v in case.params.items()}
-        reply, outputs = attempt(backend, case.config, params, case.x.astype(dtype), case.padding_mask, dtype,
-                                 case.decoded, None if case.z1_bar is None else case.z1_bar.astype(dtype),
+        params = {k: cast(v, dtype) for k, v in case.params.items()}
+        reply, outputs = attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype,
+                                 case.decoded, None if case.z1_bar is None else cast(case.z1_bar, dtype),
                                  case.encoder_outputs is not None)
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
     judge(result, case, reply, outputs, float64_bound)
     result.seconds = time.perf_counter() - start
+    return result
+
+
+def untestable(result: CaseResult, case: Case) -> Optional[CaseResult]:
+    """result marked untestable, with the reason, if its case has no meaning in its dtype (a half
+    dtype: case.untestable); None otherwise. An untestable case is not run."""
+    reason = case.untestable(result.dtype) if result.dtype in HALF_DTYPES else None
+    if reason is None:
+        return None
+    result.status, result.message = "untestable", reason
     return result
 
 
@@ -219,11 +232,11 @@ def apply_xfail(result: CaseResult, patterns) -> CaseResult:
 
 
 def _request(case: Case, dtype: str) -> tuple[dict, dict]:
-    arrays = {"x": case.x.astype(dtype), **{f"param/{k}": np.asarray(v, dtype=dtype) for k, v in case.params.items()}}
+    arrays = {"x": cast(case.x, dtype), **{f"param/{k}": cast(v, dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
     if case.z1_bar is not None:
-        arrays["z1_bar"] = case.z1_bar.astype(dtype)
+        arrays["z1_bar"] = cast(case.z1_bar, dtype)
     return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded,
             "vjp": case.z1_bar is not None, "encoder": case.encoder_outputs is not None}, arrays
 
@@ -237,11 +250,12 @@ def reply_limit(case: Case) -> int:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=()) -> Report:
+              progress=None, taken=(), dtypes=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
-    xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
+    dtypes: only these of the dtypes each backend declares (None: all; ValueError for one not in
+    half.DTYPES). xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
     progress: an object told of the run as it goes: begin(total) with the number of results
     expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
@@ -255,10 +269,15 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     from .pool import core_count, run_workers
 
     xfail = compile_patterns("xfail", xfail)
+    only = None if dtypes is None else check_dtypes(dtypes)
+
+    def chosen(declared):
+        return [d for d in declared if only is None or d in only]
+
     jobs = jobs or core_count()
     report = Report()
     names = {}
-    expected = {i: len(ref.dtypes or ("?",)) * len(cases) for i, ref in enumerate(refs)}
+    expected = {i: len(chosen(ref.dtypes) if ref.dtypes else ("?",)) * len(cases) for i, ref in enumerate(refs)}
     done = {i: 0 for i in range(len(refs))}
     began = time.perf_counter()
     spawned = {}  # backend index -> when its first worker was spawned
@@ -276,6 +295,9 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
             gone(i, f"reports the name {name!r}, which another backend has taken")
             return False
         names[i] = name
+        dtypes = chosen(dtypes)
+        if not dtypes:
+            report.notes.append(f"{name}: runs none of the dtypes asked for ({', '.join(only)})")
         if progress and len(dtypes) * len(cases) != expected[i]:
             progress.grow(len(dtypes) * len(cases) - expected[i])
         expected[i] = len(dtypes) * len(cases)
@@ -292,7 +314,27 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     def make_jobs(i, name, dtypes):
         restep = RESTEPPED.get(name) if refs[i].builtin else None  # judged against the spec at its count
         judged = {c.name: at_steps(c, restep(c.config.ode_steps)) if restep and c.trajectory is not None else c for c in cases}
-        return [((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])) for d in dtypes for c in cases]
+        jobs = []
+        for d in chosen(dtypes):
+            for c in cases:
+                skipped = untestable(CaseResult(names[i], d, c.name, "passed"), judged[c.name])
+                if skipped is not None:
+                    record(i, skipped)  # reported, not run
+                else:
+                    jobs.append(((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])))
+        return jobs
+
+    def record(i, r):
+        report.results.append(apply_xfail(r, xfail))
+        done[i] += 1
+        if progress:
+            progress.advance(f"{r.backend}/{r.dtype}")
+            if done[i] == expected[i]:
+                mine = [x for x in report.results if x.backend == names[i]]
+                counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
+                progress.finished(names[i], counts, row(i)["wall"], "")
+        if fail_fast and r.failed:
+            stop[0] = True
 
     def on_result(i, job, reply, arrays, seconds):
         dtype, case = job
@@ -308,16 +350,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
                                                       "exports", "sessions")}}
         P.add_case(row(i), r.profile)
         row(i)["wall"] = time.perf_counter() - spawned.get(i, began)
-        report.results.append(apply_xfail(r, xfail))
-        done[i] += 1
-        if progress:
-            progress.advance(f"{r.backend}/{r.dtype}")
-            if done[i] == expected[i]:
-                mine = [x for x in report.results if x.backend == names[i]]
-                counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
-                progress.finished(names[i], counts, row(i)["wall"], "")
-        if fail_fast and r.failed:
-            stop[0] = True
+        record(i, r)
 
     def gone(i, message):
         """Backend i runs nothing more: its share leaves the progress total."""
@@ -337,13 +370,14 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         if progress:
             progress.close()
     report.wall = time.perf_counter() - began
-    ran = {r.backend for r in report.results if r.status != "skipped"}
+    ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
     for i, name in names.items():
-        if name not in ran and not stop[0]:
+        if name not in ran and not stop[0] and expected[i]:
             report.errors.append(BackendError(refs[i].label, "ran no case: supports() refused every one"))
     order = {n: i for i, n in names.items()}
     case_order = {c.name: i for i, c in enumerate(cases)}
-    report.results.sort(key=lambda r: (order[r.backend], r.dtype != "float32", case_order[r.case]))
+    dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}
+    report.results.sort(key=lambda r: (order[r.backend], dtype_order[r.dtype], case_order[r.case]))
     return report
 
 
@@ -352,9 +386,10 @@ def summary(results) -> list[dict]:
     rows = {}
     for r in results:
         row = rows.setdefault((r.backend, r.dtype), {"backend": r.backend, "dtype": r.dtype, "passed": 0, "failed": 0,
-                                                     "skipped": 0, "xfailed": 0, "worst_ratio": 0.0, "worst_case": ""})
+                                                     "skipped": 0, "xfailed": 0, "untestable": 0, "worst_ratio": 0.0,
+                                                     "worst_case": ""})
         row[{"error": "failed", "xpassed": "failed"}.get(r.status, r.status)] += 1
-        if r.worst_ratio >= row["worst_ratio"] and r.status != "skipped":
+        if r.worst_ratio >= row["worst_ratio"] and r.status not in ("skipped", "untestable"):
             row["worst_ratio"], row["worst_case"] = r.worst_ratio, r.case
     return list(rows.values())
 
@@ -393,10 +428,12 @@ def failure_groups(results) -> list[dict]:
 def format_report(report: Report) -> str:
     rows = summary(report.results)
     w = max([len("backend")] + [len(r["backend"]) for r in rows]) + 2
-    lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}  {'worst err/tol':>13}  worst case"]
+    lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}{'untestable':>11}"
+             f"  {'worst err/tol':>13}  worst case"]
     for row in rows:
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
-                     f"{row['xfailed']:>6}  {row['worst_ratio']:>13.3g}  {row['worst_case'] if row['worst_ratio'] else '-'}")
+                     f"{row['xfailed']:>6}{row['untestable']:>11}  {row['worst_ratio']:>13.3g}  "
+                     f"{row['worst_case'] if row['worst_ratio'] else '-'}")
     groups = failure_groups(report.results)
     if groups:
         count = sum(len(g["results"]) for g in groups)
@@ -421,6 +458,8 @@ def write_json(report: Report, path, header: dict) -> None:
     payload = {**header, "exit_code": report.exit_code, "summary": summary(report.results),
                "backend_errors": [asdict(e) for e in report.errors], "notes": report.notes,
                "failure_groups": groups, "profile": {"wall": report.wall, "backends": report.profile},
+               "untestable": [{"backend": r.backend, "dtype": r.dtype, "case": r.case, "reason": r.message}
+                              for r in report.results if r.status == "untestable"],
                "results": [asdict(r) for r in report.results]}
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
@@ -442,13 +481,13 @@ def write_junit(report: Report, path, header: dict) -> None:
     for row in summary(report.results):
         members = [r for r in report.results if (r.backend, r.dtype) == (row["backend"], row["dtype"])]
         suite = ET.SubElement(suites, "testsuite", name=f"{row['backend']}-{row['dtype']}", tests=str(len(members)),
-                              failures=str(row["failed"]), skipped=str(row["skipped"] + row["xfailed"]))
+                              failures=str(row["failed"]), skipped=str(row["skipped"] + row["xfailed"] + row["untestable"]))
         for r in members:
             tc = ET.SubElement(suite, "testcase", classname=f"conformance.{r.backend}.{r.dtype}", name=r.case,
                                time=f"{r.seconds:.4f}")
             if r.failed:
                 ET.SubElement(tc, "failure", message=_xml_text(r.message), type=r.status).text = _xml_text(r.traceback or r.message)
-            elif r.status in ("skipped", "xfailed"):
+            elif r.status in ("skipped", "xfailed", "untestable"):
                 ET.SubElement(tc, "skipped", message=_xml_text(r.message or r.status))
     if report.errors:
         suite = ET.SubElement(suites, "testsuite", name="backends", tests=str(len(report.errors)), failures=str(len(report.errors)))

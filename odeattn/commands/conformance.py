@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--external", type=Path, default=None, metavar="FILE",
                    help="a JSON file naming external backends, {\"backends\": {NAME: {\"exec\": CMD}}}: each runs as an "
                         "entry point would")
+    p.add_argument("--dtype", dest="dtypes", action="append", default=[], metavar="DTYPE",
+                   help="only this dtype of those each backend declares (repeatable): float32, float64, bfloat16 or "
+                        "float16; default every one")
     p.add_argument("-k", dest="include", action="append", default=[], metavar="REGEX", help="only cases matching (repeatable, OR)")
     p.add_argument("--exclude", action="append", default=[], metavar="REGEX", help="skip cases matching (repeatable)")
     p.add_argument("--xfail", action="append", default=[], metavar="REGEX",
@@ -105,7 +108,7 @@ def mutants(args) -> int:
     from odeattn.conformance.golden import GOLDEN_DIR, load_cases
     from odeattn.conformance.mutants import format_table, kill_table, survivors
 
-    unused = [o for o, v in (("--backend", args.backend), ("-k", args.include), ("--exclude", args.exclude),
+    unused = [o for o, v in (("--backend", args.backend), ("--dtype", args.dtypes), ("-k", args.include), ("--exclude", args.exclude),
                              ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit),
                              ("--profile", args.profile)) if v]
     if unused:
@@ -127,8 +130,12 @@ def prepare(args):
     from odeattn.conformance.adapters import BUILTIN, discover
     from odeattn.conformance.external import load_backends_file
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
+    from odeattn.conformance.half import DTYPES
     from odeattn.conformance.runner import compile_patterns, select
 
+    for d in args.dtypes:
+        if d not in DTYPES:
+            raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
     for option, patterns in (("-k", args.include), ("--exclude", args.exclude), ("--xfail", args.xfail)):
         compile_patterns(option, patterns)
     check_output_path("--json", args.json)
@@ -167,7 +174,7 @@ def suite(args) -> int:
     print(f"golden set: {header['golden']}, {len(cases)} cases, digest {header['digest']}")
     print(f"backends: {', '.join(r.label for r in refs)} (workers: {args.jobs})", flush=True)
     report = run_suite(refs, cases, xfail=args.xfail, fail_fast=args.fail_fast, jobs=args.jobs, timeout=args.timeout,
-                       float64_bound=args.float64_bound, progress=Progress(), taken=taken)
+                       float64_bound=args.float64_bound, progress=Progress(), taken=taken, dtypes=args.dtypes or None)
     report.notes += notes
     report.errors += [BackendError(label, message) for label, message in errors]
     print(format_report(report))

@@ -1,8 +1,9 @@
 """An external backend for the tests, in Python as any language would be: `python external_worker.py MODE`.
 
 spec: a native port (consumes params) over ode_ref that speaks the protocol correctly; with
-ODEATTN_TEST_RECORD set, it appends every request's JSON to that file. The other modes break
-the protocol one way each."""
+ODEATTN_TEST_RECORD set, it appends every request's JSON to that file. half: the same in bfloat16
+and float16, under the half-precision policy (ode_ref.precision). The other modes break the
+protocol one way each."""
 
 import json
 import os
@@ -24,9 +25,26 @@ def send(message, arrays=None):
     os.write(OUT, encode(message, arrays))
 
 
+def run_half(message, params, x, mask):
+    """The block or decode run under the policy in the message's dtype, returned in that dtype."""
+    from ode_ref.precision import half_attention, half_block, round_to
+    from odeattn.conformance.cases import run_decode
+
+    dtype, like = message["dtype"], x.dtype
+    params, x = {k: np.asarray(v, np.float32) for k, v in params.items()}, np.asarray(x, np.float32)
+    config = R.ODEConfig.from_any(message["config"])
+    if message["kind"] == "decode":
+        z = run_decode(config, params, x, mask, message["prompt"], attention=half_attention(config, dtype))
+        return {"decode": round_to(z, dtype).astype(like)}
+    z1, trajectory = half_block(params, x, config, mask, dtype=dtype, return_trajectory=True)
+    return {"trajectory": trajectory.astype(like)} if message["kind"] == "trajectory" else {"z1": z1.astype(like)}
+
+
 def run(message, arrays):
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     x, mask = arrays["x"], arrays.get("padding_mask")
+    if MODE == "half":
+        return run_half(message, params, x, mask)
     if message["kind"] == "encoder":
         return {"z": R.ode_encoder(params, x, R.ODEEncoderConfig.from_any(message["config"]), mask)}
     config = R.ODEConfig.from_any(message["config"])
@@ -57,6 +75,8 @@ while True:
             send({**HELLO, "protocol": 2})
         elif MODE == "malformed":
             send({**HELLO, "dtypes": ["float8"]})
+        elif MODE == "half":
+            send({**HELLO, "dtypes": ["bfloat16", "float16"], "kinds": ["block", "trajectory", "decode"]})
         elif MODE == "oversized":
             os.write(OUT, (1 << 20).to_bytes(4, "little") + (1 << 31).to_bytes(4, "little"))
         else:

@@ -15,6 +15,7 @@ from odeattn.conformance.golden import load_cases
 from odeattn.conformance.runner import run_suite, select
 
 CASES = load_cases()
+BY_NAME = {c.name: c for c in CASES}
 WORKER = Path(__file__).with_name("external_worker.py")
 # a block case padded in decoder mode, a BitLinear one, a cached decode, a rk4 layer_norm one and an encoder stack
 FEW = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "^decode_rk4_layer_norm_rope_pad$",
@@ -39,6 +40,15 @@ def test_an_external_port_passes_and_every_request_it_gets_is_a_schema_message(t
     assert all("dropout" not in m["config"] for m in messages if m["op"] == "run")
 
 
+def test_an_external_port_declares_half_rows_and_its_arrays_travel_as_bf16_and_f16():
+    report = run_suite([exec_ref("half")], FEW, jobs=1)
+    got = {(r.dtype, r.case): r.status for r in report.results}
+    assert not report.errors and {d for d, _ in got} == {"bfloat16", "float16"}
+    for (dtype, case), status in got.items():  # the encoder case is untestable: the policy does not cover it
+        assert status == ("untestable" if BY_NAME[case].untestable(dtype) else "passed"), (dtype, case, status)
+    assert sorted(got.values()).count("passed") >= 4 and got[("float16", FEW[-1].name)] == "untestable"
+
+
 def test_a_refusal_is_not_supported_with_the_workers_reason():
     report = run_suite([exec_ref("refuses")], FEW, jobs=1)
     refused = [r for r in report.results if r.status == "skipped"]
@@ -51,7 +61,7 @@ def test_a_refusal_is_not_supported_with_the_workers_reason():
                 "hello request; its stdout began 'starting up...\\nready\\n' (a worker's logs go to its stderr)"),
     ("version2", "speaks protocol version 2; this odeattn speaks 1"),
     ("malformed", "sent a malformed hello_reply to the hello request: hello_reply: dtypes/0: 'float8' is not one of "
-                  "['float32', 'float64']"),
+                  "['float32', 'float64', 'bfloat16', 'float16']"),
     ("oversized", "announced a frame of 1048576 + 2147483648 bytes, over the limits"),
     ("silent", "no reply within 2 s to the hello request"),
 ])

@@ -33,6 +33,11 @@ from odeattn.cli import main
     pytest.param(["--backend", "spec", "--backend", "spec"], "--backend: each backend once; got spec more than once",
                  id="backend-repeated"),
     pytest.param(["--backend", ".relative:X"], "--backend .relative:X: expected an absolute module name", id="backend-relative"),
+    pytest.param(["--dtype", "float8"], "--dtype: expected one of float32, float64, bfloat16, float16; got 'float8'",
+                 id="dtype-float8"),
+    pytest.param(["--dtype", "bfloat16", "--dtype", "int8"], "--dtype: expected one of float32, float64, bfloat16, "
+                                                              "float16; got 'int8'", id="dtype-integer"),
+    pytest.param(["--dt", "float8"], "--dtype: expected one of", id="dtype-abbreviated"),
 ])
 def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_path, capsys):
     argv = [a.format(tmp=tmp_path) for a in argv]
