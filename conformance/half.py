@@ -24,9 +24,10 @@ the run itself (half_errors), in this order:
                     dtype's rounding (the reason says whether BitLinear levels flipped against
                     float64 or the case amplifies the rounding)
 
-policy_in_float64 is a second implementation of the policy: the same roundings to S at the same
-points, with everything between them computed in float64 instead of float32 (a legitimate
-"rounded otherwise"); its spread against the spec's run is what tolerance.HALF_SAFETY is chosen from.
+OTHERWISE holds two other implementations of the policy, run by policy_otherwise: the same
+roundings to S at the same points, with everything between them computed in float64 instead of
+float32, or in float32 with the projections summed in another order (each a legitimate "rounded
+otherwise"); their spread against the spec's run is what tolerance.HALF_SAFETY is chosen from.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 import ode_ref as R
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, layer_norm, quantize_activation
-from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, half_attention, round_to
+from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, check_half_dtype, half_attention, round_to
 
 from .decoding import run_decode, split_decoded
 from .tolerance import UNIT_ROUNDOFF, relative_error
@@ -186,8 +187,7 @@ def half_errors(config, params, x, padding_mask, golden: dict, *, dtype: str, de
     """(errors, reason): errors = quantity -> relative_error(spec under the policy in dtype, golden)
     for the quantities of golden (those with an e32), reason None; or (None, the reason the case is
     untestable in dtype), by the rules of this module's docstring."""
-    if dtype not in HALF_DTYPES:
-        raise ValueError(f"dtype: expected one of {', '.join(HALF_DTYPES)}; got {dtype!r}")
+    check_half_dtype(dtype)
     if encoder or vjp:
         return None, NO_POLICY["encoder" if encoder else "grad"]
     if dtype == "float16":

@@ -24,7 +24,7 @@ def finished_line(backend: str, counts: dict, seconds: float, note: str = "") ->
         return f"{backend}: not run ({note}) after {seconds:.1f} s"
     failed = sum(counts.get(s, 0) for s in ("failed", "error", "xpassed"))
     parts = [f"{counts.get('passed', 0)} passed", f"{failed} failed"]
-    parts += [f"{counts[s]} {s}" for s in ("skipped", "xfailed") if counts.get(s)]
+    parts += [f"{counts[s]} {s}" for s in ("skipped", "xfailed", "untestable") if counts.get(s)]
     return f"{backend}: {', '.join(parts)} in {seconds:.1f} s"
 
 

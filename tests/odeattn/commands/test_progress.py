@@ -59,3 +59,10 @@ def test_a_total_grows_when_a_plugin_states_its_dtypes_and_a_refused_one_is_said
     p.close()
     assert stream.getvalue().splitlines() == ["mine: not run (RuntimeError: no device) after 0.5 s",
                                               "torch: 5 passed, 3 failed, 3 skipped in 12.3 s"]
+
+
+def test_a_backend_s_line_counts_its_untestable_half_rows():
+    from odeattn.commands.progress import finished_line
+
+    assert finished_line("torch", {"passed": 99, "failed": 0, "untestable": 47}, 3.04) == \
+        "torch: 99 passed, 0 failed, 47 untestable in 3.0 s"
