@@ -63,7 +63,10 @@ class SpecAdapter(SpecEncoder):
         return R.ode_block(params, x, config, padding_mask, attention=self._attention(config), return_trajectory=True)[1]
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        return self.run_trajectory(config, params, x, padding_mask, dtype)[-1]
+        if dtype in HALF_DTYPES:
+            params, x = _float32_of(params, x)
+            return _stored(half_block(params, x, config, padding_mask, dtype=dtype, attention=self._attention(config)), dtype)
+        return R.ode_block(params, x, config, padding_mask, attention=self._attention(config))
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         if dtype in HALF_DTYPES:

@@ -29,7 +29,6 @@ from ode_ref.attention import SelfAttention
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, weight_scale
 from ode_ref.block import ode_block
 from ode_ref.norms import layer_norm
-from ode_ref.precision import round_to
 
 from .tolerance import UNIT_ROUNDOFF, relative_error
 
@@ -105,19 +104,14 @@ def check_fair(config, params, x, mask) -> str | None:
 
 
 def make_inputs(config, params, batch: int, seq: int, *, seed: int, padding: bool, scale: float = 1.0,
-                decoded: int = 0, offset: float = 0.0, grid: str | None = None):
-    """(x, padding_mask, seed_used): x ~ N(offset, scale^2) float64, the first fair draw from seed.
+                decoded: int = 0):
+    """(x, padding_mask, seed_used): x ~ N(0, scale^2) float64, the first fair draw from seed.
     decoded > 0: the last `decoded` tokens are real (decoding appends real tokens); the padding
-    is drawn over the prompt before them. grid: a half dtype whose values x is rounded to, so that
-    storing x in it (the half-precision policy) loses nothing."""
+    is drawn over the prompt before them."""
     reasons = []
     for attempt in range(MAX_REDRAWS):
         rng = np.random.default_rng(seed + attempt)
         x = rng.normal(size=(batch, seq, config.hidden_size)) * scale
-        if offset:  # only then: x + 0.0 would turn a -0.0 into 0.0 in an existing case
-            x = x + offset
-        if grid is not None:
-            x = round_to(x, grid).astype(np.float64)
         mask = None
         if padding:
             mask = np.ones((batch, seq), dtype=bool)

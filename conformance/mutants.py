@@ -36,7 +36,7 @@ from ode_ref.encoder_layer import EncoderStages
 from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
-from ode_ref.precision import MixedPrecision
+from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
 from .adapters import SpecAdapter
@@ -58,8 +58,8 @@ class Mutant:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
-        """The dtypes of its first run: bfloat16, and float32 and float64 unless a policy mutant."""
-        return ("bfloat16",) if self.policy else ("float32", "float64", "bfloat16")
+        """The dtypes it has meaning in: the half ones for a policy mutant, else all four."""
+        return HALF_DTYPES if self.policy else ("float32", "float64", *HALF_DTYPES)
 
 
 # ---- stages --------------------------------------------------------------------------------------
@@ -390,6 +390,10 @@ MUTANTS = [
            stage=PM.SoftmaxInStorage),
     Mutant("policy_norm_statistics_in_storage", "policy", "the norm's input and statistics in the storage dtype",
            stage=PM.NormStatisticsInStorage),
+    Mutant("policy_state_in_storage", "policy", "the RK state and stage sums held in the storage dtype",
+           stage=PM.StateInStorage),
+    Mutant("policy_projection_sums_in_storage", "policy", "the projections' sums accumulated in the storage dtype",
+           stage=PM.ProjectionSumsInStorage),
 ]
 
 
@@ -416,10 +420,10 @@ def applied(mutant: Mutant):
 
 
 class MutantAdapter(SpecAdapter):
-    """The spec with one mutant, in dtypes (default: the mutant's first run's)."""
+    """The spec with one mutant, in the dtypes the mutant has meaning in."""
 
-    def __init__(self, mutant: Mutant, dtypes: Optional[tuple[str, ...]] = None):
-        self.mutant, self.name, self.dtypes = mutant, f"mutant:{mutant.name}", dtypes or mutant.dtypes
+    def __init__(self, mutant: Mutant):
+        self.mutant, self.name, self.dtypes = mutant, f"mutant:{mutant.name}", mutant.dtypes
 
     def _attention(self, config):
         return self.mutant.stage(config) if self.mutant.stage else None
@@ -427,6 +431,10 @@ class MutantAdapter(SpecAdapter):
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
             return super().run_trajectory(config, params, x, padding_mask, dtype)
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        with applied(self.mutant):
+            return super().run_block(config, params, x, padding_mask, dtype)
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         with applied(self.mutant):
@@ -441,46 +449,33 @@ class MutantAdapter(SpecAdapter):
             return super().run_encoder(config, params, x, padding_mask, dtype)
 
 
-# '<this module>:battery.<name>' names each mutant's adapter for a worker (its first run's dtypes),
-# '<this module>:battery_float16.<name>' the same mutant in float16 (for those bfloat16 misses)
+# '<this module>:battery.<name>' names each mutant's adapter for a worker
 battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantAdapter(m)) for m in MUTANTS})
-battery_float16 = types.SimpleNamespace(**{m.name: (lambda m=m: MutantAdapter(m, ("float16",))) for m in MUTANTS})
 DTYPE_ORDER = ("bfloat16", "float16", "float32", "float64")  # lowest precision first: the smallest that kills
 
 
 def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     """Run every mutant on every forward case (block, decode and encoder; the grad cases check the
-    backward pass, which these bugs are not written for) in float32, float64 and bfloat16 (a
-    policy mutant in bfloat16 only), then those bfloat16 missed in float16: one row a mutant."""
+    backward pass, which these bugs are not written for) in float32 and float64, and in bfloat16
+    and float16 on the cases float64 kills, up to each one's first kill (a policy mutant: in those
+    two only, on every case): one row a mutant."""
     from .adapters import BackendRef
     from .runner import run_suite
 
     cases = [c for c in cases if c.z1_bar is None]
-
-    def run(space, mutants, dtypes_of):
-        refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:{space}.{m.name}", dtypes=dtypes_of(m)) for m in mutants]
-        return run_suite(refs, cases, jobs=jobs, progress=progress) if refs else None
-
-    first = run("battery", MUTANTS, lambda m: m.dtypes)
-    results, errors = list(first.results), list(first.errors)
-    missed = [m for m in MUTANTS if not any(r.backend == f"mutant:{m.name}" and r.dtype == "bfloat16" and r.status == "failed"
-                                            for r in results)]
-    second = run("battery_float16", missed, lambda m: ("float16",))
-    if second:
-        results, errors = results + second.results, errors + second.errors
-    return [_row(m, [r for r in results if r.backend == f"mutant:{m.name}"],
-                 [e.message for e in errors if e.backend == f"mutant:{m.name}"], len(cases)) for m in MUTANTS]
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes) for m in MUTANTS]
+    report = run_suite(refs, cases, jobs=jobs, progress=progress, first_failure=HALF_DTYPES, gate="float64")
+    return [_row(m, [r for r in report.results if r.backend == f"mutant:{m.name}"],
+                 [e.message for e in report.errors if e.backend == f"mutant:{m.name}"], len(cases)) for m in MUTANTS]
 
 
 def _row(m: Mutant, mine: list, errors: list, cases: int) -> dict:
     """A mutant's kill-table row from its results (every dtype it ran) and its backend errors."""
     killed = {d: [r for r in mine if r.dtype == d and r.status == "failed"] for d in DTYPE_ORDER}  # not errors
-    ran = {d: sum(r.dtype == d and r.status != "skipped" for r in mine) for d in DTYPE_ORDER}
     first = next((killed[d][0] for d in ("float64", "float32", "bfloat16") if killed[d]), None)
     return {
         "mutant": m.name, "target": m.target, "bug": m.bug, "policy": m.policy,
         "killed_float32": len(killed["float32"]), "killed_float64": len(killed["float64"]), "cases": cases,
-        "killed_bfloat16": len(killed["bfloat16"]), "cases_bfloat16": ran["bfloat16"],
         "smallest_dtype": next((d for d in DTYPE_ORDER if killed[d]), "-"),
         "first_divergence": _quantity(first.message) if first else "-",
         "errors": [r.message for r in mine if r.status == "error"][:1] + errors,
@@ -495,19 +490,18 @@ def _quantity(message: str) -> str:
 
 
 def format_table(rows) -> str:
-    """The kill table: float32 / float64 kills of the forward cases, bfloat16 kills of those it runs
-    (a case with no meaning in bfloat16, or an encoder case, is skipped), the smallest dtype killing."""
-    lines = ["| mutant | breaks | cases killing it (float32 / float64) | in bfloat16 | smallest dtype killing | "
-             "first divergence |", "|---|---|---|---|---|---|"]
+    """The kill table: how many forward cases kill each mutant in float32 / float64 (a policy
+    mutant: -, it has no meaning there), and the smallest dtype that kills it."""
+    lines = ["| mutant | breaks | cases killing it (float32 / float64) | smallest dtype killing | first divergence |",
+             "|---|---|---|---|---|"]
     for r in rows:
         full = "-" if r["policy"] else f"{r['killed_float32']} / {r['killed_float64']} of {r['cases']}"
-        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {r['killed_bfloat16']} of {r['cases_bfloat16']} "
-                     f"| {r['smallest_dtype']} | {r['first_divergence']} |")
+        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {r['smallest_dtype']} | {r['first_divergence']} |")
     return "\n".join(lines)
 
 
 def survivors(rows) -> list[str]:
     """The mutants of a kill table that some precision did not kill (a policy mutant: bfloat16),
     or that errored."""
-    return [r["mutant"] for r in rows if r["errors"] or (not r["killed_bfloat16"] if r["policy"] else
+    return [r["mutant"] for r in rows if r["errors"] or (r["smallest_dtype"] != "bfloat16" if r["policy"] else
                                                           not (r["killed_float32"] and r["killed_float64"]))]

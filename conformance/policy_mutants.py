@@ -14,7 +14,9 @@ import numpy as np
 
 import ode_ref as R
 from ode_ref import norms as N
+from ode_ref import rk as RK
 from ode_ref.precision import MixedPrecision
+from ode_ref.tableaus import TABLEAUS
 
 # each storage dtype's most negative finite value, the mask fill a port computing in S uses
 _STORAGE_MIN = {"float16": float(np.finfo(np.float16).min), "bfloat16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)}
@@ -65,3 +67,27 @@ class NormStatisticsInStorage(MixedPrecision, R.SelfAttention):
             mean_square = r(storage_sum(r(stat * stat), r) / stat.shape[-1])
             return r(r(x / r(np.sqrt(r(mean_square + N.RMS_EPS)))) * p.get("weight", 1.0))
         return super().norm(norm_params, x)
+
+
+class StateInStorage(MixedPrecision, R.SelfAttention):
+    """The RK state z and every stage sum z_0 + h sum_j a_ij k_j held in S: each rounded."""
+
+    def integrate(self, prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True) -> list:
+        cfg, r = self.config, self.to_storage
+        f = lambda t, z: self.evaluate(prepared, t, r(z), kv)  # noqa: E731 (a stage sum rounded as f reads it)
+        states = [r(x)]
+        for t0 in RK.step_times(cfg.ode_steps):
+            states.append(r(RK.rk_step(f, t0, 1.0 / cfg.ode_steps, states[-1], TABLEAUS[cfg.ode_solver],
+                                       self.solution_gate(prepared))))
+        return states if trajectory else states[-1:]
+
+
+class ProjectionSumsInStorage(MixedPrecision, R.SelfAttention):
+    """Every matrix product of the projections (q, k, v and the output) accumulated in S; BitLinear's
+    products, sums of integer levels, are left as they are."""
+
+    def _linear(self, x, w):
+        if self.config.use_bitnet:
+            return super()._linear(x, w)
+        r = self.to_storage
+        return storage_sum(r(x[..., None, :] * w), r)[..., 0]  # (..., out, in) products, summed over in

@@ -30,7 +30,7 @@ def test_the_battery_covers_every_stage_norm_bitlinear_and_the_solver():
                        "prms_norm", "flash_norm", "dynamic_tanh", "derf", "BitLinear", "tableau", "step times", "trajectory"}
     policy = {m.name for m in MUTANTS if m.policy}
     assert policy >= {"policy_softmax_in_storage", "policy_norm_statistics_in_storage"}
-    assert all(m.dtypes == ("bfloat16",) for m in MUTANTS if m.policy)
+    assert all(m.dtypes == ("float16", "bfloat16") for m in MUTANTS if m.policy)
 
 
 def test_every_mutant_is_killed_in_both_precisions(rows):
@@ -40,17 +40,18 @@ def test_every_mutant_is_killed_in_both_precisions(rows):
 
 
 def test_every_policy_violation_is_killed_in_bfloat16(rows):
-    """A port computing the softmax or the norm statistics in the storage dtype fails a case."""
+    """A port computing the softmax, the norm statistics, the RK state or the projections' sums in
+    the storage dtype fails a case."""
     policy = [r for r in rows if r["policy"]]
-    assert policy and all(r["killed_bfloat16"] and not r["errors"] for r in policy), policy
+    assert len(policy) == 4 and all(r["smallest_dtype"] == "bfloat16" and not r["errors"] for r in policy), policy
 
 
 def test_each_mutant_names_the_smallest_dtype_that_kills_it(rows):
-    """bfloat16 where it kills; else float16 where that ran and killed; else float32 (every
-    non-policy mutant dies there). bfloat16 runs every forward case it has meaning for."""
+    """bfloat16 for most; a mutant bfloat16 misses is named with float16 or float32 (every other
+    mutant dies in float32), and those are the ones the manual lists."""
     for r in rows:
-        assert r["smallest_dtype"] == "bfloat16" if r["killed_bfloat16"] else r["smallest_dtype"] in ("float16", "float32"), r
-        assert 0 < r["cases_bfloat16"] < r["cases"], r  # the encoder cases have no half-precision policy
+        assert r["smallest_dtype"] in ("bfloat16",) if r["policy"] else ("bfloat16", "float16", "float32"), r
+    assert sum(r["smallest_dtype"] == "bfloat16" for r in rows) > len(rows) / 2
 
 
 def test_where_a_mutant_is_caught_first(rows):
@@ -61,7 +62,10 @@ def test_where_a_mutant_is_caught_first(rows):
     where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1",
              "encoder block": "z", "encoder layer": "z"}
     for m in MUTANTS:
-        assert first[m.name] == where.get(m.target, "f0"), m.name
+        if m.name == "policy_state_in_storage":  # f0 is one evaluation on x, already in storage: a later state
+            assert first[m.name].startswith("step_"), m.name
+        else:
+            assert first[m.name] == where.get(m.target, "f0"), m.name
 
 
 def test_the_conformance_page_prints_this_kill_table(rows):
