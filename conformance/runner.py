@@ -400,6 +400,8 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     for i, name in names.items():
         if name not in ran and not stop[0] and expected[i]:
             report.errors.append(BackendError(refs[i].label, "ran no case: supports() refused every one"))
+    if only is not None and not report.results and not report.errors:
+        report.errors.append(BackendError("dtypes", f"no backend runs any of the dtypes asked for ({', '.join(only)})"))
     order = {n: i for i, n in names.items()}
     case_order = {c.name: i for i, c in enumerate(cases)}
     dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}

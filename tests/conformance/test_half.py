@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from odeattn.conformance import frames, golden
-from odeattn.conformance.adapters import BackendRef, check_adapter
+from odeattn.conformance.adapters import BUILTIN, BackendRef, check_adapter
 from odeattn.conformance.cases import half_fields
 from odeattn.conformance.golden import load_cases
 from odeattn.conformance.half import DTYPES, OTHERWISE, cast, check_dtypes, policy_otherwise
@@ -248,3 +248,6 @@ def test_run_suite_refuses_an_unknown_dtype_asked_for_and_runs_only_those_asked_
     report = run_suite([BackendRef("policy", "odeattn_half_ports:PolicyPort")], select(CASES, include=[TESTABLE[0] + "$"]),
                        jobs=1, dtypes=("float16", "float32"))
     assert [(r.dtype, r.status) for r in report.results] == [("float16", "passed")] and not report.errors
+    report = run_suite([BackendRef("spec", BUILTIN["spec"].reference, builtin=True)], CASES[:1], jobs=1, dtypes=("bfloat16",))
+    assert report.notes == ["spec: runs none of the dtypes asked for (bfloat16)"] and report.exit_code == 1
+    assert [e.message for e in report.errors] == ["no backend runs any of the dtypes asked for (bfloat16)"]
