@@ -96,3 +96,22 @@ def test_the_spec_runs_half_rows_under_the_policy_and_refuses_what_has_none():
     assert "encoder" in spec.supports(encoder.config, "bfloat16") and spec.supports(encoder.config, "float32") is None
     with pytest.raises(ValueError, match="dtype: the backward pass runs in float32 or float64; got 'float16'"):
         spec.run_vjp(case.config, params, x, case.padding_mask, x, "float16")
+
+
+def test_the_half_rows_run_only_where_float64_kills_and_stop_at_the_first_kill():
+    """run_suite's gate and first_failure, as the battery uses them: causal_off_by_one passes the
+    encoder cases in float64, so they do not run in a half dtype; of the decoder cases, each half
+    dtype runs until one kills it."""
+    from odeattn.conformance.adapters import BackendRef
+    from odeattn.conformance.runner import run_suite
+
+    cases = [c for c in load_cases() if c.z1_bar is None and isinstance(c.config, R.ODEConfig) and not c.config.use_bitnet]
+    cases = [c for c in cases if c.config.mode == "encoder"][:2] + [c for c in cases if c.config.mode == "decoder"][:3]
+    ref = BackendRef("mutant:causal_off_by_one", "odeattn.conformance.mutants:battery.causal_off_by_one")
+    results = run_suite([ref], cases, jobs=1, first_failure=("float16", "bfloat16"), gate="float64").results
+    killed64 = {r.case for r in results if r.dtype == "float64" and r.status == "failed"}
+    assert killed64 == {c.name for c in cases[2:]}
+    for dtype in ("float16", "bfloat16"):
+        mine = [r for r in results if r.dtype == dtype]
+        assert mine and {r.case for r in mine} <= killed64 and [r.status for r in mine][-1] == "failed"
+        assert sum(r.status == "failed" for r in mine) == 1
