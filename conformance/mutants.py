@@ -3,6 +3,12 @@ real runner (worker processes and all). A suite that passes them is too weak: ev
 fail at least one case in float32 and in float64. `odeattn conformance mutants` prints the kill
 table; tests/conformance/test_mutants.py requires every kill.
 
+In half precision the battery runs the spec under the mixed-precision policy (ode_ref.precision)
+with the mutant's stage or patch in place, in bfloat16 against the ebf16-derived tolerances; a
+mutant bfloat16 misses runs in float16 too, and the table names the smallest dtype that kills it
+(bfloat16 < float16 < float32 < float64). The policy mutants (policy_mutants.py) break the policy
+itself, so they run in the half dtypes only, and each must be killed in bfloat16.
+
 A mutant is a record: its name, the part of the spec it breaks, the bug in words, and the patch,
 either a stage override (a SelfAttention subclass) or a replacement of one spec function or
 table entry, in place only while the mutant computes.
@@ -30,6 +36,9 @@ from ode_ref.encoder_layer import EncoderStages
 from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
+from ode_ref.precision import HALF_DTYPES, MixedPrecision
+
+from . import policy_mutants as PM
 from .adapters import SpecAdapter
 from .cases import run_decode
 
@@ -41,6 +50,16 @@ class Mutant:
     bug: str
     stage: Optional[type] = None  # a SelfAttention subclass with the bug in one stage
     patch: Optional[Callable[[], list]] = None  # -> [(namespace, key, value)], dicts or modules
+
+    @property
+    def policy(self) -> bool:
+        """A policy violation (a MixedPrecision override): meaningful in a half dtype only."""
+        return self.stage is not None and issubclass(self.stage, MixedPrecision)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes it has meaning in: the half ones for a policy mutant, else all four."""
+        return HALF_DTYPES if self.policy else ("float32", "float64", *HALF_DTYPES)
 
 
 # ---- stages --------------------------------------------------------------------------------------
@@ -366,6 +385,15 @@ MUTANTS = [
     Mutant("ssmax_before_bias", "SSMax", "the rescale before the bias: the bias not multiplied", stage=_SsmaxBeforeBias),
     Mutant("ssmax_padded_length", "SSMax", "ln of the padded length where the rule is the visible keys",
            stage=_SsmaxPaddedLength),
+    # the policy's violations, in the half dtypes only (policy_mutants.py)
+    Mutant("policy_softmax_in_storage", "policy", "the scores, softmax and weighted sum of v computed in the storage dtype",
+           stage=PM.SoftmaxInStorage),
+    Mutant("policy_norm_statistics_in_storage", "policy", "the norm's input and statistics in the storage dtype",
+           stage=PM.NormStatisticsInStorage),
+    Mutant("policy_state_in_storage", "policy", "the RK state and stage sums held in the storage dtype",
+           stage=PM.StateInStorage),
+    Mutant("policy_projection_sums_in_storage", "policy", "the projections' sums accumulated in the storage dtype",
+           stage=PM.ProjectionSumsInStorage),
 ]
 
 
@@ -392,62 +420,66 @@ def applied(mutant: Mutant):
 
 
 class MutantAdapter(SpecAdapter):
-    """The spec with one mutant, in float32 and float64."""
-
-    dtypes = ("float32", "float64")
+    """The spec with one mutant, in the dtypes the mutant has meaning in."""
 
     def __init__(self, mutant: Mutant):
-        self.mutant, self.name = mutant, f"mutant:{mutant.name}"
+        self.mutant, self.name, self.dtypes = mutant, f"mutant:{mutant.name}", mutant.dtypes
 
     def _attention(self, config):
         return self.mutant.stage(config) if self.mutant.stage else None
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return R.ode_block(params, x, config, padding_mask, attention=self._attention(config), return_trajectory=True)[1]
+            return super().run_trajectory(config, params, x, padding_mask, dtype)
 
     def run_block(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return R.ode_block(params, x, config, padding_mask, attention=self._attention(config))
+            return super().run_block(config, params, x, padding_mask, dtype)
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         with applied(self.mutant):
-            return R.ode_func(params, t, x, config, padding_mask, attention=self._attention(config))
+            return super().run_func(config, params, t, x, padding_mask, dtype)
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         with applied(self.mutant):
-            return run_decode(config, params, x, padding_mask, prompt, attention=self._attention(config))
+            return super().run_decode(config, params, x, padding_mask, prompt, dtype)
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return R.ode_encoder(params, x, config, padding_mask)
+            return super().run_encoder(config, params, x, padding_mask, dtype)
 
 
 # '<this module>:battery.<name>' names each mutant's adapter for a worker
 battery = types.SimpleNamespace(**{m.name: (lambda m=m: MutantAdapter(m)) for m in MUTANTS})
+DTYPE_ORDER = ("bfloat16", "float16", "float32", "float64")  # lowest precision first: the smallest that kills
 
 
 def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     """Run every mutant on every forward case (block, decode and encoder; the grad cases check the
-    backward pass, which these bugs are not written for) in both precisions: one row a mutant."""
+    backward pass, which these bugs are not written for) in float32 and float64, and in bfloat16
+    and float16 on the cases float64 kills, up to each one's first kill (a policy mutant: in those
+    two only, on every case): one row a mutant."""
     from .adapters import BackendRef
     from .runner import run_suite
 
     cases = [c for c in cases if c.z1_bar is None]
-    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=MutantAdapter.dtypes) for m in MUTANTS]
-    report = run_suite(refs, cases, jobs=jobs, progress=progress)
-    rows = []
-    for m in MUTANTS:
-        mine = [r for r in report.results if r.backend == f"mutant:{m.name}"]
-        killed = {d: [r for r in mine if r.dtype == d and r.status == "failed"] for d in ("float32", "float64")}  # not errors
-        first = killed["float64"][0] if killed["float64"] else (killed["float32"][0] if killed["float32"] else None)
-        rows.append({
-            "mutant": m.name, "target": m.target, "bug": m.bug,
-            "killed_float32": len(killed["float32"]), "killed_float64": len(killed["float64"]), "cases": len(cases),
-            "first_divergence": _quantity(first.message) if first else "-",
-            "errors": [r.message for r in mine if r.status == "error"][:1] + [e.message for e in report.errors if e.backend == f"mutant:{m.name}"],
-        })
-    return rows
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes) for m in MUTANTS]
+    report = run_suite(refs, cases, jobs=jobs, progress=progress, first_failure=HALF_DTYPES, gate="float64")
+    return [_row(m, [r for r in report.results if r.backend == f"mutant:{m.name}"],
+                 [e.message for e in report.errors if e.backend == f"mutant:{m.name}"], len(cases)) for m in MUTANTS]
+
+
+def _row(m: Mutant, mine: list, errors: list, cases: int) -> dict:
+    """A mutant's kill-table row from its results (every dtype it ran) and its backend errors."""
+    killed = {d: [r for r in mine if r.dtype == d and r.status == "failed"] for d in DTYPE_ORDER}  # not errors
+    first = next((killed[d][0] for d in ("float64", "float32", "bfloat16") if killed[d]), None)
+    return {
+        "mutant": m.name, "target": m.target, "bug": m.bug, "policy": m.policy,
+        "killed_float32": len(killed["float32"]), "killed_float64": len(killed["float64"]), "cases": cases,
+        "smallest_dtype": next((d for d in DTYPE_ORDER if killed[d]), "-"),
+        "first_divergence": _quantity(first.message) if first else "-",
+        "errors": [r.message for r in mine if r.status == "error"][:1] + errors,
+    }
 
 
 def _quantity(message: str) -> str:
@@ -458,13 +490,18 @@ def _quantity(message: str) -> str:
 
 
 def format_table(rows) -> str:
-    lines = ["| mutant | breaks | cases killing it (float32 / float64) | first divergence |", "|---|---|---|---|"]
+    """The kill table: how many forward cases kill each mutant in float32 / float64 (a policy
+    mutant: -, it has no meaning there), and the smallest dtype that kills it."""
+    lines = ["| mutant | breaks | cases killing it (float32 / float64) | smallest dtype killing | first divergence |",
+             "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {r['killed_float32']} / {r['killed_float64']} "
-                     f"of {r['cases']} | {r['first_divergence']} |")
+        full = "-" if r["policy"] else f"{r['killed_float32']} / {r['killed_float64']} of {r['cases']}"
+        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {r['smallest_dtype']} | {r['first_divergence']} |")
     return "\n".join(lines)
 
 
 def survivors(rows) -> list[str]:
-    """The mutants of a kill table that some precision did not kill, or that errored."""
-    return [r["mutant"] for r in rows if not (r["killed_float32"] and r["killed_float64"]) or r["errors"]]
+    """The mutants of a kill table that some precision did not kill (a policy mutant: bfloat16),
+    or that errored."""
+    return [r["mutant"] for r in rows if r["errors"] or (r["smallest_dtype"] != "bfloat16" if r["policy"] else
+                                                          not (r["killed_float32"] and r["killed_float64"]))]

@@ -151,7 +151,7 @@ class BackendState:
 
 
 def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: int, timeout: float,
-                should_stop=lambda: False, on_started=None) -> None:
+                should_stop=lambda: False, on_started=None, skip=lambda backend_index, job: False) -> None:
     """Drive every backend's jobs through worker processes.
 
     make_jobs(backend_index, name, dtypes) -> list of (job, request message, request arrays,
@@ -160,7 +160,8 @@ def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: 
     traceback) for a backend that cannot be constructed. A job whose worker dies, hangs or
     oversends gets on_result with an error reply. on_started(backend_index, profile, seconds), if
     given, for every worker whose backend was constructed (and not refused): the worker's init
-    profile and the seconds from its spawn to its init reply."""
+    profile and the seconds from its spawn to its init reply. skip(backend_index, job), asked of
+    each job as it comes up: True drops it unrun (the caller accounts for it)."""
     states = [BackendState(ref) for ref in refs]
     pending = deque(range(len(states)))
     workers: list[Worker] = []
@@ -204,6 +205,8 @@ def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: 
 
     def next_job(w: Worker) -> None:
         st = states[w.backend_index]
+        while st.queue and skip(w.backend_index, st.queue[0][0]):
+            st.queue.popleft()
         if st.queue and not st.failed and not should_stop():
             job, message, arrays, limit = st.queue.popleft()
             w.job = job

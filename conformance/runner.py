@@ -250,12 +250,16 @@ def reply_limit(case: Case) -> int:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=(), dtypes=None) -> Report:
+              progress=None, taken=(), dtypes=None, first_failure=(), gate=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
     dtypes: only these of the dtypes each backend declares (None: all; ValueError for one not in
-    half.DTYPES). xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
+    half.DTYPES). first_failure: dtypes in which a backend stops at its first failed case, the
+    rest of that dtype's cases neither run nor reported (the mutation battery's "killed at all");
+    gate: a dtype whose passed cases a backend does not run in a first_failure dtype (the battery's
+    float64: a mutant float64 cannot see on a case changes nothing a half dtype could see).
+    xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
     progress: an object told of the run as it goes: begin(total) with the number of results
     expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
@@ -324,17 +328,39 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
                     jobs.append(((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])))
         return jobs
 
+    killed = set()  # (backend index, dtype) with a failed case, of the first_failure dtypes
+    passed_gate = set()  # (backend index, case name) that passed in the gate dtype
+
+    def skip(i, job):
+        """A job of a first_failure dtype its backend has already failed in, or whose case passed
+        in the gate dtype: dropped, not expected."""
+        dtype, case = job
+        if (i, dtype) not in killed and not (dtype in first_failure and (i, case.name) in passed_gate):
+            return False
+        expected[i] -= 1
+        if progress:
+            progress.grow(-1)
+            finished_if_done(i)
+        return True
+
     def record(i, r):
+        if r.status == "failed" and r.dtype in first_failure:
+            killed.add((i, r.dtype))
+        if r.status == "passed" and r.dtype == gate:
+            passed_gate.add((i, r.case))
         report.results.append(apply_xfail(r, xfail))
         done[i] += 1
         if progress:
             progress.advance(f"{r.backend}/{r.dtype}")
-            if done[i] == expected[i]:
-                mine = [x for x in report.results if x.backend == names[i]]
-                counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
-                progress.finished(names[i], counts, row(i)["wall"], "")
+            finished_if_done(i)
         if fail_fast and r.failed:
             stop[0] = True
+
+    def finished_if_done(i):
+        if done[i] == expected[i]:
+            mine = [x for x in report.results if x.backend == names[i]]
+            counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
+            progress.finished(names[i], counts, row(i)["wall"], "")
 
     def on_result(i, job, reply, arrays, seconds):
         dtype, case = job
@@ -365,7 +391,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
 
     try:
         run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
-                    should_stop=lambda: stop[0], on_started=on_started)
+                    should_stop=lambda: stop[0], on_started=on_started, skip=skip)
     finally:
         if progress:
             progress.close()

@@ -119,7 +119,7 @@ def mutants(args) -> int:
     print(format_table(rows))
     alive = survivors(rows)
     if alive:
-        print(f"survived in float32 or float64, or errored: {', '.join(alive)}", file=sys.stderr)
+        print(f"survived in float32 or float64 (a policy mutant: in bfloat16), or errored: {', '.join(alive)}", file=sys.stderr)
     return 1 if alive else 0
 
 

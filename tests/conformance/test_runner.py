@@ -206,6 +206,16 @@ def test_fail_fast_stops_scheduling(plugins):
     assert 1 <= len(report.results) < 20 and report.results[0].failed
 
 
+def test_first_failure_stops_a_backend_in_that_dtype_only(plugins):
+    """The mutation battery's half rows: a backend stops at its first failed case in a
+    first_failure dtype; the others' cases, and the other dtypes', all run."""
+    report = run_suite([plugins("Writes"), BackendRef("spec", BUILTIN["spec"].reference, builtin=True)], CASES[:6],
+                       jobs=1, first_failure=("float32",))
+    writes = [r for r in report.results if r.backend == "writes"]
+    assert len(writes) == 1 and writes[0].status == "failed"
+    assert [r.status for r in report.results if r.backend == "spec"] == ["passed"] * 6
+
+
 def test_cli_prints_the_kill_free_summary_and_reports(plugins, tmp_path, capsys):
     from odeattn.cli import main
 
