@@ -187,10 +187,11 @@ def jax_with_cache():
 
 
 class JaxAdapter(JaxEncoder):
-    """Through jax.jit: f(t, x) and the trajectory come from one compiled function per case config
-    (run_func and run_trajectory call the same jitted function; the second call hits JAX's own
-    jit cache). XLA's persistent compilation cache in the user's cache folder makes later runs
-    skip compilation."""
+    """Through jax.jit: f(0, x) and the trajectory come from one compiled function per case config,
+    the port's ode_block with return_f0 (f0 read off the first stage, so the program holds one
+    evaluation of f); run_func and run_trajectory call it alike, the second call hitting JAX's own
+    jit cache. f(t, x) at another t is ode_func, jitted. XLA's persistent compilation cache in the
+    user's cache folder makes later runs skip compilation."""
 
     name = "jax"
     # bfloat16 arrays pass to the port as they are. Its float16 (tests/backends/test_precision.py) is
@@ -203,11 +204,12 @@ class JaxAdapter(JaxEncoder):
         jax = self.jax = jax_with_cache()
         self.port = port
 
-        def forward(params, t, x, padding_mask, config):
-            return (port.ode_func(params, t, x, config, padding_mask),
-                    port.ode_block(params, x, config, padding_mask, return_trajectory=True)[1])
+        def forward(params, x, padding_mask, config):
+            _, trajectory, f0 = port.ode_block(params, x, config, padding_mask, return_trajectory=True, return_f0=True)
+            return f0, trajectory
 
         self._forward = jax.jit(forward, static_argnames=("config",))
+        self._func = jax.jit(port.ode_func, static_argnames=("config",))
 
         def vjp(params, x, padding_mask, z1_bar, config):
             _, back = jax.vjp(lambda p, xx: port.ode_block(p, xx, config, padding_mask), params, x)
@@ -219,18 +221,21 @@ class JaxAdapter(JaxEncoder):
     def supports(self, config, dtype) -> Optional[str]:
         return None
 
-    def _run(self, config, params, t, x, padding_mask, dtype):
+    def _run(self, config, params, x, padding_mask, dtype):
         with self.jax.enable_x64(dtype == "float64"):
-            return [np.asarray(a) for a in self._forward(params, t, x, padding_mask, config=config)]
+            return [np.asarray(a) for a in self._forward(params, x, padding_mask, config=config)]
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
-        return self._run(config, params, 0.0, x, padding_mask, dtype)[1]
+        return self._run(config, params, x, padding_mask, dtype)[1]
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        return self._run(config, params, 0.0, x, padding_mask, dtype)[1][-1]
+        return self._run(config, params, x, padding_mask, dtype)[1][-1]
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
-        return self._run(config, params, t, x, padding_mask, dtype)[0]
+        if t == 0.0:  # the case's f0: the block's own program
+            return self._run(config, params, x, padding_mask, dtype)[0]
+        with self.jax.enable_x64(dtype == "float64"):
+            return np.asarray(self._func(params, t, x, config, padding_mask))
 
     def run_vjp(self, config, params, x, padding_mask, z1_bar, dtype):
         """jax.vjp of the block, jitted once per case config (the cotangent is an argument)."""

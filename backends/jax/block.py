@@ -5,9 +5,10 @@
     prefill(params, x, config, padding_mask=None, *, max_len) -> (z(1), cache)
     decode_step(params, x_t, cache, config) -> (z_t, cache)    decoder mode (ode_ref/cache.py)
 
-The step loop is a lax.scan over the step index, so tracing and compiling cost one step whatever
-ode_steps is; its body is ode_ref.rk.rk_step itself. Weight quantisation and the mask are built
-once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
+The step loop is a lax.scan over the step index, and its body, rk.rk_step, a lax.scan over the
+tableau's stages, so the program holds one evaluation of f whatever ode_steps and the solver are.
+return_f0 reads f(0, x) off the first stage rather than tracing f once more. Weight quantisation
+and the mask are built once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
 (hashed by its configuration), return_trajectory and checkpoint static.
 
 ode_block(..., checkpoint=True) wraps the scan body in jax.checkpoint: differentiated, the scan
@@ -52,11 +53,11 @@ from ode_ref.cache import CachePort, KVCache, check_decode_input, check_max_len,
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import cache_need, check_memory, scores_needs, subject
 from ode_ref.params import check_params
-from ode_ref.rk import rk_step
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
 from .precision import in_storage, under_policy
+from .rk import rk_step
 
 
 def _as_jax(x, name: str, allowed=None):
@@ -127,36 +128,42 @@ def ode_func(params, t, x, config, padding_mask=None, *, attention=None):
     return attention(prepared, t, x).astype(dtype)
 
 
-def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False, checkpoint=False):
-    """z(1) for z(0) = x, or (z(1), trajectory (ode_steps + 1, batch, seq, d_model)).
+def ode_block(params, x, config, padding_mask=None, *, attention=None, return_trajectory=False, return_f0=False,
+              checkpoint=False):
+    """z(1) for z(0) = x; with return_trajectory, also the trajectory (ode_steps + 1, batch, seq,
+    d_model); with return_f0, also f(0, x), read off the first step's first stage (one evaluation of
+    f in the program serves both). The outputs in that order: z1, [trajectory], [f0].
     checkpoint: recompute each step's activations in the backward pass (jax.checkpoint on the step)."""
     check_flag("checkpoint", checkpoint)
+    check_flag("return_f0", return_f0)
     cfg, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_block")
     tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
     h = 1.0 / steps
 
-    def step(z, k):
+    def step(carry, k):
+        z, f0 = carry
         # t is float32 (float64 under x64) whatever the state's dtype; a stage that uses it may
         # promote, so f's output is brought back to the state's dtype, which scan requires
-        z = rk_step(lambda t, y: attention(prepared, t, y).astype(y.dtype), k / steps, h, z, tableau,
-                    attention.solution_gate(prepared))
-        return z, (z if return_trajectory else None)  # no stacked states unless asked for
+        z, first = rk_step(lambda t, y: attention(prepared, t, y), k / steps, h, z, tableau,
+                           attention.solution_gate(prepared), with_first=True)
+        f0 = None if f0 is None else jnp.where(k == 0, first, f0)  # step 0's first stage: f(0, x)
+        return (z, f0), (z if return_trajectory else None)  # no stacked states unless asked for
 
     if checkpoint:  # prepared stays outside: the step closes over it, so it is not recomputed
         step = jax.checkpoint(step, prevent_cse=False)  # inside scan CSE cannot merge steps anyway
     # k is an integer; k / steps is then in JAX's default float (float64 under x64), never in x's dtype:
     # bfloat16 would round t = 1/3 to 0.33398
-    z1, states = jax.lax.scan(step, x, jnp.arange(steps))
-    if return_trajectory:
-        return in_storage(dtype, z1, jnp.concatenate([x[None], states]))
-    return z1.astype(dtype)  # a half input's z(1) back in its dtype; else as it is
+    (z1, f0), states = jax.lax.scan(step, (x, jnp.zeros_like(x) if return_f0 else None), jnp.arange(steps))
+    out = [z1] + ([jnp.concatenate([x[None], states])] if return_trajectory else []) + ([f0] if return_f0 else [])
+    out = in_storage(dtype, *out) if len(out) > 1 else [z1.astype(dtype)]  # a half input's outputs in its dtype
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 # An ODEConfig is static pytree data (hashable, no arrays), so a KVCache, which holds one, is a
 # pytree: it passes through jax.tree_util and jit like any NamedTuple of arrays.
 jax.tree_util.register_static(ODEConfig)
 
-STATIC_ARGNAMES = ("config", "attention", "return_trajectory", "checkpoint")
+STATIC_ARGNAMES = ("config", "attention", "return_trajectory", "return_f0", "checkpoint")
 ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
 
 

@@ -16,9 +16,9 @@ Nothing here changes the block: jax.jit runs ode_block on sharded arrays and XLA
 communication (collectives() lists it).
 
 Data parallel under jit: the replicated parameters' gradient is reduced inside the backward
-loop, one fused all-reduce per step holding each stage's share of every ode_func parameter's
-gradient separately (ode_steps x (stages x ode_func parameters + gate parameters) values in
-all). batch_parallel_grad reduces once, after the backward pass: the parameters' size.
+loops, one all-reduce of every ode_func parameter's gradient per evaluation of f (the stage
+loop's body) and one of the gate's per step (ode_steps x (stages x ode_func parameters + gate
+parameters) values in all). batch_parallel_grad reduces once, after the backward pass: the parameters' size.
 
 Head parallel: each device evaluates its own heads; the out_proj product then leaves partial
 sums, one all-reduce of (batch, seq, d_model) per evaluation of f. The qkv weight's spec layout
@@ -126,7 +126,7 @@ _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 def collectives(hlo_text: str) -> list[dict]:
     """The collectives of a compiled program (jit(f).lower(...).compile().as_text()), in order:
     [{"op": "all-reduce", "shapes": [[4, 6, 16]], "elements": 384, "in_loop": True}, ...].
-    in_loop: the op is in a while loop's body (the scan over steps), so it runs once per step."""
+    in_loop: the op is in a while loop's body (the scan over the steps or the stages)."""
     bodies = set(_BODY.findall(hlo_text))
     found, computation = [], None
     for line in hlo_text.splitlines():

@@ -103,12 +103,14 @@ def test_scan_keeps_the_traced_program_independent_of_steps():
     assert sizes[0][:2] == sizes[1][:2] and (sizes[0][2], sizes[1][2]) == (1, 64)
 
 
-def test_weight_quantisation_outside_the_loop(count_primitive):
-    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=4, use_bitnet=True, ode_solver="rk4")
+@pytest.mark.parametrize("solver", ["euler", "rk2_gated", "rk4", "rk38"])
+def test_weight_quantisation_outside_the_loop_and_one_evaluation_per_program(count_primitive, solver):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=4, use_bitnet=True, ode_solver=solver)
     closed = jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32))
     scan = next(e for e in closed.jaxpr.eqns if e.primitive.name == "scan")
     assert count_primitive(closed.jaxpr, "round", skip_scan=True) == 2  # the two weights, once
-    assert count_primitive(scan.params["jaxpr"].jaxpr, "round") == 2 * 4  # activations: 2 per stage, 4 stages
+    # activations: 2 per evaluation of f, and the program holds one whatever the stages (a stage loop)
+    assert count_primitive(scan.params["jaxpr"].jaxpr, "round") == 2
 
 
 def test_padded_positions_unchanged_and_decoder_causal(x64):
@@ -288,10 +290,26 @@ def test_checkpoint_keeps_the_compiled_gradient_flat_in_steps():
     assert checkpointed <= 3
 
 
+@pytest.mark.parametrize("index", [0, 3, 9])
+def test_return_f0_is_f_at_0_and_the_block_is_unchanged(x64, index):
+    """f(0, x) read off the first stage equals ode_func's, and z(1) and the trajectory are the ones
+    without it: the conformance adapter's one program for a case's f0 and trajectory."""
+    case = CASES[index]
+    z1, trajectory = J.ode_block(case.params, case.x, case.config, case.padding_mask, return_trajectory=True)
+    got = J.ode_block(case.params, case.x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
+    assert len(got) == 3 and np.array_equal(got[0], z1) and np.array_equal(got[1], trajectory)
+    f0 = J.ode_func(case.params, 0.0, case.x, case.config, case.padding_mask)
+    assert relative_error(np.asarray(got[2]), np.asarray(f0)) <= 1e-13
+    alone = J.ode_block(case.params, case.x, case.config, case.padding_mask, return_f0=True)
+    assert np.array_equal(alone[0], z1) and np.array_equal(alone[1], got[2])
+
+
 def test_checkpoint_option_is_checked_by_name():
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
     with pytest.raises(TypeError, match=r"checkpoint: expected True or False; got 'yes' \(str\)"):
         J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32), cfg, checkpoint="yes")
+    with pytest.raises(TypeError, match=r"return_f0: expected True or False; got 1 \(int\)"):
+        J.ode_block(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32), cfg, return_f0=1)
 
 
 # ---- cached decoding: what the JAX decode step promises (its agreement: tests/backends/test_cache.py)

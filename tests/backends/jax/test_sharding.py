@@ -107,27 +107,28 @@ def test_each_layout_compiles_to_its_stated_collectives(sharded):
     """What each layout communicates, read from the compiled programs (sharding.py says why)."""
     for name, cfg, params, x, mask, w in sharded_run.cases():
         batch, heads = sharded[1][f"{name}/batch"], sharded[1][f"{name}/heads"]
-        n_params, stages = sum(v.size for v in params.values()), 2  # rk2_gated: 2 evaluations of f per step
-        gate = params["gate.weight"].size + params["gate.bias"].size
-        # jit: the parameters' gradients in one fused all-reduce inside the backward loop (once
-        # per step), each stage's share of an ode_func parameter's gradient separately
-        (reduce,) = batch["with_grad"]
-        assert (reduce["op"], reduce["in_loop"]) == ("all-reduce", True)
-        assert reduce["elements"] == stages * (n_params - gate) + gate
+        n_params = sum(v.size for v in params.values())
+        gate = {"gate.weight", "gate.bias"}
+        # jit: the gradients all-reduced inside the backward loops, an ode_func parameter's share
+        # once per evaluation of f (the program holds one: the stages are a loop), the gate's once
+        # per step
+        per_eval, per_step = sorted(batch["with_grad"], key=lambda c: -c["elements"])
+        assert all(c["op"] == "all-reduce" and c["in_loop"] for c in (per_eval, per_step))
+        assert sorted(per_eval["shapes"]) == sorted(list(v.shape) for k, v in params.items() if k not in gate)
+        assert sorted(per_step["shapes"]) == sorted(list(params[k].shape) for k in gate)
         # batch_parallel_grad: one all-reduce of the parameters' gradients, after the loop
         (reduce,) = sharded[1][f"{name}/batch_psum"]["with_grad"]
         assert (reduce["op"], reduce["elements"], reduce["in_loop"]) == ("all-reduce", n_params, False)
-        # heads: one all-reduce of out_proj's partial sums per evaluation of f
+        # heads: one all-reduce of out_proj's partial sums in the one evaluation of f
         activation = [x.shape[0], x.shape[1], cfg.hidden_size]
         ops = [(c["op"], c["shapes"], c["in_loop"]) for c in heads["forward"]]
-        assert ops.count(("all-reduce", [activation], True)) == stages
         weight = ("all-gather", [[3, cfg.num_heads, cfg.head_dim, cfg.hidden_size]], False)
-        assert ops[stages:] == [weight]  # the qkv weight, gathered before the loop (sharding.py)
-        # with the gradient: the same per evaluation forward and backward, and the q, k and v
-        # activations gathered once per evaluation in the backward loop
+        assert ops == [("all-reduce", [activation], True), weight]  # the qkv weight, gathered before the loop (sharding.py)
+        # with the gradient: the same forward and backward, and the q, k and v activations
+        # gathered once in the backward loop's evaluation
         ops = [(c["op"], c["shapes"], c["in_loop"]) for c in heads["with_grad"]]
         qkv = ("all-gather", [[x.shape[0], x.shape[1], 3, cfg.num_heads, cfg.head_dim]], True)
-        assert sorted(ops) == sorted([("all-reduce", [activation], True)] * 2 * stages + [qkv] * stages + [weight])
+        assert sorted(ops) == sorted([("all-reduce", [activation], True)] * 2 + [qkv, weight])
         # attention over tiles of one head loops over the heads only: split by batch rows, it still
         # communicates nothing in the forward (a loop over a split axis would gather q, k and v at
         # every evaluation); split by heads, what the untiled forward does
