@@ -36,11 +36,22 @@ def rk_step(f: Callable[[float, Y], Y], t0: float, h: float, y0: Y, tableau: But
     Returns:
         The state at t0 + h; a gated tableau's: y0 + h (g k_0 + (1 - g) k_1).
     """
-    if tableau.gated and gate is None:
-        raise ValueError(f"ode_solver: {tableau.name} needs the block's gate (parameters gate.weight, gate.bias)")
+    check_gate(tableau, gate)
     ks = []
     for c_i, a_i in zip(tableau.c, tableau.a):
         ks.append(f(t0 + c_i * h, _combine(y0, h, a_i, ks)))
+    return solution(y0, h, tableau, ks, gate)
+
+
+def check_gate(tableau: ButcherTableau, gate) -> None:
+    """A gated tableau needs the block's gate; refused by name otherwise."""
+    if tableau.gated and gate is None:
+        raise ValueError(f"ode_solver: {tableau.name} needs the block's gate (parameters gate.weight, gate.bias)")
+
+
+def solution(y0: Y, h: float, tableau: ButcherTableau, ks, gate=None) -> Y:
+    """The step's result from its stage values ks: y0 + h sum_i b_i k_i, or the gated
+    y0 + h (g k_0 + (1 - g) k_1)."""
     if tableau.gated:
         g = gate(ks[0], ks[1])
         return y0 + h * (g * ks[0] + (1.0 - g) * ks[1])

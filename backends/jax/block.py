@@ -155,8 +155,8 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     # bfloat16 would round t = 1/3 to 0.33398
     (z1, f0), states = jax.lax.scan(step, (x, jnp.zeros_like(x) if return_f0 else None), jnp.arange(steps))
     out = [z1] + ([jnp.concatenate([x[None], states])] if return_trajectory else []) + ([f0] if return_f0 else [])
-    out = in_storage(dtype, *out) if len(out) > 1 else [z1.astype(dtype)]  # a half input's outputs in its dtype
-    return out[0] if len(out) == 1 else tuple(out)
+    out = in_storage(dtype, *out)  # a half input's outputs in its dtype; else as they are
+    return out[0] if len(out) == 1 else out
 
 
 # An ODEConfig is static pytree data (hashable, no arrays), so a KVCache, which holds one, is a

@@ -17,7 +17,7 @@ from typing import Callable
 import jax.numpy as jnp
 from jax import lax
 
-from ode_ref.rk import _combine, stage_rows
+from ode_ref.rk import check_gate, solution, stage_rows
 from ode_ref.tableaus import ButcherTableau
 
 
@@ -37,8 +37,7 @@ def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callab
     g(k_0, k_1). with_first: return (the state at t0 + h, k_0 = f(t0, y0)) instead of the state,
     so a caller that needs f(0, x) reads it off the first stage rather than tracing f again.
     """
-    if tableau.gated and gate is None:
-        raise ValueError(f"ode_solver: {tableau.name} needs the block's gate (parameters gate.weight, gate.bias)")
+    check_gate(tableau, gate)
     times, rows = stage_rows(tableau, h)
     t_dtype = jnp.result_type(float)  # JAX's default float: the spec's t is a Python float
 
@@ -51,10 +50,6 @@ def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callab
     xs = (jnp.arange(tableau.num_stages), jnp.asarray(times, t_dtype), jnp.asarray(rows, y0.dtype))
     ks, _ = lax.scan(stage, ks, xs)
     k_list = [ks[j] for j in range(tableau.num_stages)]
-    if tableau.gated:
-        g = gate(k_list[0], k_list[1])
-        y1 = y0 + h * (g * k_list[0] + (1.0 - g) * k_list[1])
-    else:
-        y1 = _combine(y0, h, tableau.b, k_list)
+    y1 = solution(y0, h, tableau, k_list, gate)
     return (y1, k_list[0]) if with_first else y1
 
