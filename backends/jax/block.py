@@ -142,8 +142,6 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
 
     def step(carry, k):
         z, f0 = carry
-        # t is float32 (float64 under x64) whatever the state's dtype; a stage that uses it may
-        # promote, so f's output is brought back to the state's dtype, which scan requires
         z, first = rk_step(lambda t, y: attention(prepared, t, y), k / steps, h, z, tableau,
                            attention.solution_gate(prepared), with_first=True)
         f0 = None if f0 is None else jnp.where(k == 0, first, f0)  # step 0's first stage: f(0, x)

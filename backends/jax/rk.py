@@ -43,6 +43,8 @@ def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callab
 
     def stage(ks, xs):
         i, c_h, row = xs
+        # t is float32 (float64 under x64) whatever the state's dtype; a stage that uses it may
+        # promote, so f's output is brought back to the state's dtype, which scan requires
         k = f(t0 + c_h, _stage_input(y0, row, ks)).astype(y0.dtype)
         return lax.dynamic_update_index_in_dim(ks, k, i, axis=0), None
 
