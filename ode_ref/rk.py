@@ -68,6 +68,18 @@ def stage_rows(tableau: ButcherTableau, h: float) -> tuple[tuple[float, ...], tu
             tuple(tuple(h * a_ij for a_ij in a_i) + (0.0,) * (s - len(a_i)) for a_i in tableau.a))
 
 
+def stage_columns(tableau: ButcherTableau, h: float) -> tuple[tuple[float, ...], ...]:
+    """For a port whose loop over the stages carries every stage's input and the step's solution,
+    stacked: row i holds k_i's coefficient in each stage's input (h a_ji, zero for j <= i) and,
+    last, in the solution (h b_i; zero for a gated tableau, whose solution the gate makes). Adding
+    k_i's terms to every sum as each stage comes gives each sum rk_step's terms in rk_step's order;
+    a zero entry's term is skipped, as rk_step skips it."""
+    s = tableau.num_stages
+    _, rows = stage_rows(tableau, h)
+    b = (0.0,) * s if tableau.gated else tuple(h * b_i for b_i in tableau.b)
+    return tuple(tuple(rows[j][i] for j in range(s)) + (b[i],) for i in range(s))
+
+
 def step_times(steps: int) -> list[float]:
     """t_k = k / steps for k = 0 .. steps - 1, each computed exactly (no accumulated sum)."""
     return [k / steps for k in range(steps)]

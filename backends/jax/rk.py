@@ -5,13 +5,12 @@ program holding num_stages copies of f, which XLA compiles one by one. Here the 
 lax.scan over the tableau as data, so the program holds one evaluation of f whatever the solver,
 as the step loop already holds one step whatever ode_steps.
 
-The scan carries every stage's input and the solution at once, stacked: ys[j] starts at y0, and
-once stage i has made k_i, each row j adds its coefficient of k_i (h a_ji, or h b_i in the last
-row). So stage j's input is y0 + (h a_j0) k_0 + (h a_j1) k_1 + ... in index order, as the spec's
-sums are, each coefficient rounded to the state's dtype as a Python float would be, and a zero
-coefficient's term skipped (a select, so a non-finite k_i it multiplies stays out). Holding the
-sums rather than the stage values keeps the loop's body one update of ys, which compiles in about
-half the time of indexing every k_j per stage (docs/performance.md).
+The scan carries every stage's input and the solution at once, stacked (ode_ref.rk.stage_columns):
+ys[j] starts at y0, and once stage i has made k_i, each row adds its coefficient of k_i (h a_ji, or
+h b_i in the last row). So stage j's input is y0 + (h a_j0) k_0 + (h a_j1) k_1 + ... in index order,
+as the spec's sums are, each coefficient rounded to the state's dtype as a Python float would be,
+and a zero coefficient's term skipped (a select, so a non-finite k_i it multiplies stays out). The
+loop's body is then one update of ys, and no stage indexes the earlier ones.
 """
 
 from __future__ import annotations
@@ -19,21 +18,10 @@ from __future__ import annotations
 from typing import Callable
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from ode_ref.rk import check_gate, solution, stage_rows
+from ode_ref.rk import check_gate, solution, stage_columns, stage_rows
 from ode_ref.tableaus import ButcherTableau
-
-
-def stage_columns(tableau: ButcherTableau, h: float) -> np.ndarray:
-    """(num_stages, num_stages + 1): row i holds k_i's coefficient in each stage's input (h a_ji,
-    zero for j <= i) and, last, in the solution (h b_i; zero for a gated tableau, whose solution
-    is the gate's)."""
-    s = tableau.num_stages
-    _, rows = stage_rows(tableau, h)
-    b = [0.0] * s if tableau.gated else [h * b_i for b_i in tableau.b]
-    return np.array([[rows[j][i] for j in range(s)] + [b[i]] for i in range(s)])
 
 
 def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callable | None = None, *,
@@ -45,21 +33,27 @@ def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callab
     so a caller that needs f(0, x) reads it off the first stage rather than tracing f again.
     """
     check_gate(tableau, gate)
-    s, times = tableau.num_stages, stage_rows(tableau, h)[0]
-    keep_ks = with_first or tableau.gated  # the stage values themselves, stacked by the scan
+    s, gated = tableau.num_stages, tableau.gated
     ones = (1,) * y0.ndim
 
-    def stage(ys, xs):
+    def stage(carry, xs):
+        ys, first = carry
         i, c_h, col = xs  # col: (s + 1,), k_i's coefficient in each row of ys
         # t is float32 (float64 under x64) whatever the state's dtype; a stage that uses it may
         # promote, so f's output is brought back to the state's dtype, which scan requires
         k = f(t0 + c_h, lax.dynamic_index_in_dim(ys, i, keepdims=False)).astype(y0.dtype)
+        first = None if first is None else jnp.where(i == 0, k, first)
         col = col.reshape((s + 1, *ones))
-        return jnp.where(col != 0, ys + col * k, ys), (k if keep_ks else None)
+        return (jnp.where(col != 0, ys + col * k, ys), first), (k if gated else None)  # the gate needs k_0, k_1
 
     ys = jnp.broadcast_to(y0, (s + 1, *y0.shape))  # rows 0..s-1: the stages' inputs; row s: the solution
+    first = jnp.zeros_like(y0) if with_first and not gated else None
     # the spec's t is a Python float: JAX's default float here, never the state's dtype
-    xs = (jnp.arange(s), jnp.asarray(times, jnp.result_type(float)), jnp.asarray(stage_columns(tableau, h), y0.dtype))
-    ys, ks = lax.scan(stage, ys, xs)
-    y1 = solution(y0, h, tableau, [ks[0], ks[1]], gate) if tableau.gated else ys[s]
-    return (y1, ks[0]) if with_first else y1
+    xs = (jnp.arange(s), jnp.asarray(stage_rows(tableau, h)[0], jnp.result_type(float)),
+          jnp.asarray(stage_columns(tableau, h), y0.dtype))
+    (ys, first), ks = lax.scan(stage, (ys, first), xs)
+    if gated:
+        y1, first = solution(y0, h, tableau, [ks[0], ks[1]], gate), ks[0]
+    else:
+        y1 = ys[s]
+    return (y1, first) if with_first else y1

@@ -23,7 +23,7 @@ from .timing import spread
 COMPILE_SHAPE = SHAPES["small"]
 COMPILE_CONFIGS = (("euler", 4), ("rk2_gated", 4), ("rk4", 4), ("rk38", 4), ("rk4", 1), ("rk4", 16))  # (solver, steps)
 COMPILE_CALLS = 5  # warm calls after the first in a probe
-COMPILE_REPEATS = 7  # rounds of fresh processes: one round moves by up to 1.6x on a shared 2-core machine
+COMPILE_REPEATS = 7  # rounds of fresh processes: the medians of enough rounds to outlast a shared machine's swings (docs/performance-method.md)
 RATIOS = (("rk4 x 4", "euler x 4"), ("rk38 x 4", "euler x 4"), ("rk4 x 16", "rk4 x 1"))  # paired per round
 BLOCK = "odeattn.backends.jax:ode_block_jit"  # the jitted block a probe times, "module:name"
 

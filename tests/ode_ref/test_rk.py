@@ -95,3 +95,13 @@ def test_checkpoint_runs_segments_of_sqrt_steps_and_changes_no_value(steps, runs
     assert [s[1] for s in seen if s[0] == "step"] == R.rk.step_times(steps) * 2
     if runs:
         assert seen[:2] == runs
+
+def test_stage_columns_hold_each_stage_values_coefficients_by_row():
+    """rk4: k_0 in stage 1's input and in the solution, k_2 in stage 3's and the solution, h b_i
+    last; a gated tableau's solution column is zero (the gate makes that solution)."""
+    h = 0.125
+    cols = R.rk.stage_columns(R.TABLEAUS["rk4"], h)
+    assert cols[0] == (0.0, h / 2, 0.0, 0.0, h / 6)
+    assert cols[2] == (0.0, 0.0, 0.0, h, h / 3)
+    assert cols[3] == (0.0, 0.0, 0.0, 0.0, h / 6)
+    assert not any(row[-1] for row in R.rk.stage_columns(R.TABLEAUS["rk2_gated"], h))
