@@ -61,8 +61,9 @@ def solution(y0: Y, h: float, tableau: ButcherTableau, ks, gate=None) -> Y:
 def stage_rows(tableau: ButcherTableau, h: float) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
     """(c_i h for each stage, the rows h a_ij padded with zeros to num_stages entries): what rk_step
     computes from the tableau, as data. A port that loops over the stages instead of writing them out
-    reads stage i's time and combination from these; rk_step skips a zero entry (its term is never
-    added, so a non-finite k_j it multiplies stays out), and so must the loop."""
+    reads stage i's time from these, and its combination from these or from stage_columns; rk_step
+    skips a zero entry (its term is never added, so a non-finite k_j it multiplies stays out), and
+    so must the loop."""
     s = tableau.num_stages
     return (tuple(c_i * h for c_i in tableau.c),
             tuple(tuple(h * a_ij for a_ij in a_i) + (0.0,) * (s - len(a_i)) for a_i in tableau.a))
