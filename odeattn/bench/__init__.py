@@ -3,7 +3,8 @@ block and this machine's own float32 matmul peak, both measured in the same run.
 
 A library (the `odeattn bench` command drives it): one module per idea, from the timing harness
 (timing) to the paths (paths, baseline), what the libraries allow (peak), memory, scaling,
-cached decoding (decode), the JAX first call (compile), the targets, and their tables and plots. How it measures, and why:
+cached decoding (decode), the JAX first call (compile), the floor under the main job's JAX
+compile time (floor), the targets, and their tables and plots. How it measures, and why:
 docs/performance-method.md.
 """
 

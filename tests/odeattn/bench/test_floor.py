@@ -1,0 +1,72 @@
+"""The compile floor (odeattn.bench.floor): each row compiles one program, of the port's f alone."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from odeattn.bench.floor import FloorJax, floor_rows  # noqa: E402
+from odeattn.conformance import profile  # noqa: E402
+from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest  # noqa: E402
+from odeattn.conformance.protocol import NotSupported  # noqa: E402
+from odeattn.conformance.tolerance import relative_error  # noqa: E402
+
+BLOCK = "block_derf_euler_encoder_float_nopad_s8_b2t5h2d8"  # 8 steps: the block's outputs are not f's
+
+
+def _case(name_start: str):
+    return load_case(next(e for e in read_manifest(GOLDEN_DIR)["cases"] if e["name"].startswith(name_start)), GOLDEN_DIR)
+
+
+@pytest.fixture(scope="module")
+def floor(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        adapter = FloorJax()
+    profile.watch_jax()
+    return adapter
+
+
+def _programs(call):
+    before = profile.snapshot()
+    out = call()
+    return out, profile.since(before)["programs"]
+
+
+def test_a_block_row_is_one_program_of_f_the_specs_f(floor):
+    case = _case(BLOCK)
+    args = (case.config, case.params, 0.0, case.x, case.padding_mask, "float64")
+    (f0, trajectory), programs = _programs(lambda: (floor.run_func(*args), floor.run_trajectory(*args[:2], *args[3:])))
+    assert programs == 1
+    assert relative_error(f0, case.f0) < 1e-12  # the port's f equals the spec's in float64 (backends' bound)
+    assert trajectory.shape == (1, *case.x.shape) and np.array_equal(trajectory[0], f0)
+
+
+def test_a_grad_row_is_one_program_the_vjp_of_f(floor):
+    case = _case("grad_")
+    x_bar, programs = _programs(lambda: floor.run_vjp(case.config, case.params, case.x, case.padding_mask, case.z1_bar,
+                                                      "float64")[0])
+    assert programs == 1
+    # <z1_bar, f(x + e v) - f(x - e v)> / 2e against <v, x_bar>: central differences in float64 at
+    # e = 1e-6, measured 4e-11 relative here (e^2 truncation, 1e-16 / e rounding); the block's vjp
+    # (z1 = x + f(x) for this euler x 1 case) gave 2.5e-2
+    v, e = np.random.default_rng(0).standard_normal(case.x.shape), 1e-6
+    f = [floor.run_func(case.config, case.params, 0.0, case.x + s * e * v, case.padding_mask, "float64") for s in (1, -1)]
+    assert abs(np.sum(case.z1_bar * (f[0] - f[1])) / (2 * e) - np.sum(v * x_bar)) < 1e-6 * np.abs(v * x_bar).sum()
+
+
+def test_a_decode_row_is_f_on_the_prompt_and_an_encoder_row_is_skipped(floor):
+    case = _case("decode_")
+    prompt = case.x.shape[1] - case.decoded
+    out, programs = _programs(lambda: floor.run_decode(case.config, case.params, case.x, case.padding_mask, prompt,
+                                                       "float64"))
+    assert programs == 1 and out.shape == (case.x.shape[0], prompt, case.x.shape[2])
+    with pytest.raises(NotSupported):
+        floor.run_encoder(None, {}, case.x, None, "float64")
+
+
+def test_floor_rows_reads_each_backends_profile_cold_then_warm():
+    lines = []
+    rows = floor_rows(("spec",), ("-k", BLOCK + "$"), log=lines.append)
+    assert list(rows) == ["spec cold", "spec warm"] and len(lines) == 2
+    assert all(r["programs"] == 0 and r["run_wall"] > 0 and r["wall"] > 0 for r in rows.values())
