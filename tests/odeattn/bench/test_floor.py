@@ -1,5 +1,7 @@
 """The compile floor (odeattn.bench.floor): each row compiles one program, of the port's f alone."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -38,7 +40,7 @@ def test_a_block_row_is_one_program_of_f_the_specs_f(floor):
     args = (case.config, case.params, 0.0, case.x, case.padding_mask, "float64")
     (f0, trajectory), programs = _programs(lambda: (floor.run_func(*args), floor.run_trajectory(*args[:2], *args[3:])))
     assert programs == 1
-    assert relative_error(f0, case.f0) < 1e-12  # the port's f equals the spec's in float64 (backends' bound)
+    assert relative_error(f0, case.f0) < 1e-12  # the JAX tests' float64 bound on the port against the spec
     assert trajectory.shape == (1, *case.x.shape) and np.array_equal(trajectory[0], f0)
 
 
@@ -63,6 +65,15 @@ def test_a_decode_row_is_f_on_the_prompt_and_an_encoder_row_is_skipped(floor):
     assert programs == 1 and out.shape == (case.x.shape[0], prompt, case.x.shape[2])
     with pytest.raises(NotSupported):
         floor.run_encoder(None, {}, case.x, None, "float64")
+
+
+def test_rows_that_differ_in_solver_and_steps_share_fs_program(floor):
+    case = _case(BLOCK)
+    other = dataclasses.replace(case.config, ode_solver="rk4", ode_steps=3)
+    params = {k: v.astype(np.float32) for k, v in case.params.items()}  # float32: a program no other test compiled
+    args = (params, 0.0, case.x.astype(np.float32), case.padding_mask, "float32")
+    (a, b), programs = _programs(lambda: (floor.run_func(case.config, *args), floor.run_func(other, *args)))
+    assert programs == 1 and np.array_equal(a, b)
 
 
 def test_floor_rows_reads_each_backends_profile_cold_then_warm():
