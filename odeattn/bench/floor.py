@@ -24,15 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from odeattn.conformance.adapters import JaxAdapter
 from odeattn.conformance.protocol import NotSupported
 
 FLOOR = "odeattn.bench.floor:FloorJax"  # the floor as `odeattn conformance --backend` names it
+
+
 def f_config(config, params: dict):
     """(config with euler x 1, params without the gate's): f's own key, the same for every solver
     and step count (the gate belongs to the gated solver, not to f)."""
-    return dataclasses.replace(config, ode_solver="euler", ode_steps=1), {k: v for k, v in params.items()
-                                                                          if not k.startswith("gate.")}
+    f_params = {k: v for k, v in params.items() if k not in (GATE_WEIGHT, GATE_BIAS)}
+    return dataclasses.replace(config, ode_solver="euler", ode_steps=1), f_params
 
 
 ROW = ("wall", "import", "compilation", "jax_trace", "jax_lower", "jax_xla", "run", "programs", "cache_hits",
