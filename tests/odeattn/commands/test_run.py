@@ -178,8 +178,11 @@ def looped(files):
 
 
 @pytest.mark.parametrize("model, steps, message", [
-    pytest.param("loop", "0", "--steps: expected an integer >= 1; got 0", id="zero-steps"),
-    pytest.param("loop", "-2", "--steps: expected an integer >= 1; got -2", id="negative-steps"),
+    pytest.param("loop", "0", "--steps: expected an integer in [1, 65536]; got 0", id="zero-steps"),
+    pytest.param("loop", "-2", "--steps: expected an integer in [1, 65536]; got -2", id="negative-steps"),
+    pytest.param("loop", "65537", "--steps: expected an integer in [1, 65536]; got 65537", id="past-the-config-s-maximum"),
+    pytest.param("loop", str(2**63 - 1), f"--steps: expected an integer in [1, 65536]; got {2**63 - 1}", id="int64-max"),
+    pytest.param("loop", str(2**63), f"--steps: expected an integer in [1, 65536]; got {2**63}", id="past-int64"),
     pytest.param("m", "3", "--steps: this model runs a fixed step count (ode_steps=2, unrolled in the graph); export it "
                  "with steps_input=True (odeattn export --steps-input) to choose the steps at run time; got --steps 3",
                  id="steps-for-a-model-without-a-steps-input"),
