@@ -207,7 +207,7 @@ def _manifest_deleted(copy, entry):
         f"{copy / entry['file']}: missing (case {entry['name']!r})"], id="missing-file"),
     pytest.param(_manifest_not_json, lambda defects, copy, entry: defects[0].startswith(
         f"{copy / 'manifest.json'}: not valid JSON"), id="malformed-manifest"),
-    pytest.param(_manifest_deleted, lambda defects, copy, entry: "run `odeattn conformance generate`" in defects[0],
+    pytest.param(_manifest_deleted, lambda defects, copy, entry: f"run `odeattn conformance generate --golden {copy}`" in defects[0],
                  id="missing-manifest"),
 ])
 def test_a_stray_tampered_or_missing_file_is_a_defect_naming_it(copy, damage, expected):
