@@ -21,8 +21,8 @@ Parameter names (D = hidden_size, V = vocab_size):
 block "attention" is the ODE attention block (F = attention alone) in the config's mode, with any
 solver, norm, BitLinear and positional encoding the block takes. block "layer" (the ODE
 Transformer's encoder layer, F = attention + FFN, in decoder mode) is refused here: it has no
-cached decoding in the spec yet. attention_mask (batch, seq), True or 1 = a real token; a left-
-padded prompt decodes as the unpadded one would (positions count real tokens only).
+cached decoding in the spec yet. attention_mask (batch, seq), True or 1 = a real token; a prompt
+padded on either side decodes as the unpadded one would (positions count real tokens only).
 """
 
 from __future__ import annotations
@@ -190,7 +190,10 @@ def lm_logits(params, ids, config, attention_mask=None, *, dtype=np.float64):
 def lm_greedy(params, ids, config, new_tokens: int, attention_mask=None, *, dtype=np.float64):
     """(tokens (batch, new_tokens) int64, logits (batch, new_tokens, vocab)): greedy decoding of a
     (left-padded) prompt with the exact cache. Step s's logits are those that chose tokens[:, s]
-    (argmax; the lowest id of a tie): the prompt's last position's, then each decoded token's."""
+    (argmax; the lowest id of a tie): the prompt's last real token's, then each decoded token's.
+    The prompt may be padded on the left or the right (ONNX Runtime GenAI pads on the right): the
+    decoded tokens follow every prompt slot, and each token's position counts the real tokens
+    before it, so a padded row decodes as its unpadded prompt would."""
     cfg = LMConfig.from_any(config)
     check_lm_params(params, cfg)
     ids, mask = check_ids(ids, cfg, attention_mask)
@@ -202,7 +205,8 @@ def lm_greedy(params, ids, config, new_tokens: int, attention_mask=None, *, dtyp
     for block in blocks:
         z, cache = prefill(block, z, cfg.block_config, mask, max_len=max_len)
         caches.append(cache)
-    step_logits = [_head(params, z[:, -1:], dtype)]
+    last = (ids.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)) if mask is not None else np.full(len(ids), ids.shape[1] - 1)
+    step_logits = [_head(params, z[np.arange(len(ids)), last][:, None], dtype)]  # each row's last real token
     for _ in range(new_tokens - 1):
         z = embed[step_logits[-1][:, 0].argmax(axis=-1)][:, None]
         for i, block in enumerate(blocks):

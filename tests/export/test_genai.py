@@ -1,0 +1,121 @@
+"""ONNX Runtime GenAI generating from an exported folder (export.genai) equals the spec's greedy
+decoding token for token, its logits within the derived float32 tolerance (conformance.genai);
+the spec's LM decodes with the cache as it computes without one; `odeattn init --lm` and
+`odeattn export --genai` write the folder, and refuse what no cache reproduces in one line."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime_genai")
+
+import ode_ref as R  # noqa: E402
+from odeattn.cli import main  # noqa: E402
+from odeattn.conformance.genai import check_genai, padded  # noqa: E402
+from odeattn.export.genai import cache_layers, genai_config, write_genai  # noqa: E402
+
+PROMPTS = [[3, 4, 5, 6, 7], [8, 9, 10], [11]]  # different lengths: GenAI pads them (on the right)
+NEW_TOKENS = 64
+
+
+def lm(**kw):
+    return R.LMConfig(**{**dict(vocab_size=32, num_layers=2, hidden_size=16, num_heads=2, ode_steps=1), **kw})
+
+
+CONFIGS = {
+    "rk4-rope": lm(ode_solver="rk4", ode_use_pe=True, positional_encoding="rope"),
+    "euler-alibi": lm(ode_solver="euler", ode_steps=2, ode_use_pe=True, positional_encoding="alibi"),
+    "rk2_gated-bitlinear": lm(ode_solver="rk2_gated", use_bitnet=True, ode_use_pe=True, positional_encoding="rope"),
+    "rk2_gated-alibi-rms_norm": lm(ode_solver="rk2_gated", norm_type="rms_norm", ode_use_pe=True, positional_encoding="alibi"),
+}
+
+
+def unused_token(params, cfg) -> int:
+    """A token id the spec's greedy decoding of PROMPTS never yields: GenAI ends a row at its
+    eos_token_id, so this is the eos that lets every row run NEW_TOKENS tokens."""
+    ids, mask = padded(PROMPTS, 0)
+    tokens, _ = R.lm_greedy(params, ids, cfg, NEW_TOKENS, mask)
+    return next(i for i in range(1, cfg.vocab_size) if i not in tokens)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_genai_generation_equals_the_spec_token_for_token(name, tmp_path):
+    """A batch of three prompts of 5, 3 and 1 tokens, 64 new tokens each by GenAI's greedy search
+    from the exported folder: the spec's tokens exactly, and at every step logits within
+    tolerance(e32, float32) of the spec's float64 ones (e32: the spec's own float32 error on them)."""
+    cfg = CONFIGS[name]
+    params = R.init_lm_params(cfg, seed=0)
+    write_genai(cfg, params, tmp_path, eos_token_id=unused_token(params, cfg))
+    report = check_genai(tmp_path, cfg, params, PROMPTS, NEW_TOKENS)
+    assert report.tokens_equal, report
+    assert report.error <= report.tolerance, report
+
+
+def test_spec_greedy_with_the_cache_equals_the_uncached_forward():
+    """lm_greedy's logits (prefill, then decode steps) are lm_logits on the prompt and the tokens
+    it chose, to 1e-12 in float64, with the prompts padded on the left and on the right."""
+    cfg = CONFIGS["rk4-rope"]
+    params = R.init_lm_params(cfg, seed=1)
+    right, mask = padded(PROMPTS, 0)
+    left = np.stack([np.roll(r, -int(m.sum())) for r, m in zip(right, mask)])
+    left_mask = np.stack([np.roll(m, -int(m.sum())) for m in mask])
+    results = []
+    for ids, m in ((right, mask), (left, left_mask)):
+        tokens, logits = R.lm_greedy(params, ids, cfg, 6, m)
+        whole = np.concatenate([ids, tokens[:, :-1]], axis=1)
+        full = R.lm_logits(params, whole, cfg, np.concatenate([m, np.ones((3, 5), bool)], axis=1))
+        last = np.array([np.flatnonzero(row)[-1] for row in m])
+        assert np.abs(full[np.arange(3), last] - logits[:, 0]).max() < 1e-12
+        assert np.abs(full[:, ids.shape[1]:] - logits[:, 1:]).max() < 1e-12
+        results.append(tokens)
+    assert (results[0] == results[1]).all()  # a padded prompt decodes as the unpadded one, on either side
+
+
+def test_genai_config_counts_one_cache_layer_per_evaluation():
+    """num_hidden_layers is blocks x steps x stages: rk4 has 4 stages, so 2 blocks x 2 steps x 4."""
+    cfg = lm(ode_solver="rk4", ode_steps=2)
+    gen = genai_config(cfg)
+    assert cache_layers(cfg) == gen["model"]["decoder"]["num_hidden_layers"] == 16
+    assert gen["model"]["decoder"]["head_size"] == 8 and gen["search"]["do_sample"] is False
+
+
+@pytest.mark.parametrize("change, message", [
+    pytest.param({"mode": "encoder"}, "mode: GenAI generates token by token with a cache, which needs mode='decoder'",
+                 id="encoder-mode"),
+    pytest.param({"ode_use_pe": True, "positional_encoding": "pape"}, "positional_encoding: 'pape' (PaPE) takes its score",
+                 id="pape"),
+    pytest.param({"ode_use_pe": True, "use_ssmax": True, "ssmax_length": "padded"},
+                 "use_ssmax: SSMax's seed rule (ssmax_length 'padded')", id="ssmax-seed-rule"),
+    pytest.param({"ode_use_pe": True, "positional_encoding": "hope"},
+                 "positional_encoding: the GenAI export takes none, rope, sinusoidal_rotary, alibi", id="hope"),
+])
+def test_export_genai_refuses_what_no_cache_reproduces(change, message, tmp_path, capsys):
+    """`odeattn export --genai` refuses the config in one line, exit 2, naming the field, before
+    it reads the weights or writes anything."""
+    assert main(["init", str(tmp_path), "--lm", "--hidden-size", "16", "--num-heads", "2", "--vocab-size", "32",
+                 "--steps", "1"]) == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**config, **change}))
+    capsys.readouterr()
+    argv = ["export", "--config", str(tmp_path / "bad.json"), "--weights", str(tmp_path / "weights.safetensors"),
+            "--genai", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"odeattn export: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys):
+    """`odeattn init --lm` then `odeattn export --genai`: the folder generates in GenAI as the spec
+    decodes the saved (float32) weights."""
+    argv = ["init", str(tmp_path), "--lm", "--hidden-size", "16", "--num-heads", "2", "--vocab-size", "32",
+            "--solver", "euler", "--steps", "2"]
+    assert main(argv) == 0
+    assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "weights.safetensors"),
+                 "--genai", str(tmp_path / "genai")]) == 0
+    assert "4 cache layers (2 blocks x 2 evaluations of f)" in capsys.readouterr().out
+    config, params = R.LMConfig.from_any(json.loads((tmp_path / "config.json").read_text())), R.load_params(tmp_path / "weights.safetensors")
+    report = check_genai(tmp_path / "genai", config, params, PROMPTS, 1)  # eos is the pad token 0 here: one token
+    assert report.passed, report
