@@ -36,6 +36,7 @@ from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, bloc
 
 from .attention import SelfAttention
 from .block import _initializers, _weights
+from .genai_shared import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
 from .graph import Body, Value, ir_version
 from .norms import layer_norm
 
@@ -101,24 +102,27 @@ def _renamed(weights, prefix: str):
     return {k: _renamed(w, prefix) for k, w in weights.items()}
 
 
-def _inputs(main: Body):
-    """(x, the key mask, query padding, query positions, key positions) from input_ids and attention_mask."""
+def _inputs(main: Body, shared: bool = False):
+    """(x, the visible keys (batch, 1, seq, keys), query padding, query positions, key positions,
+    the shared form's write_indices or None) from input_ids and attention_mask. The keys are the
+    total_seq slots, or in the shared form the buffers' max_length slots (those past total_seq hidden)."""
     g = main
     ids, mask = Value(g, "input_ids"), Value(g, "attention_mask")
     x = g.op("Gather", Value(g, EMBED), ids, axis=0)  # (batch, seq, D)
-    keys = g.op("Cast", mask, to=TensorProto.BOOL)  # (batch, total)
     seq, total = g.op("Shape", ids, start=1, end=2), g.op("Shape", mask, start=1, end=2)
     past = total - seq
-    key_positions = g.op("CumSum", g.op("Cast", mask, to=TensorProto.INT64), g.const(1, np.int64)) - g.const(1, np.int64)
+    key_ints, keys_len = key_mask(g, mask, total, PAST % 0 + "key") if shared else (mask, total)
+    keys = g.op("Cast", key_ints, to=TensorProto.BOOL)  # (batch, keys)
+    key_positions = g.op("CumSum", key_ints, g.const(1, np.int64)) - g.const(1, np.int64)
     axis = g.ints(1)
     positions = g.op("Slice", key_positions, past, total, axis)  # (batch, seq)
     padding = g.op("Slice", keys, past, total, axis)
     one, zero = g.const(1, np.int64), g.const(0, np.int64)
     i = g.op("Range", g.op("Squeeze", past, g.ints(0)), g.op("Squeeze", total, g.ints(0)), one)
-    j = g.op("Range", zero, g.op("Squeeze", total, g.ints(0)), one)
-    causal = g.op("LessOrEqual", g.op("Unsqueeze", j, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))  # (seq, total)
+    j = g.op("Range", zero, g.op("Squeeze", keys_len, g.ints(0)), one)
+    causal = g.op("LessOrEqual", g.op("Unsqueeze", j, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))  # (seq, keys)
     visible = g.op("And", g.op("Unsqueeze", causal, g.ints(0, 1)), g.op("Unsqueeze", keys, g.ints(1, 2)))
-    return x, visible, padding, positions, key_positions
+    return x, visible, padding, positions, key_positions, write_indices(g, mask, seq, total) if shared else None
 
 
 def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
@@ -130,24 +134,27 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
     return out
 
 
-def export_genai_model(config, params) -> onnx.ModelProto:
-    """model.onnx of the folder (module docstring) for (config, params), an onnx.ModelProto."""
+def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.ModelProto:
+    """model.onnx of the folder (module docstring) for (config, params), an onnx.ModelProto;
+    shared_buffer=True: the in-place form of export.genai_shared (opset 24)."""
     cfg = check_genai(config)
     check_lm_params(params, cfg)
     block = cfg.block_config
-    main = Body("", OPSET)
-    x, visible, padding, positions, key_positions = _inputs(main)
+    opset = SHARED_OPSET if shared_buffer else OPSET
+    main = Body("", opset)
+    x, visible, padding, positions, key_positions, writes = _inputs(main, shared_buffer)
     per_block = evaluations(block)
     for b in range(cfg.num_layers):
-        att = SelfAttention(block, OPSET)
+        att = (SharedSelfAttention if shared_buffer else SelfAttention)(block, OPSET)  # opset 17's stage shapes
         weights = _renamed(_weights(block, main), block_prefix(b))
         prepared = att._prepared(weights, x, visible, padding, positions, key_positions, None)
-        x = att.integrate(prepared, x, ConcatCache(main, b * per_block), trajectory=False)[-1]
+        cache = SharedCache(main, b * per_block, writes, PAST, PRESENT) if shared_buffer else ConcatCache(main, b * per_block)
+        x = att.integrate(prepared, x, cache, trajectory=False)[-1]
     h = layer_norm(x, Value(main, NORM_W), Value(main, NORM_B))
     logits = main.op("MatMul", h, Value(main, HEAD + "_t"))
     main.nodes.append(helper.make_node("Identity", [logits.name], ["logits"]))
 
-    kv = lambda seq: ["batch", block.num_heads, seq, block.head_dim]  # noqa: E731
+    kv = lambda seq: ["batch", block.num_heads, "max_length" if shared_buffer else seq, block.head_dim]  # noqa: E731
     layers = range(cache_layers(cfg))
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_seq"])]
@@ -156,14 +163,16 @@ def export_genai_model(config, params) -> onnx.ModelProto:
     outputs += [helper.make_tensor_value_info(PRESENT % l + n, TensorProto.FLOAT, kv("total_seq")) for l in layers for n in ("key", "value")]
     graph = helper.make_graph(main.nodes, "ode_attention_lm", inputs, outputs, initializer=[
         numpy_helper.from_array(v, k) for k, v in _initializer_arrays(cfg, params).items()])
-    opsets = [helper.make_opsetid("", OPSET)]
+    opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, producer_name="odeattn", producer_version=R.__version__, opset_imports=opsets,
                               ir_version=ir_version(opsets))
-    helper.set_model_props(model, {"odeattn_version": R.__version__, "lm_config": json.dumps(cfg.to_dict(), sort_keys=True)})
+    helper.set_model_props(model, {"odeattn_version": R.__version__, "lm_config": json.dumps(cfg.to_dict(), sort_keys=True),
+                                   "past_present_share_buffer": str(shared_buffer).lower()})
     return model
 
 
-def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_token_id: int | None = None) -> dict:
+def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_token_id: int | None = None,
+                 shared_buffer: bool = False) -> dict:
     """genai_config.json's content: the sizes, the layer count (cache_layers), the names, and
     greedy search of at most max_length tokens (prompt included). GenAI pads a batch's shorter
     prompts with pad_token_id and reads that id in a prompt as padding; eos_token_id (default:
@@ -191,7 +200,7 @@ def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_to
         },
         "search": {"do_sample": False, "num_beams": 1, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
                    "max_length": max_length, "min_length": 0, "repetition_penalty": 1.0,
-                   "past_present_share_buffer": False, "num_return_sequences": 1, "early_stopping": True},
+                   "past_present_share_buffer": shared_buffer, "num_return_sequences": 1, "early_stopping": True},
     }
 
 
@@ -199,7 +208,7 @@ def write_genai(config, params, folder, **search) -> tuple[Path, Path]:
     """Write folder/model.onnx and folder/genai_config.json (genai_config's search options); their paths."""
     folder = Path(folder)
     gen = genai_config(config, **search)  # its checks before the model is built
-    model = export_genai_model(config, params)
+    model = export_genai_model(config, params, shared_buffer=gen["search"]["past_present_share_buffer"])
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(folder / MODEL_FILE))
     (folder / CONFIG_FILE).write_text(json.dumps(gen, indent=1) + "\n")

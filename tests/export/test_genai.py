@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime_genai")
 
 import ode_ref as R  # noqa: E402
 from odeattn.cli import main  # noqa: E402
-from odeattn.conformance.genai import check_genai, padded  # noqa: E402
+from odeattn.conformance.genai import check_genai, genai_greedy, padded  # noqa: E402
 from odeattn.export.genai import cache_layers, genai_config, write_genai  # noqa: E402
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9, 10], [11]]  # different lengths: GenAI pads them (on the right)
@@ -51,6 +51,23 @@ def test_genai_generation_equals_the_spec_token_for_token(name, tmp_path):
     report = check_genai(tmp_path, cfg, params, PROMPTS, NEW_TOKENS)
     assert report.tokens_equal, report
     assert report.error <= report.tolerance, report
+
+
+@pytest.mark.parametrize("name", ["rk4-rope", "rk2_gated-bitlinear", "euler-alibi"])
+def test_shared_buffer_form_generates_the_concat_forms_tokens(name, tmp_path):
+    """past_present_share_buffer (TensorScatter and Attention-24 writing GenAI's max_length buffers
+    in place): the spec's tokens, the same as the concat form's, logits within the tolerance."""
+    cfg = CONFIGS[name]
+    params = R.init_lm_params(cfg, seed=0)
+    eos = unused_token(params, cfg)
+    reports = []
+    for shared in (False, True):
+        write_genai(cfg, params, tmp_path / str(shared), eos_token_id=eos, shared_buffer=shared, max_length=5 + NEW_TOKENS)
+        reports.append(check_genai(tmp_path / str(shared), cfg, params, PROMPTS, NEW_TOKENS))
+    assert json.loads((tmp_path / "True" / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
+    assert all(r.passed for r in reports), reports
+    tokens = [genai_greedy(tmp_path / str(shared), PROMPTS, NEW_TOKENS)[0] for shared in (False, True)]
+    assert (tokens[0] == tokens[1]).all()
 
 
 def test_spec_greedy_with_the_cache_equals_the_uncached_forward():
