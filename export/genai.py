@@ -82,10 +82,10 @@ class ConcatCache:
         self.main, self.layer = main, first_layer
 
     def append(self, new: Value, name: str) -> Value:
-        g = self.main
-        present = g.op("Concat", Value(g, PAST % self.layer + name), g.op("Transpose", new, perm=[0, 2, 1, 3]), axis=2)
-        g.nodes.append(helper.make_node("Identity", [present.name], [PRESENT % self.layer + name]))
-        return g.op("Transpose", present, perm=[0, 2, 1, 3])
+        g, present = self.main, PRESENT % self.layer + name
+        new_t = g.op("Transpose", new, perm=[0, 2, 1, 3])  # (batch, heads, seq, head_dim)
+        g.nodes.append(helper.make_node("Concat", [PAST % self.layer + name, new_t.name], [present], name=present, axis=2))
+        return g.op("Transpose", Value(g, present), perm=[0, 2, 1, 3])
 
     def __call__(self, k, v):
         k, v = self.append(k, "key"), self.append(v, "value")

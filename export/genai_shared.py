@@ -60,11 +60,13 @@ class SharedCache:
         self.past, self.present = past, present
 
     def write(self, new: Value, name: str) -> Value:
-        g = self.main
-        buffer = g.op("TensorScatter", Value(g, self.past % self.layer + name), g.op("Transpose", new, perm=[0, 2, 1, 3]),
-                      self.write_indices, axis=2)
-        g.nodes.append(helper.make_node("Identity", [buffer.name], [self.present % self.layer + name]))
-        return buffer
+        g, present = self.main, self.present % self.layer + name
+        new_t = g.op("Transpose", new, perm=[0, 2, 1, 3])  # (batch, heads, seq, head_dim)
+        # the output is the graph's present output itself: bound to the past buffer (as GenAI binds
+        # it), TensorScatter then writes in place; through an Identity it would write a copy
+        g.nodes.append(helper.make_node("TensorScatter", [self.past % self.layer + name, new_t.name, self.write_indices.name],
+                                        [present], name=present, axis=2))
+        return Value(g, present)
 
     def __call__(self, k, v):
         k, v = self.write(k, "key"), self.write(v, "value")
