@@ -30,12 +30,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import ode_ref as R
-from ode_ref.cache import evaluations
 from ode_ref.config import PAPE_ENCODINGS
 from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, block_prefix, check_lm_params
 
 from .attention import SelfAttention
 from .block import _initializers, _weights
+from .encoder import OnnxEncoderStages
 from .genai_shared import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
 from .graph import Body, Value, ir_version
 from .norms import layer_norm
@@ -70,7 +70,25 @@ def check_genai(config) -> LMConfig:
 def cache_layers(config) -> int:
     """GenAI's num_hidden_layers: one cache layer per evaluation of f of each block."""
     cfg = LMConfig.from_any(config)
-    return cfg.num_layers * evaluations(cfg.block_config)
+    return cfg.num_layers * cfg.evaluations
+
+
+class LayerStages(OnnxEncoderStages):
+    """Block 'layer' (ode_ref/lm_layer.py): the encoder's stages on graph Values, each evaluation's
+    k, v (heads-first, GenAI's layout already) appended to its past and written out as present."""
+
+    def __init__(self, config, main: Body, first_layer: int):
+        super().__init__(config)
+        self.main, self.cache_layer = main, first_layer
+
+    def cache_kv(self, k, v):
+        g, out = self.main, []
+        for new, name in ((k, "key"), (v, "value")):
+            present = PRESENT % self.cache_layer + name
+            g.nodes.append(helper.make_node("Concat", [PAST % self.cache_layer + name, new.name], [present], name=present, axis=2))
+            out.append(Value(g, present))
+        self.cache_layer += 1
+        return tuple(out)
 
 
 class ConcatCache:
@@ -102,10 +120,11 @@ def _renamed(weights, prefix: str):
     return {k: _renamed(w, prefix) for k, w in weights.items()}
 
 
-def _inputs(main: Body, shared: bool = False):
+def _inputs(main: Body, shared: bool = False, see_self: bool = False):
     """(x, the visible keys (batch, 1, seq, keys), query padding, query positions, key positions,
     the shared form's write_indices or None) from input_ids and attention_mask. The keys are the
-    total_seq slots, or in the shared form the buffers' max_length slots (those past total_seq hidden)."""
+    total_seq slots, or in the shared form the buffers' max_length slots (those past total_seq hidden).
+    see_self: every query sees its own slot too (block 'layer', ode_ref.lm_layer.visible_keys)."""
     g = main
     ids, mask = Value(g, "input_ids"), Value(g, "attention_mask")
     x = g.op("Gather", Value(g, EMBED), ids, axis=0)  # (batch, seq, D)
@@ -121,14 +140,20 @@ def _inputs(main: Body, shared: bool = False):
     i = g.op("Range", g.op("Squeeze", past, g.ints(0)), g.op("Squeeze", total, g.ints(0)), one)
     j = g.op("Range", zero, g.op("Squeeze", keys_len, g.ints(0)), one)
     causal = g.op("LessOrEqual", g.op("Unsqueeze", j, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))  # (seq, keys)
-    visible = g.op("And", g.op("Unsqueeze", causal, g.ints(0, 1)), g.op("Unsqueeze", keys, g.ints(1, 2)))
+    seen = g.op("Unsqueeze", keys, g.ints(1, 2))  # (batch, 1, 1, keys)
+    if see_self:
+        seen = g.op("Or", seen, g.op("Unsqueeze", g.op("Equal", g.op("Unsqueeze", j, g.ints(0)), g.op("Unsqueeze", i, g.ints(1))), g.ints(0, 1)))
+    visible = g.op("And", g.op("Unsqueeze", causal, g.ints(0, 1)), seen)
     return x, visible, padding, positions, key_positions, write_indices(g, mask, seq, total) if shared else None
 
 
 def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
     out = {EMBED: np.asarray(params[EMBED], np.float32)}
     for b in range(cfg.num_layers):
-        out.update({block_prefix(b) + k: v for k, v in _initializers(cfg.block_config, block_params(params, b)).items()})
+        block = block_params(params, b)
+        arrays = ({k: np.asarray(v, np.float32) for k, v in block.items()} if cfg.block == "layer" else
+                  _initializers(cfg.block_config, block))
+        out.update({block_prefix(b) + k: v for k, v in arrays.items()})
     out[NORM_W], out[NORM_B] = np.asarray(params[NORM_W], np.float32), np.asarray(params[NORM_B], np.float32)
     out[HEAD + "_t"] = np.ascontiguousarray(np.asarray(params[HEAD], np.float32).T)
     return out
@@ -141,10 +166,17 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
     check_lm_params(params, cfg)
     block = cfg.block_config
     opset = SHARED_OPSET if shared_buffer else OPSET
+    if shared_buffer and cfg.block == "layer":
+        raise ValueError("shared_buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
     main = Body("", opset)
-    x, visible, padding, positions, key_positions, writes = _inputs(main, shared_buffer)
-    per_block = evaluations(block)
+    x, visible, padding, positions, key_positions, writes = _inputs(main, shared_buffer, see_self=cfg.block == "layer")
+    per_block = cfg.evaluations
     for b in range(cfg.num_layers):
+        if cfg.block == "layer":
+            names = block_params(params, b)
+            weights = {k: Value(main, block_prefix(b) + k) for k in names}
+            x = LayerStages(cfg.layer_config, main, b * per_block).block(weights, 0, x, visible)
+            continue
         att = (SharedSelfAttention if shared_buffer else SelfAttention)(block, OPSET)  # opset 17's stage shapes
         weights = _renamed(_weights(block, main), block_prefix(b))
         prepared = att._prepared(weights, x, visible, padding, positions, key_positions, None)

@@ -19,9 +19,9 @@ Parameter names (D = hidden_size, V = vocab_size):
     lm_head.weight         (V, D) no bias
 
 block "attention" is the ODE attention block (F = attention alone) in the config's mode, with any
-solver, norm, BitLinear and positional encoding the block takes. block "layer" (the ODE
-Transformer's encoder layer, F = attention + FFN, in decoder mode) is refused here: it has no
-cached decoding in the spec yet. attention_mask (batch, seq), True or 1 = a real token; a prompt
+solver, norm, BitLinear and positional encoding the block takes. block "layer" is the ODE
+Transformer's encoder layer (F = attention + FFN) in decoder mode, one layer per block, its
+parameters blocks.N.<the stack's names> (lm_layer.py). attention_mask (batch, seq), True or 1 = a real token; a prompt
 padded on either side decodes as the unpadded one would (positions count real tokens only).
 """
 
@@ -34,7 +34,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .block import decode_step, ode_block, prefill
+from .cache import evaluations
 from .config import ODEConfig, field_values
+from .encoder_config import ODEEncoderConfig
+from .encoder_params import check_encoder_params, encoder_param_shapes, init_encoder_params
+from .lm_layer import layer_block, layer_config, layer_evaluations, visible_keys
 from .norms import layer_norm
 from .params import check_params, init_params, param_shapes
 
@@ -55,6 +59,7 @@ class _LMFields:
     num_heads: int
     block: str = "attention"  # "attention" (the ODE attention block) or "layer" (the encoder layer)
     mode: str = "decoder"  # the block's mode; an LM decodes causally (encoder mode: lm_logits only)
+    ffn_dim: int = 0  # block "layer": the FFN's inner width; 0 is 4 hidden_size
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_layers"):
@@ -64,10 +69,24 @@ class _LMFields:
             object.__setattr__(self, name, int(value))
         if self.block not in BLOCKS:
             raise ValueError(f"block: expected one of {', '.join(map(repr, BLOCKS))}; got {self.block!r}")
-        if self.block == "layer":
-            raise ValueError("block: 'layer' (the ODE Transformer's encoder layer in decoder mode) has no cached "
-                             "decoding in the spec yet; expected 'attention'")
+        if isinstance(self.ffn_dim, (bool, np.bool_)) or not isinstance(self.ffn_dim, numbers.Integral) or self.ffn_dim < 0:
+            raise ValueError(f"ffn_dim: expected an integer >= 0 (0: 4 hidden_size); got {self.ffn_dim!r}")
         self.block_config  # the block's fields checked now, by ODEConfig
+        if self.block == "layer":
+            if self.mode != "decoder":
+                raise ValueError(f"mode: the 'layer' block is the encoder layer in decoder mode; expected 'decoder'; "
+                                 f"got {self.mode!r}")
+            layer_config(self)
+
+    @property
+    def layer_config(self) -> ODEEncoderConfig:
+        """block 'layer': the one-layer encoder stack every block is (lm_layer.py)."""
+        return layer_config(self)
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations of F per block, each with its own K and V: steps x stages, or the layer's stages."""
+        return layer_evaluations(self.layer_config) if self.block == "layer" else evaluations(self.block_config)
 
     @property
     def block_config(self) -> ODEConfig:
@@ -100,22 +119,25 @@ def lm_param_shapes(config) -> dict[str, tuple[int, ...]]:
     cfg = LMConfig.from_any(config)
     v, d = cfg.vocab_size, cfg.hidden_size
     shapes = {EMBED: (v, d)}
+    block = encoder_param_shapes(cfg.layer_config) if cfg.block == "layer" else param_shapes(cfg.block_config)
     for i in range(cfg.num_layers):
-        shapes.update({block_prefix(i) + k: s for k, s in param_shapes(cfg.block_config).items()})
+        shapes.update({block_prefix(i) + k: s for k, s in block.items()})
     shapes.update({NORM_W: (d,), NORM_B: (d,), HEAD: (v, d)})
     return shapes
 
 
 def init_lm_params(config, seed: int = 0, *, dtype=np.float64) -> dict:
     """Deterministic parameters: the embedding N(0, 1) and lm_head U(-1/sqrt(D), 1/sqrt(D)) from
-    NumPy's PCG64 seeded with seed; block i from init_params(seed + 1 + i, perturb_norms=True),
-    so every norm parameter is exercised; the final norm weight 1, bias 0."""
+    NumPy's PCG64 seeded with seed; block i from init_params(seed + 1 + i, perturb_norms=True)
+    (block 'layer': init_encoder_params(seed + 1 + i, perturb=True)), so every norm parameter and
+    bias is exercised; the final norm weight 1, bias 0."""
     cfg = LMConfig.from_any(config)
     rng = np.random.default_rng(seed)
     d = cfg.hidden_size
     params = {EMBED: rng.normal(size=(cfg.vocab_size, d))}
     for i in range(cfg.num_layers):
-        block = init_params(cfg.block_config, seed=seed + 1 + i, perturb_norms=True)
+        block = (init_encoder_params(cfg.layer_config, seed + 1 + i, perturb=True) if cfg.block == "layer" else
+                 init_params(cfg.block_config, seed=seed + 1 + i, perturb_norms=True))
         params.update({block_prefix(i) + k: v for k, v in block.items()})
     params[NORM_W], params[NORM_B] = np.ones(d), np.zeros(d)
     params[HEAD] = rng.uniform(-1.0, 1.0, size=(cfg.vocab_size, d)) / np.sqrt(d)
@@ -143,7 +165,10 @@ def check_lm_params(params, config) -> None:
             raise ValueError(f"params[{name!r}]: expected shape {expected[name]}; got {tuple(np.shape(params[name]))}")
     for i in range(cfg.num_layers):
         try:
-            check_params(block_params(params, i), cfg.block_config)
+            if cfg.block == "layer":
+                check_encoder_params(block_params(params, i), cfg.layer_config)
+            else:
+                check_params(block_params(params, i), cfg.block_config)
         except ValueError as err:
             raise ValueError(f"{block_prefix(i)}{err}") from None
 
@@ -183,7 +208,12 @@ def lm_logits(params, ids, config, attention_mask=None, *, dtype=np.float64):
     ids, mask = check_ids(ids, cfg, attention_mask)
     z = params[EMBED].astype(dtype)[ids]
     for i in range(cfg.num_layers):
-        z = ode_block({k: v.astype(dtype) for k, v in block_params(params, i).items()}, z, cfg.block_config, mask)
+        block = {k: v.astype(dtype) for k, v in block_params(params, i).items()}
+        if cfg.block == "layer":
+            keys = np.ones(ids.shape, bool) if mask is None else mask
+            z, _ = layer_block(block, z, cfg.layer_config, visible_keys(keys, 0, ids.shape[1]))
+        else:
+            z = ode_block(block, z, cfg.block_config, mask)
     return _head(params, z, dtype)
 
 
@@ -201,16 +231,42 @@ def lm_greedy(params, ids, config, new_tokens: int, attention_mask=None, *, dtyp
         raise ValueError(f"new_tokens: expected an integer >= 1; got {new_tokens!r}")
     blocks = [{k: v.astype(dtype) for k, v in block_params(params, i).items()} for i in range(cfg.num_layers)]
     embed, max_len = params[EMBED].astype(dtype), ids.shape[1] + new_tokens
+    if cfg.block == "layer":
+        return _layer_greedy(params, blocks, embed, ids, cfg, new_tokens, mask, dtype)
     z, caches = embed[ids], []
     for block in blocks:
         z, cache = prefill(block, z, cfg.block_config, mask, max_len=max_len)
         caches.append(cache)
-    last = (ids.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)) if mask is not None else np.full(len(ids), ids.shape[1] - 1)
-    step_logits = [_head(params, z[np.arange(len(ids)), last][:, None], dtype)]  # each row's last real token
+    step_logits = [_head(params, z[np.arange(len(ids)), _last_real(ids, mask)][:, None], dtype)]  # each row's last real token
     for _ in range(new_tokens - 1):
         z = embed[step_logits[-1][:, 0].argmax(axis=-1)][:, None]
         for i, block in enumerate(blocks):
             z, caches[i] = decode_step(block, z, caches[i], cfg.block_config)
+        step_logits.append(_head(params, z, dtype))
+    logits = np.concatenate(step_logits, axis=1)
+    return logits.argmax(axis=-1).astype(np.int64), logits
+
+
+def _last_real(ids, mask):
+    """Each row's last real token's slot."""
+    if mask is None:
+        return np.full(len(ids), ids.shape[1] - 1)
+    return ids.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
+
+
+def _layer_greedy(params, blocks, embed, ids, cfg, new_tokens: int, mask, dtype):
+    """lm_greedy for block 'layer': each block's evaluations keep their K and V (lm_layer.py)."""
+    keys = np.ones(ids.shape, bool) if mask is None else mask
+    z, caches = embed[ids], []
+    for block in blocks:
+        z, present = layer_block(block, z, cfg.layer_config, visible_keys(keys, 0, ids.shape[1]))
+        caches.append(present)
+    step_logits = [_head(params, z[np.arange(len(ids)), _last_real(ids, mask)][:, None], dtype)]
+    for _ in range(new_tokens - 1):
+        z = embed[step_logits[-1][:, 0].argmax(axis=-1)][:, None]
+        keys = np.concatenate([keys, np.ones((len(ids), 1), bool)], axis=1)
+        for i, block in enumerate(blocks):
+            z, caches[i] = layer_block(block, z, cfg.layer_config, visible_keys(keys, keys.shape[1] - 1, 1), caches[i])
         step_logits.append(_head(params, z, dtype))
     logits = np.concatenate(step_logits, axis=1)
     return logits.argmax(axis=-1).astype(np.int64), logits

@@ -26,6 +26,9 @@ class ODELanguageModel(nn.Module):
         super().__init__()
         self.config = LMConfig.from_any(config)
         cfg = self.config
+        if cfg.block != "attention":
+            raise ValueError(f"block: the torch port builds block 'attention' (the layer block runs in the spec and "
+                             f"the GenAI export); got {cfg.block!r}")
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.blocks = nn.ModuleList(ODEAttentionBlock(cfg.block_config) for _ in range(cfg.num_layers))
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=LAYER_NORM_EPS)

@@ -29,6 +29,9 @@ CONFIGS = {
     "euler-alibi": lm(ode_solver="euler", ode_steps=2, ode_use_pe=True, positional_encoding="alibi"),
     "rk2_gated-bitlinear": lm(ode_solver="rk2_gated", use_bitnet=True, ode_use_pe=True, positional_encoding="rope"),
     "rk2_gated-alibi-rms_norm": lm(ode_solver="rk2_gated", norm_type="rms_norm", ode_use_pe=True, positional_encoding="alibi"),
+    "layer-euler": lm(block="layer", ode_solver="euler", ffn_dim=24),  # the encoder layer in decoder mode
+    "layer-rk2_gated": lm(block="layer", ode_solver="rk2_gated", ffn_dim=24),
+    "layer-rk4": lm(block="layer", ode_solver="rk4", ffn_dim=24),
 }
 
 
@@ -70,10 +73,11 @@ def test_shared_buffer_form_generates_the_concat_forms_tokens(name, tmp_path):
     assert (tokens[0] == tokens[1]).all()
 
 
-def test_spec_greedy_with_the_cache_equals_the_uncached_forward():
+@pytest.mark.parametrize("name", ["rk4-rope", "layer-rk4"])
+def test_spec_greedy_with_the_cache_equals_the_uncached_forward(name):
     """lm_greedy's logits (prefill, then decode steps) are lm_logits on the prompt and the tokens
     it chose, to 1e-12 in float64, with the prompts padded on the left and on the right."""
-    cfg = CONFIGS["rk4-rope"]
+    cfg = CONFIGS[name]
     params = R.init_lm_params(cfg, seed=1)
     right, mask = padded(PROMPTS, 0)
     left = np.stack([np.roll(r, -int(m.sum())) for r, m in zip(right, mask)])
@@ -91,10 +95,12 @@ def test_spec_greedy_with_the_cache_equals_the_uncached_forward():
 
 
 def test_genai_config_counts_one_cache_layer_per_evaluation():
-    """num_hidden_layers is blocks x steps x stages: rk4 has 4 stages, so 2 blocks x 2 steps x 4."""
+    """num_hidden_layers is blocks x steps x stages: rk4 has 4 stages, so 2 blocks x 2 steps x 4;
+    the layer block steps once, so 2 blocks x 4 stages."""
     cfg = lm(ode_solver="rk4", ode_steps=2)
     gen = genai_config(cfg)
     assert cache_layers(cfg) == gen["model"]["decoder"]["num_hidden_layers"] == 16
+    assert cache_layers(lm(block="layer", ode_solver="rk4")) == 8
     assert gen["model"]["decoder"]["head_size"] == 8 and gen["search"]["do_sample"] is False
 
 
