@@ -32,8 +32,19 @@ def load_lm(config_path, weights_path, check=None):
     return config, params
 
 
+# `odeattn export`'s options that shape a block model, none of which the GenAI folder takes
+BLOCK_OPTIONS = (("-o", "output", None), ("--opset", "opset", None), ("--no-padding-mask", "no_padding_mask", False),
+                 ("--route", "route", "direct"), ("--bitlinear", "bitlinear", "float"), ("--steps-input", "steps_input", False),
+                 ("--dtype", "dtype", "float32"), ("--keep-io-types", "keep_io_types", False), ("--inline", "inline", False),
+                 ("--quantize", "quantize", None), ("--optimize", "optimize", False))
+
+
 def export_genai(args) -> int:
     """`odeattn export --genai DIR --config C --weights W`: DIR/model.onnx and DIR/genai_config.json."""
+    given = [flag for flag, name, default in BLOCK_OPTIONS if getattr(args, name, default) != default]
+    if given:
+        raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32, opset 17), "
+                         f"which no block-model option shapes; got {', '.join(given)}")
     require("onnx")
     from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai, write_genai
 

@@ -130,6 +130,15 @@ def test_export_genai_refuses_what_no_cache_reproduces(change, message, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_export_genai_refuses_block_model_options(tmp_path, capsys):
+    """-o, --opset and the other options of a block model do not apply to the folder: refused by name."""
+    argv = ["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+            "--genai", str(tmp_path / "out"), "-o", str(tmp_path / "m.onnx"), "--opset", "23"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == ("odeattn export: --genai: writes its folder's model.onnx and genai_config.json "
+                                       "(float32, opset 17), which no block-model option shapes; got -o, --opset\n")
+
+
 def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys):
     """`odeattn init --lm` then `odeattn export --genai`: the folder generates in GenAI as the spec
     decodes the saved (float32) weights."""
