@@ -42,6 +42,9 @@ def register(sub) -> None:
     kind.add_argument("--genai", type=Path, metavar="DIR",
                       help="a language model (an LMConfig, `odeattn init --lm`) as DIR/model.onnx and "
                            "DIR/genai_config.json, the folder ONNX Runtime GenAI generates from (docs/generation.md)")
+    p.add_argument("--shared-buffer", action="store_true",
+                   help="with --genai: GenAI's past_present_share_buffer form, each cache layer written in place "
+                        "(TensorScatter and Attention, opset 24)")
     p.add_argument("--bitlinear", choices=["float", "integer"], default="float",
                    help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
                         "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "
@@ -108,6 +111,8 @@ def run(args) -> int:
         from odeattn.commands.genai import export_genai
 
         return export_genai(args)
+    if args.shared_buffer:
+        raise UsageError("--shared-buffer: applies to --genai DIR (the GenAI folder's in-place cache form)")
     if args.output is None:
         raise UsageError("-o/--output: required (the .onnx file to write), except with --genai DIR")
     with user_input():

@@ -43,7 +43,7 @@ def export_genai(args) -> int:
     """`odeattn export --genai DIR --config C --weights W`: DIR/model.onnx and DIR/genai_config.json."""
     given = [flag for flag, name, default in BLOCK_OPTIONS if getattr(args, name, default) != default]
     if given:
-        raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32, opset 17), "
+        raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32), "
                          f"which no block-model option shapes; got {', '.join(given)}")
     require("onnx")
     from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai, write_genai
@@ -56,10 +56,14 @@ def export_genai(args) -> int:
         existing = [str(folder / n) for n in (MODEL_FILE, CONFIG_FILE) if (folder / n).exists()]
         if existing:
             raise UsageError(f"--genai: {', '.join(existing)} exist(s) already; remove them or choose another folder")
-    model, gen = write_genai(config, params, folder)
-    print(f"wrote {model}: {model.stat().st_size / 1e3:.1f} kB, opset 17, {cache_layers(config)} cache layers "
+    if args.shared_buffer and config.block != "attention":
+        raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
+    model, gen = write_genai(config, params, folder, shared_buffer=args.shared_buffer)
+    form = "opset 24, shared-buffer form" if args.shared_buffer else "opset 17, concat form"
+    print(f"wrote {model}: {model.stat().st_size / 1e3:.1f} kB, {form}, {cache_layers(config)} cache layers "
           f"({config.num_layers} blocks x {cache_layers(config) // config.num_layers} evaluations of f)")
-    print(f"wrote {gen}: greedy search, max_length {json.loads(gen.read_text())['search']['max_length']}")
+    print(f"wrote {gen}: greedy search, max_length {json.loads(gen.read_text())['search']['max_length']}, "
+          f"past_present_share_buffer {str(args.shared_buffer).lower()}")
     print(f"next: onnxruntime_genai.Model({str(folder)!r}) generates from it (docs/generation.md)")
     return 0
 

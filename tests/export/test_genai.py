@@ -136,7 +136,9 @@ def test_export_genai_refuses_block_model_options(tmp_path, capsys):
             "--genai", str(tmp_path / "out"), "-o", str(tmp_path / "m.onnx"), "--opset", "23"]
     assert main(argv) == 2
     assert capsys.readouterr().err == ("odeattn export: --genai: writes its folder's model.onnx and genai_config.json "
-                                       "(float32, opset 17), which no block-model option shapes; got -o, --opset\n")
+                                       "(float32), which no block-model option shapes; got -o, --opset\n")
+    assert main(argv[:5] + ["-o", str(tmp_path / "m.onnx"), "--shared-buffer"]) == 2
+    assert capsys.readouterr().err.startswith("odeattn export: --shared-buffer: applies to --genai DIR")
 
 
 def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys):
@@ -145,9 +147,10 @@ def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys
     argv = ["init", str(tmp_path), "--lm", "--hidden-size", "16", "--num-heads", "2", "--vocab-size", "32",
             "--solver", "euler", "--steps", "2"]
     assert main(argv) == 0
-    assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "weights.safetensors"),
-                 "--genai", str(tmp_path / "genai")]) == 0
-    assert "4 cache layers (2 blocks x 2 evaluations of f)" in capsys.readouterr().out
     config, params = R.LMConfig.from_any(json.loads((tmp_path / "config.json").read_text())), R.load_params(tmp_path / "weights.safetensors")
-    report = check_genai(tmp_path / "genai", config, params, PROMPTS, 1)  # eos is the pad token 0 here: one token
-    assert report.passed, report
+    for folder, extra in (("genai", []), ("shared", ["--shared-buffer"])):
+        assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "weights.safetensors"),
+                     "--genai", str(tmp_path / folder), *extra]) == 0
+        assert "4 cache layers (2 blocks x 2 evaluations of f)" in capsys.readouterr().out
+        report = check_genai(tmp_path / folder, config, params, PROMPTS, 1)  # eos is the pad token 0 here: one token
+        assert report.passed, report
