@@ -73,27 +73,6 @@ def test_shared_buffer_form_generates_the_concat_forms_tokens(name, tmp_path):
     assert (tokens[0] == tokens[1]).all()
 
 
-@pytest.mark.parametrize("name", ["rk4-rope", "layer-rk4"])
-def test_spec_greedy_with_the_cache_equals_the_uncached_forward(name):
-    """lm_greedy's logits (prefill, then decode steps) are lm_logits on the prompt and the tokens
-    it chose, to 1e-12 in float64, with the prompts padded on the left and on the right."""
-    cfg = CONFIGS[name]
-    params = R.init_lm_params(cfg, seed=1)
-    right, mask = padded(PROMPTS, 0)
-    left = np.stack([np.roll(r, -int(m.sum())) for r, m in zip(right, mask)])
-    left_mask = np.stack([np.roll(m, -int(m.sum())) for m in mask])
-    results = []
-    for ids, m in ((right, mask), (left, left_mask)):
-        tokens, logits = R.lm_greedy(params, ids, cfg, 6, m)
-        whole = np.concatenate([ids, tokens[:, :-1]], axis=1)
-        full = R.lm_logits(params, whole, cfg, np.concatenate([m, np.ones((3, 5), bool)], axis=1))
-        last = np.array([np.flatnonzero(row)[-1] for row in m])
-        assert np.abs(full[np.arange(3), last] - logits[:, 0]).max() < 1e-12
-        assert np.abs(full[:, ids.shape[1]:] - logits[:, 1:]).max() < 1e-12
-        results.append(tokens)
-    assert (results[0] == results[1]).all()  # a padded prompt decodes as the unpadded one, on either side
-
-
 def test_genai_config_counts_one_cache_layer_per_evaluation():
     """num_hidden_layers is blocks x steps x stages: rk4 has 4 stages, so 2 blocks x 2 steps x 4;
     the layer block steps once, so 2 blocks x 4 stages."""
