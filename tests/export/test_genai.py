@@ -5,7 +5,6 @@ the spec's LM decodes with the cache as it computes without one; `odeattn init -
 
 import json
 
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
