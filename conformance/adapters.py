@@ -310,12 +310,7 @@ class FlaxAdapter(FlaxEncoder):
             x_bar, params_bar = self._vjp(self.port.from_state_dict(config, params), x, padding_mask, z1_bar, config=config)
             return np.asarray(x_bar), {k: np.asarray(v) for k, v in params_bar.items()}
 
-# ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
-# each step) and run in float32 by ONNX Runtime at opset 17 and 23 (and with BitLinear's integer
-# products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and
-# run_trajectory of one case run the same exported model: the last model built is kept, keyed by
-# everything it is built from (config, the parameters' bytes, the mask input), the way a jit cache
-# keys a compiled function; outputs are computed afresh every call.
+
 @dataclass(frozen=True)
 class Builtin:
     """An adapter that ships with odeattn, and the packages it needs."""

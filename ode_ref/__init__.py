@@ -25,5 +25,7 @@ from .encoder_backward import ode_encoder_vjp as ode_encoder_vjp
 from .encoder_config import FAMILIES as FAMILIES, PROFILES as PROFILES, ODEEncoderConfig as ODEEncoderConfig
 from .encoder_params import check_encoder_params as check_encoder_params, encoder_param_shapes as encoder_param_shapes
 from .encoder_params import init_encoder_params as init_encoder_params
+from .lm import LMConfig as LMConfig, init_lm_params as init_lm_params, lm_greedy as lm_greedy
+from .lm import lm_logits as lm_logits, lm_param_shapes as lm_param_shapes
 
 __version__ = "0.1.0"

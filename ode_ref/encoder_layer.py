@@ -53,6 +53,7 @@ class EncoderStages:
         q, k, v = self.split_qkv(qkv)  # (batch, seq, C) each
         q = q * self.config.scale  # after the bias, as released
         q, k, v = (self.split_heads(a) for a in (q, k, v))  # (batch, heads, seq, head_dim)
+        k, v = self.cache_kv(k, v)  # decoding (ode_ref/lm_layer.py): every key so far; else as they are
         scores = self.fill_padded_keys(self.matmul(q, self.transpose_last(k)), key_mask)  # (b, h, seq_q, seq_k)
         weights = self.dropout(self.softmax(scores), self.config.attention_dropout)
         y = self.merge_heads(self.matmul(weights, v))  # (batch, seq, C)
@@ -63,6 +64,11 @@ class EncoderStages:
         h = self.relu(self.linear(x, params[prefix + "fc1.weight"], params[prefix + "fc1.bias"]))
         h = self.dropout(h, self.config.activation_dropout)
         return self.linear(h, params[prefix + "fc2.weight"], params[prefix + "fc2.bias"])
+
+    def cache_kv(self, k, v):
+        """The keys and values the queries attend to: here k, v themselves. A decoder's cache
+        (ode_ref/lm_layer.py) records them, or appends them to the past ones."""
+        return k, v
 
     # ---- primitives, in each port's arrays ---------------------------------------------------
     def key_mask(self, padding_mask):

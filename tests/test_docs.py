@@ -150,7 +150,14 @@ def check_positions(ns, tmp_path):
     assert np.isfinite(ns["z"]).all() and ns["cache"].index == 5
 
 
-CHECKS = {"README.md": check_readme, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
+def check_generation(ns, tmp_path):
+    """GenAI's rows are the spec's greedy tokens, up to a row's eos."""
+    for row, spec in zip(ns["rows"], ns["spec"]):
+        assert len(row) >= 1 and list(row) == list(spec[:len(row)])
+    assert (tmp_path / "lm" / "genai_config.json").exists()
+
+
+CHECKS = {"README.md": check_readme, "generation.md": check_generation, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
           "diagnose.md": check_diagnose, "positions.md": check_positions}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]

@@ -115,15 +115,6 @@ def _median(values: list) -> float | None:
     return statistics.median(got) if got else None
 
 
-def warm_ratio(result: dict, new: str, old: str) -> dict | None:
-    """new's warm time over old's, per round (the probes' warm medians), for configs named alike."""
-    rows = {r["config"]: r["round_warm_s"] for r in result["rows"]}
-    pairs = [(n, o) for name, times in rows.items() if name.startswith(new + " ")
-             for n, o in zip(times, rows.get(old + name[len(new):], [])) if n is not None and o is not None]
-    return spread([n / o for n, o in pairs]) if pairs else None
-
-
-
 # The issue's targets for the first call, with the small shape's figures: rk4 x 4 at most this much
 # over its warm call; rk4 and rk38 at most this times euler; 16 steps at most this times 1 step.
 FIRST_CALL_S, STAGES_RATIO, STEPS_RATIO = 0.5, 1.2, 1.25

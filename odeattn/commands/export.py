@@ -26,7 +26,7 @@ def register(sub) -> None:
                                    "model on inputs from .npy files or a random batch).")
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
-    p.add_argument("-o", "--output", required=True, type=Path, help="the .onnx file to write")
+    p.add_argument("-o", "--output", type=Path, help="the .onnx file to write (required but with --genai)")
     add_force(p)
     p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
@@ -41,6 +41,12 @@ def register(sub) -> None:
     kind.add_argument("--decode", action="store_true",
                       help="the decode-step model: one token and the cache in, its z and the new cache out "
                            "(decoder mode, opset 17)")
+    kind.add_argument("--genai", type=Path, metavar="DIR",
+                      help="a language model (an LMConfig, `odeattn init --lm`) as DIR/model.onnx and "
+                           "DIR/genai_config.json, the folder ONNX Runtime GenAI generates from (docs/generation.md)")
+    p.add_argument("--shared-buffer", action="store_true",
+                   help="with --genai: GenAI's past_present_share_buffer form, each cache layer written in place "
+                        "(TensorScatter and Attention, opset 24)")
     p.add_argument("--bitlinear", choices=["float", "integer"], default="float",
                    help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
                         "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "
@@ -108,6 +114,14 @@ def run(args) -> int:
 
     from odeattn.export.deploy import check_against_spec, node_counts
 
+    if args.genai is not None:
+        from odeattn.commands.genai import export_genai
+
+        return export_genai(args)
+    if args.shared_buffer:
+        raise UsageError("--shared-buffer: applies to --genai DIR (the GenAI folder's in-place cache form)")
+    if args.output is None:
+        raise UsageError("-o/--output: required (the .onnx file to write), except with --genai DIR")
     with user_input():
         config, params, opset = check_options(args)
     warning = unused_encoding(config)

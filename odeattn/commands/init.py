@@ -33,14 +33,19 @@ def register(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=2, help="of x (default 2)")
     p.add_argument("--seq", type=positive_int, default=8, help="of x (default 8)")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
+    p.add_argument("--lm", action="store_true",
+                   help="a decoder language model of --num-layers blocks instead (config.json, an LMConfig, and "
+                        "weights.safetensors): the input of `odeattn export --genai`")
+    p.add_argument("--vocab-size", type=positive_int, default=64, help="with --lm: the vocabulary (default 64)")
+    p.add_argument("--num-layers", type=positive_int, default=2, help="with --lm: the blocks (default 2)")
 
 
-def check_paths(folder: Path, force: bool) -> dict[str, Path]:
+def check_paths(folder: Path, force: bool, files=FILES) -> dict[str, Path]:
     """The three paths, once DIR is a folder (made if missing) that takes them; UsageError naming
     DIR or the files that exist (unless force)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"DIR: expected a folder; got the file {str(folder)!r}")
-    out = {name: folder / name for name in FILES}
+    out = {name: folder / name for name in files}
     existing = [str(p) for p in out.values() if p.exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)}: {'exists' if len(existing) == 1 else 'exist'} already; "
@@ -71,6 +76,10 @@ def check_memory_of(config, batch: int, seq: int) -> int:
 def run(args) -> int:
     import numpy as np
 
+    if args.lm:
+        from odeattn.commands.genai import init_lm
+
+        return init_lm(args, check_paths)
     require("safetensors")  # before anything is written; main() names the extra that installs it
     with user_input():
         config = R.ODEConfig(hidden_size=args.hidden_size, num_heads=args.num_heads, ode_solver=args.solver,

@@ -26,6 +26,9 @@ def folder(tmp_path, monkeypatch):
     (tmp_path / "c.onnx").write_text((tmp_path / "config.json").read_text())  # a config under a model's name
     for name, data in OTHERS.items():
         (tmp_path / name).write_bytes(data)
+    assert main(["init", str(tmp_path / "lm"), "--lm", "--hidden-size", "8", "--num-heads", "2", "--vocab-size", "16",
+                 "--num-layers", "1", "--steps", "1"]) == 0
+    (tmp_path / "lm" / "model.onnx").write_bytes(b"my model")
     (tmp_path / "x-link.npy").symlink_to("x.npy")
     (tmp_path / "x-hard-link.npy").hardlink_to(tmp_path / "x.npy")
     monkeypatch.chdir(tmp_path)
@@ -33,17 +36,21 @@ def folder(tmp_path, monkeypatch):
 
 
 def snapshot(folder) -> dict:
-    """name -> bytes (a symbolic link: where it points)."""
-    return {p.name: str(p.readlink()).encode() if p.is_symlink() else p.read_bytes() for p in folder.iterdir()}
+    """path in folder -> bytes (a symbolic link: where it points), every file below it."""
+    return {p.relative_to(folder).as_posix(): str(p.readlink()).encode() if p.is_symlink() else p.read_bytes()
+            for p in folder.rglob("*") if p.is_symlink() or p.is_file()}
 
 
 EXPORT = ["export", "--config", "config.json", "--weights", "weights.safetensors"]
 RUN = ["run", "block.onnx", "--x", "x.npy"]
+GENAI = ["export", "--config", "lm/config.json", "--weights", "lm/weights.safetensors", "--genai", "lm"]
 DIAGNOSE = ["diagnose", "--config", "config.json", "--weights", "weights.safetensors", "--x", "x.npy", "--max-steps", "2",
             "--ref-steps", "4"]
 
 REFUSED = [  # (argv, what the one line holds): exit 2, nothing changed
     (["init", "."], "config.json, weights.safetensors, x.npy: exist already; pass --force to overwrite"),
+    (["init", "lm", "--lm"], "lm/config.json, lm/weights.safetensors: exist already; pass --force to overwrite"),
+    (GENAI, "--genai: 'lm/model.onnx' exists already; pass --force to overwrite it"),
     ([*EXPORT, "-o", "block.onnx"], "-o: 'block.onnx' exists already; pass --force to overwrite it"),
     (["export", "--config", "c.onnx", "--weights", "weights.safetensors", "-o", "c.onnx", "--force"],
      "-o: 'c.onnx' is the file given to --config; expected a different file"),
@@ -85,7 +92,8 @@ def test_a_command_refuses_to_replace_a_user_s_file_in_one_line(folder, argv, me
     ([*RUN, "-o", "z.npy", "--force"], {"z.npy"}),
     ([*RUN, "-o", "Z2.NPY"], {"Z2.NPY"}),
     ([*DIAGNOSE, "--force"], {"diagnose.png"}),
-], ids=["init", "export", "run", "run-new-file", "diagnose"])
+    ([*GENAI, "--force"], {"lm/model.onnx", "lm/genai_config.json"}),
+], ids=["init", "export", "run", "run-new-file", "diagnose", "export-genai"])
 def test_with_force_only_the_named_output_changes(folder, argv, written):
     before = snapshot(folder)
     assert main(argv) == 0

@@ -1,0 +1,100 @@
+"""The real client: ONNX Runtime GenAI generating from an exported folder (export.genai), held to
+the spec's greedy decoding (ode_ref.lm.lm_greedy) token for token, its logits within the derived
+float32 tolerance at every step.
+
+    genai_greedy(folder, prompts, new_tokens)    GenAI's tokens and per-step logits for a batch of
+                                                 prompts of different lengths (its own padding)
+    check_genai(folder, config, params, prompts, new_tokens) -> GenaiReport
+
+GenAI (0.18) pads a batch of prompts on the right with pad_token_id, feeds an attention_mask of 0
+for those trailing pads, takes each row's first token from its last real token's logits and then
+appends one column of 1 per generated token. The spec decodes the same right-padded prompt with
+the exact cache; each token's position counts the real tokens before it, so both equal the
+unpadded prompts' decoding.
+
+The tolerance, derived as the conformance suite derives every float32 tolerance (tolerance.py):
+e32 is the spec's own float32 error on these logits, lm_logits in float32 against float64 on the
+same tokens (prompt and generated), the largest over the steps relative to the largest logit;
+the allowed error is tolerance(e32, "float32") = 32 max(e32, 2^-24). GenAI runs the same
+arithmetic in float32 with other summation orders (ONNX Runtime's MatMul, its Softmax), which
+the factor 32 covers as it does for every other float32 backend.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+import ode_ref as R
+from ode_ref.lm import LMConfig
+
+from .tolerance import relative_error, tolerance
+
+
+def padded(prompts, pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (batch, longest) right-padded with pad_token_id, mask bool, True = a real token): the
+    batch GenAI makes of prompts of different lengths."""
+    longest = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), longest), pad_token_id, np.int64)
+    mask = np.zeros(ids.shape, bool)
+    for row, prompt in enumerate(prompts):
+        ids[row, :len(prompt)], mask[row, :len(prompt)] = prompt, True
+    return ids, mask
+
+
+def genai_greedy(folder, prompts, new_tokens: int, pad_token_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens (batch, new_tokens), logits (batch, new_tokens, vocab)) of GenAI's greedy search on
+    the folder: step s's logits are those that chose token s."""
+    import onnxruntime_genai as og
+
+    ids, mask = padded(prompts, pad_token_id)
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=ids.shape[1] + new_tokens, batch_size=len(prompts), do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(ids.astype(np.int32))
+    last = mask.sum(axis=1) - 1  # each row's last real token
+    logits = [np.asarray(generator.get_output("logits"))[np.arange(len(prompts)), last]]
+    tokens = []
+    for step in range(new_tokens):
+        generator.generate_next_token()
+        if step:
+            logits.append(np.asarray(generator.get_output("logits"))[:, -1])
+        tokens.append(np.asarray(generator.get_next_tokens()).copy())
+    return np.stack(tokens, axis=1).astype(np.int64), np.stack(logits, axis=1)
+
+
+class GenaiReport(NamedTuple):
+    tokens_equal: bool  # GenAI's tokens are the spec's, every row, every step
+    first_difference: tuple | None  # (row, step) of the first differing token, or None
+    error: float  # GenAI's logits against the spec's (float64), relative to the largest
+    tolerance: float  # tolerance(e32, "float32")
+    e32: float  # the spec's own float32 error on the same logits
+    min_margin: float  # the spec's smallest top-1 minus top-2 logit over the steps, relative
+
+    @property
+    def passed(self) -> bool:
+        return self.tokens_equal and self.error <= self.tolerance
+
+
+def check_genai(folder, config, params, prompts, new_tokens: int, pad_token_id: int = 0) -> GenaiReport:
+    """GenAI's greedy generation from folder against the spec's, on the same right-padded batch."""
+    cfg = LMConfig.from_any(config)
+    ids, mask = padded(prompts, pad_token_id)
+    want_tokens, want = R.lm_greedy(params, ids, cfg, new_tokens, mask)
+    got_tokens, got = genai_greedy(folder, prompts, new_tokens, pad_token_id)
+    steps = np.arange(new_tokens)
+    # the spec's float32 error on these logits: every token fed (prompt, then the generated ones but the last)
+    whole = np.concatenate([ids, want_tokens[:, :-1]], axis=1)
+    whole_mask = np.concatenate([mask, np.ones(want_tokens[:, :-1].shape, bool)], axis=1)
+    at = np.concatenate([(mask.sum(axis=1) - 1)[:, None], ids.shape[1] + steps[None, :-1].repeat(len(ids), 0)], axis=1)
+    rows = np.arange(len(ids))[:, None]
+    f64 = R.lm_logits(params, whole, cfg, whole_mask)[rows, at]
+    f32 = R.lm_logits(params, whole, cfg, whole_mask, dtype=np.float32)[rows, at]
+    e32 = relative_error(f32, f64)
+    top = np.sort(want, axis=-1)
+    margin = float((top[..., -1] - top[..., -2]).min() / np.abs(want).max())
+    differ = np.argwhere(got_tokens != want_tokens)
+    return GenaiReport(not differ.size, tuple(int(i) for i in differ[0]) if differ.size else None,
+                       relative_error(got, want), tolerance(e32, "float32"), e32, margin)
