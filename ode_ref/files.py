@@ -2,6 +2,8 @@
 
     replacing(path)   a context manager yielding a temporary path in path's folder (same suffix);
                       renamed onto path when the block ends without an error, removed otherwise
+    write_text        text to a file, through replacing
+    save_npy          an array to a .npy file, through replacing, under the very name given
 
 Every file the project writes for its user (parameters, arrays, ONNX models, reports, plots, the
 golden set) goes through replacing: a writer that fails half-way (an unsupported dtype, a full
@@ -38,6 +40,21 @@ def replacing(path):
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def write_text(path, text: str) -> None:
+    """text to path, whole or not at all."""
+    with replacing(path) as tmp:
+        tmp.write_text(text)
+
+
+def save_npy(path, array) -> None:
+    """np.save of array to path, whole or not at all, under that very name (through a file object:
+    np.save would add .npy to X.NPY)."""
+    import numpy as np
+
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array, allow_pickle=False)
 
 
 def _umask() -> int:

@@ -1,5 +1,4 @@
-"""Argument helpers shared by every command. A leaf: it imports nothing of the project but
-ode_ref.files (how a user's file is written).
+"""Argument helpers shared by every command. A leaf: it imports nothing of the project.
 
 A command reads and checks its input inside `with user_input():`, which turns a library's
 ValueError or TypeError (and an unreadable file's OSError) into a UsageError; odeattn.cli.main
@@ -155,7 +154,7 @@ def check_output_path(option: str, path, suffix: str | None = None, *, force: bo
     system counts too; nothing is left behind), not an existing file unless force (--force), and
     not the file of any of `others` (option -> path: the command's inputs and its other outputs),
     force or not. Every command checks its outputs with this before any work starts, and writes
-    them through ode_ref.files.replacing."""
+    them through ode_ref.files (whole or not at all)."""
     import tempfile
 
     if path is None:
@@ -196,25 +195,6 @@ def same_file(a, b) -> bool:
 def add_force(parser) -> None:
     """--force: every command that writes files refuses to replace an existing one without it."""
     parser.add_argument("--force", action="store_true", help="overwrite output files that exist")
-
-
-def save_npy(path, array) -> None:
-    """np.save of array to path, whole or not at all (ode_ref.files.replacing), under that very
-    name (a file object: np.save adds no .npy to X.NPY)."""
-    import numpy as np
-
-    from ode_ref.files import replacing
-
-    with replacing(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, array, allow_pickle=False)
-
-
-def write_text(path, text: str) -> None:
-    """text to path, whole or not at all (ode_ref.files.replacing)."""
-    from ode_ref.files import replacing
-
-    with replacing(path) as tmp:
-        tmp.write_text(text)
 
 
 def read_json(option: str, path: Path):

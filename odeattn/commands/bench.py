@@ -31,9 +31,9 @@ import ode_ref as R
 from odeattn.bench import (COMPILE_CONFIGS, DECODE_CONTEXTS, DECODE_RUNTIMES, DEFAULT_REPEATS, MEMORY_RUNTIMES, MEMORY_SHAPE, PATHS, QUICK,
                            SHAPES, TORCH_PLAIN, compile_result, decode_result, format_compile, format_decode, format_memory, format_tables, memory_result,
                            plot_memory, plot_scaling, run_bench)
-from ode_ref.files import replacing
+from ode_ref.files import replacing, write_text
 from odeattn.commands.args import (UsageError, add_force, check_output_path, comma_list, non_negative_int, positive_int,
-                                   require, user_input, write_text)
+                                   require, user_input)
 
 
 def parse_shape(text: str) -> tuple:

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ode_ref.files import replacing
-from odeattn.commands.args import add_force, check_output_path, non_negative_int, positive_int, require, user_input, write_text
+from ode_ref.files import replacing, write_text
+from odeattn.commands.args import add_force, check_output_path, non_negative_int, positive_int, require, user_input
 
 
 def register(sub) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import ode_ref as R
 from ode_ref.lm import LMConfig, check_lm_params
-from odeattn.commands.args import UsageError, check_output_path, read_json, require, user_input, write_text
+from ode_ref.files import write_text
+from odeattn.commands.args import UsageError, check_output_path, read_json, require, user_input
 
 LM_FILES = ("config.json", "weights.safetensors")
 

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.commands.args import (UsageError, check_output_path, non_negative_int, positive_int, require, save_npy, user_input,
-                                   write_text)
+from ode_ref.files import save_npy, write_text
+from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int, require, user_input
 
 FILES = ("config.json", "weights.safetensors", "x.npy")
 

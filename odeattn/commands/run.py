@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ode_ref.precision import HALF_DTYPES
+from ode_ref.files import save_npy
 from odeattn.commands.args import (UsageError, add_force, check_output_path, load_npy, non_negative_int, positive_int,
-                                   save_npy, user_input)
+                                   user_input)
 from odeattn.commands.inputs import load_x
 
 
