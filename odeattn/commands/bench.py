@@ -55,6 +55,8 @@ def _check(args) -> tuple[list, dict]:
     if args.plot and (args.no_scaling or args.quick):
         raise UsageError(f"--plot: the plot shows the scaling tables, which {'--quick' if args.quick else '--no-scaling'} "
                          "skips; drop one of them")
+    if args.steps > R.MAX_STEPS:
+        raise UsageError(f"--steps: expected at most {R.MAX_STEPS} (the config's bound on ode_steps); got {args.steps}")
     check_output_path("--json", args.json, ".json", force=args.force)
     check_output_path("--plot", args.plot, ".png", force=args.force)
     if args.plot:

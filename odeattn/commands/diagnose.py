@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import ode_ref as R
 from ode_ref.files import replacing
 from odeattn.commands.args import UsageError, add_force, check_output_path, non_negative_int, positive_int, require, user_input
 from odeattn.commands.inputs import load_block, load_x, unused_encoding
@@ -63,6 +64,8 @@ def load_inputs(args):
 
 def check_options(args) -> None:
     """UsageError naming the option unless the steps and the plot make sense; before any work."""
+    if args.ref_steps > R.MAX_STEPS:
+        raise UsageError(f"--ref-steps: expected at most {R.MAX_STEPS} (the config's bound on ode_steps); got {args.ref_steps}")
     if args.ref_steps % 2 or args.ref_steps < 2 * args.max_steps:
         raise UsageError(f"--ref-steps: expected an even integer >= 2 x --max-steps ({2 * args.max_steps}); "
                          f"got {args.ref_steps}")
