@@ -212,3 +212,15 @@ def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
     assert sorted(p.name for p in files.iterdir()) == before
     assert main(["run", str(files / "m.onnx"), "-o", str(files / "z.npy")]) == 0
     assert np.load(files / "z.npy").shape == (2, 8, 8) and "saved to" in capsys.readouterr().out
+
+
+def test_a_bad_stored_step_count_is_refused_in_one_line_before_the_session(looped, capsys, refused_in_one_line):
+    """A Loop-form file whose stored steps is int32: named, not ONNX Runtime's session error."""
+    import onnx
+
+    model = onnx.load(looped / "loop.onnx")
+    stored = next(t for t in model.graph.initializer if t.name == "steps")
+    stored.CopyFrom(onnx.numpy_helper.from_array(np.array(2, np.int32), "steps"))
+    onnx.save(model, looped / "loop.onnx")
+    refused_in_one_line(looped, ["run", "{d}/loop.onnx"], "the model's stored steps: expected an int64 scalar; got int32 "
+                        "of shape []", capsys)
