@@ -1,4 +1,4 @@
-"""The export's three forms side by side: local functions (the default), inlined (deploy.inline)
+"""The export's three forms side by side: local functions (functions=True), inlined (the default)
 and the Loop form (steps_input=True), on the bench's small and large shapes.
 
 For each form: the file's size and the session's creation time at each count of FORM_STEPS (the
@@ -26,10 +26,8 @@ FORM_STEPS = (1, 4, 16, 64)
 def form_model(form: str, config, params):
     """The block exported in `form`, without a padding_mask input (as the bench's ort paths)."""
     from odeattn.export.block import export_model
-    from odeattn.export.deploy import inline
 
-    model = export_model(config, params, padding_mask=False, steps_input=form == "loop")
-    return inline(model) if form == "inlined" else model
+    return export_model(config, params, padding_mask=False, steps_input=form == "loop", functions=form == "functions")
 
 
 def _created(model, threads: int) -> tuple[float, object]:
