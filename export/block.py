@@ -8,7 +8,7 @@ weight quantisation (computed once), then one node per step calling the local fu
 `ode_step`, whose body is ode_ref.rk.rk_step run on symbolic values: one call of the local
 function `ode_func` per stage, combined with the tableau's coefficients. The calls pass the
 projection weights by their initializer names, so the inlined graph's MatMuls read them directly.
-By default the functions are then inlined (export.deploy.inline): every step and stage is written
+By default the functions are then inlined (export.graph.inline): every step and stage is written
 out, the graph ONNX Runtime runs, and the one ONNX Runtime's quantiser and optimizer can read.
 functions=True keeps them: the file holds each once, and a step adds one call node to it (~200
 bytes), nothing that grows with the width.
@@ -57,8 +57,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
 from .bitlinear import check_form, product_scale
-from .deploy import inline
-from .graph import Body, Function, Value, ir_version
+from .graph import Body, Function, Value, inline, ir_version
 from .half import HalfIO, as_storage, half_export_attention, stored_params
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
 

@@ -100,9 +100,14 @@ def check_conformance(ns, tmp_path):
 
 
 def check_export(ns, tmp_path):
+    import onnx
+
     assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and relative_error(ns["z_ref"], ns["z_spec"]) < 1e-5
     assert (tmp_path / "block.onnx").stat().st_size > 0 and (tmp_path / "block.int8.onnx").stat().st_size > 0
     assert relative_error(ns["zl"], ns["zl_spec"]) < 1e-5 and ns["steps"] == 16  # the Loop form, at its last count
+    # onnxruntime's own quantiser on the plain export: quantised, and within the derived bound
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(tmp_path / "block.q.onnx").graph.node}
+    assert 1e-4 < ns["err_q"] <= ns["bound_q"]
     # the half export: within one bfloat16 ulp of the spec's policy (2 u max|z|, export.half's bound)
     assert ns["zb"].dtype.name == "bfloat16" and relative_error(ns["zb"].astype(np.float32), ns["zb_spec"]) <= 2 * 2.0**-8
 

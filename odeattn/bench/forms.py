@@ -39,19 +39,25 @@ def _created(model, threads: int) -> tuple[float, object]:
     return time.perf_counter() - start, sess
 
 
-def form_costs(shape: str, *, solver: str, threads: int) -> list[dict]:
+def form_costs(shape: str, *, solver: str, threads: int, rounds: int = 1) -> list[dict]:
     """Size and session creation per form and step count (the Loop form: one file, created per count
-    too, so that its creation is seen not to grow)."""
+    too, so that its creation is seen not to grow). The sessions of one count are created in turn,
+    `rounds` times: session_s is the median, vs_functions the creation time over the local-function
+    form's, paired per round (median, min, max)."""
     _, _, d_model, heads = SHAPES[shape]
     rows = []
     for steps in FORM_STEPS:
         cfg = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver, ode_steps=steps)
         params = R.init_params(cfg, seed=0)
-        for form in FORMS:
-            model = form_model(form, cfg, params)
-            seconds, _ = _created(model, threads)
+        models = {form: form_model(form, cfg, params) for form in FORMS}
+        times = {form: [] for form in FORMS}
+        for _ in range(rounds):
+            for form, model in models.items():
+                times[form].append(_created(model, threads)[0])
+        for form, model in models.items():
             rows.append({"shape": shape, "form": form, "steps": steps, "bytes": len(model.SerializeToString()),
-                         "session_s": seconds})
+                         "session_s": statistics.median(times[form]),
+                         "vs_functions": spread([t / b for t, b in zip(times[form], times["functions"])])})
     return rows
 
 

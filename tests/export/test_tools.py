@@ -16,7 +16,7 @@ pytest.importorskip("onnxruntime")
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import export_model  # noqa: E402
-from odeattn.export.deploy import loop_body, quantize_int8, transformer_fusions  # noqa: E402
+from odeattn.export.deploy import int8_error_bound, loop_body, quantize_int8, transformer_fusions  # noqa: E402
 from odeattn.export.runtime import run, session  # noqa: E402
 
 CFG = R.ODEConfig(hidden_size=16, num_heads=4, mode="decoder", ode_solver="rk4", ode_steps=2, ode_use_pe=True)
@@ -54,34 +54,13 @@ def test_quantize_dynamic_quantises_every_projection_of_the_default_and_loop_for
     assert found == {"functions": 0, "inlined": 4 * 4 * 2, "loop": 4 * 4}  # q, k, v, out x 4 stages (x 2 steps unrolled)
 
 
-def int8_error_bound(config, params, x) -> float:
-    """The bound on max|z_int8 - z| / max|z| for quantize_dynamic(..., reduce_range=True) on the
-    default export, derived from the quantisation steps (docs/export.md, "Deploying").
-
-    Each projection y = a W^T rounds W to 7 bits, step s_w = max|W| / 64, and its input a to uint8,
-    step s_a = range(a) / 255 (per tensor, at every call). Rounding errors, uniform and independent,
-    add to y a relative rms error eps = sqrt((s_w^2 / mean(W^2) + s_a^2 / mean(a^2)) / 12). f has two
-    projections in series (q, k, v, then out_proj); the attention between them averages v and
-    moves the softmax by at most as much again, so f's relative rms error is at most 3 eps, and
-    z(1) - x, a combination of f's values, carries it: rms(dz) <= 3 eps rms(z(1) - x). The max of
-    a sum of many independent roundings over the batch's values is within 4.5 rms of it (a
-    Gaussian tail of 7e-6). The input's range is the first stage's norm output's, over the batch,
-    as the out projection's input (an average of v's rows) has a smaller range for its rms."""
-    from ode_ref.norms import apply_norm
-
-    w = [params["ode_func.qkv.weight"], params["ode_func.out_proj.weight"]]
-    h = apply_norm(config.norm_type, {k.rsplit(".", 1)[1]: v for k, v in params.items() if k.startswith("ode_func.norm.")}, x)
-    a_term = ((max(h.max(), 0) - min(h.min(), 0)) / 255) ** 2 / np.mean(h ** 2)
-    eps = max(np.sqrt(((np.abs(m).max() / 64) ** 2 / np.mean(m ** 2) + a_term) / 12) for m in w)
-    z = R.ode_block(params, x, config)
-    return 4.5 * 3 * eps * np.sqrt(np.mean((z - x) ** 2)) / np.abs(z).max()
-
-
 def test_quantize_dynamic_on_the_default_export_quantises_it_and_stays_within_its_derived_bound(tmp_path):
     """What a deployer does with the file they were given: onnxruntime's quantize_dynamic, called
     as docs/export.md says, on a plain export. Every projection becomes a MatMulInteger on int8
     weights fed by a DynamicQuantizeLinear, the file is smaller, and z stays within the bound
-    derived from the quantisation steps (int8_error_bound)."""
+    derived from the quantisation steps (deploy.int8_error_bound). Called without reduce_range, on
+    an AVX2 CPU without VNNI, the error is 2e-2 to 7e-2, over the bound: ONNX Runtime's kernel
+    saturates there, which the bound does not model (docs/export.md says to pass it)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     cfg = R.ODEConfig(hidden_size=128, num_heads=4, ode_solver="rk4", ode_steps=2)
