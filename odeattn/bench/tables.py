@@ -94,9 +94,9 @@ def _scaling_lines(sc: dict | None) -> list[str]:
         lines += ["time vs seq (torch eager, 4 rk4 steps):    " + ", ".join(
             f"{e['seq']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_seq"])]
     if sc.get("export_vs_steps"):
-        lines += ["ONNX export vs steps:                      " + ", ".join(
+        lines += ["ONNX export vs steps (--functions file):   " + ", ".join(
             f"{e['steps']}: {e['export_s'] * 1e3:.0f} ms / {e['bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
-        lines += ["ONNX --inline file vs steps:               " + ", ".join(
+        lines += ["ONNX default (inlined) file vs steps:      " + ", ".join(
             f"{e['steps']}: {e['inlined_bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
     if sc.get("jax_compile_vs_steps"):
         lines += ["JAX compile vs steps:                      " + ", ".join(

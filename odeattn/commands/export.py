@@ -15,7 +15,7 @@ from ode_ref.precision import HALF_DTYPES
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block
 
-DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
+DEPLOY_OPTIONS = ("functions", "quantize", "optimize")
 DTYPES = ("float32", *HALF_DTYPES)  # export.half.DTYPES (not imported: registering a command imports no onnx)
 
 
@@ -58,9 +58,10 @@ def register(sub) -> None:
                         "(block model of the direct route)")
     p.add_argument("--keep-io-types", action="store_true",
                    help="with a half --dtype: x and z typed float32 (x rounded to the dtype on entry, z on exit)")
-    p.add_argument("--inline", action="store_true",
-                   help="write the graph without model-local functions, for tools and runtimes that do not read "
-                        "them (the same z; the file grows with the steps)")
+    p.add_argument("--functions", action="store_true",
+                   help="write the steps as calls of model-local functions: a file that stays flat in the steps (the "
+                        "same z), which onnxruntime's quantize_dynamic and transformers optimizer do not read; the "
+                        "default writes every step out")
     p.add_argument("--quantize", choices=["int8"],
                    help="int8: onnxruntime's dynamic quantisation of the four projections, on the inlined graph; "
                         "lossy, so not a conformance backend (float weights only: not with use_bitnet)")
@@ -148,7 +149,8 @@ def write_block(args, config, params, opset: int) -> list[str]:
     from odeattn.export.block import check, export_model
 
     model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear,
-                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types)
+                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types,
+                         functions=args.functions)
     check(model)
     try:
         model, notes = deploy_form(model, args)
@@ -167,13 +169,13 @@ def write_block(args, config, params, opset: int) -> list[str]:
     if args.steps_input:
         notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
-    elif not (args.inline or args.quantize):
+    elif args.functions:
         notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
 
 
 LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
-                        "them (nothing gets quantised or fused); for those tools export with --inline or --steps-input")
+                        "them (nothing gets quantised or fused); for those tools export without --functions")
 
 
 @contextlib.contextmanager
@@ -212,7 +214,7 @@ def _other_form(args) -> str | None:
 
 
 def check_deploy_options(args, config) -> None:
-    """UsageError naming the option unless --inline, --quantize and --optimize apply: the direct
+    """UsageError naming the option unless --functions, --quantize and --optimize apply: the direct
     route's block model, float weights for int8, a writable path for the optimised model."""
     from odeattn.export.deploy import check_quantizable, optimized_path
 
@@ -224,6 +226,9 @@ def check_deploy_options(args, config) -> None:
         raise UsageError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
     if args.quantize:
         check_quantizable(config, name="--quantize int8")
+        if args.functions:
+            raise UsageError("--functions: --quantize int8 quantises the written-out graph, which has no local "
+                             "functions; got --functions --quantize int8")
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx")
 
@@ -231,7 +236,7 @@ def check_deploy_options(args, config) -> None:
 def check_steps_input(args) -> None:
     """UsageError naming --steps-input unless the Loop form applies: the direct route's block
     model; the prefill and decode-step models keep a fixed step count (their cache layout has a
-    slot per evaluation), and the Loop form has no local functions to inline."""
+    slot per evaluation), and the Loop form has no local functions."""
     if not args.steps_input:
         return
     if args.prefill or args.decode:
@@ -240,9 +245,9 @@ def check_steps_input(args) -> None:
     other = _other_form(args)
     if other:
         raise UsageError(f"--steps-input: expected the block model of the direct route; got {other}")
-    if args.inline:
-        raise UsageError("--inline: the Loop form (--steps-input) has no local functions to inline; its step is "
-                         "written out once, in the Loop's body; got --steps-input --inline")
+    if args.functions:
+        raise UsageError("--functions: the Loop form (--steps-input) has no local functions; its step is "
+                         "written out once, in the Loop's body; got --steps-input --functions")
 
 
 def check_dtype(args) -> None:
@@ -278,9 +283,8 @@ def check_bitlinear(args, config) -> None:
 
 
 def deploy_form(model, args):
-    """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
-    int8 on its inlined graph (--quantize int8)."""
-    from odeattn.export.deploy import PROJECTIONS, inline, loop_body, quantize_int8
+    """(the model to write, notes to print): the export as is, or quantised to int8 (--quantize int8)."""
+    from odeattn.export.deploy import PROJECTIONS, loop_body, quantize_int8
 
     if args.quantize:
         int8 = quantize_int8(model)
@@ -290,8 +294,6 @@ def deploy_form(model, args):
                       f"{sum(n.op_type == 'MatMulInteger' for n in nodes) // PROJECTIONS} evaluations"
                       f"{'' if body is None else ' per step (in the Loop body)'} as "
                       f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
-    if args.inline:
-        return inline(model), ["inlined: no model-local functions; the file grows with the steps"]
     return model, []
 
 

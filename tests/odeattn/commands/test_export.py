@@ -72,15 +72,17 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  id="integer-form-by-the-torch-route"),
     pytest.param(export_argv("b", "--quantize", "int8"), "--quantize int8: expected a float block; got use_bitnet=true",
                  id="int8-of-a-bitlinear-block"),
-    pytest.param(export_argv("c", "--inline", "--prefill"), "--inline: expected the block model of the direct route; got --prefill",
-                 id="inline-prefill-model"),
+    pytest.param(export_argv("c", "--functions", "--prefill"), "--functions: expected the block model of the direct route; got --prefill",
+                 id="functions-prefill-model"),
+    pytest.param(export_argv("c", "--functions", "--quantize", "int8"), "--functions: --quantize int8 quantises the written-out "
+                 "graph, which has no local functions; got --functions --quantize int8", id="functions-quantised"),
     pytest.param(export_argv("d", "--steps-input", "--decode"),
                  "--steps-input: the prefill and decode-step models keep a fixed step count (their cache holds one slot "
                  "per evaluation, ode_steps x stages); got --decode", id="loop-form-of-the-decode-step-model"),
     pytest.param(export_argv("c", "--steps-input", "--route", "torch"),
                  "--steps-input: expected the block model of the direct route; got --route torch", id="loop-form-by-the-torch-route"),
-    pytest.param(export_argv("c", "--steps-input", "--inline"), "--inline: the Loop form (--steps-input) has no local functions "
-                 "to inline", id="loop-form-inlined"),
+    pytest.param(export_argv("c", "--steps-input", "--functions"), "--functions: the Loop form (--steps-input) has no local "
+                 "functions", id="loop-form-with-functions"),
     pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
@@ -152,14 +154,16 @@ def test_the_integer_form_holds_integer_products_and_meets_the_spec(export_files
     assert "integer BitLinear: 4 projections x 8 evaluations as exact MatMulInteger" in out  # rk4, 2 steps
     model = onnx.load(export_files / "i.onnx")
     assert {p.key: p.value for p in model.metadata_props}["bitlinear"] == "integer"
-    assert "MatMulInteger" in {n.op_type for f in model.functions for n in f.node}
+    assert not model.functions and "MatMulInteger" in {n.op_type for n in model.graph.node}
 
 
 def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(export_files, capsys):
     d = export_files
-    assert export_cli(d, "c", "--inline", output="i.onnx") == 0
-    assert "inlined: no model-local functions" in capsys.readouterr().out
-    assert not onnx.load(d / "i.onnx").functions
+    assert export_cli(d, "c", output="i.onnx") == 0  # the default: every step written out
+    assert "local functions" not in capsys.readouterr().out and not onnx.load(d / "i.onnx").functions
+    assert export_cli(d, "c", "--functions", output="f.onnx") == 0
+    assert "local functions: onnxruntime's quantize_dynamic" in capsys.readouterr().out
+    assert {f.name for f in onnx.load(d / "f.onnx").functions} == {"ode_func", "ode_step"}
     assert export_cli(d, "c", "--quantize", "int8", "--optimize", output="q.onnx") == 0
     out = capsys.readouterr().out
     assert "int8 dynamic quantisation (lossy, not a conformance backend): 4 projections x 8 evaluations" in out
