@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from odeattn.plotting import pyplot
 
+from .scaling import shape_text
+
 
 def plot_scaling(result: dict, path) -> None:
     """Four panels of the scaling lines (bench_scaling's result): log2 x, y from zero."""
     plt = pyplot()
     sc = result["scaling"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    fig.suptitle(f"scaling at the shape {shape_text(sc)}", fontsize=10)
     panels = [
         (axes[0, 0], "time_vs_steps", "steps", "median_s", "forward time (s) vs steps, torch eager"),
         (axes[0, 1], "time_vs_seq", "seq", "median_s", "forward time (s) vs seq, torch eager"),

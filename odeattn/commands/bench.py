@@ -102,6 +102,30 @@ def _check_memory(args) -> tuple[tuple, list, list]:
     return shape, steps, runtimes
 
 
+# The packages of each runtime the tables run; a table's runtimes are checked before any work.
+RUNTIME_PACKAGES = {"torch": ("torch",), "jax": ("jax",), "ort": ("onnx", "onnxruntime")}
+
+
+def _needed(args, names) -> list[str]:
+    """The top-level packages this run needs: every runtime of its table (the main table's paths
+    and the scaling lines unless skipped; --decode's and --memory's runtimes; --compile's JAX),
+    and matplotlib for --plot."""
+    from odeattn.bench import PATH_SPECS
+
+    if args.compile:
+        runtimes = ["jax"]
+    elif args.decode:
+        runtimes = comma_list("--decode-runtimes", args.decode_runtimes, DECODE_RUNTIMES)
+    elif args.memory:
+        runtimes = comma_list("--memory-runtimes", args.memory_runtimes, MEMORY_RUNTIMES)
+    else:
+        tops = {m.partition(".")[0] for n in names for m in PATH_SPECS[n].imports}
+        scaling = [] if args.quick or args.no_scaling else list(RUNTIME_PACKAGES)
+        runtimes = [*scaling, *(r for r, mods in RUNTIME_PACKAGES.items() if tops & set(mods))]
+    packages = [m for r in dict.fromkeys(runtimes) for m in RUNTIME_PACKAGES[r]]
+    return packages + (["matplotlib"] if args.plot else [])
+
+
 def run(args) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     threads = args.threads or os.cpu_count() or 1
@@ -112,6 +136,8 @@ def run(args) -> int:
             contexts, runtimes = _check_decode(args)
         elif args.memory:
             shape, steps, runtimes = _check_memory(args)
+    for package in _needed(args, names):
+        require(package)  # a missing extra is named in one line before any work
     if args.decode:
         result = decode_result(contexts, runtimes, solver=args.solver, steps=args.steps, repeats=repeats,
                                threads=threads, log=log)
