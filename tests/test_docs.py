@@ -251,6 +251,24 @@ def test_shell_examples_run_as_written(page, tmp_path):
         assert done.returncode == 0, f"{page.name}, bash block {i + 1}:\n{done.stdout}\n{done.stderr}"
 
 
+def test_the_quick_first_look_compiles_nothing_and_gives_its_rows(tmp_path, capsys):
+    """The README's quick first look, on one case: the spec, torch and ONNX Runtime rows in float32
+    and float64, and no JAX program (nothing for a cold cache to compile)."""
+    from odeattn.cli import main
+
+    for module in ("torch", "onnxruntime"):
+        pytest.importorskip(module)
+    (line,) = [line for b in SHELL_BLOCK.findall(README.read_text()) for line in shell_lines(b)
+               if line.startswith("odeattn conformance --backend spec ")]
+    argv = [*shlex.split(line)[1:], "-k", "derf_euler_encoder_float_nopad_s1_b2t5h2d8$", "--json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    rows = [(r["backend"], r["dtype"], r["passed"]) for r in report["summary"]]
+    assert rows == [("spec", "float64", 1), ("torch", "float32", 1), ("torch", "float64", 1), ("onnxruntime", "float32", 1)]
+    assert sum(b["programs"] for b in report["profile"]["backends"].values()) == 0
+    assert "JAX compiling" not in capsys.readouterr().err
+
+
 def test_readme_is_at_most_250_lines():
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines"

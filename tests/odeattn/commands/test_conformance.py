@@ -177,13 +177,15 @@ def test_profile_counts_jax_s_compilations_cold_and_its_cache_hits_warm(tmp_path
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     argv = ["conformance", "--backend", "jax", "--backend", "onnxruntime", "-k", SMALL, "--profile", "--json"]
-    runs = []
+    runs, said = [], []
     for name in ("cold", "warm"):
         assert main([*argv, str(tmp_path / f"{name}.json")]) == 0
-        out = capsys.readouterr().out
+        out, err = capsys.readouterr()
+        said.append([line for line in err.splitlines() if "JAX compiling" in line])
         assert "profile (seconds;" in out and any(line.startswith("jax ") for line in out.split("profile (")[1].splitlines())
         runs.append(json.loads((tmp_path / f"{name}.json").read_text())["profile"]["backends"])
     cold, warm = runs
+    assert len(said[0]) == 1 and said[0][0].startswith("jax: JAX compiling: ") and not said[1]  # the progress says so, cold only
     assert cold["jax"]["programs"] >= 2 and cold["jax"]["cache_hits"] == 0  # a program a dtype at least
     assert cold["jax"]["xla_compilations"] == cold["jax"]["programs"] and cold["jax"]["compilation"] > 0
     assert warm["jax"]["programs"] == cold["jax"]["programs"] == warm["jax"]["cache_hits"]
