@@ -2,7 +2,8 @@
 PyTorch block and this machine's own float32 matmul peak, both measured in the same run.
 
 `odeattn bench --quick`: the same table, on the small shape only, with fewer rounds, shorter
-bursts and smaller peak matmuls, in about a minute.
+bursts and smaller peak matmuls: still minutes, as every path is set up (torch.compile and JAX compile
+first) and its memory probed in a fresh process.
 
 `odeattn bench --decode`: the next token's z at a context of n tokens, two ways, per runtime
 (torch, jax, ort): a cached decode step (the cache holds the n - 1 tokens before it) against
@@ -176,7 +177,8 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="interleaved rounds of the main table (default 5, --quick 3); timed calls of the other tables")
     p.add_argument("--quick", action="store_true",
-                   help="the main table on the small shape, with fewer rounds and smaller peak matmuls (about a minute)")
+                   help="the main table on the small shape, with fewer rounds and smaller peak matmuls (minutes: every path "
+                        "still set up, compiled and probed for memory in a fresh process)")
     p.add_argument("--long-context", action="store_true",
                    help="add peak memory and one forward's time per path at B1 T8192 D512 H8 (with --quick: B1 T2048 D256 H8)")
     p.add_argument("--threads", type=non_negative_int, default=0, help="default (0): every core")
