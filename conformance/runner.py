@@ -480,8 +480,9 @@ def format_report(report: Report) -> str:
     lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}{'untestable':>11}"
              f"  {'worst err/tol':>13}  worst case"]
     for row in rows:
+        ratio, case = _worst(row)
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
-                     f"{row['xfailed']:>6}{row['untestable']:>11}  {_worst(row)[0]:>13}  {_worst(row)[1]}")
+                     f"{row['xfailed']:>6}{row['untestable']:>11}  {ratio:>13}  {case}")
     groups = failure_groups(report.results)
     if groups:
         count = sum(len(g["results"]) for g in groups)

@@ -19,8 +19,9 @@ from odeattn.commands.progress import Progress
 
 ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the options it takes)
     "generate": ("regenerate the golden files and their seal from ode_ref (default: the packaged set)", ("--golden",)),
-    "mutants": ("run the mutation battery (one-line bugs applied to the spec; the manual's Conformance page) through "
-                "the runner in every dtype, and print its kill table and a verdict line; exit 1 if a mutant survives", ("--golden", "-j")),
+    "mutants": ("run the mutation battery (one-line bugs applied to the spec; the manual's Conformance page) "
+                "through the runner in every dtype, and print its kill table and a verdict line; exit 1 if a "
+                "mutant survives", ("--golden", "-j")),
 }
 
 
