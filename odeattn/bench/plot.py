@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from odeattn.plotting import pyplot
 
+from .scaling import shape_text
+
 
 # (result key, x key, [(y key, scale, label)], title, y label) per panel
 SCALING_PANELS = (
@@ -22,6 +24,7 @@ def plot_scaling(result: dict, path) -> None:
     plt = pyplot()
     sc = result["scaling"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    fig.suptitle(f"scaling at the shape {shape_text(sc)}", fontsize=10)
     for ax, (key, xk, lines, title, unit) in zip(axes.flat, SCALING_PANELS):
         data = sc.get(key) or []
         for yk, scale, label in lines:

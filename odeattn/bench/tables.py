@@ -12,6 +12,7 @@ from .compile import compile_lines
 from .decode import DECODE_SHAPE
 from .memory import TARGET_RATIO
 from .peak import PEAK_LIBS
+from .scaling import shape_text
 from .timing import spread
 
 
@@ -87,8 +88,10 @@ def _long_context_lines(long: dict | None) -> list[str]:
 
 def _scaling_lines(sc: dict | None) -> list[str]:
     sc, lines = sc or {}, []
+    if sc:
+        lines += ["", f"scaling lines, at the shape {shape_text(sc)}:"]
     if sc.get("time_vs_steps"):
-        lines += ["", "time vs steps (torch eager, small shape): " + ", ".join(
+        lines += ["time vs steps (torch eager):               " + ", ".join(
             f"{e['steps']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_steps"])]
     if sc.get("time_vs_seq"):
         lines += ["time vs seq (torch eager, 4 rk4 steps):    " + ", ".join(

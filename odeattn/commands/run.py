@@ -16,13 +16,15 @@ from odeattn.commands.inputs import load_x
 def register(sub) -> None:
     r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
                                    "--seq tokens from an empty cache)")
-    r.add_argument("model", type=Path)
+    r.add_argument("model", type=Path, help="an .onnx file written by odeattn export: a block, a prefill or a "
+                                            "decode-step model")
     r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model] (a half model's dtype too, or float32 "
                                          "rounded to it); default: a random batch")
     r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
-    r.add_argument("--batch", type=positive_int, default=2)
-    r.add_argument("--seq", type=positive_int, default=8)
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--batch", type=positive_int, default=2, help="without --x: the random batch's batch size (default 2)")
+    r.add_argument("--seq", type=positive_int, default=8,
+                   help="without --x: the random batch's length, the tokens a decode-step model generates (default 8)")
+    r.add_argument("--seed", type=int, default=0, help="without --x: the random batch's seed (default 0)")
     r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
     r.add_argument("--steps", type=int, default=None,
                    help="the step count, for a model exported with --steps-input (the Loop form); default: its ode_steps")
@@ -43,6 +45,9 @@ def check_inputs(args, threads: int):
     check_output_path("-o", args.output, ".npy")
     model = load_model(args.model)
     x = load_x(args.x, block_width(model), batch=args.batch, seq=args.seq, seed=args.seed, dtype=np.float32)
+    if x.dtype == np.float64:  # what np.save writes of a NumPy default array: the one-line fix
+        raise UsageError(f"--x: expected dtype float32; got float64 (save it as float32: "
+                         f"np.save({str(args.x)!r}, x.astype(np.float32)))")
     mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     meta = {p.key: p.value for p in model.metadata_props}
     kind = meta.get("kind", "block")

@@ -148,6 +148,8 @@ WIDE = "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [2, 4, 12]"
                  id="decode-step-x-a-scalar"),
     pytest.param("d", ["--x", "{d}/wide.npy"], WIDE, id="decode-step-x-of-another-width"),
     pytest.param("d", ["--x", "{d}/x64.npy"], "x: expected dtype float32; got float64", id="decode-step-float64-x"),
+    pytest.param("p", ["--x", "{d}/x64.npy"], "--x: expected dtype float32; got float64 (save it as float32: "
+                 "np.save('{d}/x64.npy', x.astype(np.float32)))", id="float64-x-with-its-fix"),
     pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/mask.npy"],
                  "--padding-mask: a decode-step model decodes real tokens only; got a mask", id="decode-step-given-a-mask"),
     pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/int_mask.npy"],
@@ -209,3 +211,13 @@ def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
     assert sorted(p.name for p in files.iterdir()) == before
     assert main(["run", str(files / "m.onnx"), "-o", str(files / "z.npy")]) == 0
     assert np.load(files / "z.npy").shape == (2, 8, 8) and "saved to" in capsys.readouterr().out
+
+
+def test_help_describes_every_argument(capsys):
+    """Each of run's arguments has its help: the model, and the random batch's options."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for described in ("model an .onnx file written by odeattn export", "--batch BATCH without --x: the random batch's batch size",
+                      "--seq SEQ without --x: the random batch's length", "--seed SEED without --x: the random batch's seed"):
+        assert described in out
