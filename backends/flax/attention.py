@@ -10,7 +10,9 @@ in every hook:
                                           decoding; kwargs["t"] is the evaluation's time
     build_mask(t, padding_mask, **kwargs) bool (batch | 1, 1, seq_q, seq_k), True = visible; t is
                                           the sequence length (the cache's when decoding), and
-                                          kwargs["_cache_index"] the decoded token's slot
+                                          kwargs["_cache_index"] the cache's index after the
+                                          single-token update (the API's): the decoded token's
+                                          slot + 1 (query_slot)
     attn(q, k, v, mask=None, **kwargs)    softmax(q k^T * scale + kwargs["bias"], masked) v;
                                           a None mask is the config's mode (causal or full)
     postprocess_attn(y, padding_mask, deterministic, **kwargs)
@@ -184,8 +186,9 @@ class SelfAttention(_Configured):
 
     def build_mask(self, t, padding_mask=None, **kwargs):
         """bool (batch | 1, 1, seq_q, t): padded keys hidden, the causal mask in decoder mode;
-        decoding (kwargs["_cache_index"]), the one query at that slot of a cache of t slots."""
-        return self.port.build_mask(t, padding_mask, cache_index=kwargs.get("_cache_index"))
+        decoding (kwargs["_cache_index"]), the one query at slot _cache_index - 1 of a cache of t
+        slots."""
+        return self.port.build_mask(t, padding_mask, cache_index=query_slot(kwargs))
 
     def attn(self, q, k, v, mask=None, **kwargs):
         """q [batch, seq_q, heads, head_dim], k, v [batch, seq_k, ...] -> like q. mask None: the
@@ -209,6 +212,13 @@ class SelfAttention(_Configured):
         A gated solver's config needs the block's gate parameters too: ODEAttentionBlock.f."""
         stages = ModuleStages(self, deterministic, dropout_rng(self, deterministic))
         return jax_block.ode_func(self.state_dict(), kwargs.get("t", 0.0), x, self.config, padding_mask, attention=stages)
+
+
+def query_slot(kwargs: dict):
+    """The decoded query's slot from build_mask's kwargs: the API passes _cache_index after the
+    single-token cache update, so the query sits at _cache_index - 1; None outside decoding."""
+    index = kwargs.get("_cache_index")
+    return None if index is None else index - 1
 
 
 def dropout_rng(module: nn.Module, deterministic: bool):
@@ -239,7 +249,7 @@ class ModuleStages(port.SelfAttention):
         return self.module.preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
 
     def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
-        extra = {} if cache_index is None else {"_cache_index": cache_index}
+        extra = {} if cache_index is None else {"_cache_index": cache_index + 1}  # the index after the update
         return self.module.build_mask(seq_len, padding_mask, **extra)
 
     def attn(self, q, k, v, mask, bias=None):
