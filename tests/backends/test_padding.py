@@ -83,3 +83,22 @@ def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre):
         got = backend.run_encoder(cfg, params, dirty, mask, dtype)[mask]
         assert np.isfinite(got).all(), (path, family)
         np.testing.assert_array_equal(got, backend.run_encoder(cfg, params, x, mask, dtype)[mask])
+
+
+@pytest.mark.parametrize("path", ENCODER_PATHS)
+def test_subnormal_inputs_follow_the_declared_flush(path):
+    """An input made only of float32 subnormals: torch and ONNX Runtime keep them and equal the spec
+    on it; JAX and Flax (XLA flushes subnormals to zero, tolerance.FLUSHES_SUBNORMALS) equal the spec
+    on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
+    from odeattn.conformance.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
+
+    backend = make_adapter(BUILTIN[path].reference)
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_steps=2)
+    params = R.init_params(cfg, 1, perturb_norms=True, dtype=np.float32)
+    x = (np.random.default_rng(3).normal(size=(2, 4, 8)) * 1e-39).astype(np.float32)
+    assert (np.abs(x) < np.finfo(np.float32).tiny).all() and (x != 0).all()
+    got = np.asarray(backend.run_block(cfg, params, x, None, "float32"))
+    e32 = relative_error(R.ode_block(params, x, cfg), R.ode_block(params, x.astype(np.float64), cfg))
+    reference = flush_subnormals(x) if path in FLUSHES_SUBNORMALS else x
+    assert relative_error(got, R.ode_block(params, reference.astype(np.float64), cfg)) <= tolerance(e32, "float32")
+    assert (relative_error(got, R.ode_block(params, x.astype(np.float64), cfg)) == 1.0) == (path in FLUSHES_SUBNORMALS)
