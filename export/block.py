@@ -50,6 +50,7 @@ from ode_ref.bitlinear import ternarize_weight
 from ode_ref.block import attention_for
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
+from ode_ref.precision import check_float16_range
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 from ode_ref.rk import rk_step, step_times
 from ode_ref.variants import port_variant
@@ -414,6 +415,8 @@ def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OP
                          "evaluation, ode_steps x stages); expected steps_input=False")
     if kind == "block":
         _checked(config, params, opset, attention, bitlinear)
+        for name, value in params.items():  # the float16 policy refuses what it would round to Inf
+            check_float16_range(f"params[{name!r}]", value, dtype)
     elif bitlinear != "float":
         raise ValueError(f"bitlinear: the {kind} model has the float form only; got {bitlinear!r}")
     else:

@@ -125,6 +125,10 @@ def run(args) -> int:
     err = check_against_spec(model, config, params)
     stored, executed = node_counts(model)
     spec = "ode_ref (float64)" if args.dtype == "float32" else f"ode_ref.precision.half_block ({args.dtype})"
+    if not err < float("inf"):  # NaN or Inf: the file is no model of the spec; it is not left behind
+        args.output.unlink()
+        raise CommandFailed(f"--dtype {args.dtype}: the model's own check against {spec} gives a relative error of "
+                            f"{err} (its z overflowed); {args.output} not written; use bfloat16 or float32")
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
           f"max relative error vs {spec} on a random batch (2 x 8): {err:.2e}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ode_ref.precision import HALF_DTYPES
-from odeattn.commands.args import UsageError, check_output_path, load_npy, non_negative_int, positive_int, user_input
+from odeattn.commands.args import CommandFailed, UsageError, check_output_path, load_npy, non_negative_int, positive_int, user_input
 from odeattn.commands.inputs import load_x
 
 
@@ -80,8 +80,16 @@ def as_model_dtype(model, x):
     .npy file holds no bfloat16); anything else as it is, for make_feed to check."""
     from odeattn.export.runtime import declared_inputs
 
+    from ode_ref.precision import check_float16_range
+
     dtype = declared_inputs(model)["x"][0]
-    return x.astype(dtype) if dtype.name in HALF_DTYPES and x.dtype == np.float32 else x
+    if dtype.name in HALF_DTYPES and x.dtype == np.float32:
+        try:
+            check_float16_range("--x", x, dtype.name)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        return x.astype(dtype)
+    return x
 
 
 def check_steps_option(model, steps) -> None:
@@ -106,6 +114,9 @@ def run(args) -> int:
         kind, x, forward, start = check_inputs(args, threads)
         created = start()  # a model with an operator the CPU provider has no kernel for is refused here
     z = forward()  # also the warm-up of --repeats
+    if z.dtype.name in HALF_DTYPES and np.isfinite(x).all() and not np.isfinite(np.asarray(z, np.float32)).all():
+        raise CommandFailed(f"z: the {z.dtype.name} model gave NaN or Inf on a finite x: {z.dtype.name} overflowed "
+                            "(float16 holds magnitudes up to 65504); run the float32 or bfloat16 export")
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:
         saved = z if z.dtype.kind == "f" else z.astype(np.float32)  # .npy has no bfloat16: its values, in float32

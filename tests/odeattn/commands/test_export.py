@@ -242,3 +242,26 @@ def test_run_names_an_operator_the_cpu_provider_has_no_kernel_for(tmp_path, caps
     in one line, exit 2, naming the operator, when the session is created."""
     bfloat16_tanh(tmp_path / "t.onnx")
     refused_in_one_line(tmp_path, ["run", "{d}/t.onnx"], "CPU provider has no kernel for Tanh (opset 13)", capsys)
+
+
+def test_float16_refuses_weights_beyond_its_range_and_an_export_whose_check_is_not_finite(export_files, capsys,
+                                                                                            monkeypatch):
+    """A weight beyond 65504 would round to Inf: refused in one line, exit 2, nothing written. An
+    export whose own check against the policy is NaN fails (exit 1) and leaves no file."""
+    d = export_files
+    params = R.load_params(d / "c.safetensors")
+    params["ode_func.out_proj.weight"][0, 0] = 1e5
+    R.save_params(params, d / "big.safetensors")
+    (d / "big.json").write_text((d / "c.json").read_text())
+    assert export_cli(d, "big", "--dtype", "float16", output="big.onnx") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"odeattn export: params['ode_func.out_proj.weight']: float16 holds magnitudes up to 65504; got a "
+                   f"finite value of magnitude 1e+05 (it would round to Inf); scale it down, or use bfloat16 or float32"]
+    assert not (d / "big.onnx").exists()
+    assert export_cli(d, "big", "--dtype", "bfloat16", output="big.onnx") == 0  # bfloat16 has float32's range
+    monkeypatch.setattr("odeattn.export.deploy.check_against_spec", lambda *args: float("nan"))
+    assert export_cli(d, "c", "--dtype", "float16", output="nan.onnx") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("odeattn export: --dtype float16: the model's own check against "
+                                               "ode_ref.precision.half_block (float16) gives a relative error of nan")
+    assert not (d / "nan.onnx").exists()

@@ -221,3 +221,28 @@ def test_help_describes_every_argument(capsys):
     for described in ("model an .onnx file written by odeattn export", "--batch BATCH without --x: the random batch's batch size",
                       "--seq SEQ without --x: the random batch's length", "--seed SEED without --x: the random batch's seed"):
         assert described in out
+
+
+def test_a_float16_model_refuses_x_beyond_its_range_and_fails_on_its_own_overflow(tmp_path, capsys):
+    """x beyond 65504 would round to Inf: refused, exit 2. hope over 16 tokens overflows float16
+    inside the model (its factor r cosh(a) passes 65504 at position 12) on a finite x: exit 1, one
+    line, where `run` said `finite False` and exited 0."""
+    pytest.importorskip("onnxruntime")
+    c = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding="hope")
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(R.init_params(c), tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "h.onnx"), "--dtype", "float16"]) == 0
+    x = np.random.default_rng(0).normal(size=(1, 16, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "odeattn run: z: the float16 model gave NaN or Inf on a finite x: float16 overflowed (float16 holds magnitudes "
+        "up to 65504); run the float32 or bfloat16 export"]
+    x[0, 3, 1] = -7e4
+    np.save(tmp_path / "x.npy", x[:, :4])
+    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "odeattn run: --x: float16 holds magnitudes up to 65504; got a finite value of magnitude 7e+04 (it would round "
+        "to Inf); scale it down, or use bfloat16 or float32"]
