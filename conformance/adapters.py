@@ -10,6 +10,7 @@ a plug-in itself.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -461,8 +462,27 @@ def probe_reference(ref: str, timeout: float = 120.0) -> Optional[str]:
     except subprocess.TimeoutExpired:
         return f"backend {ref}: importing it took longer than the timeout ({timeout:g} s)"
     if done.returncode == 3:
-        return f"backend {ref}: cannot be loaded ({done.stdout.strip()})"
+        why = done.stdout.strip()
+        top = module_name.partition(".")[0]
+        if why == f"ModuleNotFoundError: No module named {top!r}":  # a plug-in beside the user, run from elsewhere
+            why += f"; run from the folder that holds {top}.py, or add that folder to PYTHONPATH"
+        return f"backend {ref}: cannot be loaded ({why})"
     return None
+
+
+def _unknown_backend(name: str, known: list) -> str:
+    """The refusal of a --backend that is neither a name nor a reference, with the form it likely
+    meant: the nearest name (any case), or a module's file or name written as 'module:object'."""
+    expected = f"expected one of {', '.join(known)}, 'package.module:object' or exec:\"CMD ARGS\"; got {name!r}"
+    near = difflib.get_close_matches(name.lower(), known, n=1)
+    module = name[:-3] if name.endswith(".py") else name
+    if near:
+        hint = f"did you mean {near[0]!r}?"
+    elif module.replace(".", "_").isidentifier():
+        hint = f"a module's backend is named with its object, e.g. '{module.replace('/', '.')}:MyBackend'"
+    else:
+        return f"backend: {expected}"
+    return f"backend: {expected}; {hint}"
 
 
 def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[BackendRef], list[str], list[tuple[str, str]]]:
@@ -494,6 +514,8 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
         if name in BUILTIN:
             missing = missing_requirements(name)
             if missing:
+                if requested and missing[0] in BUILTIN[name].requires:  # a Python package: its extra is named
+                    raise ModuleNotFoundError(f"backend {name}: no module named {missing[0]!r}", name=missing[0])
                 if requested:
                     raise ValueError(f"backend {name}: not installed (missing {', '.join(missing)})")
                 notes.append(f"{name}: not installed (missing {', '.join(missing)})")
@@ -516,6 +538,5 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
         elif name in NOT_BACKENDS:
             raise ValueError(f"backend {name}: not a conformance backend: {NOT_BACKENDS[name]}")
         else:
-            known = ", ".join([*BUILTIN, *entry_points])
-            raise ValueError(f"backend: expected one of {known}, or 'package.module:object'; got {name!r}")
+            raise ValueError(_unknown_backend(name, [*BUILTIN, *entry_points]))
     return refs, notes, errors if not requested else []

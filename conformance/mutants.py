@@ -491,13 +491,26 @@ def _quantity(message: str) -> str:
 
 def format_table(rows) -> str:
     """The kill table: how many forward cases kill each mutant in float32 / float64 (a policy
-    mutant: -, it has no meaning there), and the smallest dtype that kills it."""
+    mutant: not run there, it has no meaning there), and the smallest dtype that kills it (none: it
+    survived every dtype)."""
     lines = ["| mutant | breaks | cases killing it (float32 / float64) | smallest dtype killing | first divergence |",
              "|---|---|---|---|---|"]
     for r in rows:
-        full = "-" if r["policy"] else f"{r['killed_float32']} / {r['killed_float64']} of {r['cases']}"
-        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {r['smallest_dtype']} | {r['first_divergence']} |")
+        full = "not run (half dtypes only)" if r["policy"] else f"{r['killed_float32']} / {r['killed_float64']} of {r['cases']}"
+        smallest = "none: survived" if r["smallest_dtype"] == "-" else r["smallest_dtype"]
+        lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {smallest} | {r['first_divergence']} |")
     return "\n".join(lines)
+
+
+def verdict(rows) -> str:
+    """One line under the kill table: every mutant killed where it must be, or which were not."""
+    alive = survivors(rows)
+    policy = sum(r["policy"] for r in rows)
+    if not alive:
+        return (f"verdict: all {len(rows)} mutants killed ({len(rows) - policy} in float32 and float64, "
+                f"{policy} policy mutants in bfloat16)")
+    return (f"verdict: {len(alive)} of {len(rows)} mutants survived in float32 or float64 (a policy mutant: in "
+            f"bfloat16), or errored: {', '.join(alive)}")
 
 
 def survivors(rows) -> list[str]:

@@ -149,6 +149,9 @@ def compare(case: Case, dtype: str, outputs: dict, *, float64_bound: Optional[fl
         return "passed", "", results
     where = "f0 = f(0, x), one evaluation of ODEFunc: the error is in f, not the solver" if bad.quantity == "f0" else (
         f"{bad.quantity}{_step_time(case, bad.quantity)}")
+    if bad.quantity == "z1" and "f0" not in outputs:  # the block alone: the optional methods would say more
+        where += (" (only z(1) was compared: an adapter's optional run_func and run_trajectory would show whether f "
+                  "or which step diverges first)")
     return "failed", (f"diverges first at {where}: relative error {bad.error:.2e} > tolerance "
                       f"{bad.tolerance:.2e} ({bad.ratio:.0f}x)"), results
 
@@ -249,6 +252,12 @@ def reply_limit(case: Case) -> int:
     return 2 * 8 * b * t * d * (steps + 3) + (1 << 20)
 
 
+def busy_note(profile: dict) -> str:
+    """What a result's backend was busy with, for the progress: 'JAX compiling' when its case
+    compiled XLA programs (not all read from JAX's persistent cache), else ""."""
+    return "JAX compiling" if profile.get("programs", 0) > profile.get("cache_hits", 0) else ""
+
+
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
               progress=None, taken=(), dtypes=None, first_failure=(), gate=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
@@ -263,7 +272,8 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
     progress: an object told of the run as it goes: begin(total) with the number of results
     expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
-    grow(n) when that number changes, advance(label) per result ('backend/dtype'),
+    grow(n) when that number changes, advance(label, note) per result (label 'backend/dtype';
+    note 'JAX compiling' when the case compiled XLA programs, not read them from the cache, else ""),
     finished(backend, counts, seconds, note) when a backend is done (counts: status -> number;
     note: why it ran nothing, or ""), and close() at the end, however the run ends.
 
@@ -351,7 +361,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
         report.results.append(apply_xfail(r, xfail))
         done[i] += 1
         if progress:
-            progress.advance(f"{r.backend}/{r.dtype}")
+            progress.advance(f"{r.backend}/{r.dtype}", busy_note(r.profile))
             finished_if_done(i)
         if fail_fast and r.failed:
             stop[0] = True
@@ -419,7 +429,18 @@ def summary(results) -> list[dict]:
         row[{"error": "failed", "xpassed": "failed"}.get(r.status, r.status)] += 1
         if r.worst_ratio >= row["worst_ratio"] and r.status not in ("skipped", "untestable"):
             row["worst_ratio"], row["worst_case"] = r.worst_ratio, r.case
+        if r.failed and "first_failure" not in row:
+            row["first_failure"] = divergence(r)
     return list(rows.values())
+
+
+def _worst(row: dict) -> tuple[str, str]:
+    """(worst err/tol, worst case) as the table shows them. A row whose failures were never
+    measured against a tolerance (a dtype, a shape, NaN, an exception) shows its first failure's
+    kind instead of a headroom that reads as a pass."""
+    if row["failed"] and row["worst_ratio"] <= 1:
+        return "-", f"failed: {row['first_failure']}"
+    return f"{row['worst_ratio']:.3g}", row["worst_case"] if row["worst_ratio"] else "-"
 
 
 SHOWN_PER_GROUP = 3  # failures printed per group; the JSON report holds them all
@@ -459,9 +480,9 @@ def format_report(report: Report) -> str:
     lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}{'untestable':>11}"
              f"  {'worst err/tol':>13}  worst case"]
     for row in rows:
+        ratio, case = _worst(row)
         lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
-                     f"{row['xfailed']:>6}{row['untestable']:>11}  {row['worst_ratio']:>13.3g}  "
-                     f"{row['worst_case'] if row['worst_ratio'] else '-'}")
+                     f"{row['xfailed']:>6}{row['untestable']:>11}  {ratio:>13}  {case}")
     groups = failure_groups(report.results)
     if groups:
         count = sum(len(g["results"]) for g in groups)

@@ -5,13 +5,16 @@
   odeattn.export, which mkdocstrings cannot follow from the checkout, so on_config copies the
   sources into a temporary tree of that layout and points mkdocstrings' Python handler at it.
 - The performance page is generated: a line `<!-- bench: NAME.json -->` becomes the tables of
-  docs/NAME.json, in the bench's own text format when odeattn is importable, else as Markdown
-  tables built from the JSON.
+  docs/NAME.json, as Markdown tables built from the JSON.
+- The math is MathML, made at build time: pymdownx.arithmatex (generic mode) marks each `$...$`
+  and `$$...$$` outside code, and on_page_content converts its TeX with latex2mathml, so the site
+  holds no TeX and no script for it, and browsers render it natively, offline
+  (docs/development.md, "The manual").
 """
 
 from __future__ import annotations
 
-import importlib
+import html
 import json
 import re
 import shutil
@@ -24,6 +27,8 @@ from mkdocs.plugins import event_priority
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PLACEHOLDER = re.compile(r"^<!-- bench: ([\w.-]+\.json) -->$", re.M)
+# What pymdownx.arithmatex's generic mode writes: its TeX, HTML-escaped, between \( \) or \[ \]
+ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\s*\\[(\[](.*?)\\[)\]]\s*</\1>', re.S)
 # The installed layout when pyproject.toml cannot be read (Python 3.10 has no tomllib).
 PACKAGE_DIRS = {"ode_ref": "ode_ref", "odeattn": "odeattn", "odeattn.backends": "backends",
                 "odeattn.conformance": "conformance", "odeattn.export": "export"}
@@ -75,23 +80,28 @@ def on_page_markdown(markdown, page, config, files):
     return PLACEHOLDER.sub(lambda m: render(m.group(1), json.loads((DOCS / m.group(1)).read_text())), markdown)
 
 
+def on_page_content(html_text, page, config, files):
+    return mathml(html_text)
+
+
+def mathml(html_text: str) -> str:
+    """Every arithmatex span (inline) and div (display) of a page as a MathML <math> element."""
+    from latex2mathml.converter import convert
+
+    def one(m):
+        display = "block" if m.group(1) == "div" else "inline"
+        return convert(html.unescape(m.group(2)), display=display)
+
+    return ARITHMATEX.sub(one, html_text)
+
+
 # -- the bench's tables ------------------------------------------------------------------------
 
-def _formatter(name: str):
-    """The bench's own formatter `name`, or None when odeattn.bench (or that name) is not importable."""
-    try:
-        found = getattr(importlib.import_module("odeattn.bench"), name, None)
-    except ImportError:
-        return None
-    return found if callable(found) else None
-
-
-def render(name: str, result: dict, *, use_bench: bool = True) -> str:
-    """The Markdown for docs/<name>: a main bench run, a --memory run or a --compile run."""
+def render(name: str, result: dict) -> str:
+    """The Markdown tables for docs/<name>: a main bench run, a --memory run or a --compile run.
+    Real tables, not the bench's fixed-width text, so the theme fits them to the column or
+    scrolls them."""
     kind = "tables" if "paths" in result else "compile" if "compile" in result else "memory"
-    formatter = _formatter(f"format_{kind}") if use_bench else None
-    if formatter is not None:
-        return "```text\n" + formatter(result) + "\n```"
     return {"tables": markdown_bench, "compile": markdown_compile, "memory": markdown_memory}[kind](result)
 
 
@@ -151,9 +161,9 @@ def markdown_bench(result: dict) -> str:
         lines.append("time vs seq (torch eager, 4 rk4 steps): " + ", ".join(
             f"{e['seq']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_seq"]))
     if sc.get("export_vs_steps"):
-        lines.append("ONNX export vs steps: " + ", ".join(
+        lines.append("ONNX export vs steps (--functions file): " + ", ".join(
             f"{e['steps']}: {e['export_s'] * 1e3:.0f} ms / {e['bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"]))
-        lines.append("ONNX --inline file vs steps: " + ", ".join(
+        lines.append("ONNX default (inlined) file vs steps: " + ", ".join(
             f"{e['steps']}: {e['inlined_bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"]))
     if sc.get("jax_compile_vs_steps"):
         lines.append("JAX compile vs steps: " + ", ".join(

@@ -6,11 +6,12 @@
 Structure: the main graph holds the parameters (initializers, stored once), the mask and the
 weight quantisation (computed once), then one node per step calling the local function
 `ode_step`, whose body is ode_ref.rk.rk_step run on symbolic values: one call of the local
-function `ode_func` per stage, combined with the tableau's coefficients. Every step and stage is
-therefore in the graph (ONNX Runtime inlines the functions), while the file holds each of them
-once: a step adds one call node to the file (~200 bytes), nothing that grows with the width. The
-calls pass the projection weights by their initializer names, so the inlined graph's MatMuls read
-them directly (export.deploy).
+function `ode_func` per stage, combined with the tableau's coefficients. The calls pass the
+projection weights by their initializer names, so the inlined graph's MatMuls read them directly.
+By default the functions are then inlined (export.graph.inline): every step and stage is written
+out, the graph ONNX Runtime runs, and the one ONNX Runtime's quantiser and optimizer can read.
+functions=True keeps them: the file holds each once, and a step adds one call node to it (~200
+bytes), nothing that grows with the width.
 
 export_model(..., steps_input=True) writes the Loop form instead (export.loop): an int64 input
 `steps` (default ode_steps) and one Loop node whose body is one step, stages written out.
@@ -49,6 +50,7 @@ from ode_ref.bitlinear import ternarize_weight
 from ode_ref.block import attention_for, check_flag
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
+from ode_ref.precision import check_float16_range
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 from ode_ref.rk import rk_step, step_times
 from ode_ref.variants import port_variant
@@ -56,7 +58,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
 from .bitlinear import check_form, product_scale
-from .graph import Body, Function, Value, ir_version
+from .graph import Body, Function, Value, inline, ir_version
 from .half import HalfIO, as_storage, half_export_attention, stored_params
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
 
@@ -259,8 +261,13 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
                  diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False,
-                 dtype: str = "float32", keep_io_types: bool = False) -> onnx.ModelProto:
+                 dtype: str = "float32", keep_io_types: bool = False, functions: bool = False) -> onnx.ModelProto:
     """The block for (config, params) as an onnx.ModelProto (float32, or the half dtype given).
+
+    functions=False (default): every step and stage written out in the main graph, the graph
+    ONNX Runtime runs; what its quantize_dynamic and transformers optimizer read (metadata
+    form=inlined). functions=True: the steps as calls of the model-local functions ode_step and
+    ode_func, a file that stays flat in the steps, which those two tools do not look into.
 
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
     step), which the conformance suite uses to name the first divergent quantity; with
@@ -293,8 +300,12 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
         outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics, io)
         return _model(cfg, params, main, inputs + [steps_info()], outputs, [], opset, bitlinear,
                       extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, io=io, form="loop")
-    outputs, functions = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
-    return _model(cfg, params, main, inputs, outputs, functions, opset, bitlinear, io=io)
+    if functions and steps_input:
+        raise ValueError("functions: the Loop form (steps_input=True) has no local functions; its step is written "
+                         "out once, in the Loop's body; expected functions=False")
+    outputs, local = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
+    model = _model(cfg, params, main, inputs, outputs, local, opset, bitlinear, io=io)
+    return model if functions else inline(model)
 
 
 def _state_info(name: str, d: int, *leading, elem=TensorProto.FLOAT):
@@ -407,6 +418,8 @@ def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OP
                          "evaluation, ode_steps x stages); expected steps_input=False")
     if kind == "block":
         _checked(config, params, opset, attention, bitlinear)
+        for name, value in params.items():  # the float16 policy refuses what it would round to Inf
+            check_float16_range(f"params[{name!r}]", value, dtype)
     elif bitlinear != "float":
         raise ValueError(f"bitlinear: the {kind} model has the float form only; got {bitlinear!r}")
     else:

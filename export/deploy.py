@@ -2,8 +2,11 @@
 quantisation, and the saved optimised model.
 
 inline(model): the graph without model-local functions (onnx.inliner), for tools and runtimes
-that do not read them. These are the nodes ONNX Runtime runs after inlining the functions
+that do not read them: export_model's default, and what it makes of functions=True. These are the nodes ONNX Runtime runs after inlining the functions
 itself, so it computes the same z; the file grows with the steps (each evaluation is written out).
+
+int8_error_bound(config, params, x): the bound on the error of quantize_dynamic(...,
+reduce_range=True) on the default export, derived from the quantisation steps.
 
 quantize_int8(model): onnxruntime.quantization.quantize_dynamic on the inlined graph (the Loop
 form: on its Loop's body, quantize_dynamic's EnableSubgraph, which it needs), MatMuls only. Each projection's weight initializer becomes int8 (one scale per tensor), its input is
@@ -34,8 +37,10 @@ import onnx
 
 import ode_ref as R
 from ode_ref.cache import evaluations
+from ode_ref.norms import apply_norm
 from ode_ref.precision import half_block
 
+from .graph import inline as inline  # export_model's default form; here beside the other tools
 from .half import numpy_dtype
 
 PROJECTIONS = 4  # MatMuls with a weight initializer per evaluation of f: q, k, v, out_proj
@@ -50,22 +55,35 @@ def config_of(model: onnx.ModelProto) -> R.ODEConfig:
     return R.ODEConfig.from_any(json.loads(_props(model)["config"]))
 
 
-def inline(model: onnx.ModelProto) -> onnx.ModelProto:
-    """model with every local function call replaced by the function's nodes (metadata kept,
-    form: inlined)."""
-    from onnx.inliner import inline_local_functions
-
-    out = inline_local_functions(model)
-    onnx.helper.set_model_props(out, {**_props(model), "form": "inlined"})
-    return out
-
-
 def check_quantizable(config, *, name: str = "int8 quantisation") -> None:
     """ValueError unless int8 dynamic quantisation applies to this block: float weights. The
     message begins with name (a command passes the option that asked for it)."""
     if R.ODEConfig.from_any(config).use_bitnet:
         raise ValueError(f"{name}: expected a float block; got use_bitnet=true, whose ternary weights are "
                          "dequantised in the graph (nothing to quantise; its exact integer path is BitLinear)")
+
+
+def int8_error_bound(config, params, x) -> float:
+    """The bound on max|z_int8 - z| / max|z| for quantize_dynamic(..., reduce_range=True) on the
+    default export, derived from the quantisation steps (docs/export.md, "Deploying").
+
+    Each projection y = a W^T rounds W to 7 bits, step s_w = max|W| / 64, and its input a to uint8,
+    step s_a = range(a) / 255 (per tensor, at every call). Rounding errors, uniform and independent,
+    add to y a relative rms error eps = sqrt((s_w^2 / mean(W^2) + s_a^2 / mean(a^2)) / 12). f has two
+    projections in series (q, k, v, then out_proj); the attention between them averages v and
+    moves the softmax by at most as much again, so f's relative rms error is at most 3 eps, and
+    z(1) - x, a combination of f's values, carries it: rms(dz) <= 3 eps rms(z(1) - x). The max of
+    a sum of many independent roundings over the batch's values is within 4.5 rms of it (a
+    Gaussian tail of 7e-6). The input's range is the first stage's norm output's, over the batch,
+    as the out projection's input (an average of v's rows) has a smaller range for its rms."""
+    config = R.ODEConfig.from_any(config)
+    check_quantizable(config)
+    w = [params["ode_func.qkv.weight"], params["ode_func.out_proj.weight"]]
+    h = apply_norm(config.norm_type, {k.rsplit(".", 1)[1]: v for k, v in params.items() if k.startswith("ode_func.norm.")}, x)
+    a_term = ((max(h.max(), 0) - min(h.min(), 0)) / 255) ** 2 / np.mean(h ** 2)
+    eps = max(np.sqrt(((np.abs(m).max() / 64) ** 2 / np.mean(m ** 2) + a_term) / 12) for m in w)
+    z = R.ode_block(params, x, config)
+    return float(4.5 * 3 * eps * np.sqrt(np.mean((z - x) ** 2)) / np.abs(z).max())
 
 
 class _QuietPreprocessHint(logging.Filter):

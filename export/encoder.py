@@ -40,6 +40,10 @@ class OnnxEncoderStages(ODEEncoderStages):
         g = scores.body
         return scores if key_mask is None else g.op("Where", key_mask, scores, g.const(-np.inf))
 
+    def hold_padded_values(self, v, key_mask):
+        g = v.body
+        return v if key_mask is None else g.op("Where", self.transpose_last(key_mask), v, g.const(0.0))
+
     def split_qkv(self, qkv):
         c = self.config.encoder_embed_dim
         return qkv.body.op("Split", qkv, qkv.body.ints(c, c, c), axis=-1, outputs=3)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 FLOAT = TensorProto.FLOAT
@@ -233,3 +234,13 @@ class Function(Body):
         name = body.fresh("s")
         body.nodes.append(helper.make_node(self.name, [v.name for v in inputs], [name], domain=self.DOMAIN))
         return Value(body, name)
+
+
+def inline(model: onnx.ModelProto) -> onnx.ModelProto:
+    """model with every local function call replaced by the function's nodes (onnx.inliner),
+    metadata kept, form: inlined. export_model's default form (export.block); deploy.inline."""
+    from onnx.inliner import inline_local_functions
+
+    out = inline_local_functions(model)
+    onnx.helper.set_model_props(out, {**{p.key: p.value for p in model.metadata_props}, "form": "inlined"})
+    return out

@@ -9,6 +9,7 @@ to the plain float block (layer_norm, no BitLinear, no dropout) that a reader ch
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -68,6 +69,10 @@ def field_values(cls, obj: Any, required: tuple[str, ...]) -> dict[str, Any]:
     if isinstance(obj, Mapping):
         unknown = sorted(set(obj) - set(names))
         if unknown:
+            near = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
+            if all(near.values()):  # each a typo of a field: name those, not all the fields
+                guesses = ", ".join(f"{n[0]!r}" for n in near.values())
+                raise ValueError(f"config: unknown key(s) {unknown}; did you mean {guesses}?")
             raise ValueError(f"config: unknown key(s) {unknown}; expected a subset of {names}")
         values = dict(obj)
     else:

@@ -8,7 +8,8 @@
                         key -inf; softmax over keys; dropout; @ v; merge heads; out_proj (bias)
 
 x is (batch, seq, C) here (fairseq's is (seq, batch, C)). Padded queries are computed like real ones
-and not zeroed, as released: no real token ever reads them (their keys are -inf). The norms are
+and not zeroed, as released: no real token ever reads them (their keys are -inf, their values held
+at 0, so a NaN or Inf in a padded token stays in padded tokens). The norms are
 LayerNorm, eps 1e-5, affine (norms.layer_norm).
 
 The orchestration (layer, sublayer, self_attn, ffn) is written once, here, over a flat parameter
@@ -56,7 +57,7 @@ class EncoderStages:
         k, v = self.cache_kv(k, v)  # decoding (ode_ref/lm_layer.py): every key so far; else as they are
         scores = self.fill_padded_keys(self.matmul(q, self.transpose_last(k)), key_mask)  # (b, h, seq_q, seq_k)
         weights = self.dropout(self.softmax(scores), self.config.attention_dropout)
-        y = self.merge_heads(self.matmul(weights, v))  # (batch, seq, C)
+        y = self.merge_heads(self.matmul(weights, self.hold_padded_values(v, key_mask)))  # (batch, seq, C)
         return self.linear(y, params[prefix + "out_proj.weight"], params[prefix + "out_proj.bias"])
 
     def ffn(self, params: dict, prefix: str, x):
@@ -79,6 +80,12 @@ class EncoderStages:
     def fill_padded_keys(self, scores, key_mask):
         """scores with each padded key's score -inf (before the softmax, as released)."""
         return scores if key_mask is None else np.where(key_mask, scores, -np.inf)
+
+    def hold_padded_values(self, v, key_mask):
+        """v (batch, heads, seq, head_dim) with each padded key's value 0. Its weight is exactly 0
+        already, but 0 * NaN is NaN in weights @ v: held at 0, a NaN or Inf in a padded token never
+        reaches a real one, and a finite run keeps its bits (0 * v and 0 * 0 add the same zero)."""
+        return v if key_mask is None else np.where(self.transpose_last(key_mask), v, v.dtype.type(0))
 
     def split_qkv(self, qkv):
         """(batch, seq, 3C) -> its q, k, v thirds over the last axis, in that order."""

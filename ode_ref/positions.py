@@ -147,7 +147,8 @@ def hope_damping(positions, config, layer_idx: int) -> np.ndarray:
 def hope_tables(positions, config, layer_idx: int, dtype):
     """(r cosh a, r sinh a), each (batch | 1, seq, P): computed in float64, rounded once to dtype.
     Growth: cosh(12) is about 8e4 per factor, so a score of q at i and k at j grows like 1e10 by
-    T = 16 (the softmax nearly one-hot); float32 holds it, float16 (offered by no path) would not."""
+    T = 16 (the softmax nearly one-hot); float32 holds it; float16 overflows, so the policy refuses
+    it past 12 tokens (precision.check_hope_range)."""
     a, r = hope_angles(positions, config, layer_idx), hope_damping(positions, config, layer_idx)
     return (r * np.cosh(a)).astype(dtype), (r * np.sinh(a)).astype(dtype)
 

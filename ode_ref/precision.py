@@ -36,6 +36,7 @@ import numpy as np
 
 from .attention import SelfAttention
 from .block import check_dtype, ode_block, ode_func
+from .positions import hope_angles, hope_damping
 
 HALF_DTYPES = ("float16", "bfloat16")
 
@@ -60,6 +61,40 @@ def round_to(a, dtype: str):
     with np.errstate(over="ignore"):
         rounded = ((bits + half_up) & np.uint32(0xFFFF0000)).view(np.float32)
     return np.where(np.isnan(a), a, rounded)  # a NaN's payload plus the carry could read as Inf
+
+
+FLOAT16_MAX = 65504.0  # float16's largest finite value
+
+
+def check_float16_range(name: str, a, dtype: str) -> None:
+    """ValueError naming `name` if a finite value of a (x or a parameter, before the policy rounds
+    it) lies beyond float16's range: rounded, it would be Inf and the block's z NaN. The policy
+    refuses it rather than saturating; bfloat16 has float32's range and is never refused."""
+    if dtype != "float16":
+        return
+    a = np.asarray(a, dtype=np.float64)
+    big = np.abs(np.where(np.isfinite(a), a, 0.0)).max(initial=0.0)
+    if big > FLOAT16_MAX:
+        raise ValueError(f"{name}: float16 holds magnitudes up to {FLOAT16_MAX:g}; got a finite value of magnitude "
+                         f"{big:.4g} (it would round to Inf); scale it down, or use bfloat16 or float32")
+
+
+def check_hope_range(config, dtype: str, bound: int, layer_idx: int) -> None:
+    """ValueError naming positional_encoding when hope, run in float16 over positions below bound,
+    multiplies q and k by a factor r cosh(a) beyond float16's range at its last position: its
+    rotated q and k (held in S) would overflow for any entry of magnitude 1. Decided from the
+    config and the sequence's length alone (static under jit), so every path refuses the same runs."""
+    if dtype != "float16" or config.position_encoding != "hope" or not isinstance(bound, (int, np.integer)):
+        return
+    last = max(int(bound) - 1, 0)
+    factor = float((hope_damping([last], config, layer_idx) * np.cosh(hope_angles([last], config, layer_idx))).max())
+    if factor > FLOAT16_MAX:
+        fits = next(t for t in range(1, last + 2) if float((hope_damping([t], config, layer_idx) * np.cosh(
+            hope_angles([t], config, layer_idx))).max()) > FLOAT16_MAX)
+        raise ValueError(f"positional_encoding: hope in float16 multiplies q and k by r cosh(a) = {factor:.3g} at "
+                         f"position {last}, beyond float16's {FLOAT16_MAX:g}, so they overflow to NaN; float16 runs "
+                         f"hope on sequences (and caches) of at most {fits} tokens here (layer_idx {layer_idx}); "
+                         f"got {int(bound)}; use bfloat16 or float32")
 
 
 class MixedPrecision:
@@ -87,6 +122,14 @@ class MixedPrecision:
 
     def project(self, w_qkv, h):
         return tuple(self.to_storage(a) for a in super().project(w_qkv, h))
+
+    def hope_tables(self, positions, bound: int, like, layer_idx: int):
+        check_hope_range(self.config, self.storage, bound, layer_idx)
+        return super().hope_tables(positions, bound, like, layer_idx)
+
+    def prefill(self, params, x, padding_mask, max_len: int):
+        check_hope_range(self.config, self.storage, max_len, self.config.layer_idx)  # the cache's last position
+        return super().prefill(params, x, padding_mask, max_len)
 
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
         if rope is None:  # nothing rotated: q and k are already in S
@@ -144,6 +187,8 @@ def half_block(params, x, config, padding_mask=None, *, dtype: str, attention=No
     dtype on the way in, z(1) (and each state of the trajectory) on the way out. Returns float32
     arrays holding dtype values. attention: a spec variant to run under the policy, or None."""
     check_dtype("x", np.asarray(x).dtype, ("float16", "bfloat16", "float32", "float64"))  # rounded to dtype below
+    for name, a in (("x", x), *((f"params[{k!r}]", v) for k, v in params.items())):
+        check_float16_range(name, a, dtype)
     attention = half_attention(config, dtype, attention)
     out = ode_block(params, round_to(x, dtype), attention.config, padding_mask, attention=attention,
                     return_trajectory=return_trajectory)
@@ -154,5 +199,7 @@ def half_block(params, x, config, padding_mask=None, *, dtype: str, attention=No
 
 def half_func(params, t, x, config, padding_mask=None, *, dtype: str, attention=None):
     """f(t, x) under the policy in dtype: a stage's derivative, already in dtype (float32 array)."""
+    for name, a in (("x", x), *((f"params[{k!r}]", v) for k, v in params.items())):
+        check_float16_range(name, a, dtype)
     attention = half_attention(config, dtype, attention)
     return ode_func(params, t, round_to(x, dtype), attention.config, padding_mask, attention=attention)

@@ -198,7 +198,9 @@ def plot(result: dict, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (cross-entropy)")
-    ax.set_title("odeattn demo train: each token outputs the one before it (not a ranking of solvers)", fontsize=9)
+    ax.set_title("odeattn demo train: each token outputs the one before it (not a ranking of solvers)"
+                 if result.get("blocks", "attention") == "attention" else
+                 "odeattn demo train --blocks layer: F a whole encoder layer (not a ranking of the families)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

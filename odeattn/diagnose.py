@@ -214,6 +214,10 @@ def format_report(result: dict, *, knobs=("ref_steps", "tol")) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+DASHES = ("-", "--", "-.", ":")
+
+
 def plot(result: dict, path: Path) -> None:
     """Log-log error against steps, one line per solver, the noise level dashed."""
     from odeattn.plotting import pyplot
@@ -221,11 +225,14 @@ def plot(result: dict, path: Path) -> None:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    for r in result["solvers"]:
-        if r["skip"] is None:
-            observed = "no fit" if r["order"] is None else f"observed {r['order']:.2f}"
-            label = f"{r['solver']} (order {_order(r['nominal_order'])}, {observed})"
-            ax.loglog(result["steps"], r["errors"], marker="o", label=label)
+    shown = [r for r in result["solvers"] if r["skip"] is None]
+    for i, r in enumerate(shown):
+        observed = "no fit" if r["order"] is None else f"observed {r['order']:.2f}"
+        label = f"{r['solver']} (order {_order(r['nominal_order'])}, {observed})"
+        # solvers of one order draw nearly the same line: each its own marker, dash and colour,
+        # hollow markers, so one drawn over another still shows
+        ax.loglog(result["steps"], r["errors"], marker=MARKERS[i % len(MARKERS)], fillstyle="none",
+                  linestyle=DASHES[i % len(DASHES)], color=f"C{i % 10}", label=label)
     ax.axhline(result["noise"], color="grey", linestyle="--", label="noise level (10x reference error)")
     ax.axhline(result["tol"], color="black", linestyle=":", label=f"tol {result['tol']:.0e}")
     ax.set_xscale("log", base=2)

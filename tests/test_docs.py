@@ -1,12 +1,13 @@
 """The README and the manual: every Python example runs as written, the manual builds with
-`mkdocs build --strict`, the performance page shows docs/bench*.json's figures, and the README
-stays a front door."""
+`mkdocs build --strict`, its math is MathML with no TeX left, the performance page shows
+docs/bench*.json's figures, and the README stays a front door."""
 
 import html
 import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -100,9 +101,14 @@ def check_conformance(ns, tmp_path):
 
 
 def check_export(ns, tmp_path):
+    import onnx
+
     assert relative_error(ns["z"], ns["z_spec"]) < 1e-5 and relative_error(ns["z_ref"], ns["z_spec"]) < 1e-5
     assert (tmp_path / "block.onnx").stat().st_size > 0 and (tmp_path / "block.int8.onnx").stat().st_size > 0
     assert relative_error(ns["zl"], ns["zl_spec"]) < 1e-5 and ns["steps"] == 16  # the Loop form, at its last count
+    # onnxruntime's own quantiser on the plain export: quantised, and within the derived bound
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(tmp_path / "block.q.onnx").graph.node}
+    assert 1e-4 < ns["err_q"] <= ns["bound_q"]
     # the half export: within one bfloat16 ulp of the spec's policy (2 u max|z|, export.half's bound)
     assert ns["zb"].dtype.name == "bfloat16" and relative_error(ns["zb"].astype(np.float32), ns["zb_spec"]) <= 2 * 2.0**-8
 
@@ -187,6 +193,94 @@ def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     CHECKS[page.name](namespace, tmp_path)
 
 
+# -- the shell blocks --------------------------------------------------------------------------
+
+SHELL_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+ACTIVATE = ". .venv/bin/activate"
+# docs/development.md's rule: a shell line is run as written, unless it starts with one of these,
+# each with why not. Such a line is checked instead: an odeattn command's arguments parse, and
+# the shell finds odeattn where the line stands (the block has put the venv on the PATH).
+NOT_RUN = {
+    "python3 -m venv .venv && .venv/bin/pip install": "installs (the network; CI's .ci/run installs the same way)",
+    "npm ci --prefix conformance/js": "installs the JavaScript workers (the network)",
+    "odeattn conformance --backend spec --backend torch --backend onnxruntime": "the quick first look: a minute, "
+    "measured; the same backends run in tests/conformance",
+    "odeattn conformance --backend mylib_odeattn:MyBackend": "every case on the adapter: check_readme runs the "
+    "same command on two cases",
+    "odeattn conformance generate": "rewrites the packaged golden set in place (tests/conformance regenerates it "
+    "into a temporary folder)",
+    "odeattn bench": "the performance page's runs, minutes to half an hour (tests/odeattn/commands/test_bench.py "
+    "runs the bench at small shapes)",
+}
+
+
+def shell_lines(block: str) -> list[str]:
+    """A block's command lines, a backslash-continued line joined, without blank lines."""
+    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def not_run(line: str):
+    return next((start for start in NOT_RUN if line.startswith(start)), None)
+
+
+SHELL_PAGES = [p for p in PAGES if SHELL_BLOCK.findall(p.read_text())]
+
+
+def test_every_line_not_run_is_still_in_the_pages():
+    lines = [line for p in SHELL_PAGES for block in SHELL_BLOCK.findall(p.read_text()) for line in shell_lines(block)]
+    assert all(any(line.startswith(start) for line in lines) for start in NOT_RUN)
+
+
+@pytest.mark.parametrize("page", SHELL_PAGES, ids=lambda p: p.name)
+def test_shell_examples_run_as_written(page, tmp_path):
+    """A page's bash blocks, each in a fresh shell (no venv on the PATH) in a temporary folder
+    that holds the venv as a clone holds it after the quick start (.venv), and the README's
+    adapter file; every line run as written but those of NOT_RUN, which are checked."""
+    from odeattn.cli import build_parser
+
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").exists():
+        pytest.skip("needs a virtual environment, as the quick start makes (.venv/bin/activate)")
+    for module in ("torch", "onnx", "onnxruntime", "matplotlib"):
+        pytest.importorskip(module)
+    (tmp_path / ".venv").symlink_to(venv)
+    adapter = next(b for b in python_blocks(README) if b.startswith("# mylib_odeattn.py"))
+    (tmp_path / "mylib_odeattn.py").write_text(adapter)
+    path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                           if Path(d).resolve() != (venv / "bin").resolve())
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")} | {"PATH": path}
+    for i, block in enumerate(SHELL_BLOCK.findall(page.read_text())):
+        script = []
+        for line in shell_lines(block):
+            start = not_run(line)
+            if start is None:
+                script.append(line)
+            elif line.startswith("odeattn "):
+                build_parser().parse_args(shlex.split(line, comments=True)[1:])  # SystemExit(2) if not
+                script.append("command -v odeattn > /dev/null")
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-e", "-c", "\n".join(script)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{page.name}, bash block {i + 1}:\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_quick_first_look_compiles_nothing_and_gives_its_rows(tmp_path, capsys):
+    """The README's quick first look, on one case: the spec, torch and ONNX Runtime rows in float32
+    and float64, and no JAX program (nothing for a cold cache to compile)."""
+    from odeattn.cli import main
+
+    for module in ("torch", "onnxruntime"):
+        pytest.importorskip(module)
+    (line,) = [line for b in SHELL_BLOCK.findall(README.read_text()) for line in shell_lines(b)
+               if line.startswith("odeattn conformance --backend spec ")]
+    argv = [*shlex.split(line)[1:], "-k", "derf_euler_encoder_float_nopad_s1_b2t5h2d8$", "--json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    rows = [(r["backend"], r["dtype"], r["passed"]) for r in report["summary"]]
+    assert rows == [("spec", "float64", 1), ("torch", "float32", 1), ("torch", "float64", 1), ("onnxruntime", "float32", 1)]
+    assert sum(b["programs"] for b in report["profile"]["backends"].values()) == 0
+    assert "JAX compiling" not in capsys.readouterr().err
+
+
 def test_readme_is_at_most_250_lines():
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines"
@@ -213,13 +307,24 @@ def bench_figures(name: str) -> list[str]:
     return [f"{r['peak_bytes'] / 1e6:.3f}" for r in result["memory"]] + [f"{r['peak_ratio']:.2f}x" for r in result["ratios"]]
 
 
-@pytest.mark.parametrize("use_bench", [True, False], ids=["bench-format", "markdown"])
 @pytest.mark.parametrize("name", ["bench.json", "bench_memory.json", "bench_compile.json"])
-def test_performance_tables_show_the_json_figures(name, use_bench):
+def test_performance_tables_are_markdown_tables_showing_the_json_figures(name):
+    """Real tables (the theme fits them to the column or scrolls them), not fixed-width text."""
     pytest.importorskip("mkdocs")
-    text = load_hooks().render(name, json.loads((DOCS / name).read_text()), use_bench=use_bench)
+    text = load_hooks().render(name, json.loads((DOCS / name).read_text()))
     missing = [f for f in bench_figures(name) if f not in text]
-    assert not missing
+    assert not missing and "```" not in text and "| --- |" in text
+
+
+# TeX left in a page's text, code, preformatted blocks and scripts aside: a delimiter, any command
+# (also one latex2mathml passed through into a <math> element), or arithmatex's mark of math
+# that was not converted
+CODE = re.compile(r"<(pre|code|script)\b.*?</\1>", re.S)
+RAW_TEX = re.compile(r"\\[()[\]a-zA-Z]|\$\$|class=\"arithmatex\"|\$[^$\s<][^$<]*\$")
+
+
+def raw_tex(page: str) -> list[str]:
+    return RAW_TEX.findall(CODE.sub("", page))
 
 
 def test_mkdocs_build_strict_succeeds(tmp_path):
@@ -232,6 +337,9 @@ def test_mkdocs_build_strict_succeeds(tmp_path):
     page = html.unescape((site / "performance" / "index.html").read_text())
     missing = [f for name in ("bench.json", "bench_memory.json", "bench_compile.json") for f in bench_figures(name) if f not in page]
     assert not missing
+    raw = {str(p.relative_to(site)): found for p in site.rglob("*.html") if (found := raw_tex(p.read_text()))}
+    assert not raw, raw
+    assert (site / "specification" / "index.html").read_text().count("<math") >= 20  # the formulas are math
     api = (site / "api" / "index.html").read_text()
     assert "ODEAttentionBlock" in api and "export_model" in api and "run_suite" in api
     shutil.rmtree(site)

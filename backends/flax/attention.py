@@ -10,7 +10,9 @@ in every hook:
                                           decoding; kwargs["t"] is the evaluation's time
     build_mask(t, padding_mask, **kwargs) bool (batch | 1, 1, seq_q, seq_k), True = visible; t is
                                           the sequence length (the cache's when decoding), and
-                                          kwargs["_cache_index"] the decoded token's slot
+                                          kwargs["_cache_index"] the cache's index after the
+                                          single-token update (the API's): the decoded token's
+                                          slot + 1 (query_slot)
     attn(q, k, v, mask=None, **kwargs)    softmax(q k^T * scale + kwargs["bias"], masked) v;
                                           a None mask is the config's mode (causal or full)
     postprocess_attn(y, padding_mask, deterministic, **kwargs)
@@ -42,11 +44,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ode_ref.block import check_flag
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_init, encoder_shapes
+from ode_ref.params import (GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, check_params, encoder_init,
+                             encoder_shapes, param_shapes)
 
 from ..jax import attention as port
 from ..jax import block as jax_block
@@ -184,8 +188,9 @@ class SelfAttention(_Configured):
 
     def build_mask(self, t, padding_mask=None, **kwargs):
         """bool (batch | 1, 1, seq_q, t): padded keys hidden, the causal mask in decoder mode;
-        decoding (kwargs["_cache_index"]), the one query at that slot of a cache of t slots."""
-        return self.port.build_mask(t, padding_mask, cache_index=kwargs.get("_cache_index"))
+        decoding (kwargs["_cache_index"]), the one query at slot _cache_index - 1 of a cache of t
+        slots."""
+        return self.port.build_mask(t, padding_mask, cache_index=query_slot(kwargs))
 
     def attn(self, q, k, v, mask=None, **kwargs):
         """q [batch, seq_q, heads, head_dim], k, v [batch, seq_k, ...] -> like q. mask None: the
@@ -207,15 +212,72 @@ class SelfAttention(_Configured):
     def __call__(self, x, padding_mask=None, deterministic: bool = True, **kwargs):
         """f(t, x) once (kwargs["t"], default 0): x (batch, seq, d_model) -> (batch, seq, d_model).
         A gated solver's config needs the block's gate parameters too: ODEAttentionBlock.f."""
+        check_own_params(self)
         stages = ModuleStages(self, deterministic, dropout_rng(self, deterministic))
         return jax_block.ode_func(self.state_dict(), kwargs.get("t", 0.0), x, self.config, padding_mask, attention=stages)
 
 
-def dropout_rng(module: nn.Module, deterministic: bool):
+def query_slot(kwargs: dict):
+    """The decoded query's slot from build_mask's kwargs: the API passes _cache_index after the
+    single-token cache update, so the query sits at _cache_index - 1; None outside decoding."""
+    index = kwargs.get("_cache_index")
+    return None if index is None else index - 1
+
+
+def dropout_rng(module: nn.Module, deterministic: bool, rate=None):
     """The `dropout` rng's key when f drops (not deterministic, a rate above 0), else None:
-    drawn once per call, outside every loop; each evaluation of f folds its own key from it."""
+    drawn once per call, outside every loop; each evaluation of f folds its own key from it.
+    rate: the dropout rate (default the config's). ValueError naming rngs when none was given."""
     check_flag("deterministic", deterministic)
-    return None if deterministic or module.config.dropout == 0 else module.make_rng("dropout")
+    rate = module.config.dropout if rate is None else rate
+    if deterministic or rate == 0:
+        return None
+    if not module.has_rng("dropout"):
+        raise ValueError(f"rngs: deterministic=False drops at the config's rate {rate:g}, which needs a 'dropout' "
+                         "key: apply(..., deterministic=False, rngs={'dropout': key}); got no 'dropout' rng")
+    return module.make_rng("dropout")
+
+
+def check_own_params(module: "SelfAttention") -> None:
+    """The spec's check (check_params) of a SelfAttention's variables['params'] before Flax reads
+    them, outside init: params of another config (another width, say) get the spec's one-line
+    error naming the parameter, not Flax's ScopeParamShapeError. A gated config's gate lives in
+    the block, so it is not asked of the SelfAttention alone."""
+    if module.is_initializing():
+        return
+    named = to_state_dict({"ode_func": dict(module.variables.get("params", {}))})
+    gate = {k: np.zeros(shape, np.float32) for k, shape in param_shapes(module.config).items() if k in (GATE_WEIGHT, GATE_BIAS)}
+    check_params({**named, **gate}, module.config)
+
+
+# Every encoder parameter's short name (ode_ref.params.encoder_shapes), in the seed's order
+ENCODER_NAMES = ("position.weight", "ab.weight", "position_scales", "a.weight", "theta_alpha", "theta_beta",
+                 "theta_mu", "ssmax.s")
+# Each seed state_dict name: (its path in variables['params'], stored transposed as a Dense kernel).
+PATHS = {QKV: (("ode_func", "c_attn", "kernel"), True), OUT_PROJ: (("ode_func", "c_proj", "kernel"), True),
+         GATE_WEIGHT: (("gate", "kernel"), True), GATE_BIAS: (("gate", "bias"), False),
+         **{NORM_PREFIX + n: (("ode_func", "norm", n), False) for norm in NORM_PARAMS.values() for n in norm},
+         **{POS_PREFIX + n: (("ode_func", "pos_encoder", n), False) for n in ENCODER_NAMES}}
+
+
+def to_state_dict(variables) -> dict:
+    """The parameters of variables (or of variables['params']) under the seed's state_dict names,
+    in the seed's order; a leaf at any other path keeps its path ('a/b/c'), so that check_params
+    names it as unexpected."""
+    if not hasattr(variables, "get"):
+        raise TypeError(f"variables: expected a dict ({{'params': ...}} or the params themselves); "
+                        f"got {type(variables).__name__}")
+    tree = variables.get("params", variables)
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(dict(tree))[0]:
+        keys = tuple(getattr(p, "key", str(p)) for p in path)
+        name = next((n for n, (where, _) in PATHS.items() if where == keys), "/".join(map(str, keys)))
+        out[name] = leaf.T if name in PATHS and PATHS[name][1] else leaf
+    norm = {n[len(NORM_PREFIX):] for n in out if n.startswith(NORM_PREFIX)}
+    norm_order = next((list(names) for names in NORM_PARAMS.values() if set(names) == norm), sorted(norm))
+    order = [QKV, OUT_PROJ, *(NORM_PREFIX + n for n in norm_order), *(POS_PREFIX + n for n in ENCODER_NAMES),
+             GATE_WEIGHT, GATE_BIAS]
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 class ModuleStages(port.SelfAttention):
@@ -239,7 +301,7 @@ class ModuleStages(port.SelfAttention):
         return self.module.preprocess_qkv(q, k, v, t=t, positions=positions, rope=rope)
 
     def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
-        extra = {} if cache_index is None else {"_cache_index": cache_index}
+        extra = {} if cache_index is None else {"_cache_index": cache_index + 1}  # the index after the update
         return self.module.build_mask(seq_len, padding_mask, **extra)
 
     def attn(self, q, k, v, mask, bias=None):

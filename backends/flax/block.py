@@ -16,8 +16,10 @@ The cache (the 'cache' collection, made by the prefill): cached_key and cached_v
 (evaluations, batch, max_len, heads, head_dim), each evaluation of f (step x stage) holding its
 own keys and values (ode_ref/cache.py); padding_mask (batch, max_len), True = a real token; and
 cache_index, the next slot (int32). The slot index is an array, so under jax.jit one compilation
-decodes every position. A full cache is refused: by the spec's check when the index is concrete,
-and under jit by the same check at run time (jax.debug.callback), whose error names it.
+decodes every position. A full cache is refused: by the spec's check when the index is concrete
+(eagerly, and in jit_decode, which checks before its compiled step), and inside a jit of the
+caller's by the same check at run time (jax.debug.callback), whose error JAX wraps. The cache's
+variables (names, shapes, dtypes) are checked by name before use, under jit too.
 
 Parameters (variables['params']): ode_func, the SelfAttention's (attention.py), and gate.kernel
 (2 d_model, 1) and gate.bias (1,) for the gated solver, Xavier-uniform and 0 as the spec inits
@@ -33,10 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ode_ref.cache import KVCache, check_cache_index, check_decode_input, check_max_len, check_mode
+from ode_ref.block import check_flag
+from ode_ref.cache import KVCache, check_cache_index, check_decode_input, check_max_len, check_mode, evaluations
 from ode_ref.config import ODEConfig
-from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, check_params
+from ode_ref.params import GATE_BIAS, GATE_WEIGHT, check_params
 from ode_ref.tableaus import TABLEAUS
 
 from ode_ref.config import dtype_name
@@ -44,16 +46,8 @@ from ode_ref.precision import HALF_DTYPES
 
 from ..jax import block as jax_block
 from ..jax.precision import in_storage, under_policy
-from .attention import ModuleStages, SelfAttention, _Configured, dropout_rng
+from .attention import PATHS, ModuleStages, SelfAttention, _Configured, dropout_rng, to_state_dict
 
-# Every encoder parameter's short name (ode_ref.params.encoder_shapes), in the seed's order
-ENCODER_NAMES = ("position.weight", "ab.weight", "position_scales", "a.weight", "theta_alpha", "theta_beta",
-                 "theta_mu", "ssmax.s")
-# Each seed state_dict name: (its path in variables['params'], stored transposed as a Dense kernel).
-PATHS = {QKV: (("ode_func", "c_attn", "kernel"), True), OUT_PROJ: (("ode_func", "c_proj", "kernel"), True),
-         GATE_WEIGHT: (("gate", "kernel"), True), GATE_BIAS: (("gate", "bias"), False),
-         **{NORM_PREFIX + n: (("ode_func", "norm", n), False) for norm in NORM_PARAMS.values() for n in norm},
-         **{POS_PREFIX + n: (("ode_func", "pos_encoder", n), False) for n in ENCODER_NAMES}}
 CACHE_NAMES = ("cached_key", "cached_value", "padding_mask", "cache_index")
 CACHE = jax_block.CACHE  # the JAX port's caches: what a decode step checks the cache holds
 
@@ -73,23 +67,6 @@ def from_state_dict(config, params) -> dict:
             node = node.setdefault(key, {})
         node[path[-1]] = value.T if transposed else value
     return {"params": tree}
-
-
-def to_state_dict(variables) -> dict:
-    """The parameters of variables (or of variables['params']) under the seed's state_dict names,
-    in the seed's order; a leaf at any other path keeps its path ('a/b/c'), so that check_params
-    names it as unexpected."""
-    tree = variables.get("params", variables) if hasattr(variables, "get") else variables
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(dict(tree))[0]:
-        keys = tuple(getattr(p, "key", str(p)) for p in path)
-        name = next((n for n, (where, _) in PATHS.items() if where == keys), "/".join(map(str, keys)))
-        out[name] = leaf.T if name in PATHS and PATHS[name][1] else leaf
-    norm = {n[len(NORM_PREFIX):] for n in out if n.startswith(NORM_PREFIX)}
-    norm_order = next((list(names) for names in NORM_PARAMS.values() if set(names) == norm), sorted(norm))
-    order = [QKV, OUT_PROJ, *(NORM_PREFIX + n for n in norm_order), *(POS_PREFIX + n for n in ENCODER_NAMES),
-             GATE_WEIGHT, GATE_BIAS]
-    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 class Gate(_Configured):
@@ -149,13 +126,19 @@ class ODEAttentionBlock(_Configured):
     def __call__(self, x, padding_mask=None, deterministic: bool = True, return_trajectory: bool = False):
         """z(1) of x (batch, seq, d_model), or (z(1), trajectory) as the JAX port's ode_block.
         With a mutable 'cache' (not at init): the prefill of a prompt, then one token per call."""
+        check_flag("return_trajectory", return_trajectory)
         params = check_storage(self.state_dict(), x)
         stages = ModuleStages(self.ode_func, deterministic, dropout_rng(self, deterministic))
+        held = any(self.has_variable("cache", name) for name in CACHE_NAMES)
         if self.is_mutable_collection("cache") and not self.is_initializing():
             check_mode(self.config)
-            if self.has_variable("cache", "cache_index"):
+            if held:
                 return self._decode(params, x, padding_mask, stages)
             return self._prefill(params, x, padding_mask, stages)
+        if held and not self.is_initializing():
+            raise ValueError("cache: the variables hold a cache but 'cache' is not mutable, so this call would run the "
+                             "plain forward on x, not a decode step: decode with apply(..., mutable=['cache']), or pass "
+                             "the variables without 'cache' for the forward")
         return jax_block.ode_block(params, x, self.config, padding_mask, attention=stages,
                                    return_trajectory=return_trajectory)
 
@@ -179,6 +162,7 @@ class ODEAttentionBlock(_Configured):
         cfg = self.config
         x_t = jax_block._as_jax(x_t, "x_t", jax_block._float_dtypes())
         jax_block.check_input(x_t, cfg, array_type=jax.Array, float_dtypes=jax_block._float_dtypes(), name="x_t")
+        check_cache_variables({n: self.get_variable("cache", n) for n in CACHE_NAMES if self.has_variable("cache", n)}, cfg)
         k, v, mask, index = (self.get_variable("cache", name) for name in CACHE_NAMES)
         cache = KVCache(cfg, tuple(k), tuple(v), mask, index)
         traced = isinstance(index, jax.core.Tracer)
@@ -201,10 +185,61 @@ class ODEAttentionBlock(_Configured):
             self.put_variable("cache", name, value)
 
 
+def check_cache_variables(cache, cfg: ODEConfig) -> None:
+    """The 'cache' collection a decode step reads, each variable checked by name before use:
+    ValueError or TypeError naming it. Names, shapes and dtypes are static, so this runs under
+    jax.jit too (the index's value is checked by check_cache_index)."""
+    missing = [n for n in CACHE_NAMES if n not in cache]
+    if missing:
+        raise ValueError(f"cache: expected the variables {', '.join(CACHE_NAMES)} that the prefill makes "
+                         f"(apply(..., mutable=['cache']) on the prompt); missing {', '.join(missing)}")
+    k, v, mask, index = (cache[n] for n in CACHE_NAMES)
+    index_dtype = _dtype_of(index)
+    if np.shape(index) != () or index_dtype.kind not in "iu":
+        raise TypeError(f"cache_index: expected an integer scalar (the next slot, int32); got {dtype_name(index_dtype)} "
+                        f"of shape {tuple(np.shape(index))}")
+    if np.ndim(mask) != 2 or _dtype_of(mask) != np.bool_:
+        raise TypeError(f"padding_mask: expected the cache's bool (batch, max_len); got shape {tuple(np.shape(mask))}")
+    want = (evaluations(cfg), *np.shape(mask), cfg.num_heads, cfg.head_dim)
+    for name, a in (("cached_key", k), ("cached_value", v)):
+        if tuple(np.shape(a)) != want:
+            raise ValueError(f"{name}: expected shape {want} (evaluations, batch, max_len, heads, head_dim), as "
+                             f"the cache's padding_mask and the config give; got {tuple(np.shape(a))}")
+    if _dtype_of(v) != _dtype_of(k):
+        raise TypeError(f"cached_value: expected dtype {dtype_name(_dtype_of(k))} (cached_key's); "
+                        f"got {dtype_name(_dtype_of(v))}")
+
+
+def _dtype_of(a) -> np.dtype:
+    """a's dtype without reading its values (a traced array's too)."""
+    return np.dtype(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype)
+
+
+def jit_decode(block: ODEAttentionBlock):
+    """One decode step, block.apply(variables, x_t, mutable=['cache']) under jax.jit (one
+    compilation for every position), with the cache checked before each call, where its index is
+    a concrete value: a full or malformed cache gets the spec's one-line error, not JAX's runtime
+    error from a callback inside the compiled step. Returns (z_t, state) as apply does."""
+    step = jax.jit(lambda variables, x_t: block.apply(variables, x_t, mutable=["cache"]))
+
+    def decode(variables, x_t):
+        cache = variables.get("cache") if hasattr(variables, "get") else None
+        if not cache:
+            raise ValueError("cache: a decode step needs the variables with the prefill's 'cache' "
+                             "({**variables, **state}); got none")
+        check_cache_variables(cache, block.config)
+        check_cache_index(_concrete_index(cache["cache_index"]), np.shape(cache["cached_key"])[2])
+        return step(variables, x_t)
+
+    return decode
+
+
 def check_storage(params: dict, x) -> dict:
     """params, unless x is float16 or bfloat16 and a parameter is not: under the policy the Flax
     stages read the module's own parameters (not the policy's rounded copies), so they must be
     stored in x's dtype already (param_dtype, or the variables converted). TypeError otherwise."""
+    if not hasattr(x, "dtype"):
+        return params  # not an array: the spec's input check names it
     name = dtype_name(x.dtype)
     if name in HALF_DTYPES:
         other = sorted({dtype_name(v.dtype) for v in params.values()} - {name})

@@ -28,6 +28,7 @@ from ode_ref.encoder_params import ALPHA, check_encoder_params, encoder_param_sh
 
 from ..jax import block as jax_block
 from ..jax import encoder as jax_encoder
+from .attention import dropout_rng
 
 
 def _init(name: str, shape: tuple):
@@ -46,10 +47,11 @@ class ODEEncoder(nn.Module):
         """x (batch, seq, C) -> (batch, seq, C); padding_mask (batch, seq) bool, True = real token."""
         cfg = ODEEncoderConfig.from_any(self.config)
         check_flag("deterministic", deterministic)
+        if not self.is_initializing():  # the spec's error for params of another config, not Flax's
+            check_encoder_params(dict(self.variables.get("params", {})), cfg)
         params = {name: self.param(name, _init(name, shape), shape, self.param_dtype)
                   for name, shape in encoder_param_shapes(cfg).items()}
-        drops = max(cfg.dropout, cfg.attention_dropout, cfg.activation_dropout) > 0
-        rng = None if deterministic or not drops else self.make_rng("dropout")
+        rng = dropout_rng(self, deterministic, max(cfg.dropout, cfg.attention_dropout, cfg.activation_dropout))
         return jax_encoder.ode_encoder(params, x, cfg, padding_mask, dropout_rng=rng)
 
 

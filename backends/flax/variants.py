@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from ode_ref.variants import check_factor, check_window
 
 from ..jax.attention import slot_indices
-from .attention import SelfAttention
+from .attention import SelfAttention, query_slot
 
 __all__ = ["ScaledQueryAttention", "TiedKeysAttention", "UnitNormQKAttention", "LocalWindowAttention",
            "RecentKeysAttention", "CoolerAttention", "DropFirstHeadAttention", "ScaledOutputAttention"]
@@ -73,7 +73,7 @@ class LocalWindowAttention(SelfAttention):
 
     def build_mask(self, t, padding_mask=None, **kwargs):
         mask = super().build_mask(t, padding_mask, **kwargs)
-        i, j = slot_indices(t, kwargs.get("_cache_index"))
+        i, j = slot_indices(t, query_slot(kwargs))
         return mask & (abs(i - j) < self.window)
 
 
@@ -88,7 +88,7 @@ class RecentKeysAttention(SelfAttention):
 
     def build_mask(self, t, padding_mask=None, **kwargs):
         mask = super().build_mask(t, padding_mask, **kwargs)
-        i, j = slot_indices(t, kwargs.get("_cache_index"))
+        i, j = slot_indices(t, query_slot(kwargs))
         return mask & (j <= i) & (j > i - self.window)
 
 

@@ -37,6 +37,9 @@ class JaxEncoderStages(ODEEncoderStages):
     def fill_padded_keys(self, scores, key_mask):
         return scores if key_mask is None else jnp.where(key_mask, scores, -jnp.inf)
 
+    def hold_padded_values(self, v, key_mask):
+        return v if key_mask is None else jnp.where(jnp.swapaxes(key_mask, -1, -2), v, jnp.zeros((), v.dtype))
+
     def layer_norm(self, x, weight, bias):
         return layer_norm(x, weight, bias)
 

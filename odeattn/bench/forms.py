@@ -1,4 +1,4 @@
-"""The export's three forms side by side: local functions (the default), inlined (deploy.inline)
+"""The export's three forms side by side: local functions (functions=True), inlined (the default)
 and the Loop form (steps_input=True), on the bench's small and large shapes.
 
 For each form: the file's size and the session's creation time at each count of FORM_STEPS (the
@@ -26,10 +26,8 @@ FORM_STEPS = (1, 4, 16, 64)
 def form_model(form: str, config, params):
     """The block exported in `form`, without a padding_mask input (as the bench's ort paths)."""
     from odeattn.export.block import export_model
-    from odeattn.export.deploy import inline
 
-    model = export_model(config, params, padding_mask=False, steps_input=form == "loop")
-    return inline(model) if form == "inlined" else model
+    return export_model(config, params, padding_mask=False, steps_input=form == "loop", functions=form == "functions")
 
 
 def _created(model, threads: int) -> tuple[float, object]:
@@ -41,19 +39,25 @@ def _created(model, threads: int) -> tuple[float, object]:
     return time.perf_counter() - start, sess
 
 
-def form_costs(shape: str, *, solver: str, threads: int) -> list[dict]:
+def form_costs(shape: str, *, solver: str, threads: int, rounds: int = 1) -> list[dict]:
     """Size and session creation per form and step count (the Loop form: one file, created per count
-    too, so that its creation is seen not to grow)."""
+    too, so that its creation is seen not to grow). The sessions of one count are created in turn,
+    `rounds` times: session_s is the median, vs_functions the creation time over the local-function
+    form's, paired per round (median, min, max)."""
     _, _, d_model, heads = SHAPES[shape]
     rows = []
     for steps in FORM_STEPS:
         cfg = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver, ode_steps=steps)
         params = R.init_params(cfg, seed=0)
-        for form in FORMS:
-            model = form_model(form, cfg, params)
-            seconds, _ = _created(model, threads)
+        models = {form: form_model(form, cfg, params) for form in FORMS}
+        times = {form: [] for form in FORMS}
+        for _ in range(rounds):
+            for form, model in models.items():
+                times[form].append(_created(model, threads)[0])
+        for form, model in models.items():
             rows.append({"shape": shape, "form": form, "steps": steps, "bytes": len(model.SerializeToString()),
-                         "session_s": seconds})
+                         "session_s": statistics.median(times[form]),
+                         "vs_functions": spread([t / b for t, b in zip(times[form], times["functions"])])})
     return rows
 
 

@@ -143,6 +143,7 @@ def run_bench(shapes: dict, names, *, solver: str, steps: int, warmup: int, thre
         result["peaks"].append(got["peak"])
     result["long_context"] = long_context_table(names, QUICK["long_shape"] if quick else LONG_SHAPE, solver,
                                                 steps, threads, log) if long_context else None
-    result["scaling"] = bench_scaling(threads, warmup, repeats, log) if scaling and not quick else None
+    first = next(iter(shapes))  # the scaling lines run at the first shape of the table
+    result["scaling"] = bench_scaling(threads, warmup, repeats, log, first, shapes[first]) if scaling and not quick else None
     result["targets"] = check_targets(result)
     return result

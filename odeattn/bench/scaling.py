@@ -1,8 +1,8 @@
 """The scaling lines: how time, export and compile cost grow with the steps and the sequence.
 
-All on the small shape: PyTorch eager's forward against ode_steps and against seq, the ONNX
-export's time and size against ode_steps (plain and inlined), and JAX's compile time against
-ode_steps.
+All at one shape (the small one, or the first of --shape): PyTorch eager's forward against
+ode_steps and against seq, the ONNX export's time and size against ode_steps (local functions and
+inlined, the default), and JAX's compile time against ode_steps.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SCALING = {"steps": (1, 2, 4, 8), "seq": (64, 128, 256, 512), "export_steps": (1
 
 
 def _torch_lines(out, base, params, x, threads, warmup, repeats) -> None:
-    batch, _, d_model, _ = SHAPES["small"]
+    batch, _, d_model = x.shape
     for steps in SCALING["steps"]:
         fn, _ = setup_torch("torch-eager", R.ODEConfig(**base, ode_steps=steps), params, x, threads)
         out["time_vs_steps"].append({"steps": steps, "median_s": statistics.median(measure(fn, warmup=warmup, repeats=repeats))})
@@ -39,7 +39,7 @@ def _export_lines(out, base, params) -> None:
     for steps in SCALING["export_steps"]:
         cfg = R.ODEConfig(**base, ode_steps=steps)
         start = time.perf_counter()
-        model = export_model(cfg, params)
+        model = export_model(cfg, params, functions=True)  # bytes: the local functions; inlined_bytes: the default
         data = model.SerializeToString()
         out["export_vs_steps"].append({"steps": steps, "export_s": time.perf_counter() - start, "bytes": len(data),
                                        "inlined_bytes": len(inline(model).SerializeToString())})
@@ -64,11 +64,19 @@ def _jax_compile_lines(out, base, params, x, repeats) -> None:
         out["jax_compile_vs_steps"].append({"steps": steps, "compile_s": statistics.median(times)})
 
 
-def bench_scaling(threads: int, warmup: int, repeats: int, log) -> dict:
+def shape_text(sc: dict) -> str:
+    """The shape of a scaling result, as its tables and plot name it: 'small (B1 T128 D256 H8)'."""
+    label, (b, t, d, h) = sc.get("shape", "small"), sc.get("dims", SHAPES["small"])
+    return f"{label} (B{b} T{t} D{d} H{h})"
+
+
+def bench_scaling(threads: int, warmup: int, repeats: int, log, label: str = "small", shape=None) -> dict:
     """Time against steps and against seq (PyTorch eager), export time and size against steps,
-    JAX compile time against steps (at the points of SCALING); all on the small shape."""
-    batch, seq, d_model, heads = SHAPES["small"]
-    out = {"time_vs_steps": [], "time_vs_seq": [], "export_vs_steps": [], "jax_compile_vs_steps": []}
+    JAX compile time against steps (at the points of SCALING); all at shape (batch, seq, d_model,
+    heads; default the small one), named label."""
+    batch, seq, d_model, heads = shape or SHAPES["small"]
+    out = {"shape": label, "dims": [batch, seq, d_model, heads],
+           "time_vs_steps": [], "time_vs_seq": [], "export_vs_steps": [], "jax_compile_vs_steps": []}
     base = dict(hidden_size=d_model, num_heads=heads, ode_solver="rk4")
     params = R.init_params(R.ODEConfig(**base), seed=0)
     x = np.random.default_rng(0).normal(size=(batch, seq, d_model))

@@ -12,6 +12,7 @@ from .compile import compile_lines
 from .decode import DECODE_SHAPE
 from .memory import TARGET_RATIO
 from .peak import PEAK_LIBS
+from .scaling import shape_text
 from .timing import spread
 
 
@@ -87,16 +88,18 @@ def _long_context_lines(long: dict | None) -> list[str]:
 
 def _scaling_lines(sc: dict | None) -> list[str]:
     sc, lines = sc or {}, []
+    if sc:
+        lines += ["", f"scaling lines, at the shape {shape_text(sc)}:"]
     if sc.get("time_vs_steps"):
-        lines += ["", "time vs steps (torch eager, small shape): " + ", ".join(
+        lines += ["time vs steps (torch eager):               " + ", ".join(
             f"{e['steps']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_steps"])]
     if sc.get("time_vs_seq"):
         lines += ["time vs seq (torch eager, 4 rk4 steps):    " + ", ".join(
             f"{e['seq']}: {e['median_s'] * 1e3:.1f} ms" for e in sc["time_vs_seq"])]
     if sc.get("export_vs_steps"):
-        lines += ["ONNX export vs steps:                      " + ", ".join(
+        lines += ["ONNX export vs steps (--functions file):   " + ", ".join(
             f"{e['steps']}: {e['export_s'] * 1e3:.0f} ms / {e['bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
-        lines += ["ONNX --inline file vs steps:               " + ", ".join(
+        lines += ["ONNX default (inlined) file vs steps:      " + ", ".join(
             f"{e['steps']}: {e['inlined_bytes'] / 1e3:.1f} kB" for e in sc["export_vs_steps"])]
     if sc.get("jax_compile_vs_steps"):
         lines += ["JAX compile vs steps:                      " + ", ".join(

@@ -126,10 +126,13 @@ def _explain(parser, given, message: str):
     import difflib
 
     where, depth, unknown, positional = _scan(parser, given)
+    sub = next((a for a in where._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = next((sub.choices[t] for t in given if sub is not None and t in sub.choices), None)
+    if unknown is not None and command is not None and _taken(command, unknown) is not None:
+        return command.prog, f"{unknown} belongs after the command: {command.prog} {unknown} ..."
     if unknown is not None:
         near = difflib.get_close_matches(unknown, [o for o in where._option_string_actions if o.startswith("--")], n=1)
         return where.prog, f"unknown option {unknown}" + (f"; did you mean {near[0]}?" if near else "")
-    sub = next((a for a in where._actions if isinstance(a, argparse._SubParsersAction)), None)
     if sub is not None and sub.required and not positional:
         what = "subcommand" if depth or " " in where.prog else "command"
         return where.prog, f"expected a {what}: {', '.join(sub.choices)}"
@@ -137,7 +140,8 @@ def _explain(parser, given, message: str):
 
 
 # a missing module -> the extra that installs it
-EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
+EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "optax": "flax",
+          "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
           "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}
 
 

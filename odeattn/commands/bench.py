@@ -2,7 +2,8 @@
 PyTorch block and this machine's own float32 matmul peak, both measured in the same run.
 
 `odeattn bench --quick`: the same table, on the small shape only, with fewer rounds, shorter
-bursts and smaller peak matmuls, in about a minute.
+bursts and smaller peak matmuls: still minutes, as every path is set up (torch.compile and JAX compile
+first) and its memory probed in a fresh process.
 
 `odeattn bench --decode`: the next token's z at a context of n tokens, two ways, per runtime
 (torch, jax, ort): a cached decode step (the cache holds the n - 1 tokens before it) against
@@ -105,6 +106,30 @@ def _check_memory(args) -> tuple[tuple, list, list]:
     return shape, steps, runtimes
 
 
+# The packages of each runtime the tables run; a table's runtimes are checked before any work.
+RUNTIME_PACKAGES = {"torch": ("torch",), "jax": ("jax",), "ort": ("onnx", "onnxruntime")}
+
+
+def _needed(args, names) -> list[str]:
+    """The top-level packages this run needs: every runtime of its table (the main table's paths
+    and the scaling lines unless skipped; --decode's and --memory's runtimes; --compile's JAX),
+    and matplotlib for --plot."""
+    from odeattn.bench import PATH_SPECS
+
+    if args.compile:
+        runtimes = ["jax"]
+    elif args.decode:
+        runtimes = comma_list("--decode-runtimes", args.decode_runtimes, DECODE_RUNTIMES)
+    elif args.memory:
+        runtimes = comma_list("--memory-runtimes", args.memory_runtimes, MEMORY_RUNTIMES)
+    else:
+        tops = {m.partition(".")[0] for n in names for m in PATH_SPECS[n].imports}
+        scaling = [] if args.quick or args.no_scaling else list(RUNTIME_PACKAGES)
+        runtimes = [*scaling, *(r for r, mods in RUNTIME_PACKAGES.items() if tops & set(mods))]
+    packages = [m for r in dict.fromkeys(runtimes) for m in RUNTIME_PACKAGES[r]]
+    return packages + (["matplotlib"] if args.plot else [])
+
+
 def run(args) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     threads = args.threads or os.cpu_count() or 1
@@ -115,6 +140,8 @@ def run(args) -> int:
             contexts, runtimes = _check_decode(args)
         elif args.memory:
             shape, steps, runtimes = _check_memory(args)
+    for package in _needed(args, names):
+        require(package)  # a missing extra is named in one line before any work
     if args.decode:
         result = decode_result(contexts, runtimes, solver=args.solver, steps=args.steps, repeats=repeats,
                                threads=threads, log=log)
@@ -155,7 +182,8 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="interleaved rounds of the main table (default 5, --quick 3); timed calls of the other tables")
     p.add_argument("--quick", action="store_true",
-                   help="the main table on the small shape, with fewer rounds and smaller peak matmuls (about a minute)")
+                   help="the main table on the small shape, with fewer rounds and smaller peak matmuls (minutes: every path "
+                        "still set up, compiled and probed for memory in a fresh process)")
     p.add_argument("--long-context", action="store_true",
                    help="add peak memory and one forward's time per path at B1 T8192 D512 H8 (with --quick: B1 T2048 D256 H8)")
     p.add_argument("--threads", type=non_negative_int, default=0, help="default (0): every core")

@@ -8,6 +8,7 @@ suite file. Every usage error is found before any case runs.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -17,9 +18,38 @@ from odeattn.commands.args import UsageError, add_force, check_output_path, posi
 from odeattn.commands.progress import Progress
 
 
+ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the options it takes)
+    "generate": ("regenerate the golden files and their seal from ode_ref (default: the packaged set)", ("--golden",)),
+    "mutants": ("run the mutation battery (one-line bugs applied to the spec; the manual's Conformance page) "
+                "through the runner in every dtype, and print its kill table and a verdict line; exit 1 if a "
+                "mutant survives", ("--golden", "-j")),
+}
+
+
+class _ActionHelp(argparse.Action):
+    """--help: the help of the action given before it (`conformance mutants --help`), else the
+    whole command's."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        action = getattr(namespace, "action", None)
+        if action in ACTION_HELP:
+            what, taken = ACTION_HELP[action]
+            sub = argparse.ArgumentParser(prog=f"{parser.prog} {action}", description=what, add_help=False)
+            for a in parser._actions:
+                if set(a.option_strings) & set(taken):
+                    sub._add_action(a)
+            parser = sub
+        parser.print_help()
+        parser.exit()
+
+
 def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
-                       description=__doc__)
+                       description=__doc__, add_help=False)
+    p.add_argument("-h", "--help", action=_ActionHelp, help="show this help (after an action: that action's) and exit")
     p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
                    help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
     p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
@@ -119,7 +149,7 @@ def generate(args) -> int:
 
 def mutants(args) -> int:
     from odeattn.conformance.golden import GOLDEN_DIR, load_cases
-    from odeattn.conformance.mutants import format_table, kill_table, survivors
+    from odeattn.conformance.mutants import format_table, kill_table, survivors, verdict
 
     unused = [o for o, v in (("--backend", args.backend), ("--dtype", args.dtypes), ("-k", args.include), ("--exclude", args.exclude),
                              ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit),
@@ -130,10 +160,8 @@ def mutants(args) -> int:
         cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError: one line per defect
     rows = kill_table(cases, jobs=args.jobs, progress=Progress())
     print(format_table(rows))
-    alive = survivors(rows)
-    if alive:
-        print(f"survived in float32 or float64 (a policy mutant: in bfloat16), or errored: {', '.join(alive)}", file=sys.stderr)
-    return 1 if alive else 0
+    print(verdict(rows))
+    return 1 if survivors(rows) else 0
 
 
 def prepare(args):

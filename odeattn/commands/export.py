@@ -16,7 +16,7 @@ from ode_ref.files import replacing
 from odeattn.commands.args import CommandFailed, UsageError, add_force, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block, unused_encoding
 
-DEPLOY_OPTIONS = ("inline", "quantize", "optimize")
+DEPLOY_OPTIONS = ("functions", "quantize", "optimize")
 DTYPES = ("float32", *HALF_DTYPES)  # export.half.DTYPES (not imported: registering a command imports no onnx)
 
 
@@ -60,9 +60,10 @@ def register(sub) -> None:
                         "(block model of the direct route)")
     p.add_argument("--keep-io-types", action="store_true",
                    help="with a half --dtype: x and z typed float32 (x rounded to the dtype on entry, z on exit)")
-    p.add_argument("--inline", action="store_true",
-                   help="write the graph without model-local functions, for tools and runtimes that do not read "
-                        "them (the same z; the file grows with the steps)")
+    p.add_argument("--functions", action="store_true",
+                   help="write the steps as calls of model-local functions: a file that stays flat in the steps (the "
+                        "same z), which onnxruntime's quantize_dynamic and transformers optimizer do not read; the "
+                        "default writes every step out")
     p.add_argument("--quantize", choices=["int8"],
                    help="int8: onnxruntime's dynamic quantisation of the four projections, on the inlined graph; "
                         "lossy, so not a conformance backend (float weights only: not with use_bitnet)")
@@ -134,6 +135,10 @@ def run(args) -> int:
     err = check_against_spec(model, config, params)
     stored, executed = node_counts(model)
     spec = "ode_ref (float64)" if args.dtype == "float32" else f"ode_ref.precision.half_block ({args.dtype})"
+    if not err < float("inf"):  # NaN or Inf: the file is no model of the spec; it is not left behind
+        args.output.unlink()
+        raise CommandFailed(f"--dtype {args.dtype}: the model's own check against {spec} gives a relative error of "
+                            f"{err} (its z overflowed); {args.output} not written; use bfloat16 or float32")
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, "
           f"{stored} nodes stored ({executed} executed after inlining), "
           f"max relative error vs {spec} on a random batch (2 x 8): {err:.2e}")
@@ -159,7 +164,8 @@ def write_block(args, config, params, opset: int) -> list[str]:
     from odeattn.export.block import check, export_model
 
     model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear,
-                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types)
+                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types,
+                         functions=args.functions)
     check(model)
     try:
         model, notes = deploy_form(model, args)
@@ -178,7 +184,7 @@ def write_block(args, config, params, opset: int) -> list[str]:
     if args.steps_input:
         notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
-    elif not (args.inline or args.quantize):
+    elif args.functions:
         notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
 
@@ -190,7 +196,7 @@ def write_model(model, path: Path) -> None:
 
 
 LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
-                        "them (nothing gets quantised or fused); for those tools export with --inline or --steps-input")
+                        "them (nothing gets quantised or fused); for those tools export without --functions")
 
 
 @contextlib.contextmanager
@@ -230,7 +236,7 @@ def _other_form(args) -> str | None:
 
 
 def check_deploy_options(args, config) -> None:
-    """UsageError naming the option unless --inline, --quantize and --optimize apply: the direct
+    """UsageError naming the option unless --functions, --quantize and --optimize apply: the direct
     route's block model, float weights for int8, a writable path for the optimised model."""
     from odeattn.export.deploy import check_quantizable, optimized_path
 
@@ -242,6 +248,9 @@ def check_deploy_options(args, config) -> None:
         raise UsageError(f"{'/'.join(given)}: expected the block model of the direct route; got {other}")
     if args.quantize:
         check_quantizable(config, name="--quantize int8")
+        if args.functions:
+            raise UsageError("--functions: --quantize int8 quantises the written-out graph, which has no local "
+                             "functions; got --functions --quantize int8")
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx", force=args.force,
                           others={**inputs_of(args), "-o": args.output})
@@ -250,7 +259,7 @@ def check_deploy_options(args, config) -> None:
 def check_steps_input(args) -> None:
     """UsageError naming --steps-input unless the Loop form applies: the direct route's block
     model; the prefill and decode-step models keep a fixed step count (their cache layout has a
-    slot per evaluation), and the Loop form has no local functions to inline."""
+    slot per evaluation), and the Loop form has no local functions."""
     if not args.steps_input:
         return
     if args.prefill or args.decode:
@@ -259,9 +268,9 @@ def check_steps_input(args) -> None:
     other = _other_form(args)
     if other:
         raise UsageError(f"--steps-input: expected the block model of the direct route; got {other}")
-    if args.inline:
-        raise UsageError("--inline: the Loop form (--steps-input) has no local functions to inline; its step is "
-                         "written out once, in the Loop's body; got --steps-input --inline")
+    if args.functions:
+        raise UsageError("--functions: the Loop form (--steps-input) has no local functions; its step is "
+                         "written out once, in the Loop's body; got --steps-input --functions")
 
 
 def check_dtype(args) -> None:
@@ -297,9 +306,8 @@ def check_bitlinear(args, config) -> None:
 
 
 def deploy_form(model, args):
-    """(the model to write, notes to print): the export as is, inlined (--inline) or quantised to
-    int8 on its inlined graph (--quantize int8)."""
-    from odeattn.export.deploy import PROJECTIONS, inline, loop_body, quantize_int8
+    """(the model to write, notes to print): the export as is, or quantised to int8 (--quantize int8)."""
+    from odeattn.export.deploy import PROJECTIONS, loop_body, quantize_int8
 
     if args.quantize:
         int8 = quantize_int8(model)
@@ -309,8 +317,6 @@ def deploy_form(model, args):
                       f"{sum(n.op_type == 'MatMulInteger' for n in nodes) // PROJECTIONS} evaluations"
                       f"{'' if body is None else ' per step (in the Loop body)'} as "
                       f"MatMulInteger; the float export is {len(model.SerializeToString()) / 1e3:.1f} kB"]
-    if args.inline:
-        return inline(model), ["inlined: no model-local functions; the file grows with the steps"]
     return model, []
 
 

@@ -28,6 +28,11 @@ def finished_line(backend: str, counts: dict, seconds: float, note: str = "") ->
     return f"{backend}: {', '.join(parts)} in {seconds:.1f} s"
 
 
+# what a note of the runner's means, said once per backend
+NOTES = {"JAX compiling": "each case's programs are compiled for XLA, minutes with a cold cache; later runs read "
+                          "them from JAX's persistent cache"}
+
+
 class Progress:
     """What conformance.runner.run_suite reports as it goes (begin, grow, advance, finished,
     close), shown on `stream` (default stderr). unit: what the bar counts; mininterval: the
@@ -37,6 +42,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.unit, self.mininterval = unit, mininterval
         self.bar = None
+        self.said = set()  # (backend, note) already said in a line
 
     def begin(self, total: int) -> None:
         if not is_terminal(self.stream):
@@ -59,19 +65,27 @@ class Progress:
             self.bar.total += n
             self.bar.refresh()
 
-    def advance(self, label: str = "") -> None:
-        """One more done; label (the backend and dtype of the case) shown before the bar."""
+    def advance(self, label: str = "", note: str = "") -> None:
+        """One more done; label (the backend and dtype of the case) shown before the bar, with
+        note (what the backend is busy with: 'JAX compiling'). A backend's first note is also
+        said once in a line, on a terminal and in a log alike, so a slow stretch is explained."""
+        backend = label.partition("/")[0]
+        if note and (backend, note) not in self.said:
+            self.said.add((backend, note))
+            self._line(f"{backend}: {note}: {NOTES.get(note, '')}".rstrip(": "))
         if self.bar is not None:
             if label:
-                self.bar.set_description_str(label, refresh=False)
+                self.bar.set_description_str(f"{label}, {note}" if note else label, refresh=False)
             self.bar.update(1)
 
-    def finished(self, backend: str, counts: dict, seconds: float, note: str = "") -> None:
-        line = finished_line(backend, counts, seconds, note)
+    def _line(self, line: str) -> None:
         if self.bar is not None:
             self.bar.write(line, file=self.stream)
         else:
             print(line, file=self.stream, flush=True)
+
+    def finished(self, backend: str, counts: dict, seconds: float, note: str = "") -> None:
+        self._line(finished_line(backend, counts, seconds, note))
 
     def close(self) -> None:
         if self.bar is not None:

@@ -10,21 +10,23 @@ import numpy as np
 
 from ode_ref.precision import HALF_DTYPES
 from ode_ref.files import save_npy
-from odeattn.commands.args import (UsageError, add_force, check_output_path, load_npy, non_negative_int, positive_int,
-                                   user_input)
+from odeattn.commands.args import (CommandFailed, UsageError, add_force, check_output_path, load_npy, non_negative_int,
+                                   positive_int, user_input)
 from odeattn.commands.inputs import load_x
 
 
 def register(sub) -> None:
     r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
                                    "--seq tokens from an empty cache)")
-    r.add_argument("model", type=Path)
+    r.add_argument("model", type=Path, help="an .onnx file written by odeattn export: a block, a prefill or a "
+                                            "decode-step model")
     r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model] (a half model's dtype too, or float32 "
                                          "rounded to it); default: a random batch")
     r.add_argument("--padding-mask", type=Path, help=".npy bool [batch, seq]")
-    r.add_argument("--batch", type=positive_int, default=2)
-    r.add_argument("--seq", type=positive_int, default=8)
-    r.add_argument("--seed", type=non_negative_int, default=0)
+    r.add_argument("--batch", type=positive_int, default=2, help="without --x: the random batch's batch size (default 2)")
+    r.add_argument("--seq", type=positive_int, default=8,
+                   help="without --x: the random batch's length, the tokens a decode-step model generates (default 8)")
+    r.add_argument("--seed", type=non_negative_int, default=0, help="without --x: the random batch's seed (default 0)")
     r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
     add_force(r)
     r.add_argument("--steps", type=int, default=None,
@@ -47,6 +49,9 @@ def check_inputs(args, threads: int):
                       others={"model": args.model, "--x": args.x, "--padding-mask": args.padding_mask})
     model = load_model(args.model)
     x = load_x(args.x, block_width(model), batch=args.batch, seq=args.seq, seed=args.seed, dtype=np.float32)
+    if x.dtype == np.float64:  # what np.save writes of a NumPy default array: the one-line fix
+        raise UsageError(f"--x: expected dtype float32; got float64 (save it as float32: "
+                         f"np.save({str(args.x)!r}, x.astype(np.float32)))")
     mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     meta = {p.key: p.value for p in model.metadata_props}
     kind = meta.get("kind", "block")
@@ -79,8 +84,16 @@ def as_model_dtype(model, x):
     .npy file holds no bfloat16); anything else as it is, for make_feed to check."""
     from odeattn.export.runtime import declared_inputs
 
+    from ode_ref.precision import check_float16_range
+
     dtype = declared_inputs(model)["x"][0]
-    return x.astype(dtype) if dtype.name in HALF_DTYPES and x.dtype == np.float32 else x
+    if dtype.name in HALF_DTYPES and x.dtype == np.float32:
+        try:
+            check_float16_range("--x", x, dtype.name)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        return x.astype(dtype)
+    return x
 
 
 def check_steps_option(model, steps) -> None:
@@ -105,6 +118,9 @@ def run(args) -> int:
         kind, x, forward, start = check_inputs(args, threads)
         created = start()  # a model with an operator the CPU provider has no kernel for is refused here
     z = forward()  # also the warm-up of --repeats
+    if z.dtype.name in HALF_DTYPES and np.isfinite(x).all() and not np.isfinite(np.asarray(z, np.float32)).all():
+        raise CommandFailed(f"z: the {z.dtype.name} model gave NaN or Inf on a finite x: {z.dtype.name} overflowed "
+                            "(float16 holds magnitudes up to 65504); run the float32 or bfloat16 export")
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:
         saved = z if z.dtype.kind == "f" else z.astype(np.float32)  # .npy has no bfloat16: its values, in float32

@@ -59,3 +59,46 @@ def test_huge_finite_float32_inputs_give_exact_norms(path):
                               "float32" if "float32" in backend.dtypes else "float64")["f0"]
         assert np.isfinite(got).all(), (path, norm)
         assert relative_error(got, want) <= tolerance(e32, "float32"), (path, norm, relative_error(got, want), e32)
+
+
+ENCODER_PATHS = [n for n in ("spec", "torch", "jax", "flax", "onnxruntime") if not missing_requirements(n)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's, on the padded tokens' own NaN arithmetic
+@pytest.mark.parametrize("pre", [False, True])
+@pytest.mark.parametrize("path", ENCODER_PATHS)
+def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre):
+    """The encoder stack: a padded key's value is held at 0 (its weight is 0, but 0 * NaN is NaN),
+    so NaN or Inf in padded tokens leaves every real token bit for bit as in the clean run,
+    through two blocks of each stage count, both norm placements."""
+    backend = make_adapter(BUILTIN[path].reference)
+    dtype = "float64" if "float64" in backend.dtypes else "float32"
+    mask = np.array([[True, True, False, False], [False, True, True, True]])  # right- and left-padded
+    x = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(dtype)
+    dirty = x.copy()
+    dirty[0, 2], dirty[0, 3, :4], dirty[1, 0] = np.nan, np.inf, -np.inf
+    for family in ("rk2_gated", "rk4"):
+        cfg = R.ODEEncoderConfig(8, 2, 12, encoder_layers=2, family=family, encoder_normalize_before=pre)
+        params = {k: v.astype(dtype) for k, v in R.init_encoder_params(cfg, 3, perturb=True).items()}
+        got = backend.run_encoder(cfg, params, dirty, mask, dtype)[mask]
+        assert np.isfinite(got).all(), (path, family)
+        np.testing.assert_array_equal(got, backend.run_encoder(cfg, params, x, mask, dtype)[mask])
+
+
+@pytest.mark.parametrize("path", ENCODER_PATHS)
+def test_subnormal_inputs_follow_the_declared_flush(path):
+    """An input made only of float32 subnormals: torch and ONNX Runtime keep them and equal the spec
+    on it; JAX and Flax (XLA flushes subnormals to zero, tolerance.FLUSHES_SUBNORMALS) equal the spec
+    on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
+    from odeattn.conformance.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
+
+    backend = make_adapter(BUILTIN[path].reference)
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_steps=2)
+    params = R.init_params(cfg, 1, perturb_norms=True, dtype=np.float32)
+    x = (np.random.default_rng(3).normal(size=(2, 4, 8)) * 1e-39).astype(np.float32)
+    assert (np.abs(x) < np.finfo(np.float32).tiny).all() and (x != 0).all()
+    got = np.asarray(backend.run_block(cfg, params, x, None, "float32"))
+    e32 = relative_error(R.ode_block(params, x, cfg), R.ode_block(params, x.astype(np.float64), cfg))
+    reference = flush_subnormals(x) if path in FLUSHES_SUBNORMALS else x
+    assert relative_error(got, R.ode_block(params, reference.astype(np.float64), cfg)) <= tolerance(e32, "float32")
+    assert (relative_error(got, R.ode_block(params, x.astype(np.float64), cfg)) == 1.0) == (path in FLUSHES_SUBNORMALS)

@@ -240,3 +240,48 @@ def test_the_adapters_half_rows_take_and_return_arrays_of_the_row(adapter):
         want = spec_runs(cfg, params, x, mask, None, dtype)
         want = {"z": want["z"], "f": want["f"], "decode": np.concatenate(want["decode"], 1)}
         assert worst({k: v.astype(np.float32) for k, v in got.items()}, want, dtype) <= BOUND
+
+
+HOPE = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding="hope")
+HOPE_REFUSED = (r"positional_encoding: hope in float16 multiplies q and k by r cosh\(a\) = 7.22e\+04 at position 12, "
+                r"beyond float16's 65504, .* at most 12 tokens here \(layer_idx 0\); got 13; use bfloat16 or float32")
+
+
+def test_hope_in_float16_is_refused_where_its_factor_overflows_in_every_path():
+    """hope's factor r cosh(a) passes 65504 at position 12 (layer_idx 0): float16 runs 12 tokens,
+    finite, and refuses 13 by one message in the spec, torch, JAX and Flax (the forward and the
+    prefill's cache); bfloat16, of float32's range, runs 16."""
+    from odeattn.backends import flax as F
+
+    params = R.init_params(HOPE, 0)
+    x = np.random.default_rng(0).normal(size=(1, 16, 8))
+    assert np.isfinite(half_block(params, x[:, :12], HOPE, dtype="float16")).all()
+    assert np.isfinite(half_block(params, x, HOPE, dtype="bfloat16")).all()
+    x13 = x[:, :13].astype(np.float32).astype(np.float16)
+    variables = F.from_state_dict(HOPE, {k: v.astype(np.float16) for k, v in params.items()})
+    runs = {"spec": lambda: half_block(params, x[:, :13], HOPE, dtype="float16"),
+            "torch": lambda: TP.ODEAttentionBlock.from_params(HOPE, params, dtype=torch.float16)(torch.from_numpy(x13)),
+            "jax": lambda: J.ode_block_jit(params, x13, HOPE),
+            "jax prefill": lambda: J.prefill(params, x13[:, :4], HOPE, max_len=13),
+            "flax": lambda: F.ODEAttentionBlock(config=HOPE).apply(variables, x13)}
+    for name, run in runs.items():
+        with pytest.raises(ValueError, match=HOPE_REFUSED):
+            run()
+
+
+def test_a_finite_input_beyond_float16_s_range_is_refused_by_the_policy():
+    """Rounded to float16 a value beyond 65504 is Inf and z NaN: half_block and half_func refuse x
+    or a parameter beyond it by name; bfloat16 takes it."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    params = R.init_params(cfg, 0)
+    x = np.random.default_rng(0).normal(size=(1, 4, 8))
+    x[0, 1, 2] = 7e4
+    message = "float16 holds magnitudes up to 65504; got a finite value of magnitude 7e\\+04"
+    with pytest.raises(ValueError, match="x: " + message):
+        half_block(params, x, cfg, dtype="float16")
+    with pytest.raises(ValueError, match="x: " + message):
+        half_func(params, 0.0, x, cfg, dtype="float16")
+    assert np.isfinite(half_block(params, x, cfg, dtype="bfloat16")).all()
+    x[0, 1, 2], params["ode_func.qkv.weight"][0, 0] = 1.0, -7e4
+    with pytest.raises(ValueError, match=r"params\['ode_func.qkv.weight'\]: " + message):
+        half_block(params, x, cfg, dtype="float16")

@@ -391,3 +391,39 @@ def test_a_failure_that_is_no_divergence_is_grouped_by_its_check(status, message
     from odeattn.conformance.runner import CaseResult, divergence as divergence_of
 
     assert divergence_of(CaseResult("b", "float32", "c", status, message)) == divergence
+
+
+def test_a_block_only_port_off_at_z1_is_told_what_would_locate_the_step():
+    from odeattn.conformance.adapters import SpecAdapter
+
+    class OffAtTheEnd(SpecAdapter):
+        name = "off-at-the-end"
+
+        def run_trajectory(self, *a):
+            traj = super().run_trajectory(*a)
+            traj[-1] *= 1.01
+            return traj
+
+    case = next(c for c in CASES if not c.config.use_bitnet and c.trajectory is not None)
+    r = run_case(BlockOnly(lambda x: (case.z1 * 1.01).astype(np.float32)), case, "float32")
+    assert r.status == "failed" and r.message.startswith(
+        "diverges first at z1 (only z(1) was compared: an adapter's optional run_func and run_trajectory would show "
+        "whether f or which step diverges first)"), r.message
+    full = run_case(OffAtTheEnd(), case, "float64")  # with the optional methods, the step is named instead
+    assert full.status == "failed" and full.message.startswith("diverges first at step_") and "only z(1)" not in full.message
+
+
+@pytest.mark.parametrize("output, shown", [
+    pytest.param(lambda x: x.astype(np.float64), "failed: z1 (dtype)", id="dtype"),
+    pytest.param(lambda x: x[:, :1], "failed: z1 (shape)", id="shape"),
+    pytest.param(lambda x: 1 / 0, "failed: error: ZeroDivisionError", id="exception"),
+])
+def test_a_row_whose_failures_were_never_measured_shows_their_kind_not_a_headroom(output, shown):
+    """A row whose cases all fail before any error is measured has no headroom: not `0` and `-`
+    beside its failures, but what they failed on."""
+    from odeattn.conformance.runner import Report
+
+    cases = [c for c in CASES if c.trajectory is not None and not c.config.use_bitnet][:3]
+    report = Report(results=[run_case(BlockOnly(output), c, "float32") for c in cases])
+    row = format_report(report).splitlines()[1].split()
+    assert row[:4] == ["block-only", "float32", "0", "3"] and row[7:] == ["-", *shown.split()]

@@ -53,18 +53,18 @@ def test_metadata_holds_the_config_and_each_weight_is_stored_once():
     assert ternary.dtype == np.int8 and set(np.unique(ternary)) <= {-1, 0, 1} and ternary.shape == (12, 36)
     w = R.init_params(c, perturb_norms=True)["ode_func.qkv.weight"].astype(np.float32)
     np.testing.assert_array_equal(ternary.T, R.ternarize_weight(w)[0])  # the spec's quantisation, whole tensor
-    assert sum(n.op_type == "ode_step" for n in model.graph.node) == 5
+    assert sum(n.op_type == "ode_step" for n in export_model(c, R.init_params(c, perturb_norms=True), functions=True).graph.node) == 5
 
 
-def test_file_size_does_not_grow_with_steps():
-    """A step costs the file one call node (the names it passes), whatever the width: the weights
+def test_the_functions_form_s_file_size_does_not_grow_with_steps():
+    """With functions=True a step costs the file one call node (the names it passes), whatever the width: the weights
     and the function bodies are stored once."""
     per_step = {}
     for width in (64, 128):
         sizes = {}
         for steps in (1, 16):
             c = R.ODEConfig(hidden_size=width, num_heads=4, ode_steps=steps)
-            sizes[steps] = len(export_model(c, R.init_params(c)).SerializeToString())
+            sizes[steps] = len(export_model(c, R.init_params(c), functions=True).SerializeToString())
         per_step[width] = (sizes[16] - sizes[1]) / 15
     # a step costs about 200 B at both widths: the call node names the four projection weights (see
     # test_inlined_projections_read_initializers) and the step's time t, a value_float Constant.
@@ -74,12 +74,11 @@ def test_file_size_does_not_grow_with_steps():
 
 
 def test_inlined_projections_read_initializers():
-    """Once the local functions are inlined, every projection MatMul takes its weight initializer
+    """In the default (inlined) export every projection MatMul takes its weight initializer
     directly (no Identity alias between them): what onnxruntime's quantisation tool looks for."""
-    from onnx.inliner import inline_local_functions
-
     c = cfg(use_bitnet=False, ode_solver="heun", ode_steps=2)
-    model = inline_local_functions(export_model(c, R.init_params(c)))
+    model = export_model(c, R.init_params(c))
+    assert not model.functions
     inits = {i.name for i in model.graph.initializer}
     weights = [n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
     # 4 projections (q, k, v, out) per evaluation, 2 stages x 2 steps
@@ -191,7 +190,7 @@ def test_weight_work_is_outside_the_steps():
     """Weights are quantised at export and dequantised once in the main graph; each evaluation of
     f rounds activations twice (once for q, k and v together, once for out_proj), nothing more."""
     c = cfg(use_bitnet=True, ode_steps=4)
-    model = export_model(c, R.init_params(c))
+    model = export_model(c, R.init_params(c), functions=True)
     func = {f.name: f for f in model.functions}
     main_ops = [n.op_type for n in model.graph.node]
     assert main_ops.count("Cast") >= 4 and "Round" not in main_ops  # 3 qkv blocks + out_proj, dequantised once

@@ -74,7 +74,7 @@ MAIN_OPS = {"Cos": ("rope", "sinusoidal_rotary"), "Abs": ("alibi", "bam"), "Pow"
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_positions_pass_the_checker(opset, encoding):
     c = encoded(encoding)
-    model = export_model(c, R.init_params(c), opset=opset)
+    model = export_model(c, R.init_params(c), opset=opset, functions=True)
     check(model)
     ops = {n.op_type for n in model.graph.node}
     for op, owners in MAIN_OPS.items():
@@ -83,7 +83,7 @@ def test_positions_pass_the_checker(opset, encoding):
         return sum(n.op_type == "MatMul" for f in m.functions if f.name == "ode_func" for n in f.node)
 
     rope = encoded("rope")
-    assert matmuls(model) == matmuls(export_model(rope, R.init_params(rope), opset=opset)) + encoding.startswith("pape")
+    assert matmuls(model) == matmuls(export_model(rope, R.init_params(rope), opset=opset, functions=True)) + encoding.startswith("pape")
 
 
 @pytest.mark.parametrize("export, fields, kwargs, message", [

@@ -1,6 +1,6 @@
 """ONNX Runtime's deployment tools on the exported block: the inlined graph, int8 dynamic
 quantisation (lossy: reported and bounded here, never a conformance backend), the saved
-optimised model (`odeattn export --inline/--quantize/--optimize` and `odeattn run --repeats`:
+optimised model (`odeattn export --functions/--quantize/--optimize` and `odeattn run --repeats`:
 tests/odeattn/commands/test_export.py)."""
 
 
@@ -30,16 +30,17 @@ def _covering(cases):
     return out
 
 
-def test_inlined_graph_equals_the_default_export_on_the_conformance_cases():
-    """ONNX Runtime inlines the local functions itself, so both files run the same nodes: equal z,
+def test_the_default_inlined_graph_equals_the_functions_form_on_the_conformance_cases():
+    """ONNX Runtime inlines the local functions itself, so both forms run the same nodes: equal z,
     bit for bit (float32), on golden block cases covering every solver, norm, mode, BitLinear,
     position encoding, width and padding of the set."""
     cases = _covering([c for c in load_cases() if c.trajectory is not None])
     assert 10 <= len(cases) < 40, len(cases)
     for case in cases:
         params = {k: v.astype(np.float32) for k, v in case.params.items()}
-        model = export_model(case.config, params, padding_mask=case.padding_mask is not None)
-        flat = inline(model)
+        model = export_model(case.config, params, padding_mask=case.padding_mask is not None, functions=True)
+        flat = export_model(case.config, params, padding_mask=case.padding_mask is not None)
+        assert inline(model).SerializeToString() == flat.SerializeToString()
         assert not flat.functions and {n.domain for n in flat.graph.node} == {""}
         x = case.x.astype(np.float32)
         np.testing.assert_array_equal(run(flat, session(flat, threads=1), x, case.padding_mask)["z"],

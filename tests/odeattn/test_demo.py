@@ -45,3 +45,11 @@ def test_the_layer_blocks_train():
 def test_an_unknown_block_kind_is_refused():
     with pytest.raises(ValueError, match=r"blocks: expected one of 'attention', 'layer'; got 'rk'"):
         D.run(steps=1, blocks="rk")
+
+
+def test_each_kind_of_block_has_its_own_plot_title(drawn_figure):
+    runs = [{"solver": "euler", "parameters": 10, "losses": [2.0, 1.0]}]
+    titles = {blocks: drawn_figure(lambda path: D.plot({"runs": runs, "blocks": blocks}, path)).axes[0].get_title()
+              for blocks in D.BLOCKS}
+    assert "--blocks layer" in titles["layer"] and "encoder layer" in titles["layer"]
+    assert "--blocks" not in titles["attention"] and titles["attention"] != titles["layer"]

@@ -107,3 +107,14 @@ def test_a_solver_the_weights_cannot_run_is_skipped_with_the_reason(monkeypatch)
     assert rows["heun"].skip == "needs gate.weight, which the weights lack"
     assert rows["not_a_solver"].skip.startswith("not runnable with this config (ode_solver: expected one of")
     assert rows["rk4"].skip is None and set(rows["rk4"].params) == set(shapes(SMOOTH))
+
+
+def test_the_plot_draws_each_solver_distinguishably(smooth, drawn_figure):
+    """Solvers of one order draw nearly the same line: each has its own (marker, dash, colour),
+    its markers hollow, so a line drawn over another still shows."""
+    fig = drawn_figure(lambda path: D.plot(smooth, path))
+    lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 2]  # not the level lines
+    assert len(lines) == sum(r["skip"] is None for r in smooth["solvers"]) >= 6
+    styles = [(line.get_marker(), line.get_linestyle(), line.get_color()) for line in lines]
+    assert all(len({s[k] for s in styles}) == len(styles) for k in (0, 2)) and len(set(styles)) == len(styles)
+    assert len({s[1] for s in styles}) == len(D.DASHES) and {line.get_fillstyle() for line in lines} == {"none"}

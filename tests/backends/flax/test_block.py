@@ -185,3 +185,76 @@ def test_bad_input_gets_the_other_ports_errors():
             variables, x)
     with pytest.raises(TypeError, match=r"^attention: expected a subclass or an instance of odeattn.backends.flax.SelfAttention"):
         F.ODEAttentionBlock(config=cfg, attention=R.SelfAttention(cfg)).apply(variables, x)
+
+
+def test_the_face_s_own_mistakes_get_one_error_naming_the_field():
+    """What Flax or JAX would answer with its own traceback (or, for a cache left in the variables
+    without mutable=['cache'], a plain forward on the one token), each refused by name, eagerly
+    and under jax.jit (names, shapes and dtypes are static)."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", dropout=0.1)
+    variables = F.from_state_dict(cfg, R.init_params(cfg, dtype=np.float32))
+    x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
+    block = F.ODEAttentionBlock(config=cfg, max_len=5)
+    _, state = block.apply(variables, x, mutable=["cache"])
+    step = jax.jit(lambda v, x_t: block.apply(v, x_t, mutable=["cache"]))
+    cache = state["cache"]
+    bad = {
+        "float-index": ({**cache, "cache_index": jnp.float32(4.0)},
+                        TypeError, r"^cache_index: expected an integer scalar \(the next slot, int32\); got float32 of shape \(\)"),
+        "missing-key": ({k: v for k, v in cache.items() if k != "cached_key"},
+                        ValueError, r"^cache: expected the variables cached_key, .*; missing cached_key"),
+        "short-key": ({**cache, "cached_key": cache["cached_key"][:, :, :3]},
+                      ValueError, r"^cached_key: expected shape \(8, 1, 5, 2, 4\) \(evaluations, batch, max_len"),
+    }
+    for name, (broken, error, message) in bad.items():
+        for run in (lambda v: block.apply(v, x[:, :1], mutable=["cache"]), lambda v: step(v, x[:, :1])):
+            with pytest.raises(error, match=message):
+                run({**variables, "cache": broken})
+    with pytest.raises(TypeError, match=r"^cached_value: expected dtype float32 \(cached_key's\); got float16"):
+        block.apply({**variables, "cache": {**cache, "cached_value": cache["cached_value"].astype(jnp.float16)}}, x[:, :1],
+                    mutable=["cache"])
+    with pytest.raises(TypeError, match=r"^return_trajectory: expected True or False; got 'yes'"):
+        block.apply(variables, x, return_trajectory="yes")
+    with pytest.raises(TypeError, match=r"^x: expected a jax.Array; got list"):
+        block.apply(variables, x.tolist())
+    with pytest.raises(TypeError, match=r"^variables: expected a dict"):
+        F.to_state_dict(None)
+    with pytest.raises(ValueError, match=r"^cache: the variables hold a cache but 'cache' is not mutable"):
+        block.apply({**variables, **state}, x[:, :1])  # was a plain forward on one token, 20% off
+    rngs = r"^rngs: deterministic=False drops at the config's rate 0.1, which needs a 'dropout' key"
+    with pytest.raises(ValueError, match=rngs):
+        block.apply(variables, x, deterministic=False)
+    with pytest.raises(ValueError, match=rngs):
+        F.SelfAttention(config=cfg).apply({"params": variables["params"]["ode_func"]}, x, deterministic=False)
+    wide = R.ODEConfig(hidden_size=16, num_heads=2, mode="decoder")
+    wide_variables = F.from_state_dict(wide, R.init_params(wide, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"^params\['ode_func.qkv.weight'\]: expected shape \(24, 8\); got \(48, 16\)"):
+        F.SelfAttention(config=cfg).apply({"params": wide_variables["params"]["ode_func"]}, x)  # was Flax's ScopeParamShapeError
+    encoder, wide_encoder = R.ODEEncoderConfig(8, 2, 12, dropout=0.1), R.ODEEncoderConfig(16, 2, 12)
+    encoder_params = {k: v.astype(np.float32) for k, v in R.init_encoder_params(encoder, 0).items()}
+    encoder_variables = F.encoder.from_state_dict(encoder, encoder_params)
+    with pytest.raises(ValueError, match=rngs):
+        F.ODEEncoder(config=encoder).apply(encoder_variables, x, deterministic=False)
+    wide_params = {k: v.astype(np.float32) for k, v in R.init_encoder_params(wide_encoder, 0).items()}
+    with pytest.raises(ValueError, match=r"^params\['layers.0.self_attn.in_proj_weight'\]: expected shape \(24, 8\)"):
+        F.ODEEncoder(config=encoder).apply(F.encoder.from_state_dict(wide_encoder, wide_params), x)
+
+
+def test_jit_decode_checks_the_cache_before_the_compiled_step():
+    """Past max_len under a plain jax.jit the check runs in a callback, whose error JAX wraps;
+    jit_decode checks the concrete cache first: the spec's one-line error, and one compilation."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder")
+    variables = F.from_state_dict(cfg, R.init_params(cfg, dtype=np.float32))
+    x = np.random.default_rng(0).normal(size=(1, 6, 8)).astype(np.float32)
+    block = F.ODEAttentionBlock(config=cfg, max_len=5)
+    want = block.apply(variables, x[:, :5])
+    z, state = block.apply(variables, x[:, :3], mutable=["cache"])
+    decode, out = F.jit_decode(block), [z]
+    for i in range(3, 5):
+        z_t, state = decode({**variables, **state}, x[:, i:i + 1])
+        out.append(z_t)
+    assert relative_error(np.concatenate(out, axis=1), want) < 1e-5  # float32 rounding only
+    with pytest.raises(ValueError, match=r"^cache: full \(5 of 5 slots written\); prefill with a larger max_len$"):
+        decode({**variables, **state}, x[:, 5:])
+    with pytest.raises(ValueError, match=r"^cache: a decode step needs the variables with the prefill's 'cache'"):
+        decode(variables, x[:, 5:])

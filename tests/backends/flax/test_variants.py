@@ -135,3 +135,37 @@ def test_nnx_bridge_wraps_the_block():
     variables = {"params": nnx.to_pure_dict(nnx.state(model, nnx.Param))}
     assert F.to_state_dict(variables).keys() == R.param_shapes(cfg).keys()
     assert (model(x) == block.apply(variables, x)).all()
+
+
+class DocumentedLocal(F.SelfAttention):
+    """The staged API documentation's "Restrict the mask" example (its LocalAttention), the same
+    computation: the four most recent keys, the cached query at `_cache_index - 1`, the position
+    after the single-token cache update."""
+
+    def build_mask(self, t, padding_mask, **kwargs):
+        mask = super().build_mask(t, padding_mask, **kwargs)
+        if mask is None:
+            mask = jnp.tril(jnp.ones((t, t), dtype=jnp.bool_))[None, None]
+        index = kwargs.get("_cache_index")
+        queries = jnp.arange(t) if index is None else jnp.atleast_1d(index - 1)
+        return mask & (jnp.arange(t)[None, :] > queries[:, None] - 4)[None, None]
+
+
+@pytest.mark.parametrize("solver", ["rk4", "rk2_gated"])
+def test_the_api_documentation_s_local_attention_decodes_as_the_full_sequence(solver):
+    """Cached decoding passes build_mask the API's _cache_index (the index after the update): the
+    documentation's example, cached, equals its full-sequence run, and the window hides a key."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver=solver, ode_steps=2)
+    params = R.init_params(cfg, 1, dtype=np.float32)
+    x = np.random.default_rng(1).normal(size=(2, SEQ + 2, 8)).astype(np.float32)
+    mask, variables = np.ones((2, SEQ + 2), bool), F.from_state_dict(cfg, params)
+    block = F.ODEAttentionBlock(config=cfg, attention=DocumentedLocal, max_len=SEQ + 2)
+    z = block.apply(variables, x, padding_mask=mask)
+    z_p, state = block.apply(variables, x[:, :PROMPT], padding_mask=mask[:, :PROMPT], mutable=["cache"])
+    decoded = [z_p]
+    for i in range(PROMPT, SEQ + 2):
+        z_t, state = block.apply({**variables, **state}, x[:, i:i + 1], mutable=["cache"])
+        decoded.append(z_t)
+    assert relative_error(np.concatenate(decoded, axis=1), z) < 1e-5  # float32 rounding only
+    plain = F.ODEAttentionBlock(config=cfg).apply(variables, x, padding_mask=mask)
+    assert relative_error(z, plain) > 1e-3  # 8 tokens: the window of 4 hides keys

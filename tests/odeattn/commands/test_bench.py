@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from odeattn.bench import SHAPES, scaling, timing
+from odeattn.bench import scaling, timing
 from odeattn.bench import run as bench_run
 from odeattn.cli import main
 
@@ -77,14 +77,15 @@ def test_long_context_reports_memory_and_skips_the_spec(tmp_path, capsys, monkey
 def test_scaling_lines_cover_their_points_and_the_plot_is_a_png(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.setattr(bench_run, "PEAK_SIZES", (16,))
-    monkeypatch.setitem(SHAPES, "small", (1, 8, 16, 2))  # the scaling lines' shape, at fewer points
     monkeypatch.setattr(scaling, "SCALING", {"steps": (1, 2), "seq": (8, 16), "export_steps": (1, 16), "compile_steps": (1, 4),
                                        "compile_repeats": 1})
     code = main(["bench", "--shape", "1,8,16,2", "--repeats", "1", "--warmup", "0", "--paths", "spec-f64",
                  "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
     assert code == 0
-    assert "JAX compile vs steps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "JAX compile vs steps" in out and "scaling lines, at the shape 1x8x16x2 (B1 T8 D16 H2):" in out  # --shape's, named
     result = json.loads((tmp_path / "b.json").read_text())
+    assert result["scaling"]["shape"] == "1x8x16x2" and result["scaling"]["dims"] == [1, 8, 16, 2]
     sizes = result["scaling"]["export_vs_steps"]
     assert sizes[-1]["inlined_bytes"] > 2 * sizes[0]["inlined_bytes"]  # the inlined form grows with steps
     assert [e["steps"] for e in result["scaling"]["jax_compile_vs_steps"]] == [1, 4]
@@ -177,3 +178,44 @@ def test_counts_below_one_are_refused_by_the_parser(option, capsys, argument_typ
 @pytest.mark.parametrize("option", ["--threads", "--warmup"])
 def test_negative_counts_are_refused_by_the_parser(option, capsys, argument_type_refused):
     argument_type_refused(["bench", option, "-1"], f"argument {option}: expected an integer >= 0; got '-1'", capsys)
+
+
+@pytest.mark.parametrize("missing, argv, extra", [
+    ("torch", ["--quick"], "torch"),  # the quick table's torch paths
+    ("onnxruntime", ["--quick", "--paths", "spec-f32,ort-opset17"], "onnx"),
+    ("jax", ["--no-scaling", "--paths", "spec-f32,jax-jit"], "jax"),
+    ("jax", ["--paths", "spec-f32"], "jax"),  # the scaling lines compile with JAX
+    ("torch", ["--decode", "--decode-runtimes", "torch"], "torch"),
+    ("jax", ["--compile"], "jax"),
+])
+def test_a_missing_extra_is_named_in_one_line_before_any_work(missing, argv, extra, capsys, monkeypatch):
+    """As every other command does: a package the run needs and lacks stops it at once, naming
+    the extra, instead of a run of skipped rows."""
+    import importlib.util
+
+    from odeattn.commands import bench as B
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else find_spec(name, *a))
+    for work in ("run_bench", "decode_result", "compile_result", "memory_result"):
+        monkeypatch.setattr(B, work, lambda *a, **kw: pytest.fail("started work before checking the packages"))
+    assert main(["bench", *argv]) == 2
+    assert capsys.readouterr().err.strip() == (f"odeattn bench: needs the package {missing!r}, which is not installed; "
+                                               f"install it with: pip install 'odeattn[{extra}]'")
+
+
+def test_the_spec_paths_alone_need_no_extra(capsys, monkeypatch):
+    from odeattn.commands import bench as B
+
+    monkeypatch.setattr(B, "require", lambda m: pytest.fail(f"required {m}"))
+    monkeypatch.setattr(B, "run_bench", lambda *a, **kw: {"stop": True})
+    monkeypatch.setattr(B, "format_tables", lambda result: "table")
+    assert main(["bench", "--quick", "--paths", "spec-f64,spec-f32"]) == 0
+
+
+def test_the_scaling_plot_names_its_shape(drawn_figure):
+    from odeattn.bench import plot_scaling
+
+    sc = {"shape": "1x8x16x2", "dims": [1, 8, 16, 2], "time_vs_steps": [{"steps": 1, "median_s": 1.0}, {"steps": 2, "median_s": 2.0}]}
+    fig = drawn_figure(lambda path: plot_scaling({"scaling": sc}, path))
+    assert fig._suptitle.get_text() == "scaling at the shape 1x8x16x2 (B1 T8 D16 H2)"

@@ -38,6 +38,17 @@ from odeattn.cli import main
     pytest.param(["--dtype", "bfloat16", "--dtype", "int8"], "--dtype: expected one of float32, float64, bfloat16, "
                                                               "float16; got 'int8'", id="dtype-integer"),
     pytest.param(["--dt", "float8"], "--dtype: expected one of", id="dtype-abbreviated"),
+    # the form a user most likely meant, and every form the option takes
+    pytest.param(["--backend", "Torch"], "--backend: expected one of spec, torch, jax, flax, onnxruntime, onnxruntime-opset23, "
+                 "onnxruntime-integer, onnxruntime-loop, onnxruntime-loop-other-steps, onnx-reference, onnxruntime-node, "
+                 "onnxruntime-web, 'package.module:object' or exec:\"CMD ARGS\"; got 'Torch'; did you mean 'torch'?",
+                 id="backend-in-capitals"),
+    pytest.param(["--backend", "mylib_odeattn.py"], "--backend: expected one of spec, ",
+                 id="backend-a-file"),
+    pytest.param(["--backend", "mylib_odeattn"], "--backend: expected one of spec, ", id="backend-a-module"),
+    pytest.param(["--backend", "mylib_odeattn:MyBackend"], "--backend mylib_odeattn:MyBackend: cannot be loaded "
+                 "(ModuleNotFoundError: No module named 'mylib_odeattn'; run from the folder that holds mylib_odeattn.py, "
+                 "or add that folder to PYTHONPATH)", id="backend-from-another-folder"),
 ])
 def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_path, capsys):
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -46,6 +57,34 @@ def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_pat
     assert captured.out == ""  # nothing ran: no header, no table
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("odeattn conformance: " + message.format(tmp=tmp_path)), lines
+
+
+@pytest.mark.parametrize("name", ["mylib_odeattn.py", "mylib_odeattn"])
+def test_a_module_given_as_a_backend_is_shown_the_reference_form(name, capsys):
+    assert main(["conformance", "--backend", name]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"got {name!r}; a module's backend is named with its object, e.g. 'mylib_odeattn:MyBackend'")
+
+
+def test_a_builtin_backend_without_its_package_names_the_extra(capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    assert main(["conformance", "--backend", "torch"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "odeattn conformance: needs the package 'torch', which is not installed; install it with: pip install 'odeattn[torch]'")
+
+
+def test_the_actions_have_their_own_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["conformance", "mutants", "--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and out.startswith("usage: odeattn conformance mutants [--golden GOLDEN] [-j N]")
+    assert "mutation battery" in out and "verdict" in out and "--backend" not in out
+    with pytest.raises(SystemExit):
+        main(["conformance", "--help"])
+    assert "--backend" in capsys.readouterr().out  # the whole command's, without an action
 
 
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
@@ -146,13 +185,15 @@ def test_profile_counts_jax_s_compilations_cold_and_its_cache_hits_warm(tmp_path
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     argv = ["conformance", "--backend", "jax", "--backend", "onnxruntime", "-k", SMALL, "--profile", "--json"]
-    runs = []
+    runs, said = [], []
     for name in ("cold", "warm"):
         assert main([*argv, str(tmp_path / f"{name}.json")]) == 0
-        out = capsys.readouterr().out
+        out, err = capsys.readouterr()
+        said.append([line for line in err.splitlines() if "JAX compiling" in line])
         assert "profile (seconds;" in out and any(line.startswith("jax ") for line in out.split("profile (")[1].splitlines())
         runs.append(json.loads((tmp_path / f"{name}.json").read_text())["profile"]["backends"])
     cold, warm = runs
+    assert len(said[0]) == 1 and said[0][0].startswith("jax: JAX compiling: ") and not said[1]  # the progress says so, cold only
     assert cold["jax"]["programs"] >= 2 and cold["jax"]["cache_hits"] == 0  # a program a dtype at least
     assert cold["jax"]["xla_compilations"] == cold["jax"]["programs"] and cold["jax"]["compilation"] > 0
     assert warm["jax"]["programs"] == cold["jax"]["programs"] == warm["jax"]["cache_hits"]
@@ -286,3 +327,31 @@ def test_a_manifest_cannot_point_generate_outside_its_folder(tmp_path):
     with pytest.raises(ValueError, match="expected an empty folder or one holding a golden set"):
         golden.write_golden(tmp_path / "set", cases=[])
     assert (tmp_path / "x.safetensors").read_bytes() == b"mine"
+
+
+def kill_row(name, policy=False, f32=3, f64=3, smallest="bfloat16", errors=0):
+    return {"mutant": name, "target": "policy" if policy else "f", "bug": "a bug", "policy": policy, "cases": 5,
+            "killed_float32": f32, "killed_float64": f64, "smallest_dtype": smallest, "first_divergence": "f0",
+            "errors": errors}
+
+
+@pytest.mark.parametrize("rows, code, verdict", [
+    pytest.param([kill_row("a"), kill_row("p", policy=True)], 0,
+                 "verdict: all 2 mutants killed (1 in float32 and float64, 1 policy mutants in bfloat16)", id="all-killed"),
+    pytest.param([kill_row("a"), kill_row("b", f32=0, f64=0, smallest="-")], 1,
+                 "verdict: 1 of 2 mutants survived in float32 or float64 (a policy mutant: in bfloat16), or errored: b",
+                 id="one-survived"),
+])
+def test_mutants_ends_in_a_verdict_and_marks_what_was_not_run(rows, code, verdict, capsys, monkeypatch):
+    """The kill table ends in a verdict line; a policy mutant's float32/float64 cell says it was not
+    run there, and a survivor's smallest dtype says so, never a bare '-'."""
+    from odeattn.conformance import mutants
+
+    monkeypatch.setattr(mutants, "kill_table", lambda cases, jobs, progress: rows)
+    assert main(["conformance", "mutants"]) == code
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == verdict
+    cells = {line.split("`")[1]: [c.strip() for c in line.split("|")[3:5]] for line in lines[2:-1]}
+    assert cells["a"] == ["3 / 3 of 5", "bfloat16"]
+    assert cells.get("p", ["not run (half dtypes only)", "bfloat16"]) == ["not run (half dtypes only)", "bfloat16"]
+    assert cells.get("b", ["0 / 0 of 5", "none: survived"]) == ["0 / 0 of 5", "none: survived"]

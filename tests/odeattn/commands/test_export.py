@@ -72,15 +72,17 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  id="integer-form-by-the-torch-route"),
     pytest.param(export_argv("b", "--quantize", "int8"), "--quantize int8: expected a float block; got use_bitnet=true",
                  id="int8-of-a-bitlinear-block"),
-    pytest.param(export_argv("c", "--inline", "--prefill"), "--inline: expected the block model of the direct route; got --prefill",
-                 id="inline-prefill-model"),
+    pytest.param(export_argv("c", "--functions", "--prefill"), "--functions: expected the block model of the direct route; got --prefill",
+                 id="functions-prefill-model"),
+    pytest.param(export_argv("c", "--functions", "--quantize", "int8"), "--functions: --quantize int8 quantises the written-out "
+                 "graph, which has no local functions; got --functions --quantize int8", id="functions-quantised"),
     pytest.param(export_argv("d", "--steps-input", "--decode"),
                  "--steps-input: the prefill and decode-step models keep a fixed step count (their cache holds one slot "
                  "per evaluation, ode_steps x stages); got --decode", id="loop-form-of-the-decode-step-model"),
     pytest.param(export_argv("c", "--steps-input", "--route", "torch"),
                  "--steps-input: expected the block model of the direct route; got --route torch", id="loop-form-by-the-torch-route"),
-    pytest.param(export_argv("c", "--steps-input", "--inline"), "--inline: the Loop form (--steps-input) has no local functions "
-                 "to inline", id="loop-form-inlined"),
+    pytest.param(export_argv("c", "--steps-input", "--functions"), "--functions: the Loop form (--steps-input) has no local "
+                 "functions", id="loop-form-with-functions"),
     pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
@@ -152,14 +154,16 @@ def test_the_integer_form_holds_integer_products_and_meets_the_spec(export_files
     assert "integer BitLinear: 4 projections x 8 evaluations as exact MatMulInteger" in out  # rk4, 2 steps
     model = onnx.load(export_files / "i.onnx")
     assert {p.key: p.value for p in model.metadata_props}["bitlinear"] == "integer"
-    assert "MatMulInteger" in {n.op_type for f in model.functions for n in f.node}
+    assert not model.functions and "MatMulInteger" in {n.op_type for n in model.graph.node}
 
 
 def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(export_files, capsys):
     d = export_files
-    assert export_cli(d, "c", "--inline", output="i.onnx") == 0
-    assert "inlined: no model-local functions" in capsys.readouterr().out
-    assert not onnx.load(d / "i.onnx").functions
+    assert export_cli(d, "c", output="i.onnx") == 0  # the default: every step written out
+    assert "local functions" not in capsys.readouterr().out and not onnx.load(d / "i.onnx").functions
+    assert export_cli(d, "c", "--functions", output="f.onnx") == 0
+    assert "local functions: onnxruntime's quantize_dynamic" in capsys.readouterr().out
+    assert {f.name for f in onnx.load(d / "f.onnx").functions} == {"ode_func", "ode_step"}
     assert export_cli(d, "c", "--quantize", "int8", "--optimize", output="q.onnx") == 0
     out = capsys.readouterr().out
     assert "int8 dynamic quantisation (lossy, not a conformance backend): 4 projections x 8 evaluations" in out
@@ -257,3 +261,26 @@ def test_an_encoding_that_ode_use_pe_turns_off_is_exported_with_a_warning(export
                     "reads the encoding only with it on; the block has no positions (set ode_use_pe true to use it)"]
                    if warned else [])
     assert (d / "pe.onnx").exists()
+
+
+def test_float16_refuses_weights_beyond_its_range_and_an_export_whose_check_is_not_finite(export_files, capsys,
+                                                                                            monkeypatch):
+    """A weight beyond 65504 would round to Inf: refused in one line, exit 2, nothing written. An
+    export whose own check against the policy is NaN fails (exit 1) and leaves no file."""
+    d = export_files
+    params = R.load_params(d / "c.safetensors")
+    params["ode_func.out_proj.weight"][0, 0] = 1e5
+    R.save_params(params, d / "big.safetensors")
+    (d / "big.json").write_text((d / "c.json").read_text())
+    assert export_cli(d, "big", "--dtype", "float16", output="big.onnx") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"odeattn export: params['ode_func.out_proj.weight']: float16 holds magnitudes up to 65504; got a "
+                   f"finite value of magnitude 1e+05 (it would round to Inf); scale it down, or use bfloat16 or float32"]
+    assert not (d / "big.onnx").exists()
+    assert export_cli(d, "big", "--dtype", "bfloat16", output="big.onnx") == 0  # bfloat16 has float32's range
+    monkeypatch.setattr("odeattn.export.deploy.check_against_spec", lambda *args: float("nan"))
+    assert export_cli(d, "c", "--dtype", "float16", output="nan.onnx") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("odeattn export: --dtype float16: the model's own check against "
+                                               "ode_ref.precision.half_block (float16) gives a relative error of nan")
+    assert not (d / "nan.onnx").exists()

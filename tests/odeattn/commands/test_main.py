@@ -156,3 +156,20 @@ def test_what_argparse_takes_is_still_taken(argv):
             build_parser().parse_args(argv)
         return
     build_parser().parse_args(argv)
+
+
+def test_an_option_before_its_command_is_said_to_belong_after_it(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--steps", "4", "init", "foo"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == ("odeattn init: --steps belongs after the command: odeattn init --steps ... "
+                                               "(see odeattn init --help)")
+
+
+def test_a_typo_in_a_config_key_gets_the_nearest_field(tmp_path, capsys):
+    import json
+
+    (tmp_path / "c.json").write_text(json.dumps({"hidden_size": 8, "num_head": 2}))
+    assert main(["diagnose", "--config", str(tmp_path / "c.json"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "odeattn diagnose: --config: config: unknown key(s) ['num_head']; did you mean 'num_heads'?"

@@ -66,3 +66,42 @@ def test_a_backend_s_line_counts_its_untestable_half_rows():
 
     assert finished_line("torch", {"passed": 99, "failed": 0, "untestable": 47}, 3.04) == \
         "torch: 99 passed, 0 failed, 47 untestable in 3.0 s"
+
+
+def test_a_backend_compiling_says_so_once_in_a_line_and_on_the_bar():
+    """The runner's note 'JAX compiling' (a case that compiled XLA programs) shows beside the bar's
+    label and, the first time per backend, in a line of its own; a log gets the line too."""
+    stream = Terminal()
+    p = Progress(stream, mininterval=0)
+    p.begin(3)
+    p.advance("jax/float32", "JAX compiling")
+    p.advance("jax/float32", "JAX compiling")
+    p.advance("jax/float64", "")
+    p.close()
+    shown = frames(stream)
+    assert any(f.startswith("jax/float32, JAX compiling ") for f in shown)
+    assert sum(f.startswith("jax: JAX compiling: each case's programs are compiled for XLA") for f in shown) == 1
+    log = io.StringIO()
+    p = Progress(log)
+    p.begin(2)
+    p.advance("jax/float32", "JAX compiling")
+    p.advance("jax/float64", "JAX compiling")
+    assert len(log.getvalue().splitlines()) == 1 and log.getvalue().startswith("jax: JAX compiling: ")
+
+
+def test_the_runner_notes_a_case_that_compiled():
+    """run_suite passes 'JAX compiling' with a result whose case compiled XLA programs (not all
+    read from the persistent cache), and nothing otherwise."""
+    from odeattn.conformance.runner import busy_note
+
+    assert busy_note({"programs": 3, "cache_hits": 1}) == "JAX compiling"
+    assert busy_note({"programs": 3, "cache_hits": 3}) == busy_note({}) == ""
+    seen = []
+
+    class Recorder(Progress):
+        def advance(self, label="", note=""):
+            seen.append((label, note))
+
+    report = run_suite([BackendRef("spec", BUILTIN["spec"].reference, builtin=True, dtypes=("float64",))], SOME[:2],
+                       progress=Recorder(io.StringIO()), jobs=1)
+    assert report.exit_code == 0 and seen == [("spec/float64", "")] * 2  # the spec compiles nothing

@@ -148,6 +148,8 @@ WIDE = "x: expected shape [batch, seq, 8] with batch, seq >= 1; got [2, 4, 12]"
                  id="decode-step-x-a-scalar"),
     pytest.param("d", ["--x", "{d}/wide.npy"], WIDE, id="decode-step-x-of-another-width"),
     pytest.param("d", ["--x", "{d}/x64.npy"], "x: expected dtype float32; got float64", id="decode-step-float64-x"),
+    pytest.param("p", ["--x", "{d}/x64.npy"], "--x: expected dtype float32; got float64 (save it as float32: "
+                 "np.save('{d}/x64.npy', x.astype(np.float32)))", id="float64-x-with-its-fix"),
     pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/mask.npy"],
                  "--padding-mask: a decode-step model decodes real tokens only; got a mask", id="decode-step-given-a-mask"),
     pytest.param("d", ["--x", "{d}/x.npy", "--padding-mask", "{d}/int_mask.npy"],
@@ -224,3 +226,38 @@ def test_a_bad_stored_step_count_is_refused_in_one_line_before_the_session(loope
     onnx.save(model, looped / "loop.onnx")
     refused_in_one_line(looped, ["run", "{d}/loop.onnx"], "the model's stored steps: expected an int64 scalar; got int32 "
                         "of shape []", capsys)
+
+
+def test_help_describes_every_argument(capsys):
+    """Each of run's arguments has its help: the model, and the random batch's options."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for described in ("model an .onnx file written by odeattn export", "--batch BATCH without --x: the random batch's batch size",
+                      "--seq SEQ without --x: the random batch's length", "--seed SEED without --x: the random batch's seed"):
+        assert described in out
+
+
+def test_a_float16_model_refuses_x_beyond_its_range_and_fails_on_its_own_overflow(tmp_path, capsys):
+    """x beyond 65504 would round to Inf: refused, exit 2. hope over 16 tokens overflows float16
+    inside the model (its factor r cosh(a) passes 65504 at position 12) on a finite x: exit 1, one
+    line, where `run` said `finite False` and exited 0."""
+    pytest.importorskip("onnxruntime")
+    c = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding="hope")
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    R.save_params(R.init_params(c), tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "h.onnx"), "--dtype", "float16"]) == 0
+    x = np.random.default_rng(0).normal(size=(1, 16, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "odeattn run: z: the float16 model gave NaN or Inf on a finite x: float16 overflowed (float16 holds magnitudes "
+        "up to 65504); run the float32 or bfloat16 export"]
+    x[0, 3, 1] = -7e4
+    np.save(tmp_path / "x.npy", x[:, :4])
+    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "odeattn run: --x: float16 holds magnitudes up to 65504; got a finite value of magnitude 7e+04 (it would round "
+        "to Inf); scale it down, or use bfloat16 or float32"]
