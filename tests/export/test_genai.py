@@ -119,6 +119,18 @@ def test_export_genai_refuses_block_model_options(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("odeattn export: --shared-buffer: applies to --genai DIR")
 
 
+def test_export_genai_refuses_a_folder_it_cannot_make(tmp_path, capsys):
+    """A --genai DIR under a file: one line naming --genai, exit 2, before the model is built."""
+    assert main(["init", str(tmp_path), "--lm", "--hidden-size", "16", "--num-heads", "2", "--steps", "1"]) == 0
+    capsys.readouterr()
+    argv = ["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "weights.safetensors"),
+            "--genai", str(tmp_path / "config.json" / "genai")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"odeattn export: --genai: cannot make the folder {str(tmp_path / 'config.json' / 'genai')!r}"), err
+    assert err.count("\n") == 1, err
+
+
 def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys):
     """`odeattn init --lm` then `odeattn export --genai`: the folder generates in GenAI as the spec
     decodes the saved (float32) weights."""
