@@ -34,7 +34,7 @@ from ode_ref.config import PAPE_ENCODINGS
 from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, block_prefix, check_lm_params
 
 from .attention import SelfAttention
-from .block import _initializers, _weights
+from .block import block_initializers, block_weights
 from .encoder import OnnxEncoderStages
 from .genai_shared import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
 from .graph import Body, Value, ir_version
@@ -112,7 +112,7 @@ class ConcatCache:
 
 
 def _renamed(weights, prefix: str):
-    """_weights' Values (nested in tuples and dicts) under block prefix's initializer names."""
+    """block_weights' Values (nested in tuples and dicts) under block prefix's initializer names."""
     if isinstance(weights, Value):
         return Value(weights.body, prefix + weights.name)
     if isinstance(weights, tuple):
@@ -152,7 +152,7 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
     for b in range(cfg.num_layers):
         block = block_params(params, b)
         arrays = ({k: np.asarray(v, np.float32) for k, v in block.items()} if cfg.block == "layer" else
-                  _initializers(cfg.block_config, block))
+                  block_initializers(cfg.block_config, block))
         out.update({block_prefix(b) + k: v for k, v in arrays.items()})
     out[NORM_W], out[NORM_B] = np.asarray(params[NORM_W], np.float32), np.asarray(params[NORM_B], np.float32)
     out[HEAD + "_t"] = np.ascontiguousarray(np.asarray(params[HEAD], np.float32).T)
@@ -178,8 +178,8 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
             x = LayerStages(cfg.layer_config, main, b * per_block).block(weights, 0, x, visible)
             continue
         att = (SharedSelfAttention if shared_buffer else SelfAttention)(block, OPSET)  # opset 17's stage shapes
-        weights = _renamed(_weights(block, main), block_prefix(b))
-        prepared = att._prepared(weights, x, visible, padding, positions, key_positions, None)
+        weights = _renamed(block_weights(block, main), block_prefix(b))
+        prepared = att.prepare_with(weights, x, visible, padding, positions, key_positions, None)
         cache = SharedCache(main, b * per_block, writes, PAST, PRESENT) if shared_buffer else ConcatCache(main, b * per_block)
         x = att.integrate(prepared, x, cache, trajectory=False)[-1]
     h = layer_norm(x, Value(main, NORM_W), Value(main, NORM_B))
