@@ -12,9 +12,9 @@ ode_ref/cache.py orders them) is layer b * evaluations + e, so num_hidden_layers
 ode_steps x stages. The present arrays are the past ones with this call's tokens appended (the
 concat form: GenAI's past_present_share_buffer false).
 
-The positions and the padding come from attention_mask, as GenAI feeds it (left-padded prompts
-of different lengths; then one column of 1 per generated token): a token's position is the count
-of real tokens before it (cumsum - 1, as the spec's positions_from_padding), a padded key is
+The positions and the padding come from attention_mask, as GenAI feeds it (prompts of
+different lengths padded on the right, then one column of 1 per generated token): a token's
+position is the count of real tokens before it (cumsum - 1, as the spec's positions_from_padding), a padded key is
 hidden, the query at slot i sees keys j <= i, and a padded query is zeroed as in the spec's
 prefill. Each block is the export's own stages (export/attention.py) run by the spec's
 Stages.integrate on main-graph Values, with a kv hook that concatenates each evaluation's past.
