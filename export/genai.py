@@ -46,7 +46,7 @@ PAST, PRESENT = "past_key_values.%d.", "present.%d."
 EXPORTED_ENCODINGS = ("none", "rope", "sinusoidal_rotary", "alibi")  # checked against the spec in tests
 
 
-def check_genai(config) -> LMConfig:
+def check_genai_config(config) -> LMConfig:
     """The config, or ValueError naming the field GenAI's cache cannot reproduce exactly."""
     cfg = LMConfig.from_any(config)
     if cfg.mode != "decoder":
@@ -162,7 +162,7 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
 def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.ModelProto:
     """model.onnx of the folder (module docstring) for (config, params), an onnx.ModelProto;
     shared_buffer=True: the in-place form of export.genai_shared (opset 24)."""
-    cfg = check_genai(config)
+    cfg = check_genai_config(config)
     check_lm_params(params, cfg)
     block = cfg.block_config
     opset = SHARED_OPSET if shared_buffer else OPSET
@@ -209,7 +209,7 @@ def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_to
     greedy search of at most max_length tokens (prompt included). GenAI pads a batch's shorter
     prompts with pad_token_id and reads that id in a prompt as padding; eos_token_id (default:
     pad_token_id) ends a row."""
-    cfg = check_genai(config)
+    cfg = check_genai_config(config)
     block = cfg.block_config
     eos = pad_token_id if eos_token_id is None else eos_token_id
     for name, value in (("pad_token_id", pad_token_id), ("eos_token_id", eos)):

@@ -46,9 +46,9 @@ def export_genai(args) -> int:
         raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32), "
                          f"which no block-model option shapes; got {', '.join(given)}")
     require("onnx")
-    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai, write_genai
+    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai_config, write_genai
 
-    config, params = load_lm(args.config, args.weights, check_genai)
+    config, params = load_lm(args.config, args.weights, check_genai_config)
     folder = Path(args.genai)
     with user_input():
         if folder.exists() and not folder.is_dir():
