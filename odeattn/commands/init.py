@@ -39,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=positive_int, help="with --lm: the vocabulary (default 64)")
     p.add_argument("--num-layers", type=positive_int, help="with --lm: the blocks (default 2)")
 
+
 # the options of one kind of model only (None when not given): refused with the other, not ignored
 BLOCK_ONLY, LM_ONLY = ("--mode", "--batch", "--seq"), ("--vocab-size", "--num-layers")
 DEFAULTS = {"mode": "encoder", "batch": 2, "seq": 8, "vocab_size": 64, "num_layers": 2}
