@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ode_ref as R
 from ode_ref.lm import LMConfig, check_lm_params
-from odeattn.commands.args import UsageError, read_json, require, user_input
+from odeattn.commands.args import UsageError, check_output_path, read_json, require, user_input
 
 LM_FILES = ("config.json", "weights.safetensors")
 
@@ -46,9 +46,9 @@ def export_genai(args) -> int:
         raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32), "
                          f"which no block-model option shapes; got {', '.join(given)}")
     require("onnx")
-    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai, write_genai
+    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai_config, write_genai
 
-    config, params = load_lm(args.config, args.weights, check_genai)
+    config, params = load_lm(args.config, args.weights, check_genai_config)
     folder = Path(args.genai)
     with user_input():
         if folder.exists() and not folder.is_dir():
@@ -56,8 +56,14 @@ def export_genai(args) -> int:
         existing = [str(folder / n) for n in (MODEL_FILE, CONFIG_FILE) if (folder / n).exists()]
         if existing:
             raise UsageError(f"--genai: {', '.join(existing)} exist(s) already; remove them or choose another folder")
-    if args.shared_buffer and config.block != "attention":
-        raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
+        if args.shared_buffer and config.block != "attention":
+            raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
+        try:  # the folder made (and its files tried) before the model is built
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"--genai: cannot make the folder {str(folder)!r} ({err.strerror or err})") from None
+        for name in (MODEL_FILE, CONFIG_FILE):
+            check_output_path("--genai", folder / name)
     model, gen = write_genai(config, params, folder, shared_buffer=args.shared_buffer)
     form = "opset 24, shared-buffer form" if args.shared_buffer else "opset 17, concat form"
     print(f"wrote {model}: {model.stat().st_size / 1e3:.1f} kB, {form}, {cache_layers(config)} cache layers "

@@ -55,6 +55,11 @@ def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
     pytest.param(["init", "{d}/c.json"], "DIR: expected a folder; got the file '{d}/c.json'", id="dir-is-a-file"),
     pytest.param(["init", "{d}/new", "--hidden-size", "10", "--num-heads", "4"],
                  "hidden_size: expected a multiple of num_heads=4; got 10", id="width-not-a-multiple-of-heads"),
+    pytest.param(["init", "{d}/new", "--lm", "--mode", "encoder", "--seq", "5"],
+                 "--mode, --seq: --lm writes a decoder language model (always mode decoder) and no x.npy", id="lm-with-mode-seq"),
+    pytest.param(["init", "{d}/new", "--lm", "--batch", "3"], "--batch: --lm writes", id="lm-with-batch"),
+    pytest.param(["init", "{d}/new", "--vocab-size", "32", "--num-layers", "3"],
+                 "--vocab-size, --num-layers: apply to --lm only", id="lm-options-without-lm"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)
