@@ -1,6 +1,7 @@
 """`odeattn conformance`: run the golden cases on every installed backend (the main job);
 `odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
-`odeattn conformance mutants`: run the mutation battery and print its kill table.
+`odeattn conformance mutants`: run the mutation battery and print its kill table;
+`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn/commands/fuzz.py).
 
 Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
 suite file. Every usage error is found before any case runs.
@@ -13,13 +14,14 @@ import sys
 from pathlib import Path
 
 from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int, user_input
+from odeattn.commands import fuzz as fuzz_command
 from odeattn.commands.progress import Progress
 
 
 def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
                        description=__doc__)
-    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
+    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants", "fuzz"], default="run",
                    help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
     p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
     p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
@@ -48,6 +50,7 @@ def register(sub) -> None:
                         "always holds it)")
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
+    fuzz_command.add_options(p)
 
 
 def title(args) -> str:
@@ -78,6 +81,9 @@ def _run(args) -> int:
     args.jobs = args.jobs or core_count()
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
+    fuzz_command.check_not_given(args)
+    if args.action == "fuzz":
+        return fuzz_command.fuzz(args)
     if args.action == "generate":
         return generate(args)
     if args.action == "mutants":
