@@ -29,7 +29,7 @@ from .draw import KINDS, Draw, build, draws, reject
 from .half import cast
 from .localise import localise
 from .runner import CaseResult, judge, split_outputs
-from .worker import attempt
+from .worker import attempt, unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
@@ -137,6 +137,9 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             return  # the budget is spent: the remaining draws pass unrun
         if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
             return  # shrinking has had its time: the smallest failure so far stands
+        if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None:
+            run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
+            reject(None)
         case = reject(build(d, dtype, name=f"fuzz_{d.kind}"))
         result, outputs = run_one(adapter, case, dtype)
         if result.status == "skipped":
