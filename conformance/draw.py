@@ -41,6 +41,13 @@ SCALES = (1.0, 1e-2, 1e2, 1e-4, 1e4)
 OFFSETS = (0.0, 100.0, -30.0)  # in units of the scale: farther, float32 cannot hold x (fair.MAX_CONDITION)
 POSITIONS = ("none", "rope", "alibi", "sinusoidal_rotary", "hope", "bam", "pape", "pape_efficient", "pape_ri")
 KINDS = ("block", "decode", "grad")
+# A draw's focus narrows one dimension to where kernels switch paths (hypothesis's own choices are
+# far from uniform: unfocused, 100 draws held 2 RoPE configs and none past 32 positions)
+FOCI = ("any", "tiles", "batch", "width", "positions", "offset")
+TILE_SEQS = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)
+WIDE_HEAD_DIMS = (31, 32, 33, 48, 63, 64, 65, 96, 128)
+TABLED = ("rope", "sinusoidal_rotary", "alibi", "hope", "bam")  # encodings a port may tabulate by position
+TABLE_REACH = 32  # a positions focus draws sequences longer than this
 MAX_DECODED = 3
 REDRAWS = 4  # fair-input redraws before a draw is given up (hypothesis then draws another)
 
@@ -113,9 +120,9 @@ def describe_input(draw: Draw) -> str:
 
 
 @st.composite
-def positions(draw, kind: str) -> dict:
-    """The positional fields: an encoding (none first) and its own options."""
-    encoding = draw(st.sampled_from(POSITIONS))
+def positions(draw, kind: str, focus: str) -> dict:
+    """The positional fields: an encoding (none first; a positions focus: one with a table) and its options."""
+    encoding = draw(st.sampled_from(TABLED if focus == "positions" else POSITIONS))
     if encoding == "none":
         return {}
     out = dict(ode_use_pe=True, positional_encoding=encoding)
@@ -138,26 +145,48 @@ def positions(draw, kind: str) -> dict:
     return out
 
 
+def _fitting(values, limit, at_least=()):
+    """values within limit, or, if the focus's narrower choice (at_least) has none that fit, all that fit."""
+    narrow = [v for v in at_least if v <= limit]
+    return narrow or [v for v in values if v <= limit]
+
+
+@st.composite
+def shape(draw, kind: str, focus: str) -> tuple:
+    """(heads, head_dim, seq, batch) within MAX_WIDTH and MAX_ELEMENTS, narrowed to the focus's boundary."""
+    heads = draw(st.integers(1, 4 if focus == "width" else MAX_HEADS))
+    dims = WIDE_HEAD_DIMS if focus == "width" else HEAD_DIMS
+    head_dim = draw(st.sampled_from([d for d in dims if heads * d <= MAX_WIDTH] or [1]))
+    width = heads * head_dim
+    smallest_batch = 5 if focus == "batch" else 1
+    seqs = [t for t in SEQS if t * width * smallest_batch <= MAX_ELEMENTS and (t > 1 or kind != "decode")] or [2]
+    narrow = {"tiles": TILE_SEQS, "positions": [t for t in TILE_SEQS if t > TABLE_REACH]}.get(focus, ())
+    seq = draw(st.sampled_from([t for t in narrow if t in seqs] or seqs))
+    most = max(1, min(MAX_BATCH, MAX_ELEMENTS // (seq * width)))
+    batch = draw(st.integers(min(smallest_batch, most), most))
+    return heads, head_dim, seq, batch
+
+
 @st.composite
 def draws(draw, kinds=KINDS) -> Draw:
-    """A Draw, each choice ordered from simple to complex (see the module docstring)."""
+    """A Draw, each choice ordered from simple to complex (see the module docstring). The focus
+    (FOCI) narrows one dimension to its kernel boundaries, so that each is drawn often by design."""
+    focus = draw(st.sampled_from(FOCI))
     kind = draw(st.sampled_from(kinds))
-    heads = draw(st.integers(1, MAX_HEADS))
-    head_dim = draw(st.sampled_from([d for d in HEAD_DIMS if heads * d <= MAX_WIDTH]))
+    heads, head_dim, seq, batch = draw(shape(kind, focus))
     width = heads * head_dim
-    seq = draw(st.sampled_from([s for s in SEQS if s * width <= MAX_ELEMENTS and (s > 1 or kind != "decode")]))
-    batch = draw(st.integers(1, max(1, min(MAX_BATCH, MAX_ELEMENTS // (seq * width)))))
     norms = [n for n in R.NORM_TYPES if width >= 2 or n != "dynamic_tanh"]
     fields = dict(hidden_size=width, num_heads=heads, norm_type=draw(st.sampled_from(norms)),
                   ode_solver=draw(st.sampled_from(R.SOLVERS)), ode_steps=draw(st.integers(1, 2 if kind == "grad" else 4)),
                   mode="decoder" if kind == "decode" else draw(st.sampled_from(R.MODES)), use_bitnet=draw(st.booleans()))
-    fields.update(draw(positions(kind)))
+    fields.update(draw(positions(kind, focus)))
     decoded = draw(st.integers(1, min(MAX_DECODED, seq - 1))) if kind == "decode" else 0
     rows = None
     if draw(st.booleans()):
         rows = tuple((draw(st.sampled_from(ROW_PADDING)), draw(st.integers(1, max(1, seq - decoded - 1))))
                      for _ in range(batch))
-    return Draw(kind, R.ODEConfig(**fields), batch, seq, rows, draw(st.sampled_from(SCALES)), draw(st.sampled_from(OFFSETS)),
+    offsets = OFFSETS[1:] if focus == "offset" else OFFSETS
+    return Draw(kind, R.ODEConfig(**fields), batch, seq, rows, draw(st.sampled_from(SCALES)), draw(st.sampled_from(offsets)),
                 draw(st.integers(0, 2**16)), draw(st.integers(0, 2**16)), decoded)
 
 
