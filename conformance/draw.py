@@ -74,8 +74,12 @@ class Draw:
         return {k: v for k, v in self.config.to_dict().items() if getattr(default, k) != v or k in ("hidden_size", "num_heads")}
 
     def size(self) -> tuple:
-        """What 'smaller' means between two draws: elements, then steps, then the config's fields."""
-        return (self.batch * self.seq * self.config.hidden_size, self.config.ode_steps, len(self.fields()))
+        """What 'smaller' means between two draws, as hypothesis shrinks: elements, steps, the
+        config's fields, padded rows, the input's distribution (offset, then scale away from 1),
+        then the seeds."""
+        padded = 0 if self.rows is None else 1 + sum(kind != "none" for kind, _ in self.rows)
+        return (self.batch * self.seq * self.config.hidden_size, self.config.ode_steps, len(self.fields()), padded,
+                abs(self.offset), abs(np.log10(self.scale)), self.param_seed + self.input_seed)
 
 
 def row_mask(kind: str, n: int, seq: int, rng) -> np.ndarray:

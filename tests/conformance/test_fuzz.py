@@ -53,14 +53,21 @@ def _offset(f):
     assert f.localisation["positions"] == "every token"
 
 
-@pytest.mark.parametrize("port, region", [(planted.TileBoundary, _tile), (planted.BatchChunk, _chunk),
-                                          (planted.HeadWidthFastPath, _head_width), (planted.PositionTable, _table),
-                                          (planted.OffsetInput, _offset)], ids=lambda p: getattr(p, "__name__", ""))
-def test_a_planted_kernel_bug_is_caught_shrunk_and_localised(port, region):
+# shrunk: whether seed 0's first divergent example is larger than the minimal one. For PositionTable and
+# OffsetInput it is not: hypothesis's first failing draw there is already the simplest (one row of
+# width 4, one step, euler), so shrinking keeps it; the test then requires that it stays that small.
+@pytest.mark.parametrize("port, region, shrunk", [(planted.TileBoundary, _tile, True), (planted.BatchChunk, _chunk, True),
+                                                  (planted.HeadWidthFastPath, _head_width, True),
+                                                  (planted.PositionTable, _table, False), (planted.OffsetInput, _offset, False)],
+                         ids=lambda p: getattr(p, "__name__", ""))
+def test_a_planted_kernel_bug_is_caught_shrunk_and_localised(port, region, shrunk):
     run = fuzz(port(), "float32", examples=DEFAULT_EXAMPLES, seed=0)
     f = run.finding
     assert f is not None, f"{port.__name__} survived {run.examples} examples"
-    assert f.draw.size() < f.first.size(), "the shrunk example is not smaller than where it was first found"
+    if shrunk:
+        assert f.draw.size() < f.first.size(), "the shrunk example is not smaller than where it was first found"
+    else:
+        assert f.draw.size() <= f.first.size() and f.draw.batch == 1 and f.draw.config.hidden_size == 4
     region(f)
 
 
