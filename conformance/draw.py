@@ -71,7 +71,8 @@ class Draw:
     def fields(self) -> dict:
         """The config's fields that differ from the defaults (what a report shows)."""
         default = R.ODEConfig(hidden_size=self.config.hidden_size, num_heads=self.config.num_heads)
-        return {k: v for k, v in self.config.to_dict().items() if getattr(default, k) != v or k in ("hidden_size", "num_heads")}
+        return {k: v for k, v in self.config.to_dict().items() if getattr(default, k) != v or k in ("hidden_size", "num_heads")
+                or (k == "positional_encoding" and self.config.ode_use_pe)}
 
     def size(self) -> tuple:
         """What 'smaller' means between two draws, as hypothesis shrinks: elements, steps, the
@@ -120,7 +121,8 @@ def describe_padding(draw: Draw) -> str:
 
 
 def describe_input(draw: Draw) -> str:
-    return f"x = {draw.offset:g} + {draw.scale:g} * N(0, 1), seed {draw.input_seed}"
+    spread = f"{draw.scale:g} * N(0, 1)" if draw.offset == 0 else f"{draw.scale:g} * ({draw.offset:g} + N(0, 1))"
+    return f"x = {spread}, seed {draw.input_seed}"
 
 
 @st.composite
@@ -194,6 +196,26 @@ def draws(draw, kinds=KINDS) -> Draw:
                 draw(st.integers(0, 2**16)), draw(st.integers(0, 2**16)), decoded)
 
 
+@st.composite
+def fixed_draws(draw, config, batch: Optional[int] = None, seq: Optional[int] = None, takes_mask: bool = True) -> Draw:
+    """A block Draw of one config (a model file's): its shape, padding and input only, a static
+    batch or seq kept as the file declares it, padding only if it takes a mask."""
+    focus = draw(st.sampled_from(("any", "tiles", "batch", "offset")))
+    width = config.hidden_size
+    if seq is None:
+        seqs = [t for t in SEQS if t * width <= MAX_ELEMENTS] or [1]
+        seq = draw(st.sampled_from([t for t in TILE_SEQS if t in seqs] if focus == "tiles" and seqs[-1] >= 15 else seqs))
+    if batch is None:
+        most = max(1, min(MAX_BATCH, MAX_ELEMENTS // (seq * width)))
+        batch = draw(st.integers(min(5 if focus == "batch" else 1, most), most))
+    rows = None
+    if takes_mask and draw(st.booleans()):
+        rows = tuple((draw(st.sampled_from(ROW_PADDING)), draw(st.integers(1, max(1, seq - 1)))) for _ in range(batch))
+    offsets = OFFSETS[1:] if focus == "offset" else OFFSETS
+    return Draw("block", config, batch, seq, rows, draw(st.sampled_from(SCALES)), draw(st.sampled_from(offsets)), -1,
+                draw(st.integers(0, 2**16)))
+
+
 def inputs(d: Draw, attempt: int = 0):
     """(x float64 (batch, seq, d_model), padding mask or None) of a draw, from input_seed + attempt."""
     rng = np.random.default_rng(d.input_seed + attempt)
@@ -210,10 +232,10 @@ def fair_inputs(d: Draw, params):
     return None
 
 
-def build(d: Draw, dtype: str, name: str = "fuzz") -> Optional[Case]:
+def build(d: Draw, dtype: str, name: str = "fuzz", params: Optional[dict] = None) -> Optional[Case]:
     """The spec's case for a draw (its e32; e16/ebf16 in a half dtype), or None if no fair input
-    was found (hypothesis then rejects the draw)."""
-    params = R.init_params(d.config, seed=d.param_seed, perturb_norms=True)
+    was found (hypothesis then rejects the draw). params: fixed ones (a model file's), else drawn."""
+    params = R.init_params(d.config, seed=d.param_seed, perturb_norms=True) if params is None else params
     found = fair_inputs(d, params)
     if found is None:
         return None

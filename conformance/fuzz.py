@@ -119,9 +119,11 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
 
 
 def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, time_budget: Optional[float] = None,
-         shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None) -> FuzzRun:
+         shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None, strategy=None,
+         params: Optional[dict] = None) -> FuzzRun:
     """Draw up to `examples` examples (fewer once time_budget seconds have passed) for one adapter
-    in one dtype; shrink the first divergent one. The same seed draws the same examples."""
+    in one dtype; shrink the first divergent one. The same seed draws the same examples.
+    strategy and params: a model file's (draw.fixed_draws, its weights) in place of drawn configs."""
     run = FuzzRun(adapter.name, dtype)
     kinds = kinds or kinds_of(adapter)
     start = time.perf_counter()
@@ -130,7 +132,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=(Phase.generate, Phase.shrink))
     @hypothesis_seed(seed)
-    @given(d=draws(kinds))
+    @given(d=strategy if strategy is not None else draws(kinds))
     def probe(d):
         now = time.perf_counter()
         if run.finding is None and time_budget is not None and now - start > time_budget:
@@ -140,7 +142,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
         if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None:
             run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
             reject(None)
-        case = reject(build(d, dtype, name=f"fuzz_{d.kind}"))
+        case = reject(build(d, dtype, name=f"fuzz_{d.kind}", params=params))
         result, outputs = run_one(adapter, case, dtype)
         if result.status == "skipped":
             run.skipped += 1

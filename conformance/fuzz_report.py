@@ -22,7 +22,7 @@ def format_run(run) -> str:
 def format_finding(f) -> str:
     d, case = f.draw, f.case
     bad = next((q for q in f.result.quantities if q.quantity == f.quantity), None)
-    shape = f"batch {case.x.shape[0]}, seq {case.x.shape[1]}, d_model {case.x.shape[2]} ({case.config.num_heads} heads x head_dim {case.config.head_dim})"
+    shape = f"batch {case.x.shape[0]}, seq {case.x.shape[1]}, d_model {case.x.shape[2]} (heads {case.config.num_heads}, head_dim {case.config.head_dim})"
     kind = {"block": "a block forward", "decode": f"cached decoding, {case.decoded} tokens after a prompt of {case.prompt}",
             "grad": "the backward pass"}[d.kind]
     b0, b1 = f.first, d

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, positive_float, positive_int, user_input
 
-FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay"}
+FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
+             "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime"}
 RUN_ONLY = {"include": "-k", "exclude": "--exclude", "xfail": "--xfail", "golden": "--golden", "expect_digest": "--expect-digest",
             "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound"}
 
@@ -26,6 +27,11 @@ def add_options(p) -> None:
     p.add_argument("--replay", type=Path, default=None, metavar="DIR", help="fuzz: rerun the example of a repro folder")
     p.add_argument("--repro", type=Path, default=Path("fuzz-repro"), metavar="DIR",
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
+    p.add_argument("--model", type=Path, default=None, metavar="FILE.onnx",
+                   help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
+    p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
+    p.add_argument("--runtime", default=None, metavar="NAME", help="fuzz --model: the runtime (onnxruntime)")
 
 
 def check_not_given(args) -> None:
@@ -66,9 +72,29 @@ def fuzz(args) -> int:
                 raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
         check_output_path("--json", args.json)
         check_output_path("--junit", args.junit)
+        if args.model is not None or args.config is not None or args.weights is not None or args.runtime is not None:
+            return draw_and_judge(args, [model_file(args)])
         if args.replay is None:
             adapters = _adapters(args)
     return replay(args) if args.replay is not None else draw_and_judge(args, adapters)
+
+
+def model_file(args):
+    """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
+    from odeattn.commands.inputs import load_block
+    from odeattn.conformance.draw import fixed_draws
+    from odeattn.conformance.model_file import ModelFile
+
+    missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
+    if missing or args.backend or args.replay:
+        raise UsageError(f"--model: takes --config and --weights (no --backend or --replay); missing {', '.join(missing) or 'nothing'}"
+                         if missing else "--model: judges the file itself; --backend and --replay are not taken with it")
+    if not args.model.is_file():
+        raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
+    config, params = load_block(args.config, args.weights)
+    adapter = ModelFile(args.model, config, params, args.runtime or "onnxruntime").adapt()
+    strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
+    return str(args.model), adapter, strategy, params
 
 
 def draw_and_judge(args, adapters) -> int:
@@ -80,10 +106,12 @@ def draw_and_judge(args, adapters) -> int:
     print(f"fuzz: {examples} examples per backend and dtype, seed {seed}"
           + (f", time budget {args.time_budget:g} s" if args.time_budget else ""), flush=True)
     runs = []
-    for typed, adapter in adapters:
+    for typed, adapter, *fixed in adapters:
+        strategy, params = fixed or (None, None)
         dtypes = [d for d in adapter.dtypes if not args.dtypes or d in args.dtypes]
         for dtype in dtypes:
-            run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget)
+            run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
+                           strategy=strategy, params=params)
             if run.examples == 0:
                 raise CommandFailed(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
                                     "not supported): that is not a pass", code=2)
