@@ -163,3 +163,38 @@ def test_describe_names_the_region():
     assert describe(range(16, 20), 20, "query position", "query positions") == "only query positions ≥ 16 (of 20)"
     assert describe(range(0, 20), 20, "batch row") == "every batch row"
     assert describe([4], 5, "batch row") == "only batch row 4 (of 5)"
+
+
+def test_a_model_file_is_judged_on_drawn_inputs_and_a_wrong_one_caught(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    from safetensors.numpy import save_file
+
+    from odeattn.export.block import export_model
+
+    fields = dict(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True)
+    config = R.ODEConfig(**fields)
+    params = R.init_params(config, seed=3, perturb_norms=True)
+    (tmp_path / "c.json").write_text(json.dumps(fields))
+    save_file(params, str(tmp_path / "w.safetensors"))
+    (tmp_path / "block.onnx").write_bytes(export_model(config, params).SerializeToString())
+    argv = ["conformance", "fuzz", "--model", str(tmp_path / "block.onnx"), "--config", str(tmp_path / "c.json"),
+            "--examples", "8", "--repro", str(tmp_path / "repro")]
+    assert main([*argv, "--weights", str(tmp_path / "w.safetensors")]) == 0
+    other = {k: v * 1.01 if k.endswith("qkv.weight") else v for k, v in params.items()}  # weights other than the file's
+    save_file(other, str(tmp_path / "other.safetensors"))
+    assert main([*argv, "--weights", str(tmp_path / "other.safetensors")]) == 1
+    assert "minimal example" in capsys.readouterr().out and (tmp_path / "repro").is_dir()
+
+
+def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
+    """The installed entry point (pytest11) gives a port author's suite the items; a fuzz failure names its repro folder."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--odeattn-backend",
+                           "odeattn.conformance.planted:BatchChunk", "--odeattn-dtype", "float64", "--odeattn-examples", "40",
+                           "-k", "mine or fuzz or block_t1", "--basetemp", str(tmp_path / "base"), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
+    assert "odeattn[planted-BatchChunk/float64/fuzz]" in done.stdout and "odeattn-fuzz-repro" in done.stdout
