@@ -17,7 +17,6 @@ A draw's case is the spec's, computed here in float64 with its own float32 error
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -272,7 +271,3 @@ def reject(case: Optional[Case]) -> Case:
     """case, or hypothesis told to draw another (no fair input for this draw)."""
     assume(case is not None)
     return case
-
-
-def replaced(d: Draw, **changes) -> Draw:
-    return dataclasses.replace(d, **changes)

@@ -13,7 +13,7 @@ from .stages import format_stage
 def format_run(run) -> str:
     """A line for a run (fuzz.FuzzRun); a divergence's minimal example below it."""
     head = (f"{run.backend}/{run.dtype}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
-            f" ({run.skipped} draws not supported, {run.seconds:.1f} s)")
+            f" ({run.skipped} draws not supported, {run.unfair} with no fair input, {run.seconds:.1f} s)")
     if not run.diverged:
         return head + f", worst err/tol {run.worst_ratio:.3g}"
     return head + "\n" + format_finding(run.finding)
