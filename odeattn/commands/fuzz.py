@@ -103,6 +103,8 @@ def draw_and_judge(args, adapters) -> int:
     from odeattn.conformance.repro import folder_name, write_repro
 
     examples, seed = args.examples or DEFAULT_EXAMPLES, 0 if args.seed is None else args.seed
+    if not any(not args.dtypes or d in args.dtypes for _, adapter, *_ in adapters for d in adapter.dtypes):
+        raise UsageError(f"--dtype: no backend runs any of the dtypes asked for ({', '.join(args.dtypes)})")
     print(f"fuzz: {examples} examples per backend and dtype, seed {seed}"
           + (f", time budget {args.time_budget:g} s" if args.time_budget else ""), flush=True)
     runs = []
@@ -119,8 +121,6 @@ def draw_and_judge(args, adapters) -> int:
                 run.finding.repro = str(write_repro(args.repro / folder_name(typed, dtype), run.finding, typed, dtype))
             runs.append(run)
             print(format_run(run), flush=True)
-    if not runs:
-        raise CommandFailed(f"--dtype: no backend runs any of the dtypes asked for ({', '.join(args.dtypes)})", code=2)
     header = {"action": "fuzz", "examples": examples, "seed": seed}
     if args.json:
         write_json(runs, args.json, header)

@@ -125,6 +125,8 @@ def _repro(tmp_path, spoil=None):
     (["--examples", "0", "--backend", "spec"], None, "--examples: expected an integer >= 1; got '0'"),
     (["--backend", "spec", "-k", "x"], None, "-k: not taken by fuzz"),
     (["--dtype", "float64"], None, "--backend: fuzz needs a backend"),
+    (["--backend", "spec", "--dtype", "float32"], None, "--dtype: no backend runs any of the dtypes asked for (float32)"),
+    (["--model", "{r}/none.onnx"], None, "--model: takes --config and --weights"),
     (["--replay", "{r}", "--backend", "spec"], lambda d: (d / "x.npy").unlink(), "is missing x.npy"),
     (["--replay", "{r}", "--backend", "spec"],
      lambda d: np.save(d / "padding_mask.npy", np.array([{}], dtype=object), allow_pickle=True), "padding_mask.npy holds a pickle"),
