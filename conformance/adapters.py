@@ -341,6 +341,16 @@ class FlaxAdapter(FlaxEncoder):
             x_bar, params_bar = self._vjp(self.port.from_state_dict(config, params), x, padding_mask, z1_bar, config=config)
             return np.asarray(x_bar), {k: np.asarray(v) for k, v in params_bar.items()}
 
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (stages.py): the Flax SelfAttention, recording, applied eagerly."""
+        from .stages import recording_flax
+
+        attention = recording_flax(self.port.SelfAttention)
+        block = self.port.ODEAttentionBlock(config=config, attention=attention)
+        with self.jax.enable_x64(dtype == "float64"):
+            block.apply(self.port.from_state_dict(config, params), 0.0, x, padding_mask, method="f")
+            return {k: np.asarray(v) for k, v in attention.store.items()}
+
 # ---- exported graphs: the block exported to ONNX (with diagnostics outputs f0 and the state after
 # each step) and run in float32 by ONNX Runtime at opset 17 and 23 (and with BitLinear's integer
 # products, export_model's bitlinear="integer"), and by onnx's reference evaluator. run_func and

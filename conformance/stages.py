@@ -57,6 +57,30 @@ def recording(base: type) -> type:
                                                        "postprocess_attn": postprocess_attn, "output_proj": output_proj})
 
 
+def recording_flax(base: type) -> type:
+    """recording() for the Flax port's SelfAttention, whose stages take the module's own weights
+    (project(h), postprocess_attn(y, padding_mask, deterministic), output_proj(y))."""
+    def keep(self, name, a):
+        type(self).store.setdefault(name, a)
+        return a
+
+    def project(self, x):
+        return base.project(self, keep(self, "norm", x))
+
+    def preprocess_qkv(self, q, k, v, **kw):
+        return tuple(keep(self, n, a) for n, a in zip("qkv", base.preprocess_qkv(self, q, k, v, **kw)))
+
+    def postprocess_attn(self, y, padding_mask, deterministic, **kw):
+        return keep(self, "attn", base.postprocess_attn(self, y, padding_mask, deterministic, **kw))
+
+    def output_proj(self, y):
+        return keep(self, "output_proj", base.output_proj(self, y))
+
+    return type(f"Recording{base.__name__}", (base,), {"store": {}, "project": project, "preprocess_qkv": preprocess_qkv,
+                                                       "postprocess_attn": postprocess_attn, "output_proj": output_proj,
+                                                       "__module__": __name__})
+
+
 def spec_stages(config, params, x, padding_mask, base: type = R.SelfAttention) -> dict:
     """The spec's stage values of f(0, x) (base: a variant of the spec's SelfAttention)."""
     attention = recording(base)(config)

@@ -200,3 +200,20 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
     assert "odeattn[planted-BatchChunk/float64/fuzz]" in done.stdout and "odeattn-fuzz-repro" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax"])
+def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name):
+    from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+    from odeattn.conformance.draw import case_of
+    from odeattn.conformance.stages import STAGES, first_divergent_stage
+
+    if missing_requirements(name):
+        pytest.skip(f"{name} is not installed")
+    config = R.ODEConfig(hidden_size=64, num_heads=2, ode_use_pe=True, mode="decoder")
+    params = R.init_params(config, seed=1, perturb_norms=True)
+    case = case_of(config, params, np.random.default_rng(0).normal(size=(2, 20, 64)), None, kind="block")
+    stage = first_divergent_stage(make_adapter(BUILTIN[name].reference), case, "float32")
+    assert stage["stage"] is None and stage["agree"] == list(STAGES), stage
+    bad = first_divergent_stage(planted.TileBoundary(), case, "float32")
+    assert bad["stage"] == "attn" and bad["localisation"]["positions"] == "only query positions ≥ 16 (of 20)"
