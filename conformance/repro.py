@@ -38,12 +38,19 @@ def folder_name(backend: str, dtype: str) -> str:
     return f"{safe}-{dtype}"[:120]
 
 
-def replay_command(directory: Path, backend: str, dtype: str) -> str:
-    return f"odeattn conformance fuzz --replay {shlex.quote(str(directory))} --backend {shlex.quote(backend)} --dtype {dtype}"
+def replay_command(directory: Path, backend: str, dtype: str, model=None) -> str:
+    """The command that reruns a folder's example: on the backend, or on a model file (model:
+    its (file, config, weights) paths)."""
+    q = shlex.quote
+    if model is not None:
+        return (f"odeattn conformance fuzz --replay {q(str(directory))} --model {q(str(model[0]))} --config {q(str(model[1]))} "
+                f"--weights {q(str(model[2]))}")
+    return f"odeattn conformance fuzz --replay {q(str(directory))} --backend {q(backend)} --dtype {dtype}"
 
 
-def write_repro(directory: Path, finding, backend: str, dtype: str) -> Path:
-    """Write finding (fuzz.Finding) into directory (made if missing); returns it."""
+def write_repro(directory: Path, finding, backend: str, dtype: str, model=None) -> Path:
+    """Write finding (fuzz.Finding) into directory (made if missing); returns it. model: a model
+    file's (file, config, weights) paths, for the rerun command."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     case, d = finding.case, finding.draw
@@ -64,7 +71,7 @@ def write_repro(directory: Path, finding, backend: str, dtype: str) -> Path:
             "input": describe_input(d), "quantity": finding.quantity, "message": finding.result.message,
             "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
             "localisation": finding.localisation, "stage": finding.stage,
-            "command": replay_command(directory, backend, dtype)}
+            "command": replay_command(directory, backend, dtype, model)}
     (directory / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
     return directory
 

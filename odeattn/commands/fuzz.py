@@ -73,7 +73,9 @@ def fuzz(args) -> int:
         check_output_path("--json", args.json)
         check_output_path("--junit", args.junit)
         if args.model is not None or args.config is not None or args.weights is not None or args.runtime is not None:
-            return draw_and_judge(args, [model_file(args)])
+            model = model_file(args)
+            if args.replay is None:
+                return draw_and_judge(args, [model])
         if args.replay is None:
             adapters = _adapters(args)
     return replay(args) if args.replay is not None else draw_and_judge(args, adapters)
@@ -86,9 +88,9 @@ def model_file(args):
     from odeattn.conformance.model_file import ModelFile
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
-    if missing or args.backend or args.replay:
-        raise UsageError(f"--model: takes --config and --weights (no --backend or --replay); missing {', '.join(missing) or 'nothing'}"
-                         if missing else "--model: judges the file itself; --backend and --replay are not taken with it")
+    if missing or args.backend:
+        raise UsageError(f"--model: takes --config and --weights (no --backend); missing {', '.join(missing) or 'nothing'}"
+                         if missing else "--model: judges the file itself; --backend is not taken with it")
     if not args.model.is_file():
         raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
     config, params = load_block(args.config, args.weights)
@@ -118,7 +120,8 @@ def draw_and_judge(args, adapters) -> int:
                 raise CommandFailed(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
                                     "not supported): that is not a pass", code=2)
             if run.finding is not None:
-                run.finding.repro = str(write_repro(args.repro / folder_name(typed, dtype), run.finding, typed, dtype))
+                run.finding.repro = str(write_repro(args.repro / folder_name(typed, dtype), run.finding, typed, dtype,
+                                                    model=(args.model, args.config, args.weights) if fixed else None))
             runs.append(run)
             print(format_run(run), flush=True)
     header = {"action": "fuzz", "examples": examples, "seed": seed}
@@ -139,13 +142,13 @@ def replay(args) -> int:
     from odeattn.conformance.repro import load_repro
     from odeattn.conformance.stages import first_divergent_stage, format_stage
 
-    if len(args.backend) != 1:
-        raise UsageError(f"--backend: --replay runs one backend; got {len(args.backend)}")
+    if len(args.backend) != 1 and args.model is None:
+        raise UsageError(f"--backend: --replay runs one backend (or --model); got {len(args.backend)}")
     if len(args.dtypes) > 1:
         raise UsageError(f"--dtype: --replay runs one dtype; got {', '.join(args.dtypes)}")
     with user_input():
         case, meta = load_repro(args.replay, args.dtypes[0] if args.dtypes else "")
-        (typed, adapter), = _adapters(args)
+        (typed, adapter, *_), = [model_file(args)] if args.model is not None else _adapters(args)
         dtype = args.dtypes[0] if args.dtypes else meta.get("dtype", "float32")
         if dtype not in adapter.dtypes:
             raise UsageError(f"--dtype: backend {typed} runs {', '.join(adapter.dtypes)}; got {dtype!r}")

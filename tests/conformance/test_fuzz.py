@@ -185,7 +185,11 @@ def test_a_model_file_is_judged_on_drawn_inputs_and_a_wrong_one_caught(tmp_path,
     other = {k: v * 1.01 if k.endswith("qkv.weight") else v for k, v in params.items()}  # weights other than the file's
     save_file(other, str(tmp_path / "other.safetensors"))
     assert main([*argv, "--weights", str(tmp_path / "other.safetensors")]) == 1
-    assert "minimal example" in capsys.readouterr().out and (tmp_path / "repro").is_dir()
+    assert "minimal example" in capsys.readouterr().out
+    folder, = (tmp_path / "repro").iterdir()
+    command = json.loads((folder / "case.json").read_text())["command"].split()
+    assert command[:5] == ["odeattn", "conformance", "fuzz", "--replay", str(folder)] and "--model" in command
+    assert main(command[1:]) == 1  # the file against the spec on other weights: still off
 
 
 def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
