@@ -1,6 +1,7 @@
 """`odeattn conformance`: run the golden cases on every installed backend (the main job);
 `odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
-`odeattn conformance mutants`: run the mutation battery and print its kill table.
+`odeattn conformance mutants`: run the mutation battery and print its kill table;
+`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn/commands/fuzz.py).
 
 Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
 suite file. Every usage error is found before any case runs.
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int, user_input
+from odeattn.commands import fuzz as fuzz_command
 from odeattn.commands.progress import Progress
 
 
@@ -22,6 +24,10 @@ ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the optio
     "mutants": ("run the mutation battery (one-line bugs applied to the spec; the manual's Conformance page) "
                 "through the runner in every dtype, and print its kill table and a verdict line; exit 1 if a "
                 "mutant survives", ("--golden", "-j")),
+    "fuzz": ("draw configs and inputs, judge each backend against the spec computed live, and shrink a "
+             "divergence to a repro folder; exit 1 if one was found (the manual's Fuzzing page)",
+             ("--backend", "--dtype", "--json", "--junit", "--examples", "--seed", "--time-budget", "--replay",
+              "--repro", "--model", "--config", "--weights", "--runtime")),
 }
 
 
@@ -49,8 +55,9 @@ def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
                        description=__doc__, add_help=False)
     p.add_argument("-h", "--help", action=_ActionHelp, help="show this help (after an action: that action's) and exit")
-    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
-                   help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
+    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants", "fuzz"], default="run",
+                   help="run (default) the suite, generate the golden files from ode_ref, run the mutation battery, or fuzz: "
+                        "drawn cases judged against the spec live")
     p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
     p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:object",
@@ -78,6 +85,7 @@ def register(sub) -> None:
                         "always holds it)")
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
+    fuzz_command.add_options(p)
 
 
 def title(args) -> str:
@@ -108,6 +116,9 @@ def _run(args) -> int:
     args.jobs = args.jobs or core_count()
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
+    fuzz_command.check_not_given(args)
+    if args.action == "fuzz":
+        return fuzz_command.fuzz(args)
     if args.action == "generate":
         return generate(args)
     if args.action == "mutants":
