@@ -89,6 +89,13 @@ class SpecAdapter(SpecEncoder):
                              "policy is the forward pass's)")
         return R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
 
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (stages.py), through this adapter's attention."""
+        from .stages import spec_stages
+
+        attention = self._attention(config)
+        return spec_stages(config, params, x, padding_mask, R.SelfAttention if attention is None else type(attention))
+
 
 # The half-precision rows each port runs (ode_ref.precision's policy): its run_* methods take and
 # return arrays of these dtypes (NumPy float16, ml_dtypes.bfloat16).
@@ -171,6 +178,19 @@ class TorchAdapter(TorchEncoder):
         return self._array(x.grad, dtype), {name.removeprefix("ode_func.") if name.startswith(inner) else name:
                                             self._array(p.grad, dtype) for name, p in block.named_parameters()}
 
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording."""
+        from odeattn.backends.torch.attention import SelfAttention
+
+        from .stages import recording
+
+        attention = recording(SelfAttention)(config)
+        x, mask = self._tensors(x, padding_mask)
+        with self.torch.no_grad():
+            block = self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype), ode_func=attention)
+            block.ode_func(0.0, x, padding_mask=mask)
+        return {k: self._array(v, dtype) for k, v in type(attention).store.items()}
+
 
 def jax_cache_dir() -> str:
     """Where the JAX backend keeps XLA's persistent compilation cache: the user's cache folder."""
@@ -250,6 +270,17 @@ class JaxAdapter(JaxEncoder):
             return decode_loop(lambda x, m, n: port.prefill(params, x, config, m, max_len=n),
                                lambda x_t, cache: port.decode_step(params, x_t, cache, config), x, padding_mask, prompt)
 
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording, run eagerly."""
+        from odeattn.backends.jax.attention import SelfAttention
+
+        from .stages import recording
+
+        attention = recording(SelfAttention)(config)
+        with self.jax.enable_x64(dtype == "float64"):
+            self.port.ode_func(params, 0.0, x, config, padding_mask, attention=attention)
+            return {k: np.asarray(v) for k, v in type(attention).store.items()}
+
 
 
 class FlaxAdapter(FlaxEncoder):
@@ -310,6 +341,16 @@ class FlaxAdapter(FlaxEncoder):
         with self.jax.enable_x64(dtype == "float64"):
             x_bar, params_bar = self._vjp(self.port.from_state_dict(config, params), x, padding_mask, z1_bar, config=config)
             return np.asarray(x_bar), {k: np.asarray(v) for k, v in params_bar.items()}
+
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (stages.py): the Flax SelfAttention, recording, applied eagerly."""
+        from .stages import recording_flax
+
+        attention = recording_flax(self.port.SelfAttention)
+        block = self.port.ODEAttentionBlock(config=config, attention=attention)
+        with self.jax.enable_x64(dtype == "float64"):
+            block.apply(self.port.from_state_dict(config, params), 0.0, x, padding_mask, method="f")
+            return {k: np.asarray(v) for k, v in attention.store.items()}
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,13 @@ class OptionalMethods(Protocol):
         Without it, the encoder cases are reported "not supported" (and supports() never sees
         their config)."""
 
+    def run_stages(self, config: ODEConfig, params: dict, x: np.ndarray, padding_mask: Optional[np.ndarray],
+                   dtype: str) -> dict:
+        """The first evaluation f(0, x)'s intermediate values under the spec's stage names (any
+        subset): norm (h), q, k, v after preprocess_qkv, attn (after postprocess_attn) and
+        output_proj (stages.py). Used by fuzz to name the first stage of f that diverges; without
+        it, a divergence is localised at its quantity alone."""
+
 
 def members(protocol: type) -> tuple[str, ...]:
     """A protocol's own attributes, then its methods, in the order the class declares them."""

@@ -81,7 +81,7 @@ def _encoder_names(cfg) -> dict:
             for k in encoder_shapes(cfg)}
 
 
-def _initializers(cfg, params, bitlinear: str = "float") -> dict:
+def block_initializers(cfg, params, bitlinear: str = "float") -> dict:
     """Initializer name -> float32/int8 array: each weight transposed (in, out); W_qkv split into
     its q, k, v row blocks. BitLinear weights: ternary^T as int8 and a float32 scalar, computed
     by the spec's own functions on the whole tensor: w_s, or with bitlinear="integer" the
@@ -113,12 +113,12 @@ def _initializers(cfg, params, bitlinear: str = "float") -> dict:
 
 
 def _typed_initializers(cfg, params, bitlinear: str = "float", dtype: str = "float32") -> tuple[dict, set]:
-    """(initializer name -> array, the names kept as they are): in float32, _initializers; in a
+    """(initializer name -> array, the names kept as they are): in float32, block_initializers; in a
     half dtype, those of the parameters rounded to it, stored in it, except BitLinear's ternary
     weights and scales (int8 and float32, exact: derived from the rounded weights in float32)."""
     if dtype == "float32":
-        return _initializers(cfg, params, bitlinear), set()
-    out = _initializers(cfg, stored_params(params, dtype), bitlinear)
+        return block_initializers(cfg, params, bitlinear), set()
+    out = block_initializers(cfg, stored_params(params, dtype), bitlinear)
     exact = {k for k in out if cfg.use_bitnet and k.startswith(("ode_func.qkv.", "ode_func.out_proj."))}  # ternary, scale
     return as_storage(out, dtype, exact), exact
 
@@ -131,7 +131,7 @@ def _half(cfg, params, att, io: HalfIO, bitlinear: str = "float"):
     return half_export_attention(att, io.dtype, set(stored) - exact, exact)
 
 
-def _weights(cfg, main, bitlinear: str = "float") -> dict:
+def block_weights(cfg, main, bitlinear: str = "float") -> dict:
     """The prepare stage's view of the initializers (Values in the main graph)."""
     kind = "ternary_t" if cfg.use_bitnet else "weight_t"
     w = {"qkv": tuple(Value(main, f"ode_func.qkv.{b}_{kind}") for b in BLOCKS),
@@ -290,7 +290,7 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     main = Body("", opset)
     x = io.entry(main, Value(main, "x"))
     mask_in = Value(main, "padding_mask") if padding_mask else None
-    weights = _weights(cfg, main, bitlinear)
+    weights = block_weights(cfg, main, bitlinear)
     prepared = att.prepare(weights, x, mask_in)
     d = cfg.hidden_size
     inputs = [helper.make_tensor_value_info("x", io.elem, ["batch", "seq", d])]
@@ -437,7 +437,7 @@ def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, padding_
     main = Body("", opset)
     x, mask = Value(main, "x"), Value(main, "padding_mask") if padding_mask else None
     max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
-    z, cache = att.prefill(_weights(cfg, main), x, mask, max_len)
+    z, cache = att.prefill(block_weights(cfg, main), x, mask, max_len)
     d = cfg.hidden_size
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
     if padding_mask:
@@ -455,7 +455,7 @@ def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention
     past, _ = decode_names(cfg)
     cache = KVCache(cfg, tuple(Value(main, name) for name in past[:n]), tuple(Value(main, name) for name in past[n:2 * n]),
                     Value(main, "padding_mask"), Value(main, "index"))
-    z, new = att.decode(_weights(cfg, main), Value(main, "x_t"), cache)
+    z, new = att.decode(block_weights(cfg, main), Value(main, "x_t"), cache)
     kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
     inputs = [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 1, cfg.hidden_size]),
               helper.make_tensor_value_info("index", TensorProto.INT64, [])]

@@ -12,9 +12,9 @@ ode_ref/cache.py orders them) is layer b * evaluations + e, so num_hidden_layers
 ode_steps x stages. The present arrays are the past ones with this call's tokens appended (the
 concat form: GenAI's past_present_share_buffer false).
 
-The positions and the padding come from attention_mask, as GenAI feeds it (left-padded prompts
-of different lengths; then one column of 1 per generated token): a token's position is the count
-of real tokens before it (cumsum - 1, as the spec's positions_from_padding), a padded key is
+The positions and the padding come from attention_mask, as GenAI feeds it (prompts of
+different lengths padded on the right, then one column of 1 per generated token): a token's
+position is the count of real tokens before it (cumsum - 1, as the spec's positions_from_padding), a padded key is
 hidden, the query at slot i sees keys j <= i, and a padded query is zeroed as in the spec's
 prefill. Each block is the export's own stages (export/attention.py) run by the spec's
 Stages.integrate on main-graph Values, with a kv hook that concatenates each evaluation's past.
@@ -35,7 +35,7 @@ from ode_ref.files import replacing
 from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, block_prefix, check_lm_params
 
 from .attention import SelfAttention
-from .block import _initializers, _weights
+from .block import block_initializers, block_weights
 from .encoder import OnnxEncoderStages
 from .genai_shared import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
 from .graph import Body, Value, ir_version
@@ -47,7 +47,7 @@ PAST, PRESENT = "past_key_values.%d.", "present.%d."
 EXPORTED_ENCODINGS = ("none", "rope", "sinusoidal_rotary", "alibi")  # checked against the spec in tests
 
 
-def check_genai(config) -> LMConfig:
+def check_genai_config(config) -> LMConfig:
     """The config, or ValueError naming the field GenAI's cache cannot reproduce exactly."""
     cfg = LMConfig.from_any(config)
     if cfg.mode != "decoder":
@@ -113,7 +113,7 @@ class ConcatCache:
 
 
 def _renamed(weights, prefix: str):
-    """_weights' Values (nested in tuples and dicts) under block prefix's initializer names."""
+    """block_weights' Values (nested in tuples and dicts) under block prefix's initializer names."""
     if isinstance(weights, Value):
         return Value(weights.body, prefix + weights.name)
     if isinstance(weights, tuple):
@@ -153,7 +153,7 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
     for b in range(cfg.num_layers):
         block = block_params(params, b)
         arrays = ({k: np.asarray(v, np.float32) for k, v in block.items()} if cfg.block == "layer" else
-                  _initializers(cfg.block_config, block))
+                  block_initializers(cfg.block_config, block))
         out.update({block_prefix(b) + k: v for k, v in arrays.items()})
     out[NORM_W], out[NORM_B] = np.asarray(params[NORM_W], np.float32), np.asarray(params[NORM_B], np.float32)
     out[HEAD + "_t"] = np.ascontiguousarray(np.asarray(params[HEAD], np.float32).T)
@@ -163,7 +163,7 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
 def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.ModelProto:
     """model.onnx of the folder (module docstring) for (config, params), an onnx.ModelProto;
     shared_buffer=True: the in-place form of export.genai_shared (opset 24)."""
-    cfg = check_genai(config)
+    cfg = check_genai_config(config)
     check_lm_params(params, cfg)
     block = cfg.block_config
     opset = SHARED_OPSET if shared_buffer else OPSET
@@ -179,8 +179,8 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
             x = LayerStages(cfg.layer_config, main, b * per_block).block(weights, 0, x, visible)
             continue
         att = (SharedSelfAttention if shared_buffer else SelfAttention)(block, OPSET)  # opset 17's stage shapes
-        weights = _renamed(_weights(block, main), block_prefix(b))
-        prepared = att._prepared(weights, x, visible, padding, positions, key_positions, None)
+        weights = _renamed(block_weights(block, main), block_prefix(b))
+        prepared = att.prepare_with(weights, x, visible, padding, positions, key_positions, None)
         cache = SharedCache(main, b * per_block, writes, PAST, PRESENT) if shared_buffer else ConcatCache(main, b * per_block)
         x = att.integrate(prepared, x, cache, trajectory=False)[-1]
     h = layer_norm(x, Value(main, NORM_W), Value(main, NORM_B))
@@ -210,7 +210,7 @@ def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_to
     greedy search of at most max_length tokens (prompt included). GenAI pads a batch's shorter
     prompts with pad_token_id and reads that id in a prompt as padding; eos_token_id (default:
     pad_token_id) ends a row."""
-    cfg = check_genai(config)
+    cfg = check_genai_config(config)
     block = cfg.block_config
     eos = pad_token_id if eos_token_id is None else eos_token_id
     for name, value in (("pad_token_id", pad_token_id), ("eos_token_id", eos)):

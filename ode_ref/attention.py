@@ -125,7 +125,7 @@ class Stages:
         (the seed's logical_layer_idx); None: the config's."""
         seq_len = self.seq_len(x)
         positions = self.positions_from_padding(padding_mask, seq_len)
-        return self._prepared(params, x, self.build_mask(seq_len, padding_mask), padding_mask,
+        return self.prepare_with(params, x, self.build_mask(seq_len, padding_mask), padding_mask,
                               positions, positions, seq_len, layer_idx)
 
     def prepare_decode(self, params, x_t, cache: KVCache) -> Prepared:
@@ -136,11 +136,13 @@ class Stages:
         key_positions = self.positions_from_padding(keys, max_len)
         positions = self.read_slot(key_positions, cache.index)
         mask = self.build_mask(max_len, keys, cache_index=cache.index)
-        return self._prepared(params, x_t, mask, None, positions, key_positions, max_len)
+        return self.prepare_with(params, x_t, mask, None, positions, key_positions, max_len)
 
-    def _prepared(self, params, x, mask, padding_mask, positions, key_positions, bound, layer_idx=None) -> Prepared:
-        """bound: every position is < bound (a port that tabulates RoPE needs it); it is also the
-        sequence's (padded) length, SSMax's n under the seed's rule."""
+    def prepare_with(self, params, x, mask, padding_mask, positions, key_positions, bound, layer_idx=None) -> Prepared:
+        """What prepare and prepare_decode share, from a mask and positions already built (a model
+        that computes them from its own inputs passes its own: export/genai.py). bound: every
+        position is < bound (a port that tabulates RoPE needs it); it is also the sequence's
+        (padded) length, SSMax's n under the seed's rule."""
         cfg = self.config
         qkv, out_proj, norm = self.weights(params, x)
         if cfg.use_bitnet:

@@ -219,7 +219,7 @@ def lm_logits(params, ids, config, attention_mask=None, *, dtype=np.float64):
 
 def lm_greedy(params, ids, config, new_tokens: int, attention_mask=None, *, dtype=np.float64):
     """(tokens (batch, new_tokens) int64, logits (batch, new_tokens, vocab)): greedy decoding of a
-    (left-padded) prompt with the exact cache. Step s's logits are those that chose tokens[:, s]
+    prompt with the exact cache. Step s's logits are those that chose tokens[:, s]
     (argmax; the lowest id of a tie): the prompt's last real token's, then each decoded token's.
     The prompt may be padded on the left or the right (ONNX Runtime GenAI pads on the right): the
     decoded tokens follow every prompt slot, and each token's position counts the real tokens

@@ -1,6 +1,7 @@
 """`odeattn conformance`: run the golden cases on every installed backend (the main job);
 `odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
-`odeattn conformance mutants`: run the mutation battery and print its kill table.
+`odeattn conformance mutants`: run the mutation battery and print its kill table;
+`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn/commands/fuzz.py).
 
 Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
 suite file. Every usage error is found before any case runs.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from ode_ref.files import replacing
 from odeattn.commands.args import UsageError, add_force, check_output_path, positive_float, positive_int, user_input
+from odeattn.commands import fuzz as fuzz_command
 from odeattn.commands.progress import Progress
 
 
@@ -23,6 +25,10 @@ ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the optio
     "mutants": ("run the mutation battery (one-line bugs applied to the spec; the manual's Conformance page) "
                 "through the runner in every dtype, and print its kill table and a verdict line; exit 1 if a "
                 "mutant survives", ("--golden", "-j")),
+    "fuzz": ("draw configs and inputs, judge each backend against the spec computed live, and shrink a "
+             "divergence to a repro folder; exit 1 if one was found (the manual's Fuzzing page)",
+             ("--backend", "--dtype", "--json", "--junit", "--examples", "--seed", "--time-budget", "--replay",
+              "--repro", "--model", "--config", "--weights", "--runtime")),
 }
 
 
@@ -50,8 +56,9 @@ def register(sub) -> None:
     p = sub.add_parser("conformance", help="check backends against the frozen golden cases (the main job)",
                        description=__doc__, add_help=False)
     p.add_argument("-h", "--help", action=_ActionHelp, help="show this help (after an action: that action's) and exit")
-    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants"], default="run",
-                   help="run (default) the suite, generate the golden files from ode_ref, or run the mutation battery")
+    p.add_argument("action", nargs="?", choices=["run", "generate", "mutants", "fuzz"], default="run",
+                   help="run (default) the suite, generate the golden files from ode_ref, run the mutation battery, or fuzz: "
+                        "drawn cases judged against the spec live")
     p.add_argument("--golden", type=Path, default=None, help="golden directory (default: the packaged, sealed one)")
     p.add_argument("--expect-digest", metavar="SHA256", help="refuse a golden set whose digest differs")
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:object",
@@ -83,6 +90,7 @@ def register(sub) -> None:
     p.add_argument("--packaged", action="store_true",
                    help="generate: rewrite the packaged golden set (and its seal) in place, as a change to the "
                         "suite does; otherwise generate writes only into --golden DIR")
+    fuzz_command.add_options(p)
 
 
 def title(args) -> str:
@@ -115,6 +123,9 @@ def _run(args) -> int:
         raise UsageError(f"--packaged: taken by generate only; got the action {args.action}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
+    fuzz_command.check_not_given(args)
+    if args.action == "fuzz":
+        return fuzz_command.fuzz(args)
     if args.action == "generate":
         return generate(args)
     if args.action == "mutants":

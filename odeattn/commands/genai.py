@@ -47,19 +47,22 @@ def export_genai(args) -> int:
         raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32), "
                          f"which no block-model option shapes; got {', '.join(given)}")
     require("onnx")
-    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai, write_genai
+    from odeattn.export.genai import CONFIG_FILE, MODEL_FILE, cache_layers, check_genai_config, write_genai
 
-    config, params = load_lm(args.config, args.weights, check_genai)
+    config, params = load_lm(args.config, args.weights, check_genai_config)
     folder = Path(args.genai)
     with user_input():
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"--genai: expected a folder; got the file {str(folder)!r}")
+        if args.shared_buffer and config.block != "attention":
+            raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
+        try:  # the folder made (and its files tried) before the model is built
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"--genai: cannot make the folder {str(folder)!r} ({err.strerror or err})") from None
         for name in (MODEL_FILE, CONFIG_FILE):  # an existing one needs --force; neither may be an input
-            if folder.is_dir():
-                check_output_path("--genai", folder / name, Path(name).suffix, force=args.force,
-                                  others={"--config": args.config, "--weights": args.weights})
-    if args.shared_buffer and config.block != "attention":
-        raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
+            check_output_path("--genai", folder / name, Path(name).suffix, force=args.force,
+                              others={"--config": args.config, "--weights": args.weights})
     model, gen = write_genai(config, params, folder, shared_buffer=args.shared_buffer)
     form = "opset 24, shared-buffer form" if args.shared_buffer else "opset 17, concat form"
     print(f"wrote {model}: {model.stat().st_size / 1e3:.1f} kB, {form}, {cache_layers(config)} cache layers "

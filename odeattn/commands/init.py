@@ -1,7 +1,9 @@
 """`odeattn init DIR`: a block to start from. Writes DIR/config.json (the ODEConfig fields),
 DIR/weights.safetensors (ode_ref.init_params with --seed, float32, the spec's parameter names)
 and DIR/x.npy (a seeded normal batch, float32 [batch, seq, hidden_size]): the inputs of
-`odeattn export`, `odeattn run` and `odeattn diagnose`."""
+`odeattn export`, `odeattn run` and `odeattn diagnose`. With --lm, a decoder language model
+instead: DIR/config.json (an LMConfig) and DIR/weights.safetensors (ode_ref.init_lm_params), no
+x.npy, the inputs of `odeattn export --genai`."""
 
 from __future__ import annotations
 
@@ -26,18 +28,23 @@ def register(sub) -> None:
     p.add_argument("--num-heads", type=positive_int, default=4, help="heads; must divide --hidden-size (default 4)")
     p.add_argument("--solver", choices=list(R.SOLVERS), default="rk4", help="the Butcher tableau (default rk4)")
     p.add_argument("--steps", type=positive_int, default=4, help="ode_steps (default 4)")
-    p.add_argument("--mode", choices=list(R.MODES), default="encoder", help="encoder (default) or decoder (causal)")
+    p.add_argument("--mode", choices=list(R.MODES), help="encoder (default) or decoder (causal); not with --lm")
     p.add_argument("--norm-type", choices=list(R.NORM_TYPES), default="layer_norm", help="the pre-norm (default layer_norm)")
     p.add_argument("--bitnet", action="store_true", help="BitLinear (ternary weights) in both projections")
     p.add_argument("--seed", type=non_negative_int, default=0, help="of the weights and of x (default 0)")
-    p.add_argument("--batch", type=positive_int, default=2, help="of x (default 2)")
-    p.add_argument("--seq", type=positive_int, default=8, help="of x (default 8)")
+    p.add_argument("--batch", type=positive_int, help="of x (default 2); not with --lm")
+    p.add_argument("--seq", type=positive_int, help="of x (default 8); not with --lm")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
     p.add_argument("--lm", action="store_true",
-                   help="a decoder language model of --num-layers blocks instead (config.json, an LMConfig, and "
-                        "weights.safetensors): the input of `odeattn export --genai`")
-    p.add_argument("--vocab-size", type=positive_int, default=64, help="with --lm: the vocabulary (default 64)")
-    p.add_argument("--num-layers", type=positive_int, default=2, help="with --lm: the blocks (default 2)")
+                   help="write a decoder language model of --num-layers blocks instead: config.json (an LMConfig, "
+                        "mode decoder) and weights.safetensors, no x.npy; the input of `odeattn export --genai`")
+    p.add_argument("--vocab-size", type=positive_int, help="with --lm: the vocabulary (default 64)")
+    p.add_argument("--num-layers", type=positive_int, help="with --lm: the blocks (default 2)")
+
+
+# the options of one kind of model only (None when not given): refused with the other, not ignored
+BLOCK_ONLY, LM_ONLY = ("--mode", "--batch", "--seq"), ("--vocab-size", "--num-layers")
+DEFAULTS = {"mode": "encoder", "batch": 2, "seq": 8, "vocab_size": 64, "num_layers": 2}
 
 
 def check_paths(folder: Path, force: bool, files=FILES) -> dict[str, Path]:
@@ -76,6 +83,13 @@ def check_memory_of(config, batch: int, seq: int) -> int:
 def run(args) -> int:
     import numpy as np
 
+    given = lambda flags: [f for f in flags if getattr(args, f[2:].replace("-", "_")) is not None]  # noqa: E731
+    wrong = given(BLOCK_ONLY) if args.lm else given(LM_ONLY)
+    if wrong:
+        raise UsageError(f"{', '.join(wrong)}: " + ("--lm writes a decoder language model (always mode decoder) and no "
+                                                    "x.npy; drop them" if args.lm else "apply to --lm only"))
+    for name, default in DEFAULTS.items():
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.lm:
         from odeattn.commands.genai import init_lm
 

@@ -59,6 +59,11 @@ def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
                  "an estimated 1.4 TiB (x drawn, (2, 1000000000, 64) float64: 953.7 GiB; x in float32", id="a-long-x"),
     pytest.param(["init", "{d}/new", "--hidden-size", str(10**6), "--num-heads", "1"], "odeattn init: --hidden-size 1000000, "
                  "--batch 2, --seq 8: needs an estimated 58.2 TiB (the parameters drawn, (", id="a-wide-block"),
+    pytest.param(["init", "{d}/new", "--lm", "--mode", "encoder", "--seq", "5"],
+                 "--mode, --seq: --lm writes a decoder language model (always mode decoder) and no x.npy", id="lm-with-mode-seq"),
+    pytest.param(["init", "{d}/new", "--lm", "--batch", "3"], "--batch: --lm writes", id="lm-with-batch"),
+    pytest.param(["init", "{d}/new", "--vocab-size", "32", "--num-layers", "3"],
+                 "--vocab-size, --num-layers: apply to --lm only", id="lm-options-without-lm"),
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)

@@ -1,0 +1,118 @@
+"""A fuzz finding as a folder a user attaches to a bug report, and its replay.
+
+    config.json          the config (every field)
+    weights.safetensors  the parameters, float64, under the spec's names
+    x.npy                the input, float64 (batch, seq, d_model)
+    padding_mask.npy     bool (batch, seq); all True when the example has no mask (case.json says which)
+    z1_bar.npy           a grad example's cotangent of z(1)
+    expected.safetensors the spec's float64 quantities (f0, step_k, z1; prefill, decode_k; x_bar, grad.*)
+    got.safetensors      the backend's, widened to float64 (exactly)
+    case.json            backend, dtype, kind, the quantity, err/tol, the localisation and the command
+                         that reruns exactly this example
+
+Replaying reads only data: np.load(allow_pickle=False) and safetensors, so a folder holding a
+pickle is refused, never executed. The spec's expected outputs are recomputed from the inputs, not
+read from the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+import ode_ref as R
+
+from .draw import case_of, describe_input, describe_padding
+
+REQUIRED = ("case.json", "config.json", "weights.safetensors", "x.npy", "padding_mask.npy")
+FORMAT = 1
+
+
+def folder_name(backend: str, dtype: str) -> str:
+    """A file name for a backend (a reference may hold ':' or spaces) and dtype."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in backend)
+    return f"{safe}-{dtype}"[:120]
+
+
+def replay_command(directory: Path, backend: str, dtype: str, model=None) -> str:
+    """The command that reruns a folder's example: on the backend, or on a model file (model:
+    its (file, config, weights) paths)."""
+    q = shlex.quote
+    if model is not None:
+        return (f"odeattn conformance fuzz --replay {q(str(directory))} --model {q(str(model[0]))} --config {q(str(model[1]))} "
+                f"--weights {q(str(model[2]))}")
+    return f"odeattn conformance fuzz --replay {q(str(directory))} --backend {q(backend)} --dtype {dtype}"
+
+
+def write_repro(directory: Path, finding, backend: str, dtype: str, model=None) -> Path:
+    """Write finding (fuzz.Finding) into directory (made if missing); returns it. model: a model
+    file's (file, config, weights) paths, for the rerun command."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    case, d = finding.case, finding.draw
+    (directory / "config.json").write_text(json.dumps(case.config.to_dict(), indent=1) + "\n")
+    save_file({k: np.ascontiguousarray(v, np.float64) for k, v in case.params.items()}, str(directory / "weights.safetensors"))
+    np.save(directory / "x.npy", case.x)
+    mask = case.padding_mask if case.padding_mask is not None else np.ones(case.x.shape[:2], dtype=bool)
+    np.save(directory / "padding_mask.npy", mask)
+    if case.z1_bar is not None:
+        np.save(directory / "z1_bar.npy", case.z1_bar)
+    save_file({k: np.ascontiguousarray(v, np.float64) for k, v in case.quantities().items()}, str(directory / "expected.safetensors"))
+    save_file({k: np.ascontiguousarray(np.asarray(v, np.float32) if v.dtype.itemsize < 4 else v, np.float64)
+               for k, v in finding.outputs.items()}, str(directory / "got.safetensors"))
+    bad = next((q for q in finding.result.quantities if q.quantity == finding.quantity), None)
+    meta = {"format": FORMAT, "backend": backend, "dtype": dtype, "kind": d.kind, "decoded": case.decoded,
+            "has_padding_mask": case.padding_mask is not None, "shape": list(case.x.shape),
+            "heads": case.config.num_heads, "head_dim": case.config.head_dim, "padding": describe_padding(d),
+            "input": describe_input(d), "quantity": finding.quantity, "message": finding.result.message,
+            "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
+            "localisation": finding.localisation, "stage": finding.stage,
+            "command": replay_command(directory, backend, dtype, model)}
+    (directory / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return directory
+
+
+def _array(directory: Path, name: str) -> np.ndarray:
+    try:
+        return np.load(directory / name, allow_pickle=False)
+    except ValueError as err:  # an object array: a pickle, never loaded
+        raise ValueError(f"--replay: {name} holds a pickle or is not an array file ({err}); refused: replay reads data only") from None
+
+
+def load_repro(directory: Path, dtype: str = ""):
+    """(the spec's case for the folder's inputs, case.json's dict), the case's half fields measured
+    for dtype (default: case.json's); ValueError naming the file and
+    what was wrong (a missing file, a pickle, a shape or dtype that does not fit)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"--replay: expected a folder written by odeattn conformance fuzz; got {str(directory)!r}")
+    missing = [n for n in REQUIRED if not (directory / n).is_file()]
+    if missing:
+        raise ValueError(f"--replay: {str(directory)!r} is missing {', '.join(missing)}")
+    meta = json.loads((directory / "case.json").read_text())
+    if not isinstance(meta, dict) or meta.get("kind") not in ("block", "decode", "grad"):
+        raise ValueError(f"--replay: case.json: expected kind block, decode or grad; got {meta.get('kind') if isinstance(meta, dict) else meta!r}")
+    config = R.ODEConfig.from_any(json.loads((directory / "config.json").read_text()))
+    x, mask = _array(directory, "x.npy"), _array(directory, "padding_mask.npy")
+    if x.dtype != np.float64 or x.ndim != 3 or x.shape[2] != config.hidden_size:
+        raise ValueError(f"--replay: x.npy: expected float64 (batch, seq, {config.hidden_size}); got {x.dtype} {x.shape}")
+    if mask.dtype != np.bool_ or mask.shape != x.shape[:2]:
+        raise ValueError(f"--replay: padding_mask.npy: expected bool {x.shape[:2]}; got {mask.dtype} {mask.shape}")
+    params = load_file(str(directory / "weights.safetensors"))
+    want = R.param_shapes(config)
+    if set(params) != set(want) or any(tuple(params[k].shape) != tuple(s) for k, s in want.items()):
+        raise ValueError(f"--replay: weights.safetensors: expected the parameters {sorted(want)} of config.json's shapes")
+    z1_bar = None
+    if meta["kind"] == "grad":
+        if not (directory / "z1_bar.npy").is_file():
+            raise ValueError(f"--replay: {str(directory)!r} is missing z1_bar.npy (a grad example's cotangent)")
+        z1_bar = _array(directory, "z1_bar.npy")
+    decoded = int(meta.get("decoded", 0))
+    case = case_of(config, {k: np.asarray(v, np.float64) for k, v in params.items()}, x,
+                   mask if meta.get("has_padding_mask", True) else None, kind=meta["kind"], decoded=decoded,
+                   name="fuzz_replay", dtype=dtype or meta.get("dtype", "float32"), z1_bar=z1_bar)
+    return case, meta
