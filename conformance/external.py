@@ -48,6 +48,7 @@ import numpy as np
 from .encoder_adapters import OnnxEncoder
 from .exported import _ExportedAdapter
 from .frames import HEADER, decode, encode
+from .lifetime import die_with_parent
 from .protocol import NotSupported
 
 PROTOCOL = 1
@@ -95,7 +96,7 @@ class Channel:
         self.label = label
         try:
             self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=None, cwd=cwd, bufsize=0)
+                                         stderr=None, cwd=cwd, bufsize=0, preexec_fn=die_with_parent())
         except OSError as err:
             raise ExternalError(f"backend {label}: cannot start {argv[0]!r} ({err.strerror or err})") from None
         self.read_so_far = b""

@@ -44,10 +44,12 @@ import numpy as np
 
 import ode_ref as R
 
+from ode_ref.files import replacing
 from ode_ref.precision import HALF_DTYPES
 
 from .cases import CASES_VERSION, Case, build_all, float32_errors, half_fields, quantity_names, same_case, with_half
 from .half import HALF_FIELDS
+from .target import MANIFEST, check_names, check_writable, owned_files
 from .tolerance import UNIT_ROUNDOFF
 
 FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
@@ -55,7 +57,6 @@ FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"
 READ_FORMATS = (2, 3, 4, 5, 6)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
-MANIFEST = "manifest.json"
 
 _NUMBER = {"type": "number", "minimum": 0}
 # The largest size a manifest may declare: steps, batch, seq, d_model, heads and decoded tokens each.
@@ -178,48 +179,37 @@ def _entry(case: Case, file: str, sha: str) -> dict:
     }
 
 
-def check_writable(directory: Path) -> None:
-    """PermissionError unless files can be created in directory (made if missing); tried, not
-    guessed from permission bits, so a read-only file system counts too."""
-    import tempfile
-
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as err:
-        raise PermissionError(f"golden directory {os.fspath(directory)!r}: not writable ({err.strerror or err})") from None
-
-
 def write_golden(directory=GOLDEN_DIR, cases=None, progress=None) -> Path:
     """Write every case and the manifest; returns the manifest path. Deterministic bytes.
     Writing the packaged folder also rewrites the seal (seal.py)."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
+    owned = owned_files(directory)  # a folder that is not empty and holds no golden set is refused
     check_writable(directory)
     cases = build_all() if cases is None else cases
+    check_names(directory, owned, [f"{case.name}.safetensors" for case in cases])
     kept = _kept(cases, directory)  # read before any file is removed
     entries = []
-    for stale in directory.glob("*.safetensors"):  # a renamed or removed case leaves no file behind
-        if stale.name not in {f"{name}.safetensors" for name in kept}:
-            stale.unlink()
+    for stale in owned - {f"{name}.safetensors" for name in kept}:  # a renamed or removed case leaves no file behind
+        (directory / stale).unlink(missing_ok=True)
     for case in cases:
         file = f"{case.name}.safetensors"
         if case.name in kept:
             case = with_half(kept[case.name])  # its file and e32 as stored; e16 and ebf16 against its golden
         else:
-            save_file(_tensors(case), str(directory / file))
+            with replacing(directory / file) as tmp:
+                save_file(_tensors(case), str(tmp))
         entries.append(_entry(case, file, _sha256(directory / file)))
         if progress:
             progress(case.name)
     manifest = {"format": FORMAT, "cases_version": CASES_VERSION, "spec_version": R.__version__, "cases": entries}
     path = directory / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     if directory.resolve() == GOLDEN_DIR.resolve():
         write_seal(path)
     return path
-
 
 
 def _kept(cases, directory: Path) -> dict:
@@ -261,7 +251,7 @@ def generate(directory=GOLDEN_DIR, progress=None) -> Written:
     """write_golden of every case into directory, and what it wrote (`odeattn conformance generate`).
     progress: called with each case's name once it is written."""
     path = write_golden(directory, progress=progress)
-    files = sorted(Path(directory).glob("*.safetensors"))
+    files = [Path(directory) / name for name in owned_files(directory)]  # the set's, not a user's beside it
     return Written(path, len(files), sum(f.stat().st_size for f in files) + path.stat().st_size, digest(directory))
 
 
@@ -455,7 +445,8 @@ def read_manifest(directory=GOLDEN_DIR) -> dict:
     directory = Path(directory)
     path = directory / MANIFEST
     if not path.is_file():
-        raise GoldenError(f"{os.fspath(path)}: no such file; run `odeattn conformance generate`")
+        how = "--packaged" if directory.resolve() == GOLDEN_DIR.resolve() else f"--golden {os.fspath(directory)}"
+        raise GoldenError(f"{os.fspath(path)}: no such file; run `odeattn conformance generate {how}`")
     try:
         manifest = json.loads(path.read_text(), parse_constant=_no_constant, parse_float=_finite_float,
                               parse_int=_small_int)

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .frames import HEADER, decode, encode
+from .lifetime import PARENT_VARIABLE
 
 MIN_SHARE = 4  # cases left before another worker for the same backend pays for its start-up
 INIT_REPLY_LIMIT = 1 << 20  # bytes: an init reply is a name, dtypes and maybe a traceback
@@ -70,7 +71,7 @@ class Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "odeattn.conformance.worker", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=_stderr_fd(),
-            start_new_session=True, env={**os.environ, **thread_env(threads)},
+            start_new_session=True, env={**os.environ, **thread_env(threads), PARENT_VARIABLE: str(os.getpid())},
         )
         os.close(to_child_r)
         os.close(from_child_w)

@@ -31,6 +31,7 @@ import traceback
 import numpy as np
 
 from .frames import HEADER, _write_all, decode, encode, read_frame, write_frame  # noqa: F401 -- the worker's frames
+from .lifetime import PARENT_VARIABLE, arm
 
 def _failure(err: BaseException) -> dict:
     try:
@@ -166,6 +167,8 @@ def serve(fd_in: int, fd_out: int) -> None:
 
 def main() -> None:
     fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    if PARENT_VARIABLE in os.environ:
+        arm(int(os.environ.pop(PARENT_VARIABLE)))  # die with the run, even a kill -9 of it (lifetime.py)
     serve(fd_in, fd_out)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -47,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ode_ref as R
 from ode_ref.attention import Prepared
 from ode_ref.bitlinear import ternarize_weight
-from ode_ref.block import attention_for
+from ode_ref.block import attention_for, check_flag
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.precision import check_float16_range
@@ -282,6 +282,8 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     x and the outputs typed S (keep_io_types=True: float32, holding S values), float32 between
     the policy's rounding points; the metadata says dtype and keep_io_types.
     """
+    padding_mask, diagnostics, steps_input = (check_flag(name, value) for name, value in (
+        ("padding_mask", padding_mask), ("diagnostics", diagnostics), ("steps_input", steps_input)))
     io = HalfIO(dtype, keep_io_types)
     cfg, att = _checked(config, params, opset, attention, bitlinear)
     att = _half(cfg, params, att, io, bitlinear)
@@ -345,7 +347,7 @@ def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: boo
     """(the outputs, the Loop's outputs' shapes) of the Loop form: one Loop node over the steps
     (export.loop). The shapes are declared: onnx's shape inference leaves a Loop's loop-carried
     and scan outputs without one, though the body's outputs have theirs."""
-    steps = step_count(main)
+    trip, steps = step_count(main)
     dt = step_size(steps)
     tableau = TABLEAUS[cfg.ode_solver]
 
@@ -355,7 +357,7 @@ def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: boo
         return rk_step(stage, step_time(body, k, steps), Scalar(outer(body, dt)), z, tableau, att.solution_gate(inner))
 
     d = cfg.hidden_size
-    z, trajectory = loop_over_steps(main, x, make_step, ["batch", "seq", d], trajectory=diagnostics)
+    z, trajectory = loop_over_steps(main, x, make_step, ["batch", "seq", d], trip=trip, trajectory=diagnostics)
     _output(main, io.exit(main, z), "z")
     outputs, shapes = [_state_info("z", d, elem=io.elem)], [_state_info(z.name, d)]
     if diagnostics:
@@ -406,6 +408,7 @@ def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OP
     caller can check its input before the work."""
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}; got {kind!r}")
+    steps_input = check_flag("steps_input", steps_input)
     io = HalfIO(dtype, keep_io_types)
     if io.half and kind != "block":
         raise ValueError(f"dtype: the {kind} model is exported in float32 only (its cache arrays are float32 inputs "
@@ -429,6 +432,7 @@ def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, padding_
     (float32); see the module's docstring for its inputs and outputs. padding_mask=False: a model
     without that input, for prompts whose every token is real (the cache's present_padding_mask
     is then True for the prompt's slots, as the spec's prefill without a mask gives)."""
+    padding_mask = check_flag("padding_mask", padding_mask)
     cfg, att = _check_cached(config, params, opset, attention)
     main = Body("", opset)
     x, mask = Value(main, "x"), Value(main, "padding_mask") if padding_mask else None

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import ode_ref as R
+from ode_ref.block import check_flag
 from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import ODEEncoderConfig
 
@@ -87,6 +88,7 @@ class OnnxEncoderStages(ODEEncoderStages):
 
 def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.ModelProto:
     """The encoder stack for (config, params) as an onnx.ModelProto (float32, opset 17)."""
+    padding_mask = check_flag("padding_mask", padding_mask)
     cfg = ODEEncoderConfig.from_any(config)
     R.check_encoder_params(params, cfg)
     main = Body("", OPSET)

@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ode_ref as R
 from ode_ref.config import PAPE_ENCODINGS
+from ode_ref.files import replacing
 from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, block_prefix, check_lm_params
 
 from .attention import SelfAttention
@@ -242,6 +243,8 @@ def write_genai(config, params, folder, **search) -> tuple[Path, Path]:
     gen = genai_config(config, **search)  # its checks before the model is built
     model = export_genai_model(config, params, shared_buffer=gen["search"]["past_present_share_buffer"])
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(folder / MODEL_FILE))
-    (folder / CONFIG_FILE).write_text(json.dumps(gen, indent=1) + "\n")
+    with replacing(folder / MODEL_FILE) as tmp:  # each file whole or not at all
+        onnx.save(model, str(tmp))
+    with replacing(folder / CONFIG_FILE) as tmp:
+        tmp.write_text(json.dumps(gen, indent=1) + "\n")
     return folder / MODEL_FILE, folder / CONFIG_FILE

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from ode_ref.block import check_flag
 from ode_ref.precision import HALF_DTYPES, MixedPrecision, round_to
 
 from .graph import Body, Value
@@ -56,6 +57,7 @@ class HalfIO:
 
     def __init__(self, dtype: str = "float32", keep_io_types: bool = False):
         self.dtype = check_export_dtype(dtype)
+        keep_io_types = check_flag("keep_io_types", keep_io_types)
         if keep_io_types and self.dtype == "float32":
             raise ValueError("keep_io_types: applies to a half dtype (float16, bfloat16); got dtype='float32'")
         self.keep_io_types = keep_io_types

@@ -1,7 +1,8 @@
 """The Loop form of the block: one ONNX file for any number of steps (export_model's steps_input).
 
     inputs:  x, padding_mask as the default form; steps int64 [] (default: the config's
-             ode_steps, an initializer of the same name, so a feed may leave it out)
+             ode_steps, an initializer of the same name, so a feed may leave it out), clamped
+             to [1, MAX_STEPS] by the graph (step_count); runtime.check_steps refuses others
     output:  z float32 [batch, seq, d_model] = z(1) after `steps` steps of size 1 / steps
 
 The main graph holds the parameters, the mask and the positions (prepared once, as in the default
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+from ode_ref.config import MAX_STEPS
 
 from .graph import Body, Value
 
@@ -63,9 +66,13 @@ def steps_info():
     return helper.make_tensor_value_info(STEPS, TensorProto.INT64, [])
 
 
-def step_count(main: Body) -> Value:
-    """The steps input as a double, once in the main graph."""
-    return main.op("Cast", Value(main, STEPS), to=TensorProto.DOUBLE)
+def step_count(main: Body) -> tuple[Value, Value]:
+    """(the trip count, int64, and the same as a double), once in the main graph: the steps input
+    clamped to [1, MAX_STEPS]. ONNX has no operator that fails a run, so the graph clamps what
+    it is fed (0 or less takes one step, more than MAX_STEPS takes MAX_STEPS) and every runner of
+    the project refuses such a value before the run (export.runtime.check_steps)."""
+    trip = main.op("Clip", Value(main, STEPS), main.const(1, np.int64), main.const(MAX_STEPS, np.int64))
+    return trip, main.op("Cast", trip, to=TensorProto.DOUBLE)
 
 
 def step_size(steps_double: Value) -> Value:
@@ -83,8 +90,8 @@ def step_time(body: Body, k: Value, steps_double: Value) -> Scalar:
     return Scalar(body.op("Div", body.op("Cast", k, to=TensorProto.DOUBLE), outer(body, steps_double)))
 
 
-def loop_over_steps(main: Body, x: Value, make_step, state_dims, *, trajectory: bool = False):
-    """z after `steps` iterations of make_step(body, k, z) -> the next z, a Loop node in main
+def loop_over_steps(main: Body, x: Value, make_step, state_dims, *, trip: Value, trajectory: bool = False):
+    """z after `trip` (step_count) iterations of make_step(body, k, z) -> the next z, a Loop node in main
     from z = x; with trajectory, also the state after each step, [steps, *state_dims] (a scan
     output). Returns (z, trajectory or None)."""
     body = Body(BODY, main.opset)
@@ -100,5 +107,5 @@ def loop_over_steps(main: Body, x: Value, make_step, state_dims, *, trajectory: 
     graph = helper.make_graph(body.nodes, "ode_step", [helper.make_tensor_value_info(k.name, TensorProto.INT64, []),
                                                        helper.make_tensor_value_info(cond.name, TensorProto.BOOL, []),
                                                        state(z.name)], outputs)
-    out = main.op("Loop", Value(main, STEPS), main.const(True, np.bool_), x, outputs=1 + trajectory, body=graph)
+    out = main.op("Loop", trip, main.const(True, np.bool_), x, outputs=1 + trajectory, body=graph)
     return (out[0], out[1]) if trajectory else (out, None)

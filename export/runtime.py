@@ -8,11 +8,15 @@ one given is checked (an int64 scalar >= 1) before ONNX Runtime sees it.
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
+
+from ode_ref.config import MAX_STEPS
 
 
 class ModelError(ValueError):
@@ -71,7 +75,9 @@ def session(model, *, threads: int | None = None, optimized_path=None):
         opts.intra_op_num_threads = threads
     if optimized_path is not None:
         opts.optimized_model_filepath = os.fspath(optimized_path)
-    if optimized_path is not None or _takes_defaults(model):
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
+    check_stored_steps(proto)  # ONNX Runtime would fail on a bad one inside, in its own words
+    if optimized_path is not None or default_inputs(proto):
         # errors only; for an input with a default (the Loop form's steps), ONNX Runtime warns that
         # it is not folded as a constant, which is what such an input is for
         opts.log_severity_level = 3
@@ -85,12 +91,6 @@ def session(model, *, threads: int | None = None, optimized_path=None):
         raise ModelError(f"model: ONNX Runtime {ort.__version__}'s CPU provider has no kernel for {found[1]} (opset "
                          f"{found[2]}) with the types the model gives it (computing in bfloat16 has almost none: a half "
                          "export computes in float32, export.half)") from None
-
-
-def _takes_defaults(model) -> bool:
-    """Whether the model (a ModelProto or a path) has an input with a default (default_inputs)."""
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
-    return bool(default_inputs(proto))
 
 
 def _info(vi) -> tuple:
@@ -139,17 +139,42 @@ NO_MASK = "padding_mask: this model was exported without a padding_mask input; g
 STEPS = "steps"  # export.loop.STEPS (not imported: this module reads models, it builds none)
 
 
-def check_steps(steps) -> np.ndarray:
+def check_steps(steps, *, name: str = STEPS) -> np.ndarray:
     """steps as an int64 scalar array, checked: an integer (a Python or NumPy integer, or an
-    integer array of shape []) >= 1; TypeError or ValueError naming it."""
-    a = np.asarray(steps)
-    if isinstance(steps, (bool, np.bool_)) or a.dtype.kind not in "iu":
-        raise TypeError(f"steps: expected an integer >= 1; got {steps!r} ({a.dtype})")
-    if a.shape != ():
-        raise ValueError(f"steps: expected a scalar (shape []); got shape {list(a.shape)}")
-    if int(a) < 1:
-        raise ValueError(f"steps: expected an integer >= 1; got {int(a)}")
-    return np.array(int(a), np.int64)
+    integer array of shape []) in [1, MAX_STEPS], the config's bound (the graph clamps to it,
+    export.loop.step_count); TypeError or ValueError naming it (never NumPy's OverflowError)."""
+    if isinstance(steps, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer in [1, {MAX_STEPS}]; got {steps!r}")
+    if isinstance(steps, numbers.Integral):
+        value = int(steps)  # a Python int of any size, before NumPy sees it
+    else:
+        a = np.asarray(steps)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{name}: expected an integer in [1, {MAX_STEPS}]; got {steps!r} ({a.dtype})")
+        if a.shape != ():
+            raise ValueError(f"{name}: expected a scalar (shape []); got shape {list(a.shape)}")
+        value = int(a)
+    if not 1 <= value <= MAX_STEPS:
+        raise ValueError(f"{name}: expected an integer in [1, {MAX_STEPS}]; got {value}")
+    return np.array(value, np.int64)
+
+
+def check_stored_steps(model: onnx.ModelProto) -> None:
+    """ValueError naming the stored default unless a Loop form's steps initializer is an int64
+    scalar in [1, MAX_STEPS] and its input is declared int64 []: checked before ONNX Runtime
+    builds a session (it would fail inside, in its words) and before a run that leaves steps out."""
+    stored = next((t for t in model.graph.initializer if t.name == STEPS), None)
+    if stored is None:
+        return
+    declared = next((vi for vi in model.graph.input if vi.name == STEPS), None)
+    where = "the model's stored steps"
+    if stored.data_type != onnx.TensorProto.INT64 or list(stored.dims):
+        raise ValueError(f"{where}: expected an int64 scalar; got {onnx.helper.tensor_dtype_to_np_dtype(stored.data_type)} "
+                         f"of shape {list(stored.dims)}")
+    if declared is not None and _info(declared) != (np.dtype(np.int64), []):
+        dtype, dims = _info(declared)
+        raise ValueError(f"{where}: expected its input declared int64 of shape []; got {dtype} of shape {dims}")
+    check_steps(numpy_helper.to_array(stored), name=where)
 
 
 def fixed_steps(model: onnx.ModelProto) -> str:
@@ -182,6 +207,8 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
         if STEPS not in default_inputs(model):
             raise ValueError(f"{fixed_steps(model)}; got steps={steps!r}")
         feed[STEPS] = check_steps(steps)
+    else:
+        check_stored_steps(model)  # the default the run takes
     return feed
 
 

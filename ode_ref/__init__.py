@@ -8,7 +8,7 @@ from .backward import ode_block_vjp as ode_block_vjp
 from .block import check_input as check_input, ode_block as ode_block, ode_func as ode_func
 from .block import decode_step as decode_step, prefill as prefill
 from .cache import KVCache as KVCache
-from .config import ENCODINGS as ENCODINGS, MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
+from .config import ENCODINGS as ENCODINGS, MAX_STEPS as MAX_STEPS, MODES as MODES, SOLVERS as SOLVERS, ODEConfig as ODEConfig
 from .norms import NORM_PARAMS as NORM_PARAMS, NORM_TYPES as NORM_TYPES, apply_norm as apply_norm
 from .params import check_params as check_params, init_params as init_params
 from .precision import HALF_DTYPES as HALF_DTYPES, half_block as half_block, half_func as half_func, round_to as round_to

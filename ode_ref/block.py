@@ -42,11 +42,11 @@ def check_dtype(name: str, dtype, allowed=SPEC_DTYPES) -> None:
 
 
 def check_flag(name: str, value) -> bool:
-    """value, unless it is not a bool (True or False): TypeError naming the option. A string such as
-    "no" would otherwise count as true."""
-    if not isinstance(value, bool):
+    """value as a bool, if it is one (True or False, or NumPy's np.bool_): TypeError naming the
+    option otherwise. A string such as "no" would otherwise count as true."""
+    if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name}: expected True or False; got {value!r} ({type(value).__name__})")
-    return value
+    return bool(value)
 
 
 def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dtypes=SPEC_DTYPES,

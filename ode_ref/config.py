@@ -28,6 +28,9 @@ PAPE_ENCODINGS: tuple[str, ...] = ("pape", "pape_efficient", "pape_ri")  # a bia
 BIAS_ENCODINGS: tuple[str, ...] = ("alibi", "bam")  # a bias from the positions alone, once per block
 ENCODINGS: tuple[str, ...] = (*NULL_ENCODINGS, *ROTARY_ENCODINGS, "hope", *BIAS_ENCODINGS, *PAPE_ENCODINGS)
 SSMAX_LENGTHS: tuple[str, ...] = ("visible", "padded")  # what n is in SSMax's s * ln(n) (positions.py)
+# The most steps a block takes (ode_steps, and the Loop form's steps input): past it a call runs for
+# hours, not a step count anyone means; the golden manifest's sizes share the bound (golden.MAX_SIZE)
+MAX_STEPS = 1 << 16
 
 
 def dtype_name(dtype) -> str:
@@ -117,6 +120,8 @@ class ODEConfig:
         # NumPy integers and booleans (read from arrays or checkpoints) become Python ones
         for name in ("hidden_size", "num_heads", "ode_steps"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if self.ode_steps > MAX_STEPS:
+            raise ValueError(f"ode_steps: expected an integer in [1, {MAX_STEPS}]; got {self.ode_steps}")
         for name in ("use_bitnet", "ode_use_pe", "bam_learn_mu", "use_ssmax"):
             if isinstance(getattr(self, name), np.bool_):
                 object.__setattr__(self, name, bool(getattr(self, name)))

@@ -115,4 +115,6 @@ def check_encoder_params(params, config) -> None:
 def stack_params(state_dict: dict) -> dict:
     """The stack's entries of a released encoder's state_dict: everything but the embedding's keys
     (EMBEDDING_PREFIXES). Any other key stays, so a strict load still names it."""
+    if not hasattr(state_dict, "items") or not all(isinstance(k, str) for k in state_dict):
+        raise TypeError(f"state_dict: expected a dict of parameter name -> array; got {type(state_dict).__name__}")
     return {k: v for k, v in state_dict.items() if not k.startswith(EMBEDDING_PREFIXES)}

@@ -165,23 +165,49 @@ def norm_params_of(params: dict, norm_type: str) -> dict:
 
 
 def save_params(params: dict, path) -> None:
-    """Write params to .safetensors (needs the safetensors package) or .npz (NumPy only).
-    Only numeric arrays: an object array would make the .npz need unpickling, so it is refused."""
+    """Write params to .safetensors (needs the safetensors package) or .npz (NumPy only), the
+    suffix in any case (W.NPZ is an .npz, written under that very name). Only numeric arrays: an
+    object array would make the .npz need unpickling, so it is refused. Written whole or not at
+    all (files.replacing): a failure leaves a file already at path as it was."""
+    from .files import replacing
+
     arrays = {k: np.asarray(v, order="C") for k, v in params.items()}  # keeps 0-d shapes
     for name, value in arrays.items():
         if value.dtype.kind not in "biuf":
             raise ValueError(f"params[{name!r}]: expected a numeric array; got dtype {value.dtype}")
     ext = _extension(path)
     try:
-        if ext == ".npz":
-            np.savez(path, **arrays)
-        else:
-            from safetensors.numpy import save
+        with replacing(path) as tmp:
+            if ext == ".npz":
+                with open(tmp, "wb") as f:  # a file object: np.savez adds no second suffix
+                    np.savez(f, **arrays)
+            else:
+                from safetensors.numpy import save
 
-            with open(path, "wb") as f:  # errors name this file, not a temporary one
-                f.write(save(arrays))
+                data = _safetensors_bytes(save, arrays, path)
+                with open(tmp, "wb") as f:
+                    f.write(data)
     except OSError as err:
         raise OSError(f"params file {os.fspath(path)!r}: cannot be written ({err.strerror})") from None
+
+
+def _safetensors_bytes(save, arrays: dict, path) -> bytes:
+    """safetensors' serialisation of arrays; ValueError naming the array and the file for a dtype
+    it has no type for (float128, say) instead of its own error."""
+    try:
+        return save(arrays)
+    except Exception as err:  # safetensors raises its own types for a dtype it cannot store
+        bad = next((k for k, v in arrays.items() if _unstorable(save, v)), None)
+        what = f"params[{bad!r}]: dtype {arrays[bad].dtype}" if bad else "params"
+        raise ValueError(f"{what} cannot be stored in the safetensors file {os.fspath(path)!r} ({err})") from None
+
+
+def _unstorable(save, value) -> bool:
+    try:
+        save({"a": value})
+    except Exception:
+        return True
+    return False
 
 
 def load_params(path) -> dict:

@@ -186,7 +186,7 @@ def half_block(params, x, config, padding_mask=None, *, dtype: str, attention=No
     """ode_block under the policy in dtype: x (batch, seq, d_model) and params are rounded to
     dtype on the way in, z(1) (and each state of the trajectory) on the way out. Returns float32
     arrays holding dtype values. attention: a spec variant to run under the policy, or None."""
-    check_dtype("x", np.asarray(x).dtype, ("float16", "float32", "float64"))
+    check_dtype("x", np.asarray(x).dtype, ("float16", "bfloat16", "float32", "float64"))  # rounded to dtype below
     for name, a in (("x", x), *((f"params[{k!r}]", v) for k, v in params.items())):
         check_float16_range(name, a, dtype)
     attention = half_attention(config, dtype, attention)

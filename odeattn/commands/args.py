@@ -152,28 +152,53 @@ def require(module: str) -> None:
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
-def check_output_path(option: str, path, suffix: str | None = None) -> None:
-    """UsageError unless `path` can be written: the expected suffix, not a folder, in a folder that
-    exists and takes a file (tried by opening it, so a read-only file system counts too; nothing
-    is left behind). Every command checks its outputs with this before any work starts."""
+def check_output_path(option: str, path, suffix: str | None = None, *, force: bool = False, others=None) -> None:
+    """UsageError unless `path` can be written: the expected suffix (in any case), not a folder, in
+    a folder that exists and takes a new file (tried by making a temporary one, so a read-only file
+    system counts too; nothing is left behind), not an existing file unless force (--force), and
+    not the file of any of `others` (option -> path: the command's inputs and its other outputs),
+    force or not. Every command checks its outputs with this before any work starts, and writes
+    them through ode_ref.files (whole or not at all)."""
+    import tempfile
+
     if path is None:
         return
     path = Path(path)
+    shown = os.fspath(path)
     if path.is_dir():
-        raise UsageError(f"{option}: expected a file path; got the folder {os.fspath(path)!r}")
+        raise UsageError(f"{option}: expected a file path; got the folder {shown!r}")
     if suffix and path.suffix.lower() != suffix:
-        raise UsageError(f"{option}: expected a file ending in {suffix}; got {os.fspath(path)!r}")
+        raise UsageError(f"{option}: expected a file ending in {suffix}; got {shown!r}")
+    for other, given in (others or {}).items():
+        if given is not None and same_file(path, given):
+            raise UsageError(f"{option}: {shown!r} is the file given to {other}; expected a different file")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UsageError(f"{option}: the folder {os.fspath(folder)!r} does not exist")
-    existed = path.exists()
+    if path.exists() and not force:
+        raise UsageError(f"{option}: {shown!r} exists already; pass --force to overwrite it")
     try:
-        with open(path, "a"):
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as err:
-        raise UsageError(f"{option}: {os.fspath(path)!r} is not writable ({err.strerror})") from None
-    if not existed:
-        path.unlink()
+        raise UsageError(f"{option}: {shown!r} is not writable ({err.strerror})") from None
+
+
+def same_file(a, b) -> bool:
+    """Whether the paths name one file: the same resolved path, or (both existing) the same inode
+    (a hard link, a symlink)."""
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def add_force(parser) -> None:
+    """--force: every command that writes files refuses to replace an existing one without it."""
+    parser.add_argument("--force", action="store_true", help="overwrite output files that exist")
 
 
 def read_json(option: str, path: Path):

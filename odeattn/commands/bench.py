@@ -32,7 +32,8 @@ import ode_ref as R
 from odeattn.bench import (COMPILE_CONFIGS, DECODE_CONTEXTS, DECODE_RUNTIMES, DEFAULT_REPEATS, MEMORY_RUNTIMES, MEMORY_SHAPE, PATHS, QUICK,
                            SHAPES, TORCH_PLAIN, compile_result, decode_result, format_compile, format_decode, format_memory, format_tables, memory_result,
                            plot_memory, plot_scaling, run_bench)
-from odeattn.commands.args import (UsageError, check_output_path, comma_list, non_negative_int, positive_int,
+from ode_ref.files import replacing, write_text
+from odeattn.commands.args import (UsageError, add_force, check_output_path, comma_list, non_negative_int, positive_int,
                                    require, user_input)
 
 
@@ -55,8 +56,10 @@ def _check(args) -> tuple[list, dict]:
     if args.plot and (args.no_scaling or args.quick):
         raise UsageError(f"--plot: the plot shows the scaling tables, which {'--quick' if args.quick else '--no-scaling'} "
                          "skips; drop one of them")
-    check_output_path("--json", args.json, ".json")
-    check_output_path("--plot", args.plot, ".png")
+    if args.steps > R.MAX_STEPS:
+        raise UsageError(f"--steps: expected at most {R.MAX_STEPS} (the config's bound on ode_steps); got {args.steps}")
+    check_output_path("--json", args.json, ".json", force=args.force)
+    check_output_path("--plot", args.plot, ".png", force=args.force)
     if args.plot:
         require("matplotlib")  # a missing extra is named before the work starts
     named = {shape: name for name, shape in SHAPES.items()}  # a named shape keeps its name (and targets)
@@ -155,12 +158,14 @@ def run(args) -> int:
                            scaling=not args.no_scaling, log=log)
         print(format_tables(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        write_text(args.json, json.dumps(result, indent=1))
     if args.plot and args.memory:
-        plot_memory(result, args.plot)
+        with replacing(args.plot) as tmp:
+            plot_memory(result, tmp)
         print(f"plot: {args.plot}")
     elif args.plot and result["scaling"]:
-        plot_scaling(result, args.plot)
+        with replacing(args.plot) as tmp:
+            plot_scaling(result, tmp)
         print(f"plot: {args.plot}")
     return 0
 
@@ -185,6 +190,7 @@ def register(sub) -> None:
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path, help="PNG of the scaling tables")
+    add_force(p)
     p.add_argument("--decode", action="store_true",
                    help="instead: cached decoding against recomputing the prefix (see below)")
     p.add_argument("--contexts", default=",".join(map(str, DECODE_CONTEXTS)), help="with --decode: context lengths")

@@ -14,7 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from odeattn.commands.args import UsageError, check_output_path, positive_float, positive_int, user_input
+from ode_ref.files import replacing
+from odeattn.commands.args import UsageError, add_force, check_output_path, positive_float, positive_int, user_input
 from odeattn.commands import fuzz as fuzz_command
 from odeattn.commands.progress import Progress
 
@@ -85,6 +86,10 @@ def register(sub) -> None:
                         "always holds it)")
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report here")
+    add_force(p)
+    p.add_argument("--packaged", action="store_true",
+                   help="generate: rewrite the packaged golden set (and its seal) in place, as a change to the "
+                        "suite does; otherwise generate writes only into --golden DIR")
     fuzz_command.add_options(p)
 
 
@@ -114,6 +119,8 @@ def _run(args) -> int:
     from odeattn.conformance.pool import core_count
 
     args.jobs = args.jobs or core_count()
+    if args.packaged and args.action != "generate":
+        raise UsageError(f"--packaged: taken by generate only; got the action {args.action}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: a plug-in beside the user is found
     fuzz_command.check_not_given(args)
@@ -130,9 +137,15 @@ def generate(args) -> int:
     from odeattn.conformance.cases import case_specs
     from odeattn.conformance.encoder_cases import ENCODER_ROWS
     from odeattn.conformance.golden import GOLDEN_DIR, check_writable, generate as write_set
+    from odeattn.conformance.target import owned_files
 
+    if (args.golden is None) == (not args.packaged):
+        raise UsageError("generate: expected --golden DIR (a new or empty folder, or one holding a golden set) or "
+                         "--packaged (rewrite the packaged, sealed set in place)"
+                         + ("; got both" if args.packaged else "; got neither"))
     directory = args.golden or GOLDEN_DIR
     with user_input():
+        owned_files(directory)  # a folder holding other files is refused: generate touches only its own
         check_writable(directory)  # made if missing
     bar = Progress()
     bar.begin(len(case_specs()) + len(ENCODER_ROWS))
@@ -177,9 +190,10 @@ def prepare(args):
             raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
     for option, patterns in (("-k", args.include), ("--exclude", args.exclude), ("--xfail", args.xfail)):
         compile_patterns(option, patterns)
-    check_output_path("--json", args.json)
-    check_output_path("--junit", args.junit)
     directory = args.golden or GOLDEN_DIR
+    inputs = {"--external": args.external, "--golden (its manifest.json)": directory / "manifest.json"}
+    check_output_path("--json", args.json, force=args.force, others=inputs)
+    check_output_path("--junit", args.junit, force=args.force, others={**inputs, "--json": args.json})
     if args.external is not None and not args.external.is_file():
         raise UsageError(f"--external: expected a file; got {os.fspath(args.external)!r}")
     if args.golden is not None and not args.golden.is_dir():
@@ -188,7 +202,7 @@ def prepare(args):
     if not cases:
         raise UsageError("-k/--exclude: no case matches the patterns")
     set_digest = digest(directory)
-    if args.expect_digest and args.expect_digest != set_digest:
+    if args.expect_digest and args.expect_digest.strip().lower() != set_digest:  # hex: either case
         raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
     try:
         declared = load_backends_file(args.external) if args.external else None
@@ -222,7 +236,9 @@ def suite(args) -> int:
         print(format_profile(report.profile, report.wall))
         print(f"before the run: {setup:.1f} s (the golden set loaded and checked, the backends found)")
     if args.json:
-        write_json(report, args.json, {**header, "setup_seconds": setup})
+        with replacing(args.json) as tmp:
+            write_json(report, tmp, {**header, "setup_seconds": setup})
     if args.junit:
-        write_junit(report, args.junit, header)
+        with replacing(args.junit) as tmp:
+            write_junit(report, tmp, header)
     return report.exit_code

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from odeattn.commands.args import check_output_path, positive_int, require, user_input
+from ode_ref.files import replacing, write_text
+from odeattn.commands.args import add_force, check_output_path, non_negative_int, positive_int, require, user_input
 
 
 def register(sub) -> None:
@@ -18,13 +19,14 @@ def register(sub) -> None:
     t = demos.add_parser("train", help="loss curves of euler, rk4 and rk2_gated on a tiny task (under a minute)",
                          description=D.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--steps", type=positive_int, default=300, help="Adam steps per solver (default 300)")
-    t.add_argument("--seed", type=int, default=0, help="of the initial weights and of the data (default 0)")
+    t.add_argument("--seed", type=non_negative_int, default=0, help="of the initial weights and of the data (default 0)")
     t.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads (default 1: on a busy machine more threads wait on each other at this size)")
     t.add_argument("--plot", type=Path, default=Path("demo_train.png"),
                    help="PNG of the loss curves (default demo_train.png; needs odeattn[bench])")
     t.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
     t.add_argument("--json", type=Path, help="the losses of every step, per solver")
+    add_force(t)
     t.add_argument("--blocks", choices=D.BLOCKS, default="attention",
                    help="attention: the ODE attention block with euler, rk4, rk2_gated (default); layer: the ODE "
                         "Transformer's block (F a whole encoder layer), residual against rk2_gated at equal parameter count")
@@ -37,9 +39,9 @@ def title(args) -> str:
 def check_options(args) -> None:
     """UsageError naming the option unless the outputs can be written; a missing matplotlib (for
     --plot) is raised as ModuleNotFoundError, which main() turns into the extra's name. Before any work."""
-    check_output_path("--json", args.json, ".json")
+    check_output_path("--json", args.json, ".json", force=args.force)
     if args.plot:
-        check_output_path("--plot", args.plot, ".png")
+        check_output_path("--plot", args.plot, ".png", force=args.force, others={"--json": args.json})
         require("matplotlib")
 
 
@@ -52,9 +54,10 @@ def run(args) -> int:
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     print(D.format_summary(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        write_text(args.json, json.dumps(result, indent=1))
         print(f"json: {args.json}")
     if args.plot:
-        D.plot(result, args.plot)
+        with replacing(args.plot) as tmp:
+            D.plot(result, tmp)
         print(f"plot: {args.plot}")
     return 0

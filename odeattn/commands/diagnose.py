@@ -4,10 +4,13 @@ meet a tolerance (the method: odeattn.diagnose)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from odeattn.commands.args import UsageError, check_output_path, positive_int, require, user_input
-from odeattn.commands.inputs import load_block, load_x
+import ode_ref as R
+from ode_ref.files import replacing
+from odeattn.commands.args import UsageError, add_force, check_output_path, non_negative_int, positive_int, require, user_input
+from odeattn.commands.inputs import load_block, load_x, unused_encoding
 
 
 def positive_fraction(text: str) -> float:
@@ -33,13 +36,14 @@ def register(sub) -> None:
     p.add_argument("--x", type=Path, help=".npy float [batch, seq, d_model]; default: a random normal batch (--seed)")
     p.add_argument("--batch", type=positive_int, default=2, help="of the random x (default 2)")
     p.add_argument("--seq", type=positive_int, default=8, help="of the random x (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="of the random x and of the default weights (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="of the random x and of the default weights (default 0)")
     p.add_argument("--tol", type=positive_fraction, default=1e-4, help="relative error to meet (default 1e-4)")
     p.add_argument("--max-steps", type=positive_int, default=128, help="steps 1, 2, 4, ... up to this (default 128)")
     p.add_argument("--ref-steps", type=positive_int, default=1024, help="steps of the rk4 reference (default 1024)")
     p.add_argument("--plot", type=Path, default=Path("diagnose.png"),
                    help="the log-log PNG of error against steps (default diagnose.png; needs odeattn[bench])")
     p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no PNG")
+    add_force(p)
 
 
 def load_inputs(args):
@@ -60,11 +64,14 @@ def load_inputs(args):
 
 def check_options(args) -> None:
     """UsageError naming the option unless the steps and the plot make sense; before any work."""
+    if args.ref_steps > R.MAX_STEPS:
+        raise UsageError(f"--ref-steps: expected at most {R.MAX_STEPS} (the config's bound on ode_steps); got {args.ref_steps}")
     if args.ref_steps % 2 or args.ref_steps < 2 * args.max_steps:
         raise UsageError(f"--ref-steps: expected an even integer >= 2 x --max-steps ({2 * args.max_steps}); "
                          f"got {args.ref_steps}")
     if args.plot:
-        check_output_path("--plot", args.plot, ".png")
+        check_output_path("--plot", args.plot, ".png", force=args.force,
+                          others={"--config": args.config, "--weights": args.weights, "--x": args.x})
         require("matplotlib")  # main() names the extra that installs it
 
 
@@ -74,12 +81,16 @@ def run(args) -> int:
     with user_input():
         check_options(args)
         config, params, x = load_inputs(args)
+    warning = unused_encoding(config)
+    if warning:
+        print(f"odeattn diagnose: {warning}", file=sys.stderr)
     weights = str(args.weights) if args.weights else f"init_params(seed={args.seed}), no --weights given"
     source = str(args.x) if args.x else f"random normal, seed {args.seed}"
     print(f"weights: {weights}; x: {source}, shape {list(x.shape)}, every token real; float64 (the spec)")
     result = D.diagnose(params, x, config, max_steps=args.max_steps, ref_steps=args.ref_steps, tol=args.tol)
     print(D.format_report(result, knobs=("--ref-steps", "--tol")))
     if args.plot:
-        D.plot(result, args.plot)
+        with replacing(args.plot) as tmp:
+            D.plot(result, tmp)
         print(f"plot: {args.plot}")
     return 0

@@ -12,8 +12,9 @@ from pathlib import Path
 from ode_ref.cache import evaluations
 from ode_ref.precision import HALF_DTYPES
 
-from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
-from odeattn.commands.inputs import load_block
+from ode_ref.files import replacing
+from odeattn.commands.args import CommandFailed, UsageError, add_force, check_output_path, require, user_input
+from odeattn.commands.inputs import load_block, unused_encoding
 
 DEPLOY_OPTIONS = ("functions", "quantize", "optimize")
 DTYPES = ("float32", *HALF_DTYPES)  # export.half.DTYPES (not imported: registering a command imports no onnx)
@@ -26,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path, help="the .onnx file to write (required but with --genai)")
+    add_force(p)
     p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
     p.add_argument("--no-padding-mask", action="store_true",
@@ -70,10 +72,15 @@ def register(sub) -> None:
                         "(it may hold kernels specific to this machine's CPU)")
 
 
+def inputs_of(args) -> dict:
+    """The files the command reads, by option: no output may be one of them."""
+    return {"--config": args.config, "--weights": args.weights}
+
+
 def check_options(args):
     """(config, params, opset) once the inputs are read and every option applies; UsageError naming
     what is refused, before any work."""
-    check_output_path("-o", args.output, ".onnx")
+    check_output_path("-o", args.output, ".onnx", force=args.force, others=inputs_of(args))
     config, params = load_block(args.config, args.weights)
     allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
     opset = args.opset or allowed[0]
@@ -118,6 +125,9 @@ def run(args) -> int:
         raise UsageError("-o/--output: required (the .onnx file to write), except with --genai DIR")
     with user_input():
         config, params, opset = check_options(args)
+    warning = unused_encoding(config)
+    if warning:
+        print(f"odeattn export: {warning}", file=sys.stderr)
     if args.prefill or args.decode:
         return export_cached(args, config, params, opset)
     notes = write_block(args, config, params, opset)
@@ -148,7 +158,8 @@ def write_block(args, config, params, opset: int) -> list[str]:
         print(f"exporting through torch.onnx.export: it traces each of the {evaluations(config)} evaluations of f, "
               "which takes tens of seconds", file=sys.stderr, flush=True)
         with quiet_torch_export():
-            export_torch(ODEAttentionBlock.from_params(config, params), args.output, opset=opset)
+            with replacing(args.output) as tmp:
+                export_torch(ODEAttentionBlock.from_params(config, params), tmp, opset=opset)
         return []
     from odeattn.export.block import check, export_model
 
@@ -160,7 +171,7 @@ def write_block(args, config, params, opset: int) -> list[str]:
         model, notes = deploy_form(model, args)
     except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
         raise CommandFailed(str(err)) from None
-    args.output.write_bytes(model.SerializeToString())
+    write_model(model, args.output)
     if args.bitlinear == "integer":
         from odeattn.export.deploy import PROJECTIONS
 
@@ -176,6 +187,12 @@ def write_block(args, config, params, opset: int) -> list[str]:
     elif args.functions:
         notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
+
+
+def write_model(model, path: Path) -> None:
+    """The model's bytes to path, whole or not at all."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(model.SerializeToString())
 
 
 LOCAL_FUNCTIONS_NOTE = ("local functions: onnxruntime's quantize_dynamic and transformers optimizer do not look inside "
@@ -206,7 +223,8 @@ def write_optimized(output: Path) -> str:
     from odeattn.export.deploy import optimized_path, save_optimized
 
     optimized = optimized_path(output)
-    save_optimized(output, optimized)
+    with replacing(optimized) as tmp:
+        save_optimized(output, tmp)
     return (f"optimised model: {optimized}, {optimized.stat().st_size / 1e3:.1f} kB "
             "(ONNX Runtime's graph after every optimisation; it may hold kernels specific to this machine's CPU)")
 
@@ -234,7 +252,8 @@ def check_deploy_options(args, config) -> None:
             raise UsageError("--functions: --quantize int8 quantises the written-out graph, which has no local "
                              "functions; got --functions --quantize int8")
     if args.optimize:
-        check_output_path("--optimize", optimized_path(args.output), ".onnx")
+        check_output_path("--optimize", optimized_path(args.output), ".onnx", force=args.force,
+                          others={**inputs_of(args), "-o": args.output})
 
 
 def check_steps_input(args) -> None:
@@ -313,7 +332,7 @@ def export_cached(args, config, params, opset: int) -> int:
     else:
         model = export_decode_model(config, params, opset=opset)
     check(model)
-    args.output.write_bytes(model.SerializeToString())
+    write_model(model, args.output)
     err = check_against_spec(model, config, params)
     what = "the prefill of 8 tokens" if args.prefill else "8 tokens decoded one by one from an empty cache"
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "

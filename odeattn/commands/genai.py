@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ode_ref as R
 from ode_ref.lm import LMConfig, check_lm_params
+from ode_ref.files import write_text
 from odeattn.commands.args import UsageError, check_output_path, read_json, require, user_input
 
 LM_FILES = ("config.json", "weights.safetensors")
@@ -53,17 +54,15 @@ def export_genai(args) -> int:
     with user_input():
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"--genai: expected a folder; got the file {str(folder)!r}")
-        existing = [str(folder / n) for n in (MODEL_FILE, CONFIG_FILE) if (folder / n).exists()]
-        if existing:
-            raise UsageError(f"--genai: {', '.join(existing)} exist(s) already; remove them or choose another folder")
         if args.shared_buffer and config.block != "attention":
             raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
         try:  # the folder made (and its files tried) before the model is built
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UsageError(f"--genai: cannot make the folder {str(folder)!r} ({err.strerror or err})") from None
-        for name in (MODEL_FILE, CONFIG_FILE):
-            check_output_path("--genai", folder / name)
+        for name in (MODEL_FILE, CONFIG_FILE):  # an existing one needs --force; neither may be an input
+            check_output_path("--genai", folder / name, Path(name).suffix, force=args.force,
+                              others={"--config": args.config, "--weights": args.weights})
     model, gen = write_genai(config, params, folder, shared_buffer=args.shared_buffer)
     form = "opset 24, shared-buffer form" if args.shared_buffer else "opset 17, concat form"
     print(f"wrote {model}: {model.stat().st_size / 1e3:.1f} kB, {form}, {cache_layers(config)} cache layers "
@@ -86,7 +85,7 @@ def init_lm(args, check_paths) -> int:
                           norm_type=args.norm_type, use_bitnet=args.bitnet)
         out = check_paths(args.dir, args.force, LM_FILES)
     params = R.init_lm_params(config, seed=args.seed, dtype=np.float32)
-    out["config.json"].write_text(json.dumps(config.to_dict(), indent=1) + "\n")
+    write_text(out["config.json"], json.dumps(config.to_dict(), indent=1) + "\n")
     R.save_params(params, out["weights.safetensors"])
     print(f"wrote {out['config.json']}: vocab_size={config.vocab_size}, num_layers={config.num_layers}, "
           f"hidden_size={config.hidden_size}, num_heads={config.num_heads}, ode_solver={config.ode_solver!r}, "

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 from pathlib import Path
 
 import ode_ref as R
-from odeattn.commands.args import UsageError, check_output_path, positive_int, require, user_input
+from ode_ref.files import save_npy, write_text
+from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int, require, user_input
 
 FILES = ("config.json", "weights.safetensors", "x.npy")
 
@@ -29,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=list(R.MODES), help="encoder (default) or decoder (causal); not with --lm")
     p.add_argument("--norm-type", choices=list(R.NORM_TYPES), default="layer_norm", help="the pre-norm (default layer_norm)")
     p.add_argument("--bitnet", action="store_true", help="BitLinear (ternary weights) in both projections")
-    p.add_argument("--seed", type=int, default=0, help="of the weights and of x (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="of the weights and of x (default 0)")
     p.add_argument("--batch", type=positive_int, help="of x (default 2); not with --lm")
     p.add_argument("--seq", type=positive_int, help="of x (default 8); not with --lm")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
@@ -60,8 +62,22 @@ def check_paths(folder: Path, force: bool, files=FILES) -> dict[str, Path]:
     except OSError as err:
         raise UsageError(f"DIR: cannot make the folder {str(folder)!r} ({err.strerror or err})") from None
     for path in out.values():
-        check_output_path("DIR", path, path.suffix)
+        check_output_path("DIR", path, path.suffix, force=force)
     return out
+
+
+def check_memory_of(config, batch: int, seq: int) -> int:
+    """The bytes init allocates (ode_ref.memory's estimate, refused past the limit before anything
+    is drawn): the parameters drawn in float64, their float32 copy and its serialised bytes; x
+    drawn in float64 and its float32 copy."""
+    from ode_ref.memory import Need, check_memory
+
+    count = sum(math.prod(shape) for shape in R.param_shapes(config).values())
+    return check_memory(f"--hidden-size {config.hidden_size}, --batch {batch}, --seq {seq}",
+                        Need("the parameters drawn", 1, (count,), "float64", 8),
+                        Need("the parameters in float32 and serialised", 2, (count,), "float32", 4),
+                        Need("x drawn", 1, (batch, seq, config.hidden_size), "float64", 8),
+                        Need("x in float32", 1, (batch, seq, config.hidden_size), "float32", 4))
 
 
 def run(args) -> int:
@@ -82,12 +98,13 @@ def run(args) -> int:
     with user_input():
         config = R.ODEConfig(hidden_size=args.hidden_size, num_heads=args.num_heads, ode_solver=args.solver,
                              ode_steps=args.steps, mode=args.mode, norm_type=args.norm_type, use_bitnet=args.bitnet)
+        check_memory_of(config, args.batch, args.seq)
         out = check_paths(args.dir, args.force)
     params = R.init_params(config, seed=args.seed, dtype=np.float32)
     x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size)).astype(np.float32)
-    out["config.json"].write_text(json.dumps(config.to_dict(), indent=1) + "\n")
+    write_text(out["config.json"], json.dumps(config.to_dict(), indent=1) + "\n")
     R.save_params(params, out["weights.safetensors"])
-    np.save(out["x.npy"], x)
+    save_npy(out["x.npy"], x)
     fields = ", ".join(f"{k}={v!r}" for k, v in config.to_dict().items() if k in (
         "hidden_size", "num_heads", "ode_solver", "ode_steps", "mode", "norm_type", "use_bitnet"))
     print(f"wrote {out['config.json']}: {fields}")

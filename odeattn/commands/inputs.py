@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import ode_ref as R
+from ode_ref.config import NULL_ENCODINGS
 from odeattn.commands.args import load_npy, read_json, user_input
 
 
@@ -23,6 +24,19 @@ def load_block(config_path, weights_path=None, *, seed: int = 0):
         R.check_params(params, config)
         check_finite(params)
     return config, params
+
+
+def unused_encoding(config) -> str | None:
+    """The warning for a config that names a positional_encoding (other than the default) while
+    ode_use_pe is false: valid, the seed's own semantics (the encoding is read only with
+    ode_use_pe on), but likely not what was meant; None otherwise."""
+    import dataclasses
+
+    default = next(f.default for f in dataclasses.fields(R.ODEConfig) if f.name == "positional_encoding")
+    if config.ode_use_pe or config.positional_encoding in (default, *NULL_ENCODINGS):
+        return None
+    return (f"warning: positional_encoding {config.positional_encoding!r} is not used: ode_use_pe is false, and the "
+            "seed reads the encoding only with it on; the block has no positions (set ode_use_pe true to use it)")
 
 
 def load_x(path, width: int, *, batch: int, seq: int, seed: int, dtype=np.float64) -> np.ndarray:

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ode_ref.precision import HALF_DTYPES
-from odeattn.commands.args import CommandFailed, UsageError, check_output_path, load_npy, non_negative_int, positive_int, user_input
+from ode_ref.files import save_npy
+from odeattn.commands.args import (CommandFailed, UsageError, add_force, check_output_path, load_npy, non_negative_int,
+                                   positive_int, user_input)
 from odeattn.commands.inputs import load_x
 
 
@@ -24,8 +26,9 @@ def register(sub) -> None:
     r.add_argument("--batch", type=positive_int, default=2, help="without --x: the random batch's batch size (default 2)")
     r.add_argument("--seq", type=positive_int, default=8,
                    help="without --x: the random batch's length, the tokens a decode-step model generates (default 8)")
-    r.add_argument("--seed", type=int, default=0, help="without --x: the random batch's seed (default 0)")
+    r.add_argument("--seed", type=non_negative_int, default=0, help="without --x: the random batch's seed (default 0)")
     r.add_argument("-o", "--output", type=Path, default=None, help="save z here (.npy); default: print a summary only")
+    add_force(r)
     r.add_argument("--steps", type=int, default=None,
                    help="the step count, for a model exported with --steps-input (the Loop form); default: its ode_steps")
     r.add_argument("--repeats", type=positive_int, default=None,
@@ -42,7 +45,8 @@ def check_inputs(args, threads: int):
     from odeattn.export.decode import OnnxDecoder, SessionRun
     from odeattn.export.runtime import block_width, load_model, make_feed, run_session, session
 
-    check_output_path("-o", args.output, ".npy")
+    check_output_path("-o", args.output, ".npy", force=args.force,
+                      others={"model": args.model, "--x": args.x, "--padding-mask": args.padding_mask})
     model = load_model(args.model)
     x = load_x(args.x, block_width(model), batch=args.batch, seq=args.seq, seed=args.seed, dtype=np.float32)
     if x.dtype == np.float64:  # what np.save writes of a NumPy default array: the one-line fix
@@ -120,7 +124,7 @@ def run(args) -> int:
     summary = f"z: shape {list(z.shape)}, dtype {z.dtype}, finite {bool(np.isfinite(z).all())}, max |z| {float(np.abs(z).max()):.4g}"
     if args.output:
         saved = z if z.dtype.kind == "f" else z.astype(np.float32)  # .npy has no bfloat16: its values, in float32
-        np.save(args.output, saved)
+        save_npy(args.output, saved)
         summary += f", saved to {args.output}" + ("" if saved is z else f" as float32 (holding its {z.dtype} values)")
     print(summary)
     if args.repeats:

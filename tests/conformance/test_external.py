@@ -180,3 +180,50 @@ def test_the_golden_set_runs_from_javascripts_own_test_runner():
     assert done.returncode == 0, done.stdout[-2000:]
     passed = int(next(line for line in done.stdout.splitlines() if line.startswith("# pass")).split()[-1])
     assert passed == 1 + 2 * 3  # the set holds block cases, and the port's three, in two dtypes
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_kill_9_of_the_run_takes_its_worker_and_the_exec_program_with_it(tmp_path):
+    """`kill -9` of `odeattn conformance` while an exec: program hangs (it never answers hello):
+    the worker (the program's parent) and the program die with the run (conformance/lifetime.py).
+    Every wait is bounded by polling; nothing waits on the handshake's own timeout."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pids = tmp_path / "pids"
+    hang = tmp_path / "hang.py"
+    hang.write_text("import os, pathlib, time\n"
+                    f"pathlib.Path({str(pids)!r}).write_text(f'{{os.getpid()}} {{os.getppid()}}')\n"
+                    "time.sleep(60)\n")
+    run = subprocess.Popen([sys.executable, "-m", "odeattn", "conformance", "--backend", f"exec:{sys.executable} {hang}",
+                            "-k", "derf_euler_encoder_float_nopad_s1_b2t5h2d8$", "-j", "1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        assert pids.exists(), "the exec: program never started"
+        started = [int(p) for p in pids.read_text().split()]  # the program, its worker
+        assert all(map(_alive, started))
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(map(_alive, started)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, started)), [p for p in started if _alive(p)]
+    finally:
+        for pid in [*started, run.pid]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

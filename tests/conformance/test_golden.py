@@ -207,7 +207,7 @@ def _manifest_deleted(copy, entry):
         f"{copy / entry['file']}: missing (case {entry['name']!r})"], id="missing-file"),
     pytest.param(_manifest_not_json, lambda defects, copy, entry: defects[0].startswith(
         f"{copy / 'manifest.json'}: not valid JSON"), id="malformed-manifest"),
-    pytest.param(_manifest_deleted, lambda defects, copy, entry: "run `odeattn conformance generate`" in defects[0],
+    pytest.param(_manifest_deleted, lambda defects, copy, entry: "run `odeattn conformance generate --packaged`" in defects[0],
                  id="missing-manifest"),
 ])
 def test_a_stray_tampered_or_missing_file_is_a_defect_naming_it(copy, damage, expected):
@@ -452,3 +452,8 @@ def test_one_inflated_quantity_is_named(small_team):
     assert len(defects) == 1 and defects[0].startswith(
         f"{small_team / 'manifest.json'}: case {e['name']!r}: e32.f0 = {e['e32']['f0']:.3g} is over 256 times the spec's "
         "own float32 error for this case, "), defects
+
+
+def test_a_folder_without_a_manifest_names_the_generate_that_writes_one(tmp_path):
+    with pytest.raises(golden.GoldenError, match=rf"no such file; run `odeattn conformance generate --golden {tmp_path}`$"):
+        golden.read_manifest(tmp_path)

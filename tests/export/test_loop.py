@@ -115,11 +115,16 @@ def test_the_trajectory_and_f0_and_the_reference_evaluator():
 
 
 @pytest.mark.parametrize("steps, error, message", [
-    pytest.param(0, ValueError, r"^steps: expected an integer >= 1; got 0$", id="zero"),
-    pytest.param(-3, ValueError, r"^steps: expected an integer >= 1; got -3$", id="negative"),
+    pytest.param(0, ValueError, r"^steps: expected an integer in \[1, 65536\]; got 0$", id="zero"),
+    pytest.param(-3, ValueError, r"^steps: expected an integer in \[1, 65536\]; got -3$", id="negative"),
     pytest.param(np.array([2]), ValueError, r"^steps: expected a scalar \(shape \[\]\); got shape \[1\]$", id="not-a-scalar"),
-    pytest.param(2.0, TypeError, r"^steps: expected an integer >= 1; got 2.0 \(float64\)$", id="float"),
-    pytest.param(True, TypeError, r"^steps: expected an integer >= 1; got True", id="bool"),
+    pytest.param(2.0, TypeError, r"^steps: expected an integer in \[1, 65536\]; got 2.0 \(float64\)$", id="float"),
+    pytest.param(True, TypeError, r"^steps: expected an integer in \[1, 65536\]; got True", id="bool"),
+    pytest.param(65537, ValueError, r"^steps: expected an integer in \[1, 65536\]; got 65537$", id="past-the-maximum"),
+    pytest.param(2**63, ValueError, rf"^steps: expected an integer in \[1, 65536\]; got {2**63}$", id="past-int64"),
+    pytest.param(np.uint64(2**63), ValueError, rf"^steps: expected an integer in \[1, 65536\]; got {2**63}$", id="uint64"),
+    pytest.param(np.array(2**64 - 1, np.uint64), ValueError, rf"^steps: expected an integer in \[1, 65536\]; got {2**64 - 1}$",
+                 id="uint64-array"),
 ])
 def test_a_bad_step_count_is_refused_by_name(steps, error, message):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
@@ -129,7 +134,7 @@ def test_a_bad_step_count_is_refused_by_name(steps, error, message):
 
 
 @pytest.mark.parametrize("value, error, message", [
-    pytest.param(np.array(0, np.int64), ValueError, r"^steps: expected an integer >= 1; got 0$", id="zero"),
+    pytest.param(np.array(0, np.int64), ValueError, r"^steps: expected an integer in \[1, 65536\]; got 0$", id="zero"),
     pytest.param(np.array(2, np.int32), TypeError, r"^steps: expected dtype int64; got int32$", id="int32"),
     pytest.param(np.array([2], np.int64), ValueError, r"^steps: expected shape \[\]; got \[1\]$", id="not-a-scalar"),
 ])
@@ -156,3 +161,69 @@ def test_the_cached_models_keep_a_fixed_step_count(kind):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder")
     with pytest.raises(ValueError, match=f"^steps_input: the {kind} model keeps a fixed step count"):
         check_export(cfg, R.init_params(cfg), kind=kind, steps_input=True)
+
+
+@pytest.mark.parametrize("fed", [0, -5])
+def test_the_graph_clamps_a_step_count_below_one_to_one_step(fed):
+    """A feed that skips the project's checks (ONNX Runtime called directly) still does not return x:
+    the graph clamps steps to [1, MAX_STEPS] (export.loop.step_count), so 0 and -5 take one step."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    model = export_model(cfg, R.init_params(cfg), steps_input=True, padding_mask=False)
+    sess = session(model)
+    x = np.random.default_rng(0).normal(size=(1, 3, 8)).astype(np.float32)
+    z = sess.run(["z"], {"x": x, "steps": np.array(fed, np.int64)})[0]
+    one = sess.run(["z"], {"x": x, "steps": np.array(1, np.int64)})[0]
+    assert np.abs(z - x).max() > 1e-3 and np.array_equal(z, one)
+    clip = next(n for n in model.graph.node if n.op_type == "Clip")
+    values = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"}
+    values.update({t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer})
+    assert [values[name].item() for name in clip.input[1:]] == [1, R.MAX_STEPS]
+
+
+def _with_stored_steps(value):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    model = export_model(cfg, R.init_params(cfg), steps_input=True)
+    stored = next(t for t in model.graph.initializer if t.name == "steps")
+    stored.CopyFrom(onnx.numpy_helper.from_array(np.asarray(value), "steps"))
+    return model
+
+
+@pytest.mark.parametrize("value, message", [
+    pytest.param(np.array(0, np.int64), r"^the model's stored steps: expected an integer in \[1, 65536\]; got 0$", id="zero"),
+    pytest.param(np.array(-1, np.int64), r"^the model's stored steps: expected an integer in \[1, 65536\]; got -1$", id="negative"),
+    pytest.param(np.array(70000, np.int64), r"^the model's stored steps: expected an integer in \[1, 65536\]; got 70000$",
+                 id="past-the-maximum"),
+    pytest.param(np.array(2, np.int32), r"^the model's stored steps: expected an int64 scalar; got int32 of shape \[\]$", id="int32"),
+    pytest.param(np.array([2], np.int64), r"^the model's stored steps: expected an int64 scalar; got int64 of shape \[1\]$",
+                 id="not-a-scalar"),
+])
+def test_a_bad_stored_step_count_is_refused_before_the_session_and_the_run(value, message):
+    """The file's own default is checked as a fed steps is: before ONNX Runtime builds a session
+    (it would fail inside, in its words) and before a run that leaves steps out."""
+    model = _with_stored_steps(value)
+    with pytest.raises(ValueError, match=message):
+        session(model)
+    with pytest.raises(ValueError, match=message):
+        make_feed(model, np.zeros((1, 2, 8), np.float32))
+
+
+@pytest.mark.parametrize("export, flag", [
+    ("export_model", "steps_input"), ("export_model", "padding_mask"), ("export_model", "diagnostics"),
+    ("export_model", "keep_io_types"), ("export_prefill_model", "padding_mask"), ("check_export", "steps_input"),
+])
+def test_a_string_flag_is_refused_not_read_by_truthiness(export, flag):
+    """steps_input='no' would otherwise write the Loop form: every flag of export/ takes a bool
+    (NumPy's np.bool_ too) and refuses anything else by name."""
+    from odeattn.export import block
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder" if export == "export_prefill_model" else "encoder")
+    with pytest.raises(TypeError, match=rf"^{flag}: expected True or False; got 'no' \(str\)$"):
+        getattr(block, export)(cfg, R.init_params(cfg), **{flag: "no"})
+    assert export == "check_export" or getattr(block, export)(cfg, R.init_params(cfg), **{flag: np.bool_(False)})
+
+
+def test_the_encoder_export_refuses_a_string_padding_mask():
+    from odeattn.export.encoder import export_encoder_model
+
+    with pytest.raises(TypeError, match=r"^padding_mask: expected True or False; got 'no' \(str\)$"):
+        export_encoder_model(None, None, padding_mask="no")

@@ -15,6 +15,8 @@ import ode_ref as R
                  r"mode: expected one of 'encoder', 'decoder'; got 'both'", id="unknown-mode"),
     pytest.param(dict(hidden_size=4, num_heads=2, ode_steps=0),
                  r"ode_steps: expected an integer >= 1; got 0", id="zero-steps"),
+    pytest.param(dict(hidden_size=4, num_heads=2, ode_steps=65537),
+                 r"ode_steps: expected an integer in \[1, 65536\]; got 65537", id="past-max-steps"),
     pytest.param(dict(hidden_size=8, num_heads=3),
                  r"hidden_size: expected a multiple of num_heads=3; got 8", id="width-not-a-multiple-of-heads"),
     pytest.param(dict(hidden_size=4, num_heads=2, dropout=1.5),

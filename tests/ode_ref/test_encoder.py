@@ -191,6 +191,12 @@ def test_stack_params_drop_only_the_embedding():
     assert stack_params(sd) == {"layers.0.fc1.bias": 1, "other": 2}
 
 
+@pytest.mark.parametrize("given", [[1, 2], "weights.pt", {1: 2}])
+def test_stack_params_refuses_what_is_not_a_state_dict_by_name(given):
+    with pytest.raises(TypeError, match=r"^state_dict: expected a dict of parameter name -> array; got "):
+        stack_params(given)
+
+
 def test_family_maps_onto_the_released_pair():
     assert config("rk2_gated").enc_calculate_num == 2 and config("rk2_gated").rk_type == "learnable"
     assert R.ODEEncoderConfig(C, H, FF, enc_calculate_num=2, rk_type="initialization").family == "rk2_weighted"

@@ -3,6 +3,8 @@ import pytest
 
 import ode_ref as R
 
+CFG = R.ODEConfig(hidden_size=8, num_heads=2)
+
 SEED_KEYS = {
     "layer_norm": ["ode_func.norm.weight", "ode_func.norm.bias"],
     "rms_norm": ["ode_func.norm.weight"],
@@ -144,3 +146,34 @@ def test_save_into_a_missing_folder_is_refused(tmp_path):
     params = R.init_params(R.ODEConfig(hidden_size=8, num_heads=2))
     with pytest.raises(OSError, match=r"params file '.*/missing/w.safetensors': cannot be written"):
         R.save_params(params, tmp_path / "missing" / "w.safetensors")
+
+
+def test_a_failed_save_leaves_the_file_that_was_there_unchanged(tmp_path):
+    """Written whole or not at all (ode_ref.files.replacing): a dtype safetensors cannot store
+    (float128) is refused by name, and the user's existing file keeps its bytes, no temporary left."""
+    if not hasattr(np, "float128"):
+        pytest.skip("this platform's NumPy has no float128")
+    path = tmp_path / "w.safetensors"
+    R.save_params(R.init_params(CFG), path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"^params\['x'\]: dtype float128 cannot be stored in the safetensors file"):
+        R.save_params({"x": np.zeros(2, np.float128)}, path)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+
+
+@pytest.mark.parametrize("name", ["W.NPZ", "W.Npz", "W.SAFETENSORS"])
+def test_the_suffix_is_read_in_any_case_by_save_and_load_alike(tmp_path, name):
+    """save_params('W.NPZ') writes W.NPZ itself (not W.NPZ.npz), which load_params reads back."""
+    params = R.init_params(CFG)
+    R.save_params(params, tmp_path / name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    back = R.load_params(tmp_path / name)
+    assert all(np.array_equal(back[k], v) for k, v in params.items()) and set(back) == set(params)
+
+
+def test_a_save_keeps_the_permissions_of_the_file_it_replaces(tmp_path):
+    path = tmp_path / "w.npz"
+    path.write_bytes(b"old")
+    path.chmod(0o640)
+    R.save_params(R.init_params(CFG), path)
+    assert path.stat().st_mode & 0o777 == 0o640

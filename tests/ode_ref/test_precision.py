@@ -75,6 +75,19 @@ def test_the_half_run_is_within_a_few_roundings_of_the_float64_block(dtype, u):
     assert u / 8 < err < 4 * u
 
 
+def test_a_bfloat16_x_is_taken_as_a_float16_one_is():
+    """half_block takes x in either half dtype (and float32, float64), each as the float32 values
+    it holds: a bfloat16 x gives the z of the float32 x holding the same values."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    params = R.init_params(cfg, seed=0)
+    x = np.random.default_rng(3).normal(size=(1, 4, 8)).astype(ml_dtypes.bfloat16)
+    for dtype in ("bfloat16", "float16"):
+        assert np.array_equal(half_block(params, x, cfg, dtype=dtype), half_block(params, x.astype(np.float32), cfg, dtype=dtype))
+    with pytest.raises(TypeError, match=r"^x: expected dtype float16 or bfloat16 or float32 or float64; got int64"):
+        half_block(params, x.astype(np.int64), cfg, dtype="float16")
+
+
 def test_a_variant_keeps_its_stage_under_the_policy():
     cfg = R.ODEConfig(hidden_size=16, num_heads=2)
     params, x = R.init_params(cfg, seed=0), np.random.default_rng(2).normal(size=(1, 6, 16))

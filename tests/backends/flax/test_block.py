@@ -175,6 +175,7 @@ def test_bad_input_gets_the_other_ports_errors():
         block.apply(variables, x[..., :6])
     with pytest.raises(TypeError, match=r"^deterministic: expected True or False; got 'no'"):
         block.apply(variables, x, deterministic="no")
+    assert np.array_equal(block.apply(variables, x, deterministic=np.bool_(True)), block.apply(variables, x))  # NumPy's bool too
     with pytest.raises(ValueError, match=r"^max_len: expected an integer >= the prompt's length 4; got None"):
         decoder = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder")
         F.ODEAttentionBlock(config=decoder).apply(F.from_state_dict(decoder, R.init_params(decoder, dtype=np.float32)), x,

@@ -128,6 +128,8 @@ def test_memory_reports_both_modes_and_the_peak_ratio(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     pytest.param(["bench", "--paths", "torch-eager,cuda-magic", "--no-scaling"], "--paths: unknown ['cuda-magic']",
                  id="unknown-path"),
+    pytest.param(["bench", "--steps", "65537"], "--steps: expected at most 65536 (the config's bound on ode_steps); got 65537",
+                 id="steps-past-the-bound"),
     pytest.param(["bench", "--shape", "1,8,15,2"], "--shape: expected four positive integers with d_model a multiple of heads",
                  id="shape-width-not-a-multiple-of-heads"),
     pytest.param(["bench", "--quick", "--plot", "{d}/p.png"],

@@ -113,6 +113,14 @@ def test_a_team_set_prints_and_pins_its_digest(tmp_path, capsys):
     assert f"golden set: {tmp_path / 'g'}, 1 cases, digest {set_digest}" in capsys.readouterr().out
 
 
+def test_expect_digest_takes_the_hex_digits_in_either_case(capsys):
+    """The digest passes its check in upper case: what stops the run is the next check, --backend's."""
+    upper = golden.digest().upper()
+    assert main(["conformance", "--expect-digest", upper, "--backend", "tensorflow", "-k", "derf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("odeattn conformance: --backend: expected one of") and "--expect-digest" not in err
+
+
 def test_mutants_refuses_the_options_it_does_not_take(capsys):
     assert main(["conformance", "mutants", "-k", "derf"]) == 2
     assert capsys.readouterr().err.strip() == "odeattn conformance mutants: -k: not taken here (only --golden and -j)"
@@ -253,6 +261,72 @@ def test_the_flax_backend_runs_when_asked_for(tmp_path, capsys):
     report = json.loads((tmp_path / "r.json").read_text())
     assert sorted((r["dtype"], r["case"], r["status"]) for r in report["results"]) == sorted(
         (d, c, "passed") for d in ("float32", "float64") for c in FLAX_CASES)
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param([], "generate: expected --golden DIR (a new or empty folder, or one holding a golden set) or --packaged "
+                 "(rewrite the packaged, sealed set in place); got neither", id="neither"),
+    pytest.param(["--golden", "{tmp}", "--packaged"], "; got both", id="both"),
+])
+def test_generate_writes_the_packaged_set_only_when_asked(tmp_path, argv, message, capsys):
+    """A bare `conformance generate` would rewrite the set inside the installed package."""
+    before = (golden.GOLDEN_DIR / golden.MANIFEST).stat().st_mtime_ns
+    assert main(["conformance", "generate", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("odeattn conformance generate: ") and message in err[0], err
+    assert (golden.GOLDEN_DIR / golden.MANIFEST).stat().st_mtime_ns == before
+
+
+def test_packaged_is_generate_s_option_only(capsys):
+    assert main(["conformance", "--packaged", "-k", "x"]) == 2
+    assert capsys.readouterr().err.strip() == "odeattn conformance: --packaged: taken by generate only; got the action run"
+
+
+@pytest.mark.parametrize("files", [
+    pytest.param({"weights.safetensors": b"my weights"}, id="a-user-s-weights"),
+    pytest.param({"manifest.json": b'{"mine": true}', "w.safetensors": b"mine"}, id="a-foreign-manifest"),
+    pytest.param({"notes.txt": b"mine"}, id="any-other-file"),
+])
+def test_generate_refuses_a_folder_that_holds_no_golden_set_and_touches_nothing(tmp_path, files, capsys):
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert main(["conformance", "generate", "--golden", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"odeattn conformance generate: golden directory {str(tmp_path)!r}: expected an "
+                                               "empty folder or one holding a golden set (its manifest.json); it holds "), err
+    assert _snapshot(tmp_path) == files
+
+
+def test_generate_replaces_only_the_files_of_the_set_it_finds(tmp_path):
+    """Into a folder holding a golden set: its own case files are replaced or removed (a case gone
+    from the set), a user's file beside them is kept, and one named as a case is refused."""
+    from odeattn.conformance.cases import build_case, case_specs
+
+    specs = case_specs()[:3]
+    golden.write_golden(tmp_path, cases=[build_case(s) for s in specs[:2]])
+    (tmp_path / "mine.safetensors").write_bytes(b"mine")
+    golden.write_golden(tmp_path, cases=[build_case(specs[0])])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["manifest.json", "mine.safetensors", specs[0].name + ".safetensors"])
+    assert (tmp_path / "mine.safetensors").read_bytes() == b"mine"
+    (tmp_path / f"{specs[2].name}.safetensors").write_bytes(b"mine too")
+    with pytest.raises(ValueError, match=rf"{specs[2].name}.safetensors is not a file of its golden set's manifest.json"):
+        golden.write_golden(tmp_path, cases=[build_case(s) for s in specs])
+    assert (tmp_path / f"{specs[2].name}.safetensors").read_bytes() == b"mine too"
+    assert [e["name"] for e in json.loads((tmp_path / "manifest.json").read_text())["cases"]] == [specs[0].name]
+
+
+def test_a_manifest_cannot_point_generate_outside_its_folder(tmp_path):
+    """A manifest listing '../x.safetensors' is not a golden set's: nothing outside is removed."""
+    (tmp_path / "set").mkdir()
+    (tmp_path / "x.safetensors").write_bytes(b"mine")
+    (tmp_path / "set" / "manifest.json").write_text(json.dumps({"format": 6, "cases": [{"file": "../x.safetensors"}]}))
+    with pytest.raises(ValueError, match="expected an empty folder or one holding a golden set"):
+        golden.write_golden(tmp_path / "set", cases=[])
+    assert (tmp_path / "x.safetensors").read_bytes() == b"mine"
 
 
 def kill_row(name, policy=False, f32=3, f64=3, smallest="bfloat16", errors=0):

@@ -18,6 +18,8 @@ DIAGNOSE = ["diagnose", "--config", "{d}/c.json", "--plot", "{d}/d.png"]
     pytest.param(DIAGNOSE + ["--plot", "{d}/d.svg"], "--plot: expected a file ending in .png; got '{d}/d.svg'", id="plot-not-png"),
     pytest.param(DIAGNOSE + ["--max-steps", "64", "--ref-steps", "100"],
                  "--ref-steps: expected an even integer >= 2 x --max-steps (128); got 100", id="ref-steps-too-few"),
+    pytest.param(DIAGNOSE + ["--ref-steps", "131072"],
+                 "--ref-steps: expected at most 65536 (the config's bound on ode_steps); got 131072", id="ref-steps-past-the-bound"),
     pytest.param(DIAGNOSE + ["--weights", "{d}/nan.safetensors"], "--weights: params['ode_func.out_proj.weight'] holds NaN or Inf",
                  id="weights-with-nan"),
     pytest.param(["diagnose", "--config", "{d}/wide.json", "--weights", "{d}/w.safetensors", "--plot", "{d}/d.png"],

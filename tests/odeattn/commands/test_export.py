@@ -190,7 +190,7 @@ def test_the_loop_form_is_written_and_runs_at_any_step_count(export_files, capsy
     x = np.random.default_rng(0).normal(size=(2, 5, 14))
     np.save(d / "x.npy", x.astype(np.float32))
     for steps in (None, 1, 3, 16):
-        assert main(["run", str(d / "loop.onnx"), "--x", str(d / "x.npy"), "-o", str(d / "z.npy")]
+        assert main(["run", str(d / "loop.onnx"), "--x", str(d / "x.npy"), "-o", str(d / "z.npy"), "--force"]
                     + ([] if steps is None else ["--steps", str(steps)])) == 0
         at = R.ODEConfig(**{**cfg.to_dict(), "ode_steps": steps or cfg.ode_steps})
         want = R.ode_block(params, x, at)
@@ -242,6 +242,25 @@ def test_run_names_an_operator_the_cpu_provider_has_no_kernel_for(tmp_path, caps
     in one line, exit 2, naming the operator, when the session is created."""
     bfloat16_tanh(tmp_path / "t.onnx")
     refused_in_one_line(tmp_path, ["run", "{d}/t.onnx"], "CPU provider has no kernel for Tanh (opset 13)", capsys)
+
+
+@pytest.mark.parametrize("fields, warned", [
+    ({"ode_use_pe": False, "positional_encoding": "alibi"}, True),
+    ({"ode_use_pe": True, "positional_encoding": "alibi"}, False),
+    ({"ode_use_pe": False}, False),  # the default encoding, as init writes it
+    ({"ode_use_pe": False, "positional_encoding": "none"}, False),
+])
+def test_an_encoding_that_ode_use_pe_turns_off_is_exported_with_a_warning(export_files, fields, warned, capsys):
+    """Valid, the seed's own semantics (the encoding is read only with ode_use_pe on), but said:
+    one warning line on stderr, and the file is written."""
+    d = export_files
+    (d / "pe.json").write_text(json.dumps({**R.ODEConfig(hidden_size=16, num_heads=2, ode_steps=2).to_dict(), **fields}))
+    assert main(["export", "--config", str(d / "pe.json"), "--weights", str(d / "c.safetensors"), "-o", str(d / "pe.onnx")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == (["odeattn export: warning: positional_encoding 'alibi' is not used: ode_use_pe is false, and the seed "
+                    "reads the encoding only with it on; the block has no positions (set ode_use_pe true to use it)"]
+                   if warned else [])
+    assert (d / "pe.onnx").exists()
 
 
 def test_float16_refuses_weights_beyond_its_range_and_an_export_whose_check_is_not_finite(export_files, capsys,

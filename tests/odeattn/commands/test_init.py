@@ -55,6 +55,10 @@ def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
     pytest.param(["init", "{d}/c.json"], "DIR: expected a folder; got the file '{d}/c.json'", id="dir-is-a-file"),
     pytest.param(["init", "{d}/new", "--hidden-size", "10", "--num-heads", "4"],
                  "hidden_size: expected a multiple of num_heads=4; got 10", id="width-not-a-multiple-of-heads"),
+    pytest.param(["init", "{d}/new", "--seq", str(10**9)], "odeattn init: --hidden-size 64, --batch 2, --seq 1000000000: needs "
+                 "an estimated 1.4 TiB (x drawn, (2, 1000000000, 64) float64: 953.7 GiB; x in float32", id="a-long-x"),
+    pytest.param(["init", "{d}/new", "--hidden-size", str(10**6), "--num-heads", "1"], "odeattn init: --hidden-size 1000000, "
+                 "--batch 2, --seq 8: needs an estimated 58.2 TiB (the parameters drawn, (", id="a-wide-block"),
     pytest.param(["init", "{d}/new", "--lm", "--mode", "encoder", "--seq", "5"],
                  "--mode, --seq: --lm writes a decoder language model (always mode decoder) and no x.npy", id="lm-with-mode-seq"),
     pytest.param(["init", "{d}/new", "--lm", "--batch", "3"], "--batch: --lm writes", id="lm-with-batch"),
@@ -63,6 +67,10 @@ def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
 ])
 def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, capsys, refused_in_one_line):
     refused_in_one_line(files, argv, message, capsys)
+
+
+def test_a_negative_seed_is_refused_by_the_parser(capsys, argument_type_refused):
+    argument_type_refused(["init", "new", "--seed", "-1"], "argument --seed: expected an integer >= 0; got '-1'", capsys)
 
 
 def test_export_and_run_take_what_init_writes(tmp_path, capsys):

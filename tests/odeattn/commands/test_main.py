@@ -134,6 +134,8 @@ def test_an_unknown_option_or_a_missing_subcommand_is_named(argv, line, capsys):
                  id="unknown-subcommand"),
     pytest.param(["run", "m.onnx", "--x"], "odeattn run: argument --x: expected one argument", id="option-without-its-value"),
     pytest.param(["run"], "odeattn run: the following arguments are required: model", id="missing-positional"),
+    pytest.param(["run", "m.onnx", "--seed", "-1"], "odeattn run: argument --seed: expected an integer >= 0; got '-1'",
+                 id="negative-number-value"),  # a value, not an unknown option -1
 ])
 def test_argparse_s_own_message_stays_where_it_is_the_right_one(argv, line, capsys):
     with pytest.raises(SystemExit) as info:
@@ -143,7 +145,7 @@ def test_argparse_s_own_message_stays_where_it_is_the_right_one(argv, line, caps
 
 
 @pytest.mark.parametrize("argv", [
-    pytest.param(["run", "m.onnx", "--seed", "-1"], id="negative-number-value"),
+    pytest.param(["conformance", "-k", "-1"], id="negative-number-value"),
     pytest.param(["conformance", "--back", "spec", "-j2"], id="abbreviation-and-attached-short-value"),
     pytest.param(["conformance", "-k=-x-", "--exclude=-y"], id="values-that-look-like-options"),
     pytest.param(["run", "m.onnx", "--", "extra"], id="after-a-double-dash"),

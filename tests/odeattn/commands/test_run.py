@@ -180,8 +180,11 @@ def looped(files):
 
 
 @pytest.mark.parametrize("model, steps, message", [
-    pytest.param("loop", "0", "--steps: expected an integer >= 1; got 0", id="zero-steps"),
-    pytest.param("loop", "-2", "--steps: expected an integer >= 1; got -2", id="negative-steps"),
+    pytest.param("loop", "0", "--steps: expected an integer in [1, 65536]; got 0", id="zero-steps"),
+    pytest.param("loop", "-2", "--steps: expected an integer in [1, 65536]; got -2", id="negative-steps"),
+    pytest.param("loop", "65537", "--steps: expected an integer in [1, 65536]; got 65537", id="past-the-config-s-maximum"),
+    pytest.param("loop", str(2**63 - 1), f"--steps: expected an integer in [1, 65536]; got {2**63 - 1}", id="int64-max"),
+    pytest.param("loop", str(2**63), f"--steps: expected an integer in [1, 65536]; got {2**63}", id="past-int64"),
     pytest.param("m", "3", "--steps: this model runs a fixed step count (ode_steps=2, unrolled in the graph); export it "
                  "with steps_input=True (odeattn export --steps-input) to choose the steps at run time; got --steps 3",
                  id="steps-for-a-model-without-a-steps-input"),
@@ -211,6 +214,18 @@ def test_run_writes_nothing_unless_asked(files, capsys, monkeypatch):
     assert sorted(p.name for p in files.iterdir()) == before
     assert main(["run", str(files / "m.onnx"), "-o", str(files / "z.npy")]) == 0
     assert np.load(files / "z.npy").shape == (2, 8, 8) and "saved to" in capsys.readouterr().out
+
+
+def test_a_bad_stored_step_count_is_refused_in_one_line_before_the_session(looped, capsys, refused_in_one_line):
+    """A Loop-form file whose stored steps is int32: named, not ONNX Runtime's session error."""
+    import onnx
+
+    model = onnx.load(looped / "loop.onnx")
+    stored = next(t for t in model.graph.initializer if t.name == "steps")
+    stored.CopyFrom(onnx.numpy_helper.from_array(np.array(2, np.int32), "steps"))
+    onnx.save(model, looped / "loop.onnx")
+    refused_in_one_line(looped, ["run", "{d}/loop.onnx"], "the model's stored steps: expected an int64 scalar; got int32 "
+                        "of shape []", capsys)
 
 
 def test_help_describes_every_argument(capsys):
