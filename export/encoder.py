@@ -42,7 +42,10 @@ class OnnxEncoderStages(ODEEncoderStages):
 
     def hold_padded_values(self, v, key_mask):
         g = v.body
-        return v if key_mask is None else g.op("Where", self.transpose_last(key_mask), v, g.const(0.0))
+        if key_mask is None:
+            return v
+        seen = g.op("Cast", g.reduce("ReduceMax", g.op("Cast", key_mask, to=TensorProto.INT32), -2), to=TensorProto.BOOL)
+        return g.op("Where", self.transpose_last(seen), v, g.const(0.0))
 
     def split_qkv(self, qkv):
         c = self.config.encoder_embed_dim

@@ -84,8 +84,11 @@ class EncoderStages:
     def hold_padded_values(self, v, key_mask):
         """v (batch, heads, seq, head_dim) with each padded key's value 0. Its weight is exactly 0
         already, but 0 * NaN is NaN in weights @ v: held at 0, a NaN or Inf in a padded token never
-        reaches a real one, and a finite run keeps its bits (0 * v and 0 * 0 add the same zero)."""
-        return v if key_mask is None else np.where(self.transpose_last(key_mask), v, v.dtype.type(0))
+        reaches a real one, and a finite run keeps its bits (0 * v and 0 * 0 add the same zero). A
+        mask per query (a decoder's, (batch, 1, seq_q, seq_k)) holds the keys that no query sees."""
+        if key_mask is None:
+            return v
+        return np.where(self.transpose_last(key_mask.any(axis=-2, keepdims=True)), v, v.dtype.type(0))
 
     def split_qkv(self, qkv):
         """(batch, seq, 3C) -> its q, k, v thirds over the last axis, in that order."""

@@ -38,7 +38,9 @@ class JaxEncoderStages(ODEEncoderStages):
         return scores if key_mask is None else jnp.where(key_mask, scores, -jnp.inf)
 
     def hold_padded_values(self, v, key_mask):
-        return v if key_mask is None else jnp.where(jnp.swapaxes(key_mask, -1, -2), v, jnp.zeros((), v.dtype))
+        if key_mask is None:
+            return v
+        return jnp.where(jnp.swapaxes(jnp.any(key_mask, axis=-2, keepdims=True), -1, -2), v, jnp.zeros((), v.dtype))
 
     def layer_norm(self, x, weight, bias):
         return layer_norm(x, weight, bias)

@@ -33,7 +33,7 @@ class TorchEncoderStages(ODEEncoderStages):
         return scores if key_mask is None else scores.masked_fill(~key_mask, float("-inf"))
 
     def hold_padded_values(self, v, key_mask):
-        return v if key_mask is None else v.masked_fill(~key_mask.transpose(-1, -2), 0.0)
+        return v if key_mask is None else v.masked_fill(~key_mask.any(dim=-2, keepdim=True).transpose(-1, -2), 0.0)
 
     def linear(self, x, weight, bias):
         return F.linear(x, weight, bias)
