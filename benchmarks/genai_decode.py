@@ -53,19 +53,19 @@ def paths(n: int, threads: int) -> dict:
     kv = lambda seq: rng.normal(size=(batch, heads, seq, hd)).astype(np.float32)  # noqa: E731
     concat = session(export_genai_model(cfg, params), threads=threads)
     concat_feed = {"input_ids": token, "attention_mask": mask,
-                   **{PAST % l + name: kv(n - 1) for l in range(layers) for name in ("key", "value")}}
+                   **{PAST % e + name: kv(n - 1) for e in range(layers) for name in ("key", "value")}}
 
     shared = session(export_genai_model(cfg, params, shared_buffer=True), threads=threads)
     binding = shared.io_binding()
     binding.bind_cpu_input("input_ids", token)
     binding.bind_cpu_input("attention_mask", mask)
     buffers = []
-    for l in range(layers):
+    for e in range(layers):
         for name in ("key", "value"):
             buffer = ort.OrtValue.ortvalue_from_numpy(kv(n))
             buffers.append(buffer)  # kept alive while the binding uses it
-            binding.bind_ortvalue_input(PAST % l + name, buffer)
-            binding.bind_ortvalue_output(PRESENT % l + name, buffer)
+            binding.bind_ortvalue_input(PAST % e + name, buffer)
+            binding.bind_ortvalue_output(PRESENT % e + name, buffer)
     binding.bind_output("logits", "cpu")
 
     return {"today": lambda: today.run(["z"], feed),

@@ -36,7 +36,6 @@ import select
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache

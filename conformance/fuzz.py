@@ -165,7 +165,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     try:
         with threadpool_limits(1, user_api="blas"):  # a draw's arrays are small: BLAS threads only contend
             probe()
-    except Exception as err:  # noqa: BLE001 -- a divergence, or hypothesis's report of one
+    except Exception as err:
         if run.finding is None and not isinstance(err, HypothesisException):
             raise  # not the backend's divergence (those are recorded before raising): a bug here
         # with a finding: it is recorded; hypothesis's own report (its final replay) adds nothing.

@@ -40,7 +40,6 @@ from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
 from .adapters import SpecAdapter
-from .cases import run_decode
 
 
 @dataclass(frozen=True)

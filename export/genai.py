@@ -191,9 +191,9 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
     layers = range(cache_layers(cfg))
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_seq"])]
-    inputs += [helper.make_tensor_value_info(PAST % l + n, TensorProto.FLOAT, kv("past_seq")) for l in layers for n in ("key", "value")]
+    inputs += [helper.make_tensor_value_info(PAST % e + n, TensorProto.FLOAT, kv("past_seq")) for e in layers for n in ("key", "value")]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", cfg.vocab_size])]
-    outputs += [helper.make_tensor_value_info(PRESENT % l + n, TensorProto.FLOAT, kv("total_seq")) for l in layers for n in ("key", "value")]
+    outputs += [helper.make_tensor_value_info(PRESENT % e + n, TensorProto.FLOAT, kv("total_seq")) for e in layers for n in ("key", "value")]
     graph = helper.make_graph(main.nodes, "ode_attention_lm", inputs, outputs, initializer=[
         numpy_helper.from_array(v, k) for k, v in _initializer_arrays(cfg, params).items()])
     opsets = [helper.make_opsetid("", opset)]

@@ -209,6 +209,7 @@ NOT_RUN = {
     "same command on two cases",
     "odeattn conformance generate": "rewrites the packaged golden set in place (tests/conformance regenerates it "
     "into a temporary folder)",
+    "python benchmarks/": "a benchmark script, minutes of timed rounds (its models are the tested exports)",
     "odeattn bench": "the performance page's runs, minutes to half an hour (tests/odeattn/commands/test_bench.py "
     "runs the bench at small shapes)",
 }

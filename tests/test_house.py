@@ -7,6 +7,7 @@ the project's modules, named as installed (pyproject's package-dir: backends/ is
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,12 @@ def test_the_benchmark_scripts_use_public_names_only():
     assert scripts
     wrong = [f"{f.relative_to(ROOT).as_posix()} uses {name}" for f in scripts for name in _private_uses(f)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_ruff_finds_nothing():
+    """The linter, as configured in pyproject.toml: no unused import or variable, no `# noqa` that
+    silences nothing."""
+    pytest.importorskip("ruff")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", str(ROOT)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr

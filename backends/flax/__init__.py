@@ -7,4 +7,4 @@ from .attention import SelfAttention as SelfAttention
 from .block import ODEAttentionBlock as ODEAttentionBlock
 from .encoder import ODEEncoder as ODEEncoder
 from .block import from_state_dict as from_state_dict, jit_decode as jit_decode, to_state_dict as to_state_dict
-from .variants import *  # noqa: F401,F403  (the spec's variants, in the API's style: variants.__all__)
+from .variants import *  # noqa: F403  (the spec's variants, in the API's style: variants.__all__)

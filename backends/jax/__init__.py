@@ -5,4 +5,4 @@ from .attention import SelfAttention as SelfAttention
 from .block import decode_step as decode_step, ode_block as ode_block, ode_block_jit as ode_block_jit
 from .encoder import ode_encoder as ode_encoder
 from .block import ode_func as ode_func, prefill as prefill
-from .variants import *  # noqa: F401,F403  (the spec's variants, ported: variants.__all__)
+from .variants import *  # noqa: F403  (the spec's variants, ported: variants.__all__)

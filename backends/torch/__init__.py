@@ -7,4 +7,4 @@ from .encoder import load_encoder_params as load_encoder_params
 from .lm import ODELanguageModel as ODELanguageModel, lm_params_from_state_dict as lm_params_from_state_dict
 from .params import load_params as load_params, params_to_state_dict as params_to_state_dict
 from .params import state_dict_to_params as state_dict_to_params
-from .variants import *  # noqa: F401,F403  (the spec's variants, ported: variants.__all__)
+from .variants import *  # noqa: F403  (the spec's variants, ported: variants.__all__)

@@ -72,7 +72,8 @@ def form_forwards(shape: str, *, solver: str, steps: int, threads: int, repeats:
     for form in FORMS:
         _, sess = _created(form_model(form, cfg, params), threads)
         feed = {"x": x, **({"steps": np.array(steps, np.int64)} if form == "loop" else {})}
-        fn = (lambda s=sess, f=feed: s.run(["z"], f))
+        def fn(s=sess, f=feed):
+            return s.run(["z"], f)
         fn()
         start = time.perf_counter()
         fn()

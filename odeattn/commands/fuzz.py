@@ -55,7 +55,7 @@ def _adapters(args):
     for typed, ref in zip(args.backend, refs):
         try:
             out.append((typed, make_adapter(ref.reference, imports=BUILTIN[typed].requires if typed in BUILTIN else ())))
-        except Exception as err:  # noqa: BLE001 -- a backend that cannot be constructed: the user's to fix
+        except Exception as err:
             raise UsageError(f"--backend {typed}: cannot be constructed ({type(err).__name__}: {err})") from None
     return out
 

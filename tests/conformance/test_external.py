@@ -6,7 +6,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from odeattn.conformance import external as E
@@ -84,7 +83,7 @@ def test_a_faulty_worker_is_an_error_for_itself_only():
     died = [r for r in report.results if r.backend == "py-dies"]
     assert died and died[0].status == "error" and "the worker exited with status 3 to the run request, mid-frame" in died[0].message
     errors = {e.backend: e.message for e in report.errors}
-    assert "timed out after 5 s while constructing the backend" in errors[f"exec:silent"]
+    assert "timed out after 5 s while constructing the backend" in errors["exec:silent"]
     assert "over the limits" in errors["exec:garbage"] and report.exit_code == 1
 
 

@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from odeattn.conformance.adapters import BUILTIN, RESTEPPED, BackendRef, make_adapter, other_steps  # noqa: E402
-from odeattn.conformance.cases import at_steps, build_case, case_specs  # noqa: E402
-from odeattn.conformance.golden import load_cases  # noqa: E402
-from odeattn.conformance.runner import CaseResult, judge, run_case, run_suite, select  # noqa: E402
-from odeattn.conformance.worker import collect_outputs  # noqa: E402
+from odeattn.conformance.adapters import BUILTIN, RESTEPPED, BackendRef, make_adapter, other_steps
+from odeattn.conformance.cases import at_steps, build_case, case_specs
+from odeattn.conformance.golden import load_cases
+from odeattn.conformance.runner import CaseResult, judge, run_case, run_suite, select
+from odeattn.conformance.worker import collect_outputs
 
 CASES = load_cases()
 # a gated solver with padding, and 8 steps with BitLinear, padding and a decoder (fed 4 steps)

@@ -7,13 +7,13 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from onnx import helper  # noqa: E402
+from onnx import helper
 
-import ode_ref as R  # noqa: E402
-from odeattn.conformance.encoder_cases import FAMILY_PROFILES, e32_of  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
-from odeattn.export import runtime  # noqa: E402
-from odeattn.export.encoder import encoder_config, export_encoder_model, run_encoder_model  # noqa: E402
+import ode_ref as R
+from odeattn.conformance.encoder_cases import FAMILY_PROFILES, e32_of
+from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.export import runtime
+from odeattn.export.encoder import encoder_config, export_encoder_model, run_encoder_model
 
 C, H, FF = 8, 2, 12
 

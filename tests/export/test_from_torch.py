@@ -18,7 +18,7 @@ def cfg(**kw):
 
 
 def test_torch_route_gives_the_same_outputs():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from odeattn.backends.torch import ODEAttentionBlock
     from odeattn.commands.export import quiet_torch_export
     from odeattn.export.from_torch import export_torch

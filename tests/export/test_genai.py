@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime_genai")
 
-import ode_ref as R  # noqa: E402
-from odeattn.cli import main  # noqa: E402
-from odeattn.conformance.genai import check_genai, genai_greedy, padded, unfair  # noqa: E402
-from odeattn.export.genai import cache_layers, genai_config, write_genai  # noqa: E402
+import ode_ref as R
+from odeattn.cli import main
+from odeattn.conformance.genai import check_genai, genai_greedy, padded, unfair
+from odeattn.export.genai import cache_layers, genai_config, write_genai
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9, 10], [11]]  # different lengths: GenAI pads them (on the right)
 NEW_TOKENS = 64

@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-import ode_ref as R  # noqa: E402
-from odeattn.conformance.cases import decode_loop, run_decode  # noqa: E402
-from odeattn.conformance.fair import make_inputs  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
-from odeattn.export.block import check, decode_names, export_decode_model, export_model, export_prefill_model  # noqa: E402
-from odeattn.export.runtime import session  # noqa: E402
+import ode_ref as R
+from odeattn.conformance.cases import decode_loop, run_decode
+from odeattn.conformance.fair import make_inputs
+from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.export.block import check, decode_names, export_decode_model, export_model, export_prefill_model
+from odeattn.export.runtime import session
 
 VARIANTS = pytest.mark.parametrize("variant", R.VARIANTS, ids=lambda v: v.__name__)
 CONFIGS = [

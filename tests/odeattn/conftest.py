@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture
 def drawn_figure(monkeypatch):
     """A function: draw(path) -> the one figure draw saves, kept open to read (nothing is written)."""
-    matplotlib = pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 

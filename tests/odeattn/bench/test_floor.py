@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from odeattn.bench.floor import FloorJax, floor_rows  # noqa: E402
-from odeattn.conformance import profile  # noqa: E402
-from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest  # noqa: E402
-from odeattn.conformance.protocol import NotSupported  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.bench.floor import FloorJax, floor_rows
+from odeattn.conformance import profile
+from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest
+from odeattn.conformance.protocol import NotSupported
+from odeattn.conformance.tolerance import relative_error
 
 BLOCK = "block_derf_euler_encoder_float_nopad_s8_b2t5h2d8"  # 8 steps: the block's outputs are not f's
 

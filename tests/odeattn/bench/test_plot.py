@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from odeattn.bench import plot_scaling  # noqa: E402
-from odeattn.plotting import pyplot  # noqa: E402
+from odeattn.bench import plot_scaling
+from odeattn.plotting import pyplot
 
 BENCH = Path(__file__).resolve().parents[3] / "docs" / "bench.json"
 
