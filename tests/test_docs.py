@@ -211,6 +211,7 @@ NOT_RUN = {
     "into a temporary folder)",
     "odeattn bench": "the performance page's runs, minutes to half an hour (tests/odeattn/commands/test_bench.py "
     "runs the bench at small shapes)",
+    "python benchmarks/": "a benchmark script's run, minutes (the files it names are checked to exist)",
 }
 
 
