@@ -205,13 +205,11 @@ NOT_RUN = {
     "npm ci --prefix conformance/js": "installs the JavaScript workers (the network)",
     "odeattn conformance --backend spec --backend torch --backend onnxruntime": "the quick first look: a minute, "
     "measured; the same backends run in tests/conformance",
-    "odeattn conformance --backend mylib_odeattn:MyBackend": "every case on the adapter: check_readme runs the "
-    "same command on two cases",
     "odeattn conformance generate": "rewrites the packaged golden set in place (tests/conformance regenerates it "
     "into a temporary folder)",
-    "python benchmarks/": "a benchmark script, minutes of timed rounds (its models are the tested exports)",
     "odeattn bench": "the performance page's runs, minutes to half an hour (tests/odeattn/commands/test_bench.py "
     "runs the bench at small shapes)",
+    "python benchmarks/": "a benchmark script's run, minutes (the files it names are checked to exist)",
 }
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ode_ref.precision import HALF_DTYPES
 from ode_ref.files import save_npy
+from ode_ref.precision import HALF_DTYPES, check_float16_range
 from odeattn.commands.args import (CommandFailed, UsageError, add_force, check_output_path, load_npy, non_negative_int,
                                    positive_int, user_input)
 from odeattn.commands.inputs import load_x
@@ -83,8 +83,6 @@ def as_model_dtype(model, x):
     """x in a half model's dtype (export.half): float32 rounded to it, as every library converts (a
     .npy file holds no bfloat16); anything else as it is, for make_feed to check."""
     from odeattn.export.runtime import declared_inputs
-
-    from ode_ref.precision import check_float16_range
 
     dtype = declared_inputs(model)["x"][0]
     if dtype.name in HALF_DTYPES and x.dtype == np.float32:

@@ -31,4 +31,5 @@ def test_the_file_size_panel_shows_both_forms_in_kb_with_the_growth_visible(tmp_
                      "--functions (local functions)": pytest.approx([r["bytes"] / 1e3 for r in rows])}
     low, high = size.get_ylim()
     assert low == 0 and max(max(v) for v in lines.values()) < high < 1.2 * max(max(v) for v in lines.values())
+    monkeypatch.undo()  # plt.close is the recorder until then: the kept figure is closed for real
     plt.close("all")
