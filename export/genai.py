@@ -17,7 +17,9 @@ different lengths padded on the right, then one column of 1 per generated token)
 position is the count of real tokens before it (cumsum - 1, as the spec's positions_from_padding), a padded key is
 hidden, the query at slot i sees keys j <= i, and a padded query is zeroed as in the spec's
 prefill. Each block is the export's own stages (export/attention.py) run by the spec's
-Stages.integrate on main-graph Values, with a kv hook that concatenates each evaluation's past.
+Stages.integrate on main-graph Values (block 'layer': the encoder's stages, LayerStages), with a
+kv hook that concatenates each evaluation's past (ConcatCache), or in the shared-buffer form
+writes it in place (export.genai_shared).
 """
 
 from __future__ import annotations
@@ -76,20 +78,17 @@ def cache_layers(config) -> int:
 
 class LayerStages(OnnxEncoderStages):
     """Block 'layer' (ode_ref/lm_layer.py): the encoder's stages on graph Values, each evaluation's
-    k, v (heads-first, GenAI's layout already) appended to its past and written out as present."""
+    k, v (heads-first, GenAI's layout already) stored by the cache (ConcatCache or, in the shared
+    form, genai_shared.SharedCache) as present.<layer>; the layer attends to what it returns."""
 
-    def __init__(self, config, main: Body, first_layer: int):
+    def __init__(self, config, cache):
         super().__init__(config)
-        self.main, self.cache_layer = main, first_layer
+        self.cache = cache
 
     def cache_kv(self, k, v):
-        g, out = self.main, []
-        for new, name in ((k, "key"), (v, "value")):
-            present = PRESENT % self.cache_layer + name
-            g.nodes.append(helper.make_node("Concat", [PAST % self.cache_layer + name, new.name], [present], name=present, axis=2))
-            out.append(Value(g, present))
-        self.cache_layer += 1
-        return tuple(out)
+        k, v = self.cache.store(k, "key"), self.cache.store(v, "value")
+        self.cache.layer += 1
+        return k, v
 
 
 class ConcatCache:
@@ -100,11 +99,15 @@ class ConcatCache:
     def __init__(self, main: Body, first_layer: int):
         self.main, self.layer = main, first_layer
 
-    def append(self, new: Value, name: str) -> Value:
+    def store(self, new_t: Value, name: str) -> Value:
+        """present.<layer>.<name>: the past with new_t (batch, heads, seq, head_dim) appended."""
         g, present = self.main, PRESENT % self.layer + name
-        new_t = g.op("Transpose", new, perm=[0, 2, 1, 3])  # (batch, heads, seq, head_dim)
         g.nodes.append(helper.make_node("Concat", [PAST % self.layer + name, new_t.name], [present], name=present, axis=2))
-        return g.op("Transpose", Value(g, present), perm=[0, 2, 1, 3])
+        return Value(g, present)
+
+    def append(self, new: Value, name: str) -> Value:
+        g = self.main
+        return g.op("Transpose", self.store(g.op("Transpose", new, perm=[0, 2, 1, 3]), name), perm=[0, 2, 1, 3])
 
     def __call__(self, k, v):
         k, v = self.append(k, "key"), self.append(v, "value")
@@ -167,21 +170,18 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
     check_lm_params(params, cfg)
     block = cfg.block_config
     opset = SHARED_OPSET if shared_buffer else OPSET
-    if shared_buffer and cfg.block == "layer":
-        raise ValueError("shared_buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
     main = Body("", opset)
     x, visible, padding, positions, key_positions, writes = _inputs(main, shared_buffer, see_self=cfg.block == "layer")
     per_block = cfg.evaluations
     for b in range(cfg.num_layers):
-        if cfg.block == "layer":
-            names = block_params(params, b)
-            weights = {k: Value(main, block_prefix(b) + k) for k in names}
-            x = LayerStages(cfg.layer_config, main, b * per_block).block(weights, 0, x, visible)
+        cache = SharedCache(main, b * per_block, writes, PAST, PRESENT) if shared_buffer else ConcatCache(main, b * per_block)
+        if cfg.block == "layer":  # the spec's attention (ode_ref/encoder_layer.py) over what the cache returns
+            weights = {k: Value(main, block_prefix(b) + k) for k in block_params(params, b)}
+            x = LayerStages(cfg.layer_config, cache).block(weights, 0, x, visible)
             continue
         att = (SharedSelfAttention if shared_buffer else SelfAttention)(block, OPSET)  # opset 17's stage shapes
         weights = _renamed(block_weights(block, main), block_prefix(b))
         prepared = att.prepare_with(weights, x, visible, padding, positions, key_positions, None)
-        cache = SharedCache(main, b * per_block, writes, PAST, PRESENT) if shared_buffer else ConcatCache(main, b * per_block)
         x = att.integrate(prepared, x, cache, trajectory=False)[-1]
     h = layer_norm(x, Value(main, NORM_W), Value(main, NORM_B))
     logits = main.op("MatMul", h, Value(main, HEAD + "_t"))

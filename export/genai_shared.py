@@ -5,15 +5,18 @@ static-cache form at opset 24.
     past_key_values.<l>.key / .value, present.<l>.key / .value   [batch, heads, max_length, head_dim]
 
 Each evaluation of f writes its new K and V at slot total_seq - seq with TensorScatter (axis 2)
-and attends over the whole buffer with Attention (opset 24, heads-first q, k, v), the unwritten
-and padded slots hidden by its additive mask (0 where visible, plus ALiBi's bias, else the most
-negative float): the spec's scores, masked as the spec masks them. ONNX Runtime 1.32 runs both
-operators on its CPU provider.
+and attends over the whole buffer, the unwritten and padded slots hidden. Block 'attention' does so
+with Attention (opset 24, heads-first q, k, v) and its additive mask (0 where visible, plus ALiBi's
+bias, else the most negative float): the spec's scores, masked as the spec masks them. Block
+'layer' keeps the spec's own attention (ode_ref/encoder_layer.py, export.genai.LayerStages) over
+the buffer, its visibility (key_mask, with the layer's own slot) over max_length slots. ONNX
+Runtime 1.32 runs both operators on its CPU provider.
 
-What differs from the concat form (export.genai): q, k, v meet in Attention's heads-first layout,
-and the spec's rule for non-finite keys (hide_nonfinite, poison_queries) is left out: it would read
-and copy every slot of the buffer at every evaluation, the copy this form exists to avoid. With
-finite weights (`odeattn export` checks them) and token ids, K and V are finite.
+What differs from the concat form (export.genai), for block 'attention': q, k, v meet in
+Attention's heads-first layout, and the spec's rule for non-finite keys (hide_nonfinite,
+poison_queries) is left out: it would read and copy every slot of the buffer at every evaluation,
+the copy this form exists to avoid. With finite weights (`odeattn export` checks them) and token
+ids, K and V are finite.
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ class SharedCache:
         self.main, self.layer, self.write_indices = main, first_layer, write_indices
         self.past, self.present = past, present
 
-    def write(self, new: Value, name: str) -> Value:
+    def store(self, new_t: Value, name: str) -> Value:
+        """present.<layer>.<name>: the buffer with new_t (batch, heads, seq, head_dim) written at its slots."""
         g, present = self.main, self.present % self.layer + name
-        new_t = g.op("Transpose", new, perm=[0, 2, 1, 3])  # (batch, heads, seq, head_dim)
         # the output is the graph's present output itself: bound to the past buffer (as GenAI binds
         # it), TensorScatter then writes in place; through an Identity it would write a copy
         g.nodes.append(helper.make_node("TensorScatter", [self.past % self.layer + name, new_t.name, self.write_indices.name],
@@ -69,7 +72,8 @@ class SharedCache:
         return Value(g, present)
 
     def __call__(self, k, v):
-        k, v = self.write(k, "key"), self.write(v, "value")
+        g = self.main
+        k, v = (self.store(g.op("Transpose", a, perm=[0, 2, 1, 3]), name) for a, name in ((k, "key"), (v, "value")))
         self.layer += 1
         return k, v
 

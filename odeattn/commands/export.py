@@ -46,7 +46,7 @@ def register(sub) -> None:
                            "DIR/genai_config.json, the folder ONNX Runtime GenAI generates from (docs/generation.md)")
     p.add_argument("--shared-buffer", action="store_true",
                    help="with --genai: GenAI's past_present_share_buffer form, each cache layer written in place "
-                        "(TensorScatter and Attention, opset 24)")
+                        "by TensorScatter (opset 24)")
     p.add_argument("--bitlinear", choices=["float", "integer"], default="float",
                    help="with use_bitnet, BitLinear's products: float (default), dequantised weights and float MatMuls; "
                         "integer, exact int8 MatMulInteger on the ternary weights times one float scale per token "

@@ -54,8 +54,6 @@ def export_genai(args) -> int:
     with user_input():
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"--genai: expected a folder; got the file {str(folder)!r}")
-        if args.shared_buffer and config.block != "attention":
-            raise UsageError("--shared-buffer: the shared-buffer form is exported for block 'attention'; got block 'layer'")
         try:  # the folder made (and its files tried) before the model is built
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:

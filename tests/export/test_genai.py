@@ -10,6 +10,8 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime_genai")
 
+import onnx
+
 import ode_ref as R
 from odeattn.cli import main
 from odeattn.conformance.genai import check_genai, genai_greedy, padded, unfair
@@ -71,10 +73,12 @@ def test_genai_generation_equals_the_spec_token_for_token(name, tmp_path):
     assert report.error <= report.tolerance, report
 
 
-@pytest.mark.parametrize("name", ["rk4-rope", "rk2_gated-bitlinear", "euler-alibi"])
+@pytest.mark.parametrize("name", ["rk4-rope", "rk2_gated-bitlinear", "euler-alibi", "layer-rk2_gated", "layer-rk4"])
 def test_shared_buffer_form_generates_the_concat_forms_tokens(name, tmp_path):
-    """past_present_share_buffer (TensorScatter and Attention-24 writing GenAI's max_length buffers
-    in place): the spec's tokens, the same as the concat form's, logits within the tolerance."""
+    """past_present_share_buffer (TensorScatter writing GenAI's max_length buffers in place; block
+    'attention' attends with Attention-24, block 'layer' with the spec's own attention over the
+    buffer): the spec's tokens, the same as the concat form's, logits within the tolerance; each
+    present output is the TensorScatter node's own (no copy between it and the buffer)."""
     cfg = CONFIGS[name]
     params = fair_params(cfg)
     eos = unused_token(params, cfg)
@@ -83,6 +87,9 @@ def test_shared_buffer_form_generates_the_concat_forms_tokens(name, tmp_path):
         write_genai(cfg, params, tmp_path / str(shared), eos_token_id=eos, shared_buffer=shared, max_length=5 + NEW_TOKENS)
         reports.append(check_genai(tmp_path / str(shared), cfg, params, PROMPTS, NEW_TOKENS))
     assert json.loads((tmp_path / "True" / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
+    graph = onnx.load(str(tmp_path / "True" / "model.onnx")).graph
+    makers = {out: node.op_type for node in graph.node for out in node.output}
+    assert {makers[o.name] for o in graph.output if o.name.startswith("present.")} == {"TensorScatter"}
     assert all(r.passed for r in reports), reports
     tokens = [genai_greedy(tmp_path / str(shared), PROMPTS, NEW_TOKENS)[0] for shared in (False, True)]
     assert (tokens[0] == tokens[1]).all()
