@@ -48,8 +48,8 @@ DEFAULTS = {"mode": "encoder", "batch": 2, "seq": 8, "vocab_size": 64, "num_laye
 
 
 def check_paths(folder: Path, force: bool, files=FILES) -> dict[str, Path]:
-    """The three paths, once DIR is a folder (made if missing) that takes them; UsageError naming
-    DIR or the files that exist (unless force)."""
+    """name -> path in DIR of each of files (FILES, or --lm's two), once DIR is a folder (made if
+    missing) that takes them; UsageError naming DIR or the files that exist (unless force)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"DIR: expected a folder; got the file {str(folder)!r}")
     out = {name: folder / name for name in files}

@@ -105,7 +105,8 @@ def test_with_force_only_the_named_output_changes(folder, argv, written):
 
 
 def test_a_failed_write_leaves_the_output_as_it_was(folder, monkeypatch, capsys):
-    """The writer fails half-way (a full disk, say): the file named with --force keeps its bytes."""
+    """The write fails at its last step, the rename onto the output (an OSError, as a full disk
+    gives): the file named with --force keeps its bytes and no temporary file is left."""
     import ode_ref.files
 
     real = ode_ref.files.os.replace
