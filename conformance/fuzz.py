@@ -28,7 +28,7 @@ from .cases import Case
 from .draw import KINDS, Draw, build, draws, reject
 from .half import cast
 from .localise import localise
-from .runner import CaseResult, judge, split_outputs
+from .runner import CaseResult, judge, split_outputs, untestable
 from .worker import attempt, unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
@@ -80,9 +80,12 @@ def kinds_of(adapter) -> tuple:
 
 def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
     """(result, quantity -> the backend's array) of one case on an adapter in this process; the
-    backend's exception is its error result, as in runner.run_case."""
+    backend's exception is its error result, as in runner.run_case. A draw with no meaning in a
+    half dtype (the half policy's rules, runner.untestable) is not run: status 'untestable'."""
     result = CaseResult(adapter.name, dtype, case.name, "passed")
     outputs = {}
+    if untestable(result, case) is not None:
+        return result, outputs
     start = time.perf_counter()
     try:
         params = {k: cast(v, dtype) for k, v in case.params.items()}
@@ -147,8 +150,8 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             run.unfair += 1
             reject(None)
         result, outputs = run_one(adapter, case, dtype)
-        if result.status == "skipped":
-            run.skipped += 1
+        if result.status in ("skipped", "untestable"):
+            run.skipped += 1  # not supported, or no meaning in this half dtype: not an example
             reject(None)
         run.examples += 1
         if not result.failed:

@@ -18,7 +18,10 @@ read from the folder.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +52,30 @@ def replay_command(directory: Path, backend: str, dtype: str, model=None) -> str
 
 
 def write_repro(directory: Path, finding, backend: str, dtype: str, model=None) -> Path:
-    """Write finding (fuzz.Finding) into directory (made if missing); returns it. model: a model
-    file's (file, config, weights) paths, for the rerun command."""
+    """Write finding (fuzz.Finding) as the folder directory, whole or not at all; returns it. The
+    files are written into a fresh sibling folder first, which then becomes directory (or, where
+    directory exists, its files replace theirs one by one: the caller has refused an existing
+    folder unless told to overwrite). model: a model file's (file, config, weights) paths, for the
+    rerun command."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    try:
+        _write_files(staging, directory, finding, backend, dtype, model)
+        if not directory.exists():
+            os.rename(staging, directory)
+            return directory
+        for f in staging.iterdir():
+            os.replace(f, directory / f.name)
+        staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def _write_files(directory: Path, named: Path, finding, backend: str, dtype: str, model) -> None:
+    """The repro folder's files into directory; named: the folder's final path (case.json's command)."""
     case, d = finding.case, finding.draw
     (directory / "config.json").write_text(json.dumps(case.config.to_dict(), indent=1) + "\n")
     save_file({k: np.ascontiguousarray(v, np.float64) for k, v in case.params.items()}, str(directory / "weights.safetensors"))
@@ -71,9 +94,8 @@ def write_repro(directory: Path, finding, backend: str, dtype: str, model=None) 
             "input": describe_input(d), "quantity": finding.quantity, "message": finding.result.message,
             "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
             "localisation": finding.localisation, "stage": finding.stage,
-            "command": replay_command(directory, backend, dtype, model)}
+            "command": replay_command(named, backend, dtype, model)}
     (directory / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return directory
 
 
 def _array(directory: Path, name: str) -> np.ndarray:

@@ -70,8 +70,11 @@ def fuzz(args) -> int:
         for d in args.dtypes:
             if d not in DTYPES:
                 raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
-        check_output_path("--json", args.json)
-        check_output_path("--junit", args.junit)
+        inputs = {"--replay": args.replay, "--model": args.model, "--config": args.config, "--weights": args.weights}
+        check_output_path("--json", args.json, force=args.force, others=inputs)
+        check_output_path("--junit", args.junit, force=args.force, others={**inputs, "--json": args.json})
+        if args.replay is None:
+            check_repro_folder(args.repro)
         if args.model is not None or args.config is not None or args.weights is not None or args.runtime is not None:
             model = model_file(args)
             if args.replay is None:
@@ -79,6 +82,16 @@ def fuzz(args) -> int:
         if args.replay is None:
             adapters = _adapters(args)
     return replay(args) if args.replay is not None else draw_and_judge(args, adapters)
+
+
+def check_repro_folder(repro: Path) -> None:
+    """--repro must be a folder (or a path one can be made at); a repro is written into a folder of
+    its own inside it (repro.write_repro), which refuses one that already holds files."""
+    if repro.exists() and not repro.is_dir():
+        raise UsageError(f"--repro: expected a folder; got the file {str(repro)!r}")
+    parent = next((p for p in (repro, *repro.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UsageError(f"--repro: {str(parent)!r} is not a folder, so {str(repro)!r} cannot be made")
 
 
 def model_file(args):
@@ -103,12 +116,19 @@ def draw_and_judge(args, adapters) -> int:
     from odeattn.conformance.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
     from odeattn.conformance.fuzz_report import format_run, write_json, write_junit
     from odeattn.conformance.repro import folder_name, write_repro
+    from ode_ref.files import replacing
 
     examples, seed = args.examples or DEFAULT_EXAMPLES, 0 if args.seed is None else args.seed
     if not any(not args.dtypes or d in args.dtypes for _, adapter, *_ in adapters for d in adapter.dtypes):
         raise UsageError(f"--dtype: no backend runs any of the dtypes asked for ({', '.join(args.dtypes)})")
     print(f"fuzz: {examples} examples per backend and dtype, seed {seed}"
           + (f", time budget {args.time_budget:g} s" if args.time_budget else ""), flush=True)
+    for typed, adapter, *_ in adapters:  # a repro folder of an earlier run is not replaced unasked
+        for dtype in (d for d in adapter.dtypes if not args.dtypes or d in args.dtypes):
+            target = args.repro / folder_name(typed, dtype)
+            if target.is_dir() and any(target.iterdir()) and not args.force:
+                raise UsageError(f"--repro: {str(target)!r} holds files already; pass --force to replace them, or "
+                                 "name another --repro folder")
     runs = []
     for typed, adapter, *fixed in adapters:
         strategy, params = fixed or (None, None)
@@ -126,9 +146,11 @@ def draw_and_judge(args, adapters) -> int:
             print(format_run(run), flush=True)
     header = {"action": "fuzz", "examples": examples, "seed": seed}
     if args.json:
-        write_json(runs, args.json, header)
+        with replacing(args.json) as tmp:
+            write_json(runs, tmp, header)
     if args.junit:
-        write_junit(runs, args.junit, header)
+        with replacing(args.junit) as tmp:
+            write_junit(runs, tmp, header)
     if any(r.diverged for r in runs):
         print(f"rerun an example: {next(r.finding for r in runs if r.diverged).repro}/case.json holds the command", file=sys.stderr)
         return 1

@@ -224,3 +224,16 @@ def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_
     assert stage["stage"] is None and stage["agree"] == list(STAGES), stage
     bad = first_divergent_stage(planted.TileBoundary(), case, "float32")
     assert bad["stage"] == "attn" and bad["localisation"]["positions"] == "only query positions ≥ 16 (of 20)"
+
+
+def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence():
+    """A grad draw in bfloat16 has no meaning under the half policy (half.py's rules): run_one
+    marks it untestable without running the backend, as the golden runner does, and a fuzz run
+    in bfloat16 counts such draws as skipped, never as a counterexample."""
+    d = Draw("grad", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder"), 1, 5, None, 1.0, 0.0, 1, 2)
+    case = build(d, "bfloat16")
+    assert case.untestable("bfloat16") is not None
+    result, outputs = run_one(SpecAdapter(), case, "bfloat16")
+    assert (result.status, outputs) == ("untestable", {})
+    run = fuzz(SpecAdapter(), "bfloat16", examples=15, seed=0)
+    assert run.finding is None, run.finding.result.message

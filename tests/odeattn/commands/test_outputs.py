@@ -29,6 +29,8 @@ def folder(tmp_path, monkeypatch):
     assert main(["init", str(tmp_path / "lm"), "--lm", "--hidden-size", "8", "--num-heads", "2", "--vocab-size", "16",
                  "--num-layers", "1", "--steps", "1"]) == 0
     (tmp_path / "lm" / "model.onnx").write_bytes(b"my model")
+    (tmp_path / "fuzz-repro" / "spec-float64").mkdir(parents=True)
+    (tmp_path / "fuzz-repro" / "spec-float64" / "case.json").write_text("{}")  # an earlier run's repro
     (tmp_path / "x-link.npy").symlink_to("x.npy")
     (tmp_path / "x-hard-link.npy").hardlink_to(tmp_path / "x.npy")
     monkeypatch.chdir(tmp_path)
@@ -43,6 +45,7 @@ def snapshot(folder) -> dict:
 
 EXPORT = ["export", "--config", "config.json", "--weights", "weights.safetensors"]
 RUN = ["run", "block.onnx", "--x", "x.npy"]
+FUZZ = ["conformance", "fuzz", "--backend", "spec", "--dtype", "float64", "--examples", "2"]
 GENAI = ["export", "--config", "lm/config.json", "--weights", "lm/weights.safetensors", "--genai", "lm"]
 DIAGNOSE = ["diagnose", "--config", "config.json", "--weights", "weights.safetensors", "--x", "x.npy", "--max-steps", "2",
             "--ref-steps", "4"]
@@ -73,6 +76,10 @@ REFUSED = [  # (argv, what the one line holds): exit 2, nothing changed
      "--junit: 'r.xml' exists already; pass --force to overwrite it"),
     (["conformance", "--backend", "spec", "-k", "derf", "--json", "new.json", "--junit", "new.json", "--force"],
      "--junit: 'new.json' is the file given to --json; expected a different file"),
+    ([*FUZZ, "--json", "r.json"], "--json: 'r.json' exists already; pass --force to overwrite it"),
+    ([*FUZZ, "--json", "new.json", "--junit", "new.json", "--force"], "--junit: 'new.json' is the file given to --json"),
+    ([*FUZZ, "--repro", "notes.txt"], "--repro: expected a folder; got the file 'notes.txt'"),
+    (FUZZ, "--repro: 'fuzz-repro/spec-float64' holds files already; pass --force to replace them"),
     (["conformance", "generate", "--golden", "."], "golden directory '.': expected an empty folder or one holding a golden set"),
 ]
 
@@ -93,7 +100,8 @@ def test_a_command_refuses_to_replace_a_user_s_file_in_one_line(folder, argv, me
     ([*RUN, "-o", "Z2.NPY"], {"Z2.NPY"}),
     ([*DIAGNOSE, "--force"], {"diagnose.png"}),
     ([*GENAI, "--force"], {"lm/model.onnx", "lm/genai_config.json"}),
-], ids=["init", "export", "run", "run-new-file", "diagnose", "export-genai"])
+    ([*FUZZ, "--json", "r.json", "--junit", "new.xml", "--force"], {"r.json", "new.xml"}),
+], ids=["init", "export", "run", "run-new-file", "diagnose", "export-genai", "fuzz"])
 def test_with_force_only_the_named_output_changes(folder, argv, written):
     before = snapshot(folder)
     assert main(argv) == 0
