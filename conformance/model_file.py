@@ -24,9 +24,8 @@ class ModelFile:
 
     def __init__(self, path: Path, config, params: dict, runtime: str = "onnxruntime"):
         import onnx
-        import onnxruntime
 
-        from odeattn.export.runtime import declared_inputs
+        from odeattn.export.runtime import declared_inputs, session
 
         if runtime not in RUNTIMES:
             raise ValueError(f"--runtime: expected one of {', '.join(RUNTIMES)}; got {runtime!r}")
@@ -42,7 +41,7 @@ class ModelFile:
         self.batch, self.seq = (d if isinstance(d, int) else None for d in (list(dims) + [None, None])[:2])
         self.takes_mask = "padding_mask" in declared
         self.outputs = [o.name for o in self.model.graph.output]
-        self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.session = session(self.model)  # the project's one session helper: its checks and options
         self.name = f"model:{Path(path).name}"
         self.config, self.params = config, params
 
