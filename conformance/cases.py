@@ -57,6 +57,7 @@ class CaseSpec:
     scale: float = 1.0  # standard deviation of x
     decoded: int = 0  # a decode case: the last `decoded` tokens are decoded one by one after a prefill
     vjp: bool = False  # a grad case: the block's backward pass for a seeded cotangent
+    offset: float = 0.0  # x = scale * (offset + N(0, 1)): an input centred far from zero
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,33 @@ def position_specs() -> list:
     return out + [(name, R.ODEConfig(**fields), b, t, padding) for name, fields, b, t, padding in POSITION_EXTRA_CASES]
 
 
+# The kernel-boundary tier: where fast attention kernels switch paths, far outside the shapes
+# above (batch <= 3, seq <= 9, head_dim <= 10, inputs near N(0, 1)): key tiles of 16 to 128 and one
+# past (seq 17, 33, 65, 129), batch chunks (batch 5 and 8, each row padded its own way), head
+# widths 16 to 128, an input offset 100 times its spread from zero (layer_norm's statistics
+# cancel), and every position table read past 16 positions (sinusoidal_max_len 16 below the
+# sequence). Boundaries are combined, one step each and the widest head on the shortest tile, so
+# the files stay small and each case costs a JAX port few compilations. Frozen: append, never edit.
+# (name, config fields, batch, seq, padding, offset, decoded)
+TIER_CASES = [
+    ("block_tier_t17_b8_hd16_hope_decoder_pad", dict(hidden_size=16, num_heads=1, mode="decoder", ode_steps=1, ode_use_pe=True,
+                                                     positional_encoding="hope", layer_idx=3), 8, 17, True, 0.0, 0),
+    ("block_tier_t33_b5_hd16_sinusoidal_table16_pad", dict(hidden_size=16, num_heads=1, norm_type="rms_norm", ode_solver="heun", ode_steps=1,
+                                                           ode_use_pe=True, positional_encoding="sinusoidal_rotary", sinusoidal_max_len=16),
+     5, 33, True, 0.0, 0),
+    ("block_tier_t65_b2_h2hd16_alibi_decoder_bitnet_pad", dict(hidden_size=32, num_heads=2, mode="decoder", norm_type="dynamic_tanh",
+                                                               use_bitnet=True, ode_solver="midpoint", ode_steps=1, ode_use_pe=True, positional_encoding="alibi"),
+     2, 65, True, 0.0, 0),
+    ("block_tier_t129_hd32_rope", dict(hidden_size=32, num_heads=1, ode_steps=1, ode_use_pe=True), 1, 129, False, 0.0, 0),
+    ("block_tier_t17_b2_hd64_bam_decoder", dict(hidden_size=64, num_heads=1, mode="decoder", norm_type="derf", ode_solver="euler",
+                                                ode_steps=1, ode_use_pe=True, positional_encoding="bam"), 2, 17, False, 0.0, 0),
+    ("block_tier_t17_hd128_offset100_pape", dict(hidden_size=128, num_heads=1, ode_steps=1, ode_use_pe=True, positional_encoding="pape",
+                                                 pape_num_parabolas=2), 1, 17, False, 100.0, 0),
+    ("decode_tier_t33_b5_hd16_rope_prompt_pad", dict(hidden_size=16, num_heads=1, mode="decoder", ode_steps=1, ode_use_pe=True),
+     5, 33, True, 0.0, 3),
+]
+
+
 def case_specs() -> list[CaseSpec]:
     def spec(name, config, b, t, padding, scale=1.0):
         return CaseSpec(name, config, b, t, padding, name_seed(name, "params"), name_seed(name, "input"), scale)
@@ -297,6 +325,8 @@ def case_specs() -> list[CaseSpec]:
               for name, fields, b, t, padding, k in POSITION_DECODE_CASES]
     specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), vjp=True)
               for name, fields, b, t, padding in POSITION_GRAD_CASES]
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), offset=offset, decoded=k)
+              for name, fields, b, t, padding, offset, k in TIER_CASES]
     seen = set()
     for s in specs:
         if s.name in seen:
@@ -334,7 +364,7 @@ def _build_case(spec: CaseSpec) -> Case:
     cfg = spec.config
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
     x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding,
-                                scale=spec.scale, decoded=spec.decoded)
+                                scale=spec.scale, offset=spec.offset, decoded=spec.decoded)
     if spec.decoded:
         prompt = spec.seq - spec.decoded
         z = run_decode(cfg, params, x, mask, prompt)

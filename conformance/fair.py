@@ -104,14 +104,15 @@ def check_fair(config, params, x, mask) -> str | None:
 
 
 def make_inputs(config, params, batch: int, seq: int, *, seed: int, padding: bool, scale: float = 1.0,
-                decoded: int = 0):
-    """(x, padding_mask, seed_used): x ~ N(0, scale^2) float64, the first fair draw from seed.
+                offset: float = 0.0, decoded: int = 0):
+    """(x, padding_mask, seed_used): x = scale * (offset + N(0, 1)) float64, the first fair draw from seed.
     decoded > 0: the last `decoded` tokens are real (decoding appends real tokens); the padding
     is drawn over the prompt before them."""
     reasons = []
     for attempt in range(MAX_REDRAWS):
         rng = np.random.default_rng(seed + attempt)
-        x = rng.normal(size=(batch, seq, config.hidden_size)) * scale
+        x = rng.normal(size=(batch, seq, config.hidden_size))
+        x = (offset + x) * scale if offset else x * scale  # offset 0: the draw as before it existed, bit for bit
         mask = None
         if padding:
             mask = np.ones((batch, seq), dtype=bool)

@@ -8,7 +8,9 @@ the run itself (half_errors), in this order:
 
     grad, encoder   the policy covers the attention block's forward and its cached decoding,
                     not the backward pass nor the encoder layer: untestable in both dtypes
-    range           float16: an input or parameter beyond float16's range (65504)
+    range           float16: an input or parameter beyond float16's range (65504), or hope over
+                    more positions than float16 holds its factor r cosh(a) for (the spec refuses
+                    the run, precision.check_hope_range, as every port does)
     overflow        the run under the policy gives a non-finite quantity where the golden is finite
                     (none does in the packaged set: the policy keeps the sums of squares and exp
                     in float32)
@@ -36,7 +38,7 @@ import numpy as np
 
 import ode_ref as R
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, layer_norm, quantize_activation
-from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, check_half_dtype, half_attention, round_to
+from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, check_half_dtype, check_hope_range, half_attention, round_to
 
 from .decoding import run_decode, split_decoded
 from .tolerance import UNIT_ROUNDOFF, relative_error
@@ -194,6 +196,10 @@ def half_errors(config, params, x, padding_mask, golden: dict, *, dtype: str, de
         big = max([float(np.abs(x).max())] + [float(np.abs(v).max()) for v in params.values() if v.size])
         if big > FLOAT16_MAX:
             return None, f"float16 range: an input or parameter reaches {big:.3g}, beyond float16's {FLOAT16_MAX:g}"
+        try:
+            check_hope_range(config, dtype, x.shape[1], config.layer_idx)
+        except ValueError as err:
+            return None, f"float16 range: the spec refuses the run: {err}"
     out = spec_half(config, params, x, padding_mask, dtype=dtype, decoded=decoded)
     bad = [q for q in golden if not np.isfinite(out[q]).all()]
     if bad:

@@ -1,6 +1,7 @@
 """Ports with a planted kernel bug, each exact inside the golden set's shapes (batch <= 3, seq <= 9,
 head_dim <= 10, inputs near N(0, 1)) and wrong outside them, where real kernels switch paths.
-The golden suite passes every one; `odeattn conformance fuzz` must catch each at its default
+The golden cases before the kernel-boundary tier (cases.TIER_CASES) pass every one, and each fails a
+case of the tier (tests/conformance/test_golden.py); `odeattn conformance fuzz` must catch each at its default
 budget and seed, shrink it, and localise it (tests/conformance/test_fuzz.py).
 
     TileBoundary      queries past the first tile of 16 skip the last key of the tile before

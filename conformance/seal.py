@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "bcca5de98a69663edae794f4cc14f8eaa45b1900ee3886ac3f3e518c236891dc"  # sha256 of golden/manifest.json
+DIGEST = "27055ca258737a8fd6cda70a1c39dbb5e04db3049b470f8bb585bde02dd25a0e"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -136,6 +136,13 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "grad_pos_pape_ri_encoder_pad": "35f092f6ca0eee7d3021d4ec07d68ce122c1e1ea228b15aea76819c4ae2f35ba",
     "grad_pos_bam_learn_mu_ssmax_decoder": "6cb94244fe21e54e2055d5a61a8e4eea972e4be87b436d43b6bb159d458fe4c6",
     "grad_pos_alibi_ssmax_padded_rule_encoder_pad": "32026c689b032507b820db2cdb8ebaca4fe278b5f4e7b7d8eb0f601ac4650548",
+    "block_tier_t17_b8_hd16_hope_decoder_pad": "d820f3dde95b9991b67ba70f28052b3f10701b4d9bb228a7477e17bac564c157",
+    "block_tier_t33_b5_hd16_sinusoidal_table16_pad": "7f4998fd469395cf54b8e4e39a887eccec7d72fafa940f7e5bf8a82abb86e86e",
+    "block_tier_t65_b2_h2hd16_alibi_decoder_bitnet_pad": "695ab06e0ac303d7ae943b290ada3034dde831ef986200ccebd91c124ceace74",
+    "block_tier_t129_hd32_rope": "375926fd942165e2d8672e6c03521c3bbad0103c6ee0dc430967a2e87efa587c",
+    "block_tier_t17_b2_hd64_bam_decoder": "34c9d3b8ce1a949391d0a65d6ddcda6df4aeceb7829a22ec9b53c92a2ae310a9",
+    "block_tier_t17_hd128_offset100_pape": "171aade4e6effb2b879f193e5a457d44e31e1b314e7138eaaa6ed4540672de82",
+    "decode_tier_t33_b5_hd16_rope_prompt_pad": "5a558d4f562f70cefab93f6ed59e56e584090bfe3acc9f39e7ad2c65f8dddf07",
     "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12": "43dca48166919a9247aa25217462cb46310d29629180b2bfd41bb5cc5b501aab",
     "encoder_euler_paper_pre_pad_l2_b3t6h3c12f20": "5f56a9437be877e0d96879b9d1876b9a4f60f9e28230750fa67de4829996ffb4",
     "encoder_rk2_paper_post_pad_l2_b2t5h2c8f12": "f82564f6d88eb11f83d54965dfc17dc6f505e3cdaf62ff58e78ef29c6d3508be",

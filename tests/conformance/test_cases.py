@@ -7,14 +7,14 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden
 from odeattn.conformance.cases import DECODE_CASES, EDGE_CASES, build_case, case_specs, grad_specs, name_seed
-from odeattn.conformance.cases import POSITION_DECODE_CASES, POSITION_GRAD_CASES, position_specs
+from odeattn.conformance.cases import POSITION_DECODE_CASES, POSITION_GRAD_CASES, TIER_CASES, position_specs
 from odeattn.conformance.matrix import BASE_FACTORS, EXTRA_FACTORS, HISTORY, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
 
 TAIL = (len(EDGE_CASES) + len(DECODE_CASES) + len(grad_specs()) + len(position_specs()) + len(POSITION_DECODE_CASES)
-        + len(POSITION_GRAD_CASES))  # the cases after the matrix rows
+        + len(POSITION_GRAD_CASES) + len(TIER_CASES))  # the cases after the matrix rows
 
 
 def _scale_norm(x, g):

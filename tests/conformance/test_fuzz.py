@@ -81,7 +81,10 @@ def test_a_planted_port_is_exact_inside_the_golden_shapes(port, golden_block_sam
 def golden_block_sample():
     from odeattn.conformance.golden import load_cases
 
-    cases = [c for c in load_cases() if c.name.startswith(("block_", "decode_"))]
+    from odeattn.conformance.cases import TIER_CASES
+
+    tier = {name for name, *_ in TIER_CASES}  # the kernel-boundary tier catches each (test_golden)
+    cases = [c for c in load_cases() if c.name.startswith(("block_", "decode_")) and c.name not in tier]
     return cases[::4]
 
 

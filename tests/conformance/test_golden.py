@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance import golden, seal
-from odeattn.conformance.cases import build_all, case_specs
+from odeattn.conformance import golden, planted, seal
+from odeattn.conformance.cases import TIER_CASES, build_all, case_specs
 from odeattn.conformance.encoder_cases import ENCODER_ROWS, row_name
 from odeattn.conformance.tolerance import relative_error, tolerance
 
@@ -90,6 +90,38 @@ def test_the_cases_cover_every_norm_solver_mode_and_edge_of_the_issue_matrix():
     assert any(s.scale >= 1e3 for s in specs) and {s.padding for s in specs} == {False, True}
 
 
+@pytest.fixture(scope="module")
+def tier():
+    """The kernel-boundary tier's cases, loaded from the packaged set."""
+    names = {name for name, *_ in TIER_CASES}
+    return [golden.load_case(e) for e in golden.read_manifest()["cases"] if e["name"] in names]
+
+
+def test_the_tier_reaches_every_kernel_boundary(tier):
+    """Key tiles and one past (seq 17 to 129), batch chunks with each row padded its own way,
+    head widths 16 to 128, an input far from zero, and every position table read past 16 positions."""
+    assert len(tier) == len(TIER_CASES) and all(c.name.startswith(("block_tier_", "decode_tier_")) for c in tier)
+    assert {c.x.shape[1] for c in tier} >= {17, 33, 65, 129}
+    assert {c.config.hidden_size // c.config.num_heads for c in tier} >= {16, 32, 64, 128}
+    for batch in (5, 8):
+        masks = [c.padding_mask for c in tier if c.x.shape[0] == batch and c.padding_mask is not None]
+        assert masks and all(len({row.tobytes() for row in m}) == batch for m in masks), batch
+    assert any(abs(c.x.mean()) > 50 * c.x.std(axis=-1).mean() for c in tier)  # offset 100 times its spread
+    past = {c.config.position_encoding for c in tier if c.config.ode_use_pe and c.x.shape[1] > 16}
+    assert past >= {"rope", "sinusoidal_rotary", "alibi", "hope", "bam", "pape"}
+    assert any(c.config.sinusoidal_max_len < c.x.shape[1] for c in tier if c.config.position_encoding == "sinusoidal_rotary")
+
+
+@pytest.mark.parametrize("port", planted.PLANTED, ids=lambda p: p.__name__)
+def test_each_planted_kernel_bug_fails_a_case_of_the_tier(port, tier):
+    """The ports of planted.py are exact inside the shapes before the tier (test_fuzz); each fails
+    at least one tier case in float32 and in float64, so the main job sees every such bug."""
+    from odeattn.conformance.fuzz import run_one
+
+    for dtype in ("float32", "float64"):
+        assert any(run_one(port(), c, dtype)[0].status == "failed" for c in tier), dtype
+
+
 # ---- a copy of the packaged set, sealed as if it were the packaged one ------------------------------
 @pytest.fixture
 def copy(tmp_path, monkeypatch):
@@ -149,17 +181,17 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[146].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[153].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
     (lambda m: m["cases"][93].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][107].pop("vjp"), "$.cases[107].e32: expected the quantities f0, step_1"),
     (lambda m: m["cases"][107].update(vjp=False), "$.cases[107].vjp: True was expected"),
-    (lambda m: m["cases"][-1]["config"].pop("encoder_ffn_embed_dim"), "$.cases[145].config: 'encoder_ffn_embed_dim' is a required property"),
-    (lambda m: m["cases"][-1].pop("encoder"), "$.cases[145].config: 'hidden_size' is a required property"),
-    (lambda m: m["cases"][-1]["config"].update(family="rk5"), "$.cases[145].config: family: expected one of 'euler'"),
-    (lambda m: m["cases"][-1].update(e32={"f0": 1e-7}), "$.cases[145].e32: expected the quantities z; got ['f0']"),
+    (lambda m: m["cases"][-1]["config"].pop("encoder_ffn_embed_dim"), "$.cases[152].config: 'encoder_ffn_embed_dim' is a required property"),
+    (lambda m: m["cases"][-1].pop("encoder"), "$.cases[152].config: 'hidden_size' is a required property"),
+    (lambda m: m["cases"][-1]["config"].update(family="rk5"), "$.cases[152].config: family: expected one of 'euler'"),
+    (lambda m: m["cases"][-1].update(e32={"f0": 1e-7}), "$.cases[152].e32: expected the quantities z; got ['f0']"),
     (lambda m: m.update(tolerance_model={}), "Additional properties are not allowed ('tolerance_model' was unexpected)"),
 ])
 def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expected):
