@@ -28,7 +28,7 @@ from ode_ref.precision import HALF_DTYPES, half_attention, half_block, half_func
 from .cases import decode_loop, run_decode
 from .half import DTYPES, check_dtypes, numpy_dtype
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
-                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, other_steps)
 from . import external
 from .encoder_adapters import FlaxEncoder, JaxEncoder, SpecEncoder, TorchEncoder
 from .protocol import REQUIRED
@@ -420,6 +420,15 @@ def missing_requirements(name: str) -> list[str]:
     built = BUILTIN[name]
     missing = [m for m in built.requires if importlib.util.find_spec(m) is None]
     return missing + (external.missing_js(built.npm) if built.npm else [])
+
+
+def reference_steps(ref: BackendRef):
+    """A built-in backend's reference_steps: steps -> the step count its outputs for a block case
+    of `steps` are judged at (the spec at that count, cases.at_steps), or None: the case's own.
+    Read off the adapter's class, which the run may import (a built-in's module is the suite's)."""
+    if not ref.builtin:
+        return None
+    return getattr(load_reference(ref.reference), "reference_steps", None)
 
 
 def _instantiate(obj):

@@ -162,18 +162,13 @@ def other_steps(steps: int) -> int:
 class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
     """The Loop form's file of each block case (its default: the case's steps) fed another step
     count, other_steps(case steps); the runner checks it against the spec at that count, computed
-    from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
+    from ode_ref in the run (cases.at_steps; reference_steps), since no golden file holds it."""
 
     name = "onnxruntime-loop-other-steps"
     half_rows = ()  # its reference is the spec at another step count, computed in the run in float64 only
 
     def fed_steps(self, config) -> int:
         return other_steps(config.ode_steps)
-
-
-# A built-in backend that runs the block cases at another step count -> that count for a case's
-# steps: the runner compares it with the spec at that count (cases.at_steps), not the golden file.
-RESTEPPED = {OnnxRuntimeLoopOtherStepsAdapter.name: other_steps}
 
 
 class OnnxReferenceAdapter(_ExportedAdapter):

@@ -64,7 +64,7 @@ def core_count() -> int:
 class Worker:
     """One `python -m odeattn.conformance.worker` process and its two non-blocking pipes."""
 
-    def __init__(self, backend_index: int, threads: int):
+    def __init__(self, backend_index: int, threads: int, clock=time.perf_counter):
         self.backend_index = backend_index
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
@@ -83,12 +83,12 @@ class Worker:
         self.limit = INIT_REPLY_LIMIT  # the largest reply it may announce for this job
         self.deadline = float("inf")
         self.started = 0.0
-        self.spawned = time.perf_counter()
+        self.spawned = clock()
 
-    def send(self, message: dict, arrays: dict | None, timeout: float, limit: int) -> None:
+    def send(self, message: dict, arrays: dict | None, timeout: float, limit: int, clock=time.perf_counter) -> None:
         """Queue a request; the selector writes it as the pipe takes it."""
         self.outbox = memoryview(encode(message, arrays))
-        self.started = time.perf_counter()
+        self.started = clock()
         self.deadline = self.started + timeout
         self.limit = limit
 
@@ -125,6 +125,7 @@ class Worker:
         return message, arrays
 
     def kill(self) -> str:
+        """Kill its process group; how it ended (describe_exit)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -151,163 +152,255 @@ class BackendState:
     no_more_workers: bool = False  # an extra worker could not be constructed: carry on with those alive
 
 
-def run_workers(refs, make_jobs, on_init, on_result, on_backend_error, *, jobs: int, timeout: float,
-                should_stop=lambda: False, on_started=None, skip=lambda backend_index, job: False) -> None:
-    """Drive every backend's jobs through worker processes.
+# What the pool reports, one event at a time (Pool.events). A backend is the index of its ref.
+@dataclass
+class Constructed:
+    """A backend's first worker constructed it: its name and dtypes. The caller answers, before
+    asking for the next event, with Pool.give (its jobs) or Pool.refuse."""
 
-    make_jobs(backend_index, name, dtypes) -> list of (job, request message, request arrays,
-    reply limit in bytes); on_init(backend_index, name, dtypes) -> bool (False: refuse it);
-    on_result(backend_index, job, reply, arrays, seconds); on_backend_error(backend_index, message,
-    traceback) for a backend that cannot be constructed. A job whose worker dies, hangs or
-    oversends gets on_result with an error reply. on_started(backend_index, profile, seconds), if
-    given, for every worker whose backend was constructed (and not refused): the worker's init
-    profile and the seconds from its spawn to its init reply. skip(backend_index, job), asked of
-    each job as it comes up: True drops it unrun (the caller accounts for it)."""
-    states = [BackendState(ref) for ref in refs]
-    pending = deque(range(len(states)))
-    workers: list[Worker] = []
-    stopping: list[Worker] = []
-    sel = selectors.DefaultSelector()
-    threads = max(1, core_count() // jobs)
+    backend: int
+    name: str
+    dtypes: tuple
 
-    def send(w: Worker, message, arrays, limit) -> None:
-        w.send(message, arrays, timeout, limit)
+
+@dataclass
+class WorkerStarted:
+    """A worker of a constructed (and not refused) backend is ready: its init profile (the seconds
+    importing and constructing) and the seconds from its spawn to its init reply."""
+
+    backend: int
+    profile: dict
+    seconds: float
+
+
+@dataclass
+class Result:
+    """A job's reply and arrays; a worker that died, hung or oversent gives an error reply."""
+
+    backend: int
+    job: object
+    reply: dict
+    arrays: dict
+    seconds: float
+
+
+@dataclass
+class BackendFailed:
+    """A backend that cannot be constructed: it runs nothing."""
+
+    backend: int
+    message: str
+    traceback: str = ""
+
+
+class Pool:
+    """Drive every backend's jobs through worker processes, reporting as events (events()).
+
+    A job is (job, request message, request arrays, reply limit in bytes); the first item is the
+    caller's, handed back in its Result. timeout: the seconds a worker may take to construct its
+    backend, or to answer one job; clock: the time those are measured by (a test's fake one)."""
+
+    def __init__(self, refs, *, jobs: int, timeout: float, clock=time.perf_counter):
+        self.states = [BackendState(ref) for ref in refs]
+        self.pending = deque(range(len(self.states)))
+        self.workers: list[Worker] = []
+        self.stopping: list[Worker] = []
+        self.sel = selectors.DefaultSelector()
+        self.jobs, self.timeout, self.clock = jobs, timeout, clock
+        self.threads = max(1, core_count() // jobs)
+        self.stopped = False
+        self.ready: deque = deque()  # (event, what the pool does once the caller has seen it) not yet reported
+
+    # the caller's answers
+    def give(self, backend: int, jobs) -> None:
+        """Queue a constructed backend's jobs."""
+        self.states[backend].queue.extend(jobs)
+
+    def refuse(self, backend: int) -> None:
+        """A constructed backend runs nothing."""
+        self.states[backend].failed = True
+
+    def drop(self, backend: int, which) -> int:
+        """Remove the backend's queued jobs for which which(job) is true; how many."""
+        queue = self.states[backend].queue
+        kept = deque(item for item in queue if not which(item[0]))
+        dropped = len(queue) - len(kept)
+        self.states[backend].queue = kept
+        return dropped
+
+    def stop(self) -> None:
+        """Start no more jobs; those running finish."""
+        self.stopped = True
+
+    def events(self):
+        """Every event of the run, until no worker is left; however the run ends (an exception,
+        the caller closing the generator), no worker outlives it."""
+        try:
+            self._fill()
+            while self.workers or self.ready:
+                while self.ready:
+                    event, after = self.ready.popleft()
+                    yield event
+                    if after is not None:  # only now: the caller's answer (give, refuse, drop, stop) counts
+                        after()
+                    self._fill()
+                if self.workers:
+                    self._poll()
+        finally:
+            self._close()
+
+    def _report(self, event, after=None) -> None:
+        self.ready.append((event, after))
+
+    def _poll(self) -> None:
+        """Wait for the pipes (at most until the nearest deadline), handle what they carry, kill the
+        workers past their deadline, and start workers in the free slots."""
+        wait = max(0.0, min(w.deadline for w in self.workers) - self.clock())
+        for key, _ in self.sel.select(timeout=min(wait, 1.0)):
+            w, direction = key.data
+            if w in self.workers:
+                self._write(w) if direction == "w" else self._read(w)
+        now = self.clock()
+        for w in [w for w in self.workers if w.deadline < now]:
+            self._retire(w, kill=True)
+            self._lost(w, f"timed out after {self.timeout:g} s")
+        self._fill()
+
+    def _write(self, w: Worker) -> None:
+        w.write()
+        if not w.outbox:
+            self.sel.unregister(w.to_child)
+
+    def _read(self, w: Worker) -> None:
+        try:
+            reply = w.read()
+        except EOFError:
+            why = describe_exit(w.proc.wait())
+            self._retire(w, kill=True)
+            self._lost(w, why)
+            return
+        except ValueError as err:
+            self._retire(w, kill=True)
+            self._lost(w, str(err))
+            return
+        if reply is None:
+            return
+        message, arrays = reply
+        w.deadline = float("inf")  # answered: idle until its next job
+        if w.job != ("init",):
+            self._report(Result(w.backend_index, w.job, message, arrays, self.clock() - w.started), lambda: self._next_job(w))
+        elif "error" in message:
+            self._retire(w)
+            self._init_failed(w, message["error"], message.get("traceback", ""))
+        else:
+            self._initialised(w, message)
+
+    def _initialised(self, w: Worker, message: dict) -> None:
+        st = self.states[w.backend_index]
+        started = WorkerStarted(w.backend_index, message.get("profile", {}), self.clock() - w.spawned)
+
+        def go_on():
+            if st.failed:
+                self._next_job(w)  # refused: retires it
+            else:
+                self._report(started, lambda: self._next_job(w))
+
+        if st.initialised:  # another worker of a known backend
+            go_on()
+            return
+        st.initialised = True
+        self._report(Constructed(w.backend_index, message["name"], tuple(message["dtypes"])), go_on)
+
+    def _send(self, w: Worker, message, arrays, limit) -> None:
+        w.send(message, arrays, self.timeout, limit, self.clock)
         w.write()
         if w.outbox:
-            sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))
+            self.sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))
 
-    def start(index: int) -> None:
-        w = Worker(index, threads)
-        states[index].workers += 1
-        workers.append(w)
-        sel.register(w.from_child, selectors.EVENT_READ, (w, "r"))
+    def _start(self, index: int) -> None:
+        w = Worker(index, self.threads, self.clock)
+        self.states[index].workers += 1
+        self.workers.append(w)
+        self.sel.register(w.from_child, selectors.EVENT_READ, (w, "r"))
         w.job = ("init",)
-        ref = states[index].ref
-        send(w, {"op": "init", "reference": ref.reference, "sys_path": sys.path, "imports": list(ref.imports)},
-             None, INIT_REPLY_LIMIT)
+        ref = self.states[index].ref
+        self._send(w, {"op": "init", "reference": ref.reference, "sys_path": sys.path, "imports": list(ref.imports)},
+                   None, INIT_REPLY_LIMIT)
 
-    def retire(w: Worker, *, kill: bool = False) -> str:
+    def _retire(self, w: Worker, *, kill: bool = False) -> None:
         for fd in (w.from_child, w.to_child):
             try:
-                sel.unregister(fd)
+                self.sel.unregister(fd)
             except (KeyError, ValueError):
                 pass
-        workers.remove(w)
-        states[w.backend_index].workers -= 1
+        self.workers.remove(w)
+        self.states[w.backend_index].workers -= 1
         if kill:
-            return w.kill()
+            w.kill()
+            return
         try:
             os.write(w.to_child, encode({"op": "exit"}))
         except OSError:
             pass
         w.close_fds()
-        stopping.append(w)
-        return ""
+        self.stopping.append(w)
 
-    def next_job(w: Worker) -> None:
-        st = states[w.backend_index]
-        while st.queue and skip(w.backend_index, st.queue[0][0]):
-            st.queue.popleft()
-        if st.queue and not st.failed and not should_stop():
+    def _next_job(self, w: Worker) -> None:
+        if w not in self.workers:
+            return
+        st = self.states[w.backend_index]
+        if st.queue and not st.failed and not self.stopped:
             job, message, arrays, limit = st.queue.popleft()
             w.job = job
-            send(w, message, arrays, limit)
+            self._send(w, message, arrays, limit)
         else:
-            retire(w)
+            self._retire(w)
 
-    def fill() -> None:
-        while len(workers) < jobs and not should_stop():
-            if pending:
-                start(pending.popleft())
+    def _fill(self) -> None:
+        while len(self.workers) < self.jobs and not self.stopped:
+            if self.pending:
+                self._start(self.pending.popleft())
                 continue
-            open_ = [(len(s.queue) / (s.workers + 1), i) for i, s in enumerate(states)
+            open_ = [(len(s.queue) / (s.workers + 1), i) for i, s in enumerate(self.states)
                      if s.initialised and not s.failed and not s.no_more_workers and s.workers
                      and len(s.queue) >= MIN_SHARE * (s.workers + 1)]
             if not open_:
                 return
-            start(max(open_)[1])
+            self._start(max(open_)[1])
 
-    def init_failed(w: Worker, message: str, tb: str) -> None:
-        st = states[w.backend_index]
+    def _init_failed(self, w: Worker, message: str, tb: str) -> None:
+        st = self.states[w.backend_index]
         if not st.initialised:
             st.failed = True
-            on_backend_error(w.backend_index, message, tb)
+            self._report(BackendFailed(w.backend_index, message, tb))
         elif st.workers:  # an extra worker: the ones alive carry on, no more are started
             st.no_more_workers = True
         else:  # a restart after a crash failed: nothing can run the rest
             st.failed = True
             while st.queue:
                 job = st.queue.popleft()[0]
-                on_result(w.backend_index, job, {"status": "error", "message": f"not run: {message}"}, {}, 0.0)
+                self._report(Result(w.backend_index, job, {"status": "error", "message": f"not run: {message}"}, {}, 0.0))
 
-    def lost(w: Worker, why: str) -> None:
+    def _lost(self, w: Worker, why: str) -> None:
         """w died, hung or oversent: report what it was doing, and let a fresh worker go on."""
-        st = states[w.backend_index]
+        st = self.states[w.backend_index]
         if w.job == ("init",):
-            init_failed(w, f"the worker {why} while constructing the backend", "")
+            self._init_failed(w, f"the worker {why} while constructing the backend", "")
             return
-        on_result(w.backend_index, w.job, {"status": "error", "message": f"the worker {why} while running this case"}, {},
-                  time.perf_counter() - w.started)
-        if st.queue and not st.workers and not st.failed and not should_stop():
-            pending.appendleft(w.backend_index)
+        def restart():
+            if st.queue and not st.workers and not st.failed and not self.stopped:
+                self.pending.appendleft(w.backend_index)
 
-    try:
-        fill()
-        while workers:
-            wait = max(0.0, min(w.deadline for w in workers) - time.perf_counter())
-            for key, _ in sel.select(timeout=min(wait, 1.0)):
-                w, direction = key.data
-                if w not in workers:
-                    continue
-                if direction == "w":
-                    w.write()
-                    if not w.outbox:
-                        sel.unregister(w.to_child)
-                    continue
-                try:
-                    reply = w.read()
-                except EOFError:
-                    why = describe_exit(w.proc.wait())
-                    retire(w, kill=True)
-                    lost(w, why)
-                    continue
-                except ValueError as err:
-                    retire(w, kill=True)
-                    lost(w, str(err))
-                    continue
-                if reply is None:
-                    continue
-                message, arrays = reply
-                st = states[w.backend_index]
-                if w.job == ("init",):
-                    if "error" in message:
-                        retire(w)
-                        init_failed(w, message["error"], message.get("traceback", ""))
-                        continue
-                    if not st.initialised:
-                        st.initialised = True
-                        if on_init(w.backend_index, message["name"], tuple(message["dtypes"])):
-                            st.queue.extend(make_jobs(w.backend_index, message["name"], tuple(message["dtypes"])))
-                        else:
-                            st.failed = True
-                    if on_started and not st.failed:
-                        on_started(w.backend_index, message.get("profile", {}), time.perf_counter() - w.spawned)
-                    next_job(w)
-                else:
-                    on_result(w.backend_index, w.job, message, arrays, time.perf_counter() - w.started)
-                    next_job(w)
-            now = time.perf_counter()
-            for w in [w for w in workers if w.deadline < now]:
-                retire(w, kill=True)
-                lost(w, f"timed out after {timeout:g} s")
-            fill()
-    finally:
-        for w in list(workers):
+        self._report(Result(w.backend_index, w.job, {"status": "error", "message": f"the worker {why} while running this case"},
+                            {}, self.clock() - w.started), restart)
+
+    def _close(self) -> None:
+        for w in list(self.workers):
             w.kill()
         deadline = time.perf_counter() + 5.0
-        for w in stopping:
+        for w in self.stopping:
             try:
                 w.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
             except subprocess.TimeoutExpired:
                 w.kill()
-        sel.close()
+        self.sel.close()

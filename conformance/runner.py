@@ -22,7 +22,6 @@ from typing import Optional
 
 import numpy as np
 
-from .adapters import RESTEPPED
 from .cases import Case, at_steps, split_decoded
 from .half import HALF_DTYPES, cast, check_dtypes
 from .tolerance import half_tolerance, relative_error, tolerance
@@ -91,38 +90,11 @@ def _step_time(case: Case, quantity: str) -> str:
         return f" (t = {int(quantity[5:])}/{case.config.ode_steps})"
     if quantity.startswith("decode_"):
         return f" (token {case.prompt + int(quantity[7:]) - 1}, decoded with the cache)"
-    if quantity == "z" and case.encoder_outputs is not None:
+    if quantity == "z" and case.kind == "encoder":
         return " (the encoder stack's output)"
     if quantity.startswith("grad."):
         return f" (the gradient of the parameter {quantity[5:]})"
     return ""
-
-
-def split_outputs(case: Case, outputs: dict) -> dict:
-    """A backend's raw outputs (f0, trajectory or z1; or a decode run) as quantity -> array, in
-    the order computed."""
-    if case.z1_bar is not None or case.encoder_outputs is not None:
-        return dict(outputs)  # x_bar, grad.<parameter>; z: checked against the golden set by compare
-    if case.decoded:
-        z = np.asarray(outputs["decode"])
-        if z.shape != case.x.shape:
-            raise ValueError(f"run_decode: expected shape {case.x.shape} (the prompt's z, then each token's); got {z.shape}")
-        return split_decoded(z, case.prompt)
-    out = {}
-    traj = None
-    if "trajectory" in outputs:
-        traj = np.asarray(outputs["trajectory"])
-        if traj.shape[:1] != (case.config.ode_steps + 1,):
-            raise ValueError(f"run_trajectory: expected {case.config.ode_steps + 1} states; got shape {traj.shape}")
-        out["step_0"] = traj[0]  # every state is checked, the first too: z(0) is x, and a wrong one fails
-    if "f0" in outputs:
-        out["f0"] = outputs["f0"]
-    if traj is not None:
-        out.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
-        out["z1"] = traj[-1]
-    elif "z1" in outputs:
-        out["z1"] = outputs["z1"]
-    return out
 
 
 def compare(case: Case, dtype: str, outputs: dict, *, float64_bound: Optional[float] = None) -> tuple[str, str, list]:
@@ -164,7 +136,7 @@ def judge(result: CaseResult, case: Case, reply: dict, outputs: dict, float64_bo
     elif status == "ran":
         try:
             result.status, result.message, result.quantities = compare(
-                case, result.dtype, split_outputs(case, outputs), float64_bound=float64_bound)
+                case, result.dtype, case.split_outputs(outputs), float64_bound=float64_bound)
         except ValueError as err:
             result.status, result.message = "error", str(err)
     else:
@@ -185,8 +157,7 @@ def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResu
     try:
         params = {k: cast(v, dtype) for k, v in case.params.items()}
         reply, outputs = attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype,
-                                 case.decoded, None if case.z1_bar is None else cast(case.z1_bar, dtype),
-                                 case.encoder_outputs is not None)
+                                 **case.inputs(dtype))
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
     judge(result, case, reply, outputs, float64_bound)
@@ -238,18 +209,18 @@ def _request(case: Case, dtype: str) -> tuple[dict, dict]:
     arrays = {"x": cast(case.x, dtype), **{f"param/{k}": cast(v, dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
-    if case.z1_bar is not None:
-        arrays["z1_bar"] = cast(case.z1_bar, dtype)
-    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": case.decoded,
-            "vjp": case.z1_bar is not None, "encoder": case.encoder_outputs is not None}, arrays
+    inputs = case.inputs(dtype)
+    if inputs["z1_bar"] is not None:
+        arrays["z1_bar"] = inputs["z1_bar"]
+    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": inputs["decoded"],
+            "vjp": inputs["z1_bar"] is not None, "encoder": inputs["encoder"]}, arrays
 
 
 def reply_limit(case: Case) -> int:
     """The most bytes a correct reply for case can take: f0, the trajectory and z1 in float64,
     twice over, plus 1 MB for the message (a traceback). A larger announced reply is refused."""
     b, t, d = case.x.shape
-    steps = 1 if case.encoder_outputs is not None else case.config.ode_steps  # an encoder case: z alone
-    return 2 * 8 * b * t * d * (steps + 3) + (1 << 20)
+    return 2 * 8 * b * t * d * (case.reply_states() + 3) + (1 << 20)
 
 
 def busy_note(profile: dict) -> str:
@@ -259,7 +230,7 @@ def busy_note(profile: dict) -> str:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=(), dtypes=None, first_failure=(), gate=None) -> Report:
+              progress=None, taken=(), dtypes=None, first_failure=(), gate=None, clock=time.perf_counter) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
@@ -278,104 +249,105 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     note: why it ran nothing, or ""), and close() at the end, however the run ends.
 
     The report's profile holds, per backend, the phases and counters of conformance.profile,
-    and each result's profile its own share."""
-    from . import profile as P
-    from .pool import core_count, run_workers
+    and each result's profile its own share. timeout: the seconds a worker may take to construct
+    its backend or to run one case, measured by clock (a test's fake one)."""
+    from .pool import BackendFailed, Constructed, Pool, Result, WorkerStarted, core_count
 
-    xfail = compile_patterns("xfail", xfail)
-    only = None if dtypes is None else check_dtypes(dtypes)
+    run = _Run(refs, cases, compile_patterns("xfail", xfail), None if dtypes is None else check_dtypes(dtypes),
+               progress, fail_fast=fail_fast, taken=taken, first_failure=first_failure, gate=gate,
+               float64_bound=float64_bound)
+    pool = Pool(refs, jobs=jobs or core_count(), timeout=timeout, clock=clock)
+    run.begin()
+    try:
+        for event in pool.events():
+            if isinstance(event, Constructed):
+                run.constructed(pool, event.backend, event.name, event.dtypes)
+            elif isinstance(event, WorkerStarted):
+                run.worker_started(event.backend, event.profile, event.seconds)
+            elif isinstance(event, Result):
+                run.result(pool, event.backend, event.job, event.reply, event.arrays, event.seconds)
+            elif isinstance(event, BackendFailed):
+                run.backend_error(event.backend, event.message, event.traceback)
+    finally:
+        if progress:
+            progress.close()
+    return run.report_()
 
-    def chosen(declared):
-        return [d for d in declared if only is None or d in only]
 
-    jobs = jobs or core_count()
-    report = Report()
-    names = {}
-    expected = {i: len(chosen(ref.dtypes) if ref.dtypes else ("?",)) * len(cases) for i, ref in enumerate(refs)}
-    done = {i: 0 for i in range(len(refs))}
-    began = time.perf_counter()
-    spawned = {}  # backend index -> when its first worker was spawned
-    stop = [False]
-    if progress:
-        progress.begin(sum(expected.values()))
+class _Run:
+    """run_suite's state and its answers to the pool's events: the report, the progress, and per
+    backend (the index of its ref) its name, the results expected and done."""
 
-    def row(i):
-        return report.profile.setdefault(names.get(i, refs[i].label), P.empty())
+    def __init__(self, refs, cases, xfail, only, progress, *, fail_fast, taken, first_failure, gate, float64_bound):
+        self.refs, self.cases, self.xfail, self.only, self.progress = refs, cases, xfail, only, progress
+        self.fail_fast, self.taken, self.first_failure, self.gate = fail_fast, taken, first_failure, gate
+        self.float64_bound = float64_bound
+        self.report = Report()
+        self.names = {}  # backend index -> the name it reported
+        self.expected = {i: len(self.chosen(ref.dtypes) if ref.dtypes else ("?",)) * len(cases) for i, ref in enumerate(refs)}
+        self.done = {i: 0 for i in range(len(refs))}
+        self.began = time.perf_counter()
+        self.spawned = {}  # backend index -> when its first worker was spawned
+        self.stopped = False
 
-    def on_init(i, name, dtypes):
-        ref = refs[i]
-        if name in names.values() or (name in taken and not (ref.builtin and name == ref.label)):
-            report.errors.append(BackendError(ref.label, f"reports the name {name!r}, which another backend has taken"))
-            gone(i, f"reports the name {name!r}, which another backend has taken")
-            return False
-        names[i] = name
-        dtypes = chosen(dtypes)
+    def chosen(self, declared) -> list:
+        return [d for d in declared if self.only is None or d in self.only]
+
+    def begin(self) -> None:
+        if self.progress:
+            self.progress.begin(sum(self.expected.values()))
+
+    def row(self, i) -> dict:
+        from . import profile as P
+
+        return self.report.profile.setdefault(self.names.get(i, self.refs[i].label), P.empty())
+
+    def constructed(self, pool, i, name, dtypes) -> None:
+        """Backend i's name and dtypes: its jobs to the pool, or a refusal (a taken name)."""
+        ref = self.refs[i]
+        if name in self.names.values() or (name in self.taken and not (ref.builtin and name == ref.label)):
+            self.backend_error(i, f"reports the name {name!r}, which another backend has taken")
+            pool.refuse(i)
+            return
+        self.names[i] = name
+        dtypes = self.chosen(dtypes)
         if not dtypes:
-            report.notes.append(f"{name}: runs none of the dtypes asked for ({', '.join(only)})")
-        if progress and len(dtypes) * len(cases) != expected[i]:
-            progress.grow(len(dtypes) * len(cases) - expected[i])
-        expected[i] = len(dtypes) * len(cases)
-        return True
+            self.report.notes.append(f"{name}: runs none of the dtypes asked for ({', '.join(self.only)})")
+        self._grow(i, len(dtypes) * len(self.cases) - self.expected[i])
+        pool.give(i, self.jobs(i, dtypes))
 
-    def on_started(i, timings, seconds):
-        r = row(i)
-        spawned.setdefault(i, time.perf_counter() - seconds)
+    def jobs(self, i, dtypes) -> list:
+        """Backend i's jobs: ((dtype, the case it is judged against), request, arrays, reply limit);
+        the cases untestable in a dtype are recorded, not run."""
+        from .adapters import reference_steps
+
+        restep = reference_steps(self.refs[i])
+        judged = {c.name: at_steps(c, restep(c.config.ode_steps)) if restep and c.kind == "block" else c for c in self.cases}
+        out = []
+        for d in dtypes:
+            for c in self.cases:
+                skipped = untestable(CaseResult(self.names[i], d, c.name, "passed"), judged[c.name])
+                if skipped is not None:
+                    self.record(None, i, skipped)  # reported, not run
+                else:
+                    out.append(((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])))
+        return out
+
+    def worker_started(self, i, timings, seconds) -> None:
+        r = self.row(i)
+        self.spawned.setdefault(i, time.perf_counter() - seconds)
         r["workers"] += 1
         r["import"] += timings.get("import", 0.0)
         r["construction"] += timings.get("construction", 0.0)
         r["start"] += max(0.0, seconds - timings.get("import", 0.0) - timings.get("construction", 0.0))
 
-    def make_jobs(i, name, dtypes):
-        restep = RESTEPPED.get(name) if refs[i].builtin else None  # judged against the spec at its count
-        judged = {c.name: at_steps(c, restep(c.config.ode_steps)) if restep and c.trajectory is not None else c for c in cases}
-        jobs = []
-        for d in chosen(dtypes):
-            for c in cases:
-                skipped = untestable(CaseResult(names[i], d, c.name, "passed"), judged[c.name])
-                if skipped is not None:
-                    record(i, skipped)  # reported, not run
-                else:
-                    jobs.append(((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])))
-        return jobs
+    def result(self, pool, i, job, reply, arrays, seconds) -> None:
+        """A job's reply judged against its case, with its profile, and recorded."""
+        from . import profile as P
 
-    killed = set()  # (backend index, dtype) with a failed case, of the first_failure dtypes
-    passed_gate = set()  # (backend index, case name) that passed in the gate dtype
-
-    def skip(i, job):
-        """A job of a first_failure dtype its backend has already failed in, or whose case passed
-        in the gate dtype: dropped, not expected."""
-        dtype, case = job
-        if (i, dtype) not in killed and not (dtype in first_failure and (i, case.name) in passed_gate):
-            return False
-        expected[i] -= 1
-        if progress:
-            progress.grow(-1)
-            finished_if_done(i)
-        return True
-
-    def record(i, r):
-        if r.status == "failed" and r.dtype in first_failure:
-            killed.add((i, r.dtype))
-        if r.status == "passed" and r.dtype == gate:
-            passed_gate.add((i, r.case))
-        report.results.append(apply_xfail(r, xfail))
-        done[i] += 1
-        if progress:
-            progress.advance(f"{r.backend}/{r.dtype}", busy_note(r.profile))
-            finished_if_done(i)
-        if fail_fast and r.failed:
-            stop[0] = True
-
-    def finished_if_done(i):
-        if done[i] == expected[i]:
-            mine = [x for x in report.results if x.backend == names[i]]
-            counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
-            progress.finished(names[i], counts, row(i)["wall"], "")
-
-    def on_result(i, job, reply, arrays, seconds):
         dtype, case = job
         start = time.perf_counter()
-        r = judge(CaseResult(names[i], dtype, case.name, "passed"), case, reply, arrays, float64_bound)
+        r = judge(CaseResult(self.names[i], dtype, case.name, "passed"), case, reply, arrays, self.float64_bound)
         r.seconds = seconds
         worker = reply.get("profile", {})
         compilation = worker.get("compilation", 0.0)
@@ -384,39 +356,70 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
                      "comparison": time.perf_counter() - start,
                      **{k: worker.get(k, 0) for k in ("jax_trace", "jax_lower", "jax_xla", "programs", "cache_hits",
                                                       "exports", "sessions")}}
-        P.add_case(row(i), r.profile)
-        row(i)["wall"] = time.perf_counter() - spawned.get(i, began)
-        record(i, r)
+        P.add_case(self.row(i), r.profile)
+        self.row(i)["wall"] = time.perf_counter() - self.spawned.get(i, self.began)
+        self.record(pool, i, r)
 
-    def gone(i, message):
-        """Backend i runs nothing more: its share leaves the progress total."""
-        if progress:
-            progress.grow(done[i] - expected[i])
-            progress.finished(names.get(i, refs[i].label), {}, time.perf_counter() - spawned.get(i, began), message)
-        expected[i] = done[i]
+    def record(self, pool, i, r: CaseResult) -> None:
+        """r into the report and the progress; with a pool, what r means for the jobs still queued:
+        a failure in a first_failure dtype drops the rest of that dtype, a pass in the gate dtype
+        that case in the first_failure dtypes, and a failure under fail_fast stops the run."""
+        self.report.results.append(apply_xfail(r, self.xfail))
+        self.done[i] += 1
+        if self.progress:
+            self.progress.advance(f"{r.backend}/{r.dtype}", busy_note(r.profile))
+            self.finished_if_done(i)
+        if pool is None:
+            return
+        dropped = 0
+        if r.status == "failed" and r.dtype in self.first_failure:
+            dropped = pool.drop(i, lambda job: job[0] == r.dtype)
+        if r.status == "passed" and r.dtype == self.gate:
+            dropped = pool.drop(i, lambda job: job[0] in self.first_failure and job[1].name == r.case)
+        if dropped:
+            self._grow(i, -dropped)
+            if self.progress:
+                self.finished_if_done(i)
+        if self.fail_fast and r.failed:
+            self.stopped = True
+            pool.stop()
 
-    def on_backend_error(i, message, tb):
-        report.errors.append(BackendError(refs[i].label, message, tb))
-        gone(i, message)
+    def _grow(self, i, n: int) -> None:
+        """Backend i's expected results change by n."""
+        self.expected[i] += n
+        if self.progress and n:
+            self.progress.grow(n)
 
-    try:
-        run_workers(refs, make_jobs, on_init, on_result, on_backend_error, jobs=jobs, timeout=timeout,
-                    should_stop=lambda: stop[0], on_started=on_started, skip=skip)
-    finally:
-        if progress:
-            progress.close()
-    report.wall = time.perf_counter() - began
-    ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
-    for i, name in names.items():
-        if name not in ran and not stop[0] and expected[i]:
-            report.errors.append(BackendError(refs[i].label, "ran no case: supports() refused every one"))
-    if only is not None and not report.results and not report.errors:
-        report.errors.append(BackendError("dtypes", f"no backend runs any of the dtypes asked for ({', '.join(only)})"))
-    order = {n: i for i, n in names.items()}
-    case_order = {c.name: i for i, c in enumerate(cases)}
-    dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}
-    report.results.sort(key=lambda r: (order[r.backend], dtype_order[r.dtype], case_order[r.case]))
-    return report
+    def finished_if_done(self, i) -> None:
+        if self.done[i] == self.expected[i]:
+            mine = [x for x in self.report.results if x.backend == self.names[i]]
+            counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
+            self.progress.finished(self.names[i], counts, self.row(i)["wall"], "")
+
+    def backend_error(self, i, message, tb="") -> None:
+        """Backend i runs nothing (more): its error, and its share leaves the progress total."""
+        self.report.errors.append(BackendError(self.refs[i].label, message, tb))
+        if self.progress:
+            self.progress.grow(self.done[i] - self.expected[i])
+            self.progress.finished(self.names.get(i, self.refs[i].label), {},
+                                   time.perf_counter() - self.spawned.get(i, self.began), message)
+        self.expected[i] = self.done[i]
+
+    def report_(self) -> Report:
+        """The report, its results in the order of the backends, dtypes and cases."""
+        report = self.report
+        report.wall = time.perf_counter() - self.began
+        ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
+        for i, name in self.names.items():
+            if name not in ran and not self.stopped and self.expected[i]:
+                report.errors.append(BackendError(self.refs[i].label, "ran no case: supports() refused every one"))
+        if self.only is not None and not report.results and not report.errors:
+            report.errors.append(BackendError("dtypes", f"no backend runs any of the dtypes asked for ({', '.join(self.only)})"))
+        order = {n: i for i, n in self.names.items()}
+        case_order = {c.name: i for i, c in enumerate(self.cases)}
+        dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}
+        report.results.sort(key=lambda r: (order[r.backend], dtype_order[r.dtype], case_order[r.case]))
+        return report
 
 
 def summary(results) -> list[dict]:

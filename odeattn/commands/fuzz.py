@@ -180,7 +180,7 @@ def replay(args) -> int:
     if q:
         tol = next(r.tolerance for r in result.quantities if r.quantity == q)
         print(f"  where: {localise(q, outputs[q], case.quantities()[q], tol, prompt=case.prompt)['summary']}")
-        if case.trajectory is not None and getattr(adapter, "run_stages", None) is not None:
+        if case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
             print(f"  stage: {format_stage(first_divergent_stage(adapter, case, dtype))}")
     if result.status == "skipped":
         raise CommandFailed(f"--backend {typed}: does not run this example ({result.message}): that is not a pass", code=2)

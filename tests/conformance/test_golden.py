@@ -407,7 +407,7 @@ PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.
 def _verdicts(cases, backend):
     from odeattn.conformance.runner import run_case
 
-    return [run_case(backend, c, "float32").status for c in cases if c.trajectory is not None]
+    return [run_case(backend, c, "float32").status for c in cases if c.kind == "block"]
 
 
 def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_passes(team):
