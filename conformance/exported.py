@@ -166,6 +166,9 @@ class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
 
     name = "onnxruntime-loop-other-steps"
     half_rows = ()  # its reference is the spec at another step count, computed in the run in float64 only
+    # A built-in's reference_steps(steps): the step count its outputs for a block case of `steps`
+    # are judged at (the runner builds that reference, cases.at_steps; none: the case's own).
+    reference_steps = staticmethod(other_steps)
 
     def fed_steps(self, config) -> int:
         return other_steps(config.ode_steps)

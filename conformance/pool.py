@@ -64,7 +64,7 @@ def core_count() -> int:
 class Worker:
     """One `python -m odeattn.conformance.worker` process and its two non-blocking pipes."""
 
-    def __init__(self, backend_index: int, threads: int, clock=time.perf_counter):
+    def __init__(self, backend_index: int, threads: int):
         self.backend_index = backend_index
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
@@ -83,12 +83,14 @@ class Worker:
         self.limit = INIT_REPLY_LIMIT  # the largest reply it may announce for this job
         self.deadline = float("inf")
         self.started = 0.0
-        self.spawned = clock()
+        self.timeout = 0.0  # the seconds its request may take
+        self.spawned = time.perf_counter()
 
-    def send(self, message: dict, arrays: dict | None, timeout: float, limit: int, clock=time.perf_counter) -> None:
+    def send(self, message: dict, arrays: dict | None, timeout: float, limit: int) -> None:
         """Queue a request; the selector writes it as the pipe takes it."""
         self.outbox = memoryview(encode(message, arrays))
-        self.started = clock()
+        self.started = time.perf_counter()
+        self.timeout = timeout
         self.deadline = self.started + timeout
         self.limit = limit
 
@@ -197,16 +199,17 @@ class Pool:
     """Drive every backend's jobs through worker processes, reporting as events (events()).
 
     A job is (job, request message, request arrays, reply limit in bytes); the first item is the
-    caller's, handed back in its Result. timeout: the seconds a worker may take to construct its
-    backend, or to answer one job; clock: the time those are measured by (a test's fake one)."""
+    caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job;
+    init_timeout: to start and construct its backend (None: timeout)."""
 
-    def __init__(self, refs, *, jobs: int, timeout: float, clock=time.perf_counter):
+    def __init__(self, refs, *, jobs: int, timeout: float, init_timeout: float | None = None):
         self.states = [BackendState(ref) for ref in refs]
         self.pending = deque(range(len(self.states)))
         self.workers: list[Worker] = []
         self.stopping: list[Worker] = []
         self.sel = selectors.DefaultSelector()
-        self.jobs, self.timeout, self.clock = jobs, timeout, clock
+        self.jobs, self.timeout = jobs, timeout
+        self.init_timeout = timeout if init_timeout is None else init_timeout
         self.threads = max(1, core_count() // jobs)
         self.stopped = False
         self.ready: deque = deque()  # (event, what the pool does once the caller has seen it) not yet reported
@@ -255,15 +258,15 @@ class Pool:
     def _poll(self) -> None:
         """Wait for the pipes (at most until the nearest deadline), handle what they carry, kill the
         workers past their deadline, and start workers in the free slots."""
-        wait = max(0.0, min(w.deadline for w in self.workers) - self.clock())
+        wait = max(0.0, min(w.deadline for w in self.workers) - time.perf_counter())
         for key, _ in self.sel.select(timeout=min(wait, 1.0)):
             w, direction = key.data
             if w in self.workers:
                 self._write(w) if direction == "w" else self._read(w)
-        now = self.clock()
+        now = time.perf_counter()
         for w in [w for w in self.workers if w.deadline < now]:
             self._retire(w, kill=True)
-            self._lost(w, f"timed out after {self.timeout:g} s")
+            self._lost(w, f"timed out after {w.timeout:g} s")
         self._fill()
 
     def _write(self, w: Worker) -> None:
@@ -288,7 +291,7 @@ class Pool:
         message, arrays = reply
         w.deadline = float("inf")  # answered: idle until its next job
         if w.job != ("init",):
-            self._report(Result(w.backend_index, w.job, message, arrays, self.clock() - w.started), lambda: self._next_job(w))
+            self._report(Result(w.backend_index, w.job, message, arrays, time.perf_counter() - w.started), lambda: self._next_job(w))
         elif "error" in message:
             self._retire(w)
             self._init_failed(w, message["error"], message.get("traceback", ""))
@@ -297,7 +300,7 @@ class Pool:
 
     def _initialised(self, w: Worker, message: dict) -> None:
         st = self.states[w.backend_index]
-        started = WorkerStarted(w.backend_index, message.get("profile", {}), self.clock() - w.spawned)
+        started = WorkerStarted(w.backend_index, message.get("profile", {}), time.perf_counter() - w.spawned)
 
         def go_on():
             if st.failed:
@@ -312,13 +315,13 @@ class Pool:
         self._report(Constructed(w.backend_index, message["name"], tuple(message["dtypes"])), go_on)
 
     def _send(self, w: Worker, message, arrays, limit) -> None:
-        w.send(message, arrays, self.timeout, limit, self.clock)
+        w.send(message, arrays, self.init_timeout if message["op"] == "init" else self.timeout, limit)
         w.write()
         if w.outbox:
             self.sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))
 
     def _start(self, index: int) -> None:
-        w = Worker(index, self.threads, self.clock)
+        w = Worker(index, self.threads)
         self.states[index].workers += 1
         self.workers.append(w)
         self.sel.register(w.from_child, selectors.EVENT_READ, (w, "r"))
@@ -392,7 +395,7 @@ class Pool:
                 self.pending.appendleft(w.backend_index)
 
         self._report(Result(w.backend_index, w.job, {"status": "error", "message": f"the worker {why} while running this case"},
-                            {}, self.clock() - w.started), restart)
+                            {}, time.perf_counter() - w.started), restart)
 
     def _close(self) -> None:
         for w in list(self.workers):

@@ -230,7 +230,7 @@ def busy_note(profile: dict) -> str:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=(), dtypes=None, first_failure=(), gate=None, clock=time.perf_counter) -> Report:
+              progress=None, taken=(), dtypes=None, first_failure=(), gate=None, init_timeout=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
 
@@ -249,14 +249,14 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     note: why it ran nothing, or ""), and close() at the end, however the run ends.
 
     The report's profile holds, per backend, the phases and counters of conformance.profile,
-    and each result's profile its own share. timeout: the seconds a worker may take to construct
-    its backend or to run one case, measured by clock (a test's fake one)."""
+    and each result's profile its own share. timeout: the seconds a worker may take to run one
+    case; init_timeout: to start and construct its backend (None: timeout)."""
     from .pool import BackendFailed, Constructed, Pool, Result, WorkerStarted, core_count
 
     run = _Run(refs, cases, compile_patterns("xfail", xfail), None if dtypes is None else check_dtypes(dtypes),
                progress, fail_fast=fail_fast, taken=taken, first_failure=first_failure, gate=gate,
                float64_bound=float64_bound)
-    pool = Pool(refs, jobs=jobs or core_count(), timeout=timeout, clock=clock)
+    pool = Pool(refs, jobs=jobs or core_count(), timeout=timeout, init_timeout=init_timeout)
     run.begin()
     try:
         for event in pool.events():

@@ -101,21 +101,30 @@ class HangsInInit(Spec32):
     name = "hangs-in-init"
     def __init__(self): time.sleep(60)
 
+def first_time(what):
+    """True in the first worker of the run to ask (a file beside the lock), False after."""
+    try:
+        os.close(os.open(os.environ["ODEATTN_TEST_LOCK"] + "." + what, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
 class StallsAfterOne(Spec32):
-    """Answers once, then never reads again: the run must not block writing to it."""
+    """Answers once, then never reads again (once in the run): the run must not block writing to it."""
     name = "stalls"
     count = 0
     def run_func(self, *a):
         StallsAfterOne.count += 1
-        if StallsAfterOne.count > 1:
+        if StallsAfterOne.count > 1 and first_time("stalled"):
             os.kill(os.getpid(), signal.SIGSTOP)
         return super().run_func(*a)
 
 class Oversends(Spec32):
+    """Announces a reply far larger than its case's outputs (once in the run)."""
     name = "oversends"
     def run_block(self, config, params, x, mask, dtype):
         import numpy as np
-        return np.zeros(50_000_000, np.float32)
+        return np.zeros(5_000_000, np.float32) if first_time("oversent") else super().run_block(config, params, x, mask, dtype)
     run_trajectory = run_func = None
 
 class GeneratorDtypes(Spec32):
@@ -158,7 +167,7 @@ def test_no_plugin_changes_another_verdict_or_the_run(plugins):
     refs += [plugins(n) for n in ("Exits", "Dies", "Segfaults", "Hangs", "Writes", "BadInit", "SupportsRaises",
                                   "SupportsTrue", "CallsItselfSpec", "BlockOnly")]
     refs.append(BackendRef("exits-on-import", "odeattn_exits_on_import:anything"))
-    report = run_suite(refs, SOME, jobs=2, timeout=3.0, taken=set(BUILTIN))
+    report = run_suite(refs, SOME, jobs=2, timeout=1.0, init_timeout=3.0, taken=set(BUILTIN))
     by = {}
     for r in report.results:
         by.setdefault(r.backend, []).append(r)
@@ -169,7 +178,7 @@ def test_no_plugin_changes_another_verdict_or_the_run(plugins):
     assert bitnet and all(dies[n].message == "the worker exited with status 3 while running this case" for n in bitnet)
     assert all(dies[c.name].status == "passed" for c in SOME if not c.config.use_bitnet)  # a fresh worker went on
     assert by["segfaults"][0].message == "the worker was killed by SIGSEGV while running this case"
-    assert by["hangs"][0].message == "the worker timed out after 3 s while running this case"
+    assert by["hangs"][0].message == "the worker timed out after 1 s while running this case"
     assert all(r.status == "failed" for r in by["writes"])  # wrong for itself only: spec passed above
     assert all(r.status == "error" and r.message.startswith("KeyError") for r in by["supports-raises"])
     assert all(r.message == "TypeError: supports() must return None or a reason string; got True" for r in by["supports-true"])
@@ -261,15 +270,19 @@ def test_hung_stalled_oversending_and_odd_plugins_are_reported_and_the_run_goes_
     refs = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
     refs += [plugins(n) for n in ("HangsInInit", "StallsAfterOne", "Oversends", "GeneratorDtypes", "SupportsNothing",
                                   "ColourfulError", "OneInstance")]
-    report = run_suite(refs, CASES[:12], jobs=2, timeout=3.0, taken=set(BUILTIN))
+    # A case takes milliseconds; a worker's start and construction up to a second or two on a
+    # loaded 2-core machine: the short case timeout finds the stalled worker at once.
+    report = run_suite(refs, CASES[:12], jobs=2, timeout=1.0, init_timeout=3.0, taken=set(BUILTIN))
     by = {}
     for r in report.results:
         by.setdefault(r.backend, []).append(r)
     errors = {e.backend: e.message for e in report.errors}
     assert {r.status for r in by["spec"]} == {"passed"}
     assert errors["HangsInInit"] == "the worker timed out after 3 s while constructing the backend"
-    assert by["stalls"][1].message == "the worker timed out after 3 s while running this case"
-    assert by["oversends"][0].message.startswith("the worker announced a reply of 200000")
+    assert by["stalls"][1].message == "the worker timed out after 1 s while running this case"
+    assert by["oversends"][0].message.startswith("the worker announced a reply of 20000")  # 20 MB; its case fits in 1 MB
+    for name, bad in (("stalls", 1), ("oversends", 0)):  # a fresh worker ran the rest
+        assert [r.status for r in by[name]] == ["error" if k == bad else "passed" for k in range(12)], name
     assert errors["GeneratorDtypes"].startswith("TypeError: adapter 'generator-dtypes': dtypes must be a non-empty tuple")
     assert errors["SupportsNothing"] == "ran no case: supports() refused every one"
     assert {r.status for r in by["one-instance"]} == {"passed"} and len(by["one-instance"]) == 12  # extra workers failed
