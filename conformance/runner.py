@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from .cases import Case, at_steps, split_decoded
+from .cases import Case, at_steps
 from .half import HALF_DTYPES, cast, check_dtypes
 from .tolerance import half_tolerance, relative_error, tolerance
 from .worker import attempt
