@@ -30,7 +30,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.lm import LMConfig
 
-from .tolerance import relative_error, tolerance
+from .cases.tolerance import relative_error, tolerance
 
 
 def padded(prompts, pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:

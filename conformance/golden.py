@@ -48,9 +48,9 @@ from ode_ref.files import replacing
 from ode_ref.precision import HALF_DTYPES
 
 from .cases import CASES_VERSION, Case, build_all, float32_errors, half_fields, quantity_names, same_case, with_half
-from .half import HALF_FIELDS
-from .target import MANIFEST, check_names, check_writable, owned_files
-from .tolerance import UNIT_ROUNDOFF
+from .cases.half import HALF_FIELDS
+from .cases.target import MANIFEST, check_names, check_writable, owned_files
+from .cases.tolerance import UNIT_ROUNDOFF
 
 FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
 # 6 the half-precision errors ("e16", "ebf16", "half_untestable"); older sets read as they did

@@ -10,7 +10,7 @@ import pytest
 import ode_ref as R
 from odeattn.conformance.cases import decode_loop, run_decode
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.cases.tolerance import relative_error
 
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")

@@ -4,7 +4,7 @@ rows named once, and the golden files of every one loaded with its kind."""
 import itertools
 
 import ode_ref as R
-from odeattn.conformance.encoder_cases import ENCODER_ROWS, FACTORS, FAMILY_PROFILES, covered_pairs, row_name
+from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, FACTORS, FAMILY_PROFILES, covered_pairs, row_name
 from odeattn.conformance.golden import load_cases
 
 VALUES = {"family": list(R.FAMILIES), "profile": list(R.PROFILES), "pre": [False, True], "padding": [False, True],

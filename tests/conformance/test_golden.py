@@ -10,8 +10,8 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden, seal
 from odeattn.conformance.cases import build_all, case_specs
-from odeattn.conformance.encoder_cases import ENCODER_ROWS, row_name
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, row_name
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
 
 # How far the spec's own float32 error e32 may move when the set is regenerated on another CPU
@@ -405,7 +405,7 @@ PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.
 
 
 def _verdicts(cases, backend):
-    from odeattn.conformance.runner import run_case
+    from odeattn.conformance.running.runner import run_case
 
     return [run_case(backend, c, "float32").status for c in cases if c.kind == "block"]
 
@@ -418,7 +418,7 @@ def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_
     import dataclasses
 
     from odeattn.conformance.cases import float32_errors
-    from odeattn.conformance.tolerance import UNIT_ROUNDOFF
+    from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF
 
     honest = golden.load_cases(team)
     m = _manifest(team)

@@ -9,13 +9,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from odeattn.conformance import frames, golden
+from odeattn.conformance.running import frames
+from odeattn.conformance import golden
 from odeattn.conformance.adapters import BUILTIN, BackendRef, check_adapter
 from odeattn.conformance.cases import half_fields
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.half import DTYPES, OTHERWISE, cast, check_dtypes, policy_otherwise
-from odeattn.conformance.runner import format_report, run_case, run_suite, select, summary, write_json
-from odeattn.conformance.tolerance import UNIT_ROUNDOFF, half_tolerance, relative_error
+from odeattn.conformance.cases.half import DTYPES, OTHERWISE, cast, check_dtypes, policy_otherwise
+from odeattn.conformance.running.runner import format_report, run_case, run_suite, select, summary, write_json
+from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF, half_tolerance, relative_error
 
 CASES = load_cases()
 BY_NAME = {c.name: c for c in CASES}
@@ -122,7 +123,7 @@ PORTS = textwrap.dedent('''
     import ode_ref as R
     from ode_ref.precision import half_attention, half_block, half_func, round_to
     from odeattn.conformance.cases import run_decode
-    from odeattn.conformance.half import numpy_dtype
+    from odeattn.conformance.cases.half import numpy_dtype
 
 
     class PolicyPort:

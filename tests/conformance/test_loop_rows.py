@@ -13,8 +13,8 @@ pytest.importorskip("onnxruntime")
 from odeattn.conformance.adapters import BUILTIN, BackendRef, make_adapter, other_steps, reference_steps
 from odeattn.conformance.cases import at_steps, build_case, case_specs
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.runner import CaseResult, judge, run_case, run_suite, select
-from odeattn.conformance.worker import collect_outputs
+from odeattn.conformance.running.runner import CaseResult, judge, run_case, run_suite, select
+from odeattn.conformance.running.worker import collect_outputs
 
 CASES = load_cases()
 # a gated solver with padding, and 8 steps with BitLinear, padding and a decoder (fed 4 steps)

@@ -12,7 +12,7 @@ import pytest
 import ode_ref as R
 from odeattn.conformance.adapters import BUILTIN, BackendRef
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.runner import format_report, run_case, run_suite, select, write_json, write_junit
+from odeattn.conformance.running.runner import format_report, run_case, run_suite, select, write_json, write_junit
 
 CASES = load_cases()
 SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8$"])
@@ -296,7 +296,7 @@ def test_a_wrong_gradient_is_named_by_its_parameter():
     """A backend whose run_vjp gets one parameter's gradient wrong fails at that parameter; one
     without run_vjp is reported 'not supported' on the grad cases."""
     from odeattn.conformance.adapters import SpecAdapter
-    from odeattn.conformance.runner import run_case
+    from odeattn.conformance.running.runner import run_case
 
     class WrongNormGradient(SpecAdapter):
         name = "wrong-norm-gradient"
@@ -352,7 +352,7 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     """A backend off by 1e-3 everywhere after z(0): the report prints a group per (backend, dtype,
     first divergent quantity), the first few of each and how many more; the JSON holds every one."""
     from odeattn.conformance.adapters import SpecAdapter
-    from odeattn.conformance.runner import SHOWN_PER_GROUP, Report
+    from odeattn.conformance.running.runner import SHOWN_PER_GROUP, Report
 
     off = np.float64(1 + 1e-3)
 
@@ -401,7 +401,7 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     ("xpassed", "unexpected pass: the case matches an xfail pattern but passed", "unexpected pass"),
 ])
 def test_a_failure_that_is_no_divergence_is_grouped_by_its_check(status, message, divergence):
-    from odeattn.conformance.runner import CaseResult, divergence as divergence_of
+    from odeattn.conformance.running.runner import CaseResult, divergence as divergence_of
 
     assert divergence_of(CaseResult("b", "float32", "c", status, message)) == divergence
 
@@ -434,7 +434,7 @@ def test_a_block_only_port_off_at_z1_is_told_what_would_locate_the_step():
 def test_a_row_whose_failures_were_never_measured_shows_their_kind_not_a_headroom(output, shown):
     """A row whose cases all fail before any error is measured has no headroom: not `0` and `-`
     beside its failures, but what they failed on."""
-    from odeattn.conformance.runner import Report
+    from odeattn.conformance.running.runner import Report
 
     cases = [c for c in CASES if c.kind == "block" and not c.config.use_bitnet][:3]
     report = Report(results=[run_case(BlockOnly(output), c, "float32") for c in cases])

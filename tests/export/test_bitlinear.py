@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.adapters import BUILTIN, make_adapter  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
-from odeattn.conformance.runner import run_case  # noqa: E402
+from odeattn.conformance.running.runner import run_case  # noqa: E402
 from odeattn.export.bitlinear import MAX_INTEGER_WIDTH, check_form, product_scale  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
 from ode_ref.params import OUT_PROJ, QKV  # noqa: E402

@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
 from odeattn.export.deploy import check_against_spec, inline, quantize_int8  # noqa: E402
 from odeattn.export.runtime import run, session  # noqa: E402

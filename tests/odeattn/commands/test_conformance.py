@@ -344,7 +344,7 @@ def kill_row(name, policy=False, f32=3, f64=3, smallest="bfloat16", errors=0):
 def test_mutants_ends_in_a_verdict_and_marks_what_was_not_run(rows, code, verdict, capsys, monkeypatch):
     """The kill table ends in a verdict line; a policy mutant's float32/float64 cell says it was not
     run there, and a survivor's smallest dtype says so, never a bare '-'."""
-    from odeattn.conformance import mutants
+    from odeattn.conformance.mutation import mutants
 
     monkeypatch.setattr(mutants, "kill_table", lambda cases, jobs, progress: rows)
     assert main(["conformance", "mutants"]) == code

@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
 from odeattn.cli import main  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 
 EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
 
@@ -179,7 +179,7 @@ def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(
 def test_the_loop_form_is_written_and_runs_at_any_step_count(export_files, capsys):
     """`odeattn export --steps-input`, then `odeattn run --steps N`: one file, the spec's z at each N
     (within the suite's float32 rule), and the default (ode_steps) without --steps."""
-    from odeattn.conformance.tolerance import tolerance
+    from odeattn.conformance.cases.tolerance import tolerance
 
     d, cfg = export_files, R.ODEConfig.from_any(json.loads((export_files / "d.json").read_text()))
     assert export_cli(d, "d", "--steps-input", output="loop.onnx") == 0

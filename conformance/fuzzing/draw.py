@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import ode_ref as R
 
-from .cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
-from .fair import check_fair
+from ..cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
+from ..cases.fair import check_fair
 
 SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)  # kernel tiles 16..128 and their neighbours
 HEAD_DIMS = (4, 1, 2, 3, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96, 128)  # multiples of 8..64, and odd

@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 
-from .cases import decode_loop
+from ..cases import decode_loop
 from .encoder_adapters import OnnxEncoder
-from .profile import compiling
+from ..running.profile import compiling
 from .protocol import NotSupported
 
 HALF = ("float16", "bfloat16")  # the half exports (export.half): x, params and outputs of that dtype

@@ -24,12 +24,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 from threadpoolctl import threadpool_limits
 
-from .cases import Case
+from ..cases import Case
 from .draw import KINDS, Draw, build, draws, reject
-from .half import cast
+from ..cases.half import cast
 from .localise import localise
-from .runner import CaseResult, judge, untestable
-from .worker import attempt, unsupported
+from ..running.runner import CaseResult, judge, untestable
+from ..running.worker import attempt, unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far

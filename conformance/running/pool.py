@@ -62,14 +62,14 @@ def core_count() -> int:
 
 
 class Worker:
-    """One `python -m odeattn.conformance.worker` process and its two non-blocking pipes."""
+    """One `python -m odeattn.conformance.running.worker` process and its two non-blocking pipes."""
 
     def __init__(self, backend_index: int, threads: int):
         self.backend_index = backend_index
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "odeattn.conformance.worker", str(to_child_r), str(from_child_w)],
+            [sys.executable, "-u", "-m", "odeattn.conformance.running.worker", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=_stderr_fd(),
             start_new_session=True, env={**os.environ, **thread_env(threads), PARENT_VARIABLE: str(os.getpid())},
         )

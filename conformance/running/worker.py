@@ -100,7 +100,7 @@ def attempt(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z
     """(reply, outputs) of one case: skipped for unsupported()'s reason or a NotSupported raised
     by the backend (protocol.py), else ran with collect_outputs'. Anything else raised is the
     caller's to report as the backend's error."""
-    from .protocol import NotSupported
+    from ..adapters.protocol import NotSupported
 
     reason = unsupported(adapter, config, dtype, decoded, z1_bar is not None, encoder)
     if reason is not None:
@@ -122,7 +122,7 @@ def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
     from . import profile
-    from .adapters import check_adapter, make_adapter
+    from ..adapters import check_adapter, make_adapter
 
     adapter = None
     while True:
