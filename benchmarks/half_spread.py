@@ -18,8 +18,8 @@ import numpy as np
 
 from ode_ref.precision import HALF_DTYPES
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.half import OTHERWISE, policy_otherwise, spec_half
-from odeattn.conformance.tolerance import UNIT_ROUNDOFF, relative_error
+from odeattn.conformance.cases.half import OTHERWISE, policy_otherwise, spec_half
+from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF, relative_error
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import ode_ref as R
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.export.attention import FLOAT_MIN
 from odeattn.export.block import export_model
 from odeattn.export.runtime import session

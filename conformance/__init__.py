@@ -1,3 +1,3 @@
 """The conformance suite: golden cases from the spec, the runner, and the adapter protocol."""
 
-from .protocol import Adapter as Adapter, OptionalMethods as OptionalMethods
+from .adapters.protocol import Adapter as Adapter, OptionalMethods as OptionalMethods

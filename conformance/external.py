@@ -44,11 +44,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .encoder_adapters import OnnxEncoder
-from .exported import _ExportedAdapter
-from .frames import HEADER, decode, encode
-from .lifetime import die_with_parent
-from .protocol import NotSupported
+from .adapters.encoder_adapters import OnnxEncoder
+from .adapters.exported import _ExportedAdapter
+from .running.frames import HEADER, decode, encode
+from .running.lifetime import die_with_parent
+from .adapters.protocol import NotSupported
 
 PROTOCOL = 1
 SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
@@ -105,7 +105,7 @@ class Channel:
         return ExternalError(f"backend {self.label}: {what}")
 
     def _exit_status(self) -> str:
-        from .pool import describe_exit
+        from .running.pool import describe_exit
 
         try:
             return describe_exit(self.proc.wait(timeout=5.0))

@@ -30,7 +30,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.lm import LMConfig
 
-from .tolerance import relative_error, tolerance
+from .cases.tolerance import relative_error, tolerance
 
 
 def padded(prompts, pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +98,7 @@ def unfair(config, params, prompts, new_tokens: int, pad_token_id: int = 0) -> s
     """Why the spec's greedy decoding of prompts is no fair test of a float32 implementation's
     tokens, or None: at every step the top logit leads the next by more than twice
     tolerance(e32, "float32"), so any implementation within the tolerance chooses the spec's token
-    (conformance/fair.py's rule for BitLinear's roundings, applied to the argmax)."""
+    (conformance/cases/fair.py's rule for BitLinear's roundings, applied to the argmax)."""
     cfg = LMConfig.from_any(config)
     ids, mask = padded(prompts, pad_token_id)
     _, want, e32 = spec_greedy(params, cfg, ids, mask, new_tokens)

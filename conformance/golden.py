@@ -48,9 +48,9 @@ from ode_ref.files import replacing
 from ode_ref.precision import HALF_DTYPES
 
 from .cases import CASES_VERSION, Case, build_all, float32_errors, half_fields, quantity_names, same_case, with_half
-from .half import HALF_FIELDS
-from .target import MANIFEST, check_names, check_writable, owned_files
-from .tolerance import UNIT_ROUNDOFF
+from .cases.half import HALF_FIELDS
+from .cases.target import MANIFEST, check_names, check_writable, owned_files
+from .cases.tolerance import UNIT_ROUNDOFF
 
 FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
 # 6 the half-precision errors ("e16", "ebf16", "half_untestable"); older sets read as they did
@@ -143,19 +143,8 @@ def config_fields(config: R.ODEConfig) -> dict:
     return out
 
 
-def _outputs(case: Case) -> dict:
-    """The stored outputs of a case by kind."""
-    if case.decoded:
-        return {"decode": case.decode}
-    if case.z1_bar is not None:
-        return {"z1_bar": case.z1_bar, **case.grads}
-    if case.encoder_outputs is not None:
-        return dict(case.encoder_outputs)
-    return {"f0": case.f0, "trajectory": case.trajectory}
-
-
 def _tensors(case: Case) -> dict:
-    t = {"x": case.x, **_outputs(case)}
+    t = {"x": case.x, **case.stored_outputs()}
     if case.padding_mask is not None:
         t["padding_mask"] = case.padding_mask
     t.update(case.params)
@@ -168,9 +157,7 @@ def _entry(case: Case, file: str, sha: str) -> dict:
         "config": config_fields(case.config),
         "shape": list(case.x.shape),
         "padding": case.padding_mask is not None,
-        **({"decoded": case.decoded} if case.decoded else {}),
-        **({"vjp": True} if case.z1_bar is not None else {}),
-        **({"encoder": True} if case.encoder_outputs is not None else {}),
+        **case.manifest_flags(),
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
@@ -324,26 +311,28 @@ def _check_half(entry: dict, field: str) -> list:
     return []
 
 
+def entry_kind(entry: dict) -> str:
+    """The entry's case kind (cases.KINDS), from the manifest's flags (Case.manifest_flags)."""
+    if entry.get("encoder", False):
+        return "encoder"
+    return "grad" if entry.get("vjp", False) else "decode" if entry.get("decoded", 0) else "block"
+
+
 def config_of_entry(entry: dict):
     """The entry's config: an ODEEncoderConfig for an encoder case, else an ODEConfig."""
-    return (R.ODEEncoderConfig if entry.get("encoder", False) else R.ODEConfig).from_any(entry["config"])
+    return (R.ODEEncoderConfig if entry_kind(entry) == "encoder" else R.ODEConfig).from_any(entry["config"])
 
 
 def _param_shapes(entry: dict, config) -> dict:
-    return R.encoder_param_shapes(config) if entry.get("encoder", False) else R.param_shapes(config)
+    return R.encoder_param_shapes(config) if entry_kind(entry) == "encoder" else R.param_shapes(config)
 
 
 def _expected_arrays(entry: dict, config) -> dict:
     """name -> shape of every array a (schema-valid) entry's file holds; tuples only, no arrays."""
     shape = tuple(entry["shape"])
-    if entry.get("encoder", False):
-        outputs = {"z": shape}
-    elif entry.get("vjp", False):
-        outputs = {"z1_bar": shape, "x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}}
-    elif entry.get("decoded", 0):
-        outputs = {"decode": shape}
-    else:
-        outputs = {"f0": shape, "trajectory": (config.ode_steps + 1, *shape)}
+    outputs = {"encoder": lambda: {"z": shape}, "decode": lambda: {"decode": shape},
+               "grad": lambda: {"z1_bar": shape, "x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}},
+               "block": lambda: {"f0": shape, "trajectory": (config.ode_steps + 1, *shape)}}[entry_kind(entry)]()
     expected = {"x": shape, **outputs, **_param_shapes(entry, config)}
     if entry["padding"]:
         expected["padding_mask"] = shape[:2]
@@ -363,8 +352,8 @@ def _check_sizes(entry: dict, config, directory: Path, field: str) -> list:
     """The entry's sizes against each other, against its e32 (counted before any name is built)
     and against the bytes of its file (a stat, no read): a manifest that declares more than it or
     its file holds is refused before anything is built from its sizes. One line at most."""
-    shape, decoded, vjp = entry["shape"], entry.get("decoded", 0), entry.get("vjp", False)
-    if entry.get("encoder", False):
+    shape, decoded, vjp = entry["shape"], entry.get("decoded", 0), entry_kind(entry) == "grad"
+    if entry_kind(entry) == "encoder":
         return _check_encoder_sizes(entry, config, directory, field)
     if shape[2] != config.hidden_size:
         return [f"{field}.shape: expected d_model {config.hidden_size} last; got {shape}"]
@@ -480,7 +469,7 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = config_of_entry(entry)
-    decoded, vjp = entry.get("decoded", 0), entry.get("vjp", False)
+    kind = entry_kind(entry)
     expected = _expected_arrays(entry, config)
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
         got = {k: list(v.shape) for k, v in t.items()}
@@ -489,9 +478,9 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     case = Case(
         name=entry["name"], config=config, params={k: t[k] for k in _param_shapes(entry, config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
-        decoded=decoded, decode=t.get("decode"), z1_bar=t.get("z1_bar"),
-        grads={q: t[q] for q in quantity_names(config, vjp=True)} if vjp else None,
-        encoder_outputs={"z": t["z"]} if entry.get("encoder", False) else None,
+        kind=kind, decoded=entry.get("decoded", 0), decode=t.get("decode"), z1_bar=t.get("z1_bar"),
+        grads={q: t[q] for q in quantity_names(config, vjp=True)} if kind == "grad" else None,
+        encoder_outputs={"z": t["z"]} if kind == "encoder" else None,
         e16=entry.get("e16"), ebf16=entry.get("ebf16"), half_untestable=dict(entry.get("half_untestable", {})),
     )
     if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed

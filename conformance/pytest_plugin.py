@@ -46,7 +46,7 @@ class GoldenItem(_Item):
         self.adapter, self.case, self.dtype = adapter, case, dtype
 
     def runtest(self):
-        from .runner import run_case
+        from .running.runner import run_case
 
         result = run_case(self.adapter, self.case, self.dtype)
         if result.status == "skipped":
@@ -63,9 +63,9 @@ class FuzzItem(_Item):
         self.adapter, self.dtype, self.examples, self.seed, self.reference = adapter, dtype, examples, seed, reference
 
     def runtest(self):
-        from .fuzz import fuzz
-        from .fuzz_report import format_finding
-        from .repro import folder_name, write_repro
+        from .fuzzing.fuzz import fuzz
+        from .fuzzing.fuzz_report import format_finding
+        from .fuzzing.repro import folder_name, write_repro
 
         run = fuzz(self.adapter, self.dtype, examples=self.examples, seed=self.seed)
         if run.examples == 0:
@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(session, config, items):
     if not references:
         return
     from .adapters import BUILTIN, make_adapter
-    from .fuzz import DEFAULT_EXAMPLES
+    from .fuzzing.fuzz import DEFAULT_EXAMPLES
     from .golden import load_cases
 
     cases = load_cases()

@@ -54,7 +54,7 @@ def _golden_case(name):
 def check_readme(ns, tmp_path):
     """The tour's four implementations agree; the adapter passes a case, skips BitLinear, and the
     README's command runs it from the adapter's folder."""
-    from odeattn.conformance.runner import run_case
+    from odeattn.conformance.running.runner import run_case
     import onnx
 
     assert ns["z1"].shape == ns["z_torch"].shape == ns["z_jax"].shape == ns["z_onnx"].shape == (2, 10, 64)
@@ -89,7 +89,7 @@ def check_specification(ns, tmp_path):
 
 def check_conformance(ns, tmp_path):
     """The full adapter passes a block, a decode and a grad case in both precisions."""
-    from odeattn.conformance.runner import run_case
+    from odeattn.conformance.running.runner import run_case
 
     backend = ns["MyFullBackend"]()
     for name in ("block_rope_decoder_bitnet_pad", "decode_heun_dynamic_tanh_pad",

@@ -220,6 +220,33 @@ def test_no_source_file_over_600_lines():
     assert not wrong, wrong
 
 
+MAX_FUNCTION_LINES = 60  # in conformance/: a function of the suite reads in one screen
+
+
+def _long_functions(root: Path, limit: int) -> list[str]:
+    """'path:line name: N lines' (path from root) for every function, methods and nested ones too,
+    under root longer than limit, its decorators left out and its docstring counted."""
+    out = []
+    for file in sorted(f for f in root.rglob("*.py") if "node_modules" not in f.parts):  # npm's own scripts
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                out.append(f"{file.relative_to(root).as_posix()}:{node.lineno} {node.name}: "
+                           f"{node.end_lineno - node.lineno + 1} lines")
+    return out
+
+
+def test_the_function_length_check_finds_a_long_method(tmp_path):
+    body = "\n".join(f"        x = {k}" for k in range(3))
+    (tmp_path / "m.py").write_text(f"class A:\n    def short(self):\n        pass\n\n    def long(self):\n{body}\n")
+    found = _long_functions(tmp_path, 3)
+    assert len(found) == 1 and found[0].endswith("m.py:5 long: 4 lines")
+
+
+def test_no_function_in_the_conformance_suite_over_60_lines():
+    wrong = _long_functions(ROOT / "conformance", MAX_FUNCTION_LINES)
+    assert not wrong, wrong
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 

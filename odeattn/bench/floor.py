@@ -26,7 +26,7 @@ import numpy as np
 
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from odeattn.conformance.adapters import JaxAdapter
-from odeattn.conformance.protocol import NotSupported
+from odeattn.conformance.adapters.protocol import NotSupported
 
 FLOOR = "odeattn.bench.floor:FloorJax"  # the floor as `odeattn conformance --backend` names it
 

@@ -27,7 +27,7 @@ FLOP_FORMULA = "stages * steps * (8 B T D^2 + 4 B T^2 D)"
 def _set_up_paths(label, shape, names, *, solver, steps, warmup, threads, log) -> tuple[list[Timed], list[dict]]:
     """Every path set up and first-called: (the Timed of those that run, a row for every path with
     its setup and first-call times, file size and max error against the spec in float64)."""
-    from odeattn.conformance.tolerance import relative_error
+    from odeattn.conformance.cases.tolerance import relative_error
 
     batch, seq, d_model, _ = shape
     entries, rows, reference = [], [], {}

@@ -116,7 +116,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from odeattn.conformance.pool import core_count
+    from odeattn.conformance.running.pool import core_count
 
     args.jobs = args.jobs or core_count()
     if args.packaged and args.action != "generate":
@@ -135,9 +135,9 @@ def _run(args) -> int:
 
 def generate(args) -> int:
     from odeattn.conformance.cases import case_specs
-    from odeattn.conformance.encoder_cases import ENCODER_ROWS
+    from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS
     from odeattn.conformance.golden import GOLDEN_DIR, check_writable, generate as write_set
-    from odeattn.conformance.target import owned_files
+    from odeattn.conformance.cases.target import owned_files
 
     if (args.golden is None) == (not args.packaged):
         raise UsageError("generate: expected --golden DIR (a new or empty folder, or one holding a golden set) or "
@@ -160,7 +160,7 @@ def generate(args) -> int:
 
 def mutants(args) -> int:
     from odeattn.conformance.golden import GOLDEN_DIR, load_cases
-    from odeattn.conformance.mutants import format_table, kill_table, survivors, verdict
+    from odeattn.conformance.mutation.mutants import format_table, kill_table, survivors, verdict
 
     unused = [o for o, v in (("--backend", args.backend), ("--dtype", args.dtypes), ("-k", args.include), ("--exclude", args.exclude),
                              ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit),
@@ -182,8 +182,8 @@ def prepare(args):
     from odeattn.conformance.adapters import BUILTIN, discover
     from odeattn.conformance.external import load_backends_file
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
-    from odeattn.conformance.half import DTYPES
-    from odeattn.conformance.runner import compile_patterns, select
+    from odeattn.conformance.cases.half import DTYPES
+    from odeattn.conformance.running.runner import compile_patterns, select
 
     for d in args.dtypes:
         if d not in DTYPES:
@@ -217,8 +217,8 @@ def prepare(args):
 def suite(args) -> int:
     import time
 
-    from odeattn.conformance.profile import format_profile
-    from odeattn.conformance.runner import BackendError, format_report, run_suite, write_json, write_junit
+    from odeattn.conformance.running.profile import format_profile
+    from odeattn.conformance.running.runner import BackendError, format_report, run_suite, write_json, write_junit
 
     start = time.perf_counter()
     with user_input():

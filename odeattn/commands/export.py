@@ -79,7 +79,8 @@ def inputs_of(args) -> dict:
 
 def check_options(args):
     """(config, params, opset) once the inputs are read and every option applies; UsageError naming
-    what is refused, before any work."""
+    what is refused, before any work. The direct route's rules are check_export's, its errors
+    named by this command's options (as_option)."""
     check_output_path("-o", args.output, ".onnx", force=args.force, others=inputs_of(args))
     config, params = load_block(args.config, args.weights)
     allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
@@ -87,9 +88,6 @@ def check_options(args):
     if opset not in allowed:
         raise UsageError(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
     check_deploy_options(args, config)
-    check_bitlinear(args, config)
-    check_steps_input(args)
-    check_dtype(args)
     if args.prefill or args.decode:
         flag = "--prefill" if args.prefill else "--decode"
         if args.route != "direct":
@@ -98,16 +96,30 @@ def check_options(args):
             raise UsageError("--no-padding-mask: expected the block or prefill model; the decode-step model's padding_mask "
                              "is the cache's record of which slots hold real tokens, not an input to omit; got --decode")
     if args.route == "torch":
-        if args.no_padding_mask:
-            raise UsageError("--no-padding-mask: the torch route always has a padding_mask input")
+        check_torch_route(args)
         require("torch")  # main() names the extra that installs it
     else:
         from odeattn.export.block import check_export
 
         kind = "prefill" if args.prefill else "decode_step" if args.decode else "block"
-        check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear, dtype=args.dtype,
-                     keep_io_types=args.keep_io_types)
+        try:
+            check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear, steps_input=args.steps_input,
+                         dtype=args.dtype, keep_io_types=args.keep_io_types)
+        except (ValueError, TypeError) as err:
+            raise as_option(err) from None
+    check_combinations(args)
     return config, params, opset
+
+
+# check_export's parameters, as this command's options
+OPTIONS = {"opset": "--opset", "bitlinear": "--bitlinear", "steps_input": "--steps-input", "dtype": "--dtype",
+           "keep_io_types": "--keep-io-types"}
+
+
+def as_option(err: Exception) -> UsageError:
+    """A library's error ("parameter: ...") as a usage error naming the option that sets it."""
+    name, sep, rest = str(err).partition(": ")
+    return UsageError(f"{OPTIONS[name]}: {rest}" if sep and name in OPTIONS else str(err))
 
 
 def run(args) -> int:
@@ -256,53 +268,28 @@ def check_deploy_options(args, config) -> None:
                           others={**inputs_of(args), "-o": args.output})
 
 
-def check_steps_input(args) -> None:
-    """UsageError naming --steps-input unless the Loop form applies: the direct route's block
-    model; the prefill and decode-step models keep a fixed step count (their cache layout has a
-    slot per evaluation), and the Loop form has no local functions."""
-    if not args.steps_input:
-        return
-    if args.prefill or args.decode:
-        raise UsageError(f"--steps-input: the prefill and decode-step models keep a fixed step count (their cache "
-                         f"holds one slot per evaluation, ode_steps x stages); got {'--prefill' if args.prefill else '--decode'}")
-    other = _other_form(args)
-    if other:
-        raise UsageError(f"--steps-input: expected the block model of the direct route; got {other}")
-    if args.functions:
+def check_torch_route(args) -> None:
+    """UsageError naming the first option that applies to the direct route's block model only (the
+    torch route exports a float32 block with a padding_mask input and every step written out)."""
+    if args.no_padding_mask:
+        raise UsageError("--no-padding-mask: the torch route always has a padding_mask input")
+    direct = [("--steps-input", args.steps_input), (f"--bitlinear {args.bitlinear}", args.bitlinear != "float"),
+              (f"--dtype {args.dtype}", args.dtype != "float32"), ("--keep-io-types", args.keep_io_types)]
+    for option, given in direct:
+        if given:
+            why = " (the prefill and decode-step models, and the torch route, export float32 only)" if "dtype" in option else ""
+            raise UsageError(f"{option}: expected the block model of the direct route{why}; got --route torch")
+
+
+def check_combinations(args) -> None:
+    """UsageError for options that each apply but not together: the Loop form has no local
+    functions, and int8 quantises float32 weights."""
+    if args.steps_input and args.functions:
         raise UsageError("--functions: the Loop form (--steps-input) has no local functions; its step is "
                          "written out once, in the Loop's body; got --steps-input --functions")
-
-
-def check_dtype(args) -> None:
-    """UsageError naming --dtype or --keep-io-types unless they apply: a half dtype for the direct
-    route's block model, not quantised to int8; --keep-io-types with a half dtype only."""
-    if args.keep_io_types and args.dtype == "float32":
-        raise UsageError("--keep-io-types: applies to a half --dtype (float16 or bfloat16); got --dtype float32")
-    if args.dtype == "float32":
-        return
-    other = _other_form(args)
-    if other:
-        raise UsageError(f"--dtype {args.dtype}: expected the block model of the direct route (the prefill and "
-                         f"decode-step models, and the torch route, export float32 only); got {other}")
-    if args.quantize:
+    if args.quantize and args.dtype != "float32":
         raise UsageError(f"--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); "
                          f"got --dtype {args.dtype}")
-
-
-def check_bitlinear(args, config) -> None:
-    """UsageError naming --bitlinear unless the integer form applies: the direct route's block
-    model of a use_bitnet config (export.bitlinear.check_form)."""
-    from odeattn.export.bitlinear import check_form
-
-    if args.bitlinear == "float":
-        return
-    other = _other_form(args)
-    if other:
-        raise UsageError(f"--bitlinear {args.bitlinear}: expected the block model of the direct route; got {other}")
-    try:
-        check_form(args.bitlinear, config)
-    except ValueError as err:
-        raise UsageError(f"--{err}") from None  # its message begins 'bitlinear: '
 
 
 def deploy_form(model, args):

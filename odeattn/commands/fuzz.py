@@ -1,4 +1,4 @@
-"""`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn.conformance.fuzz).
+"""`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn.conformance.fuzzing.fuzz).
 
 Exit codes: 0 nothing diverged; 1 a counterexample found (its shrunk example printed and written
 as a repro folder); 2 usage: a bad option, a --replay folder missing a file or holding a pickle, a
@@ -61,7 +61,7 @@ def _adapters(args):
 
 
 def fuzz(args) -> int:
-    from odeattn.conformance.half import DTYPES
+    from odeattn.conformance.cases.half import DTYPES
 
     unused = [o for a, o in RUN_ONLY.items() if getattr(args, a, None) not in (None, [], False)]
     if unused:
@@ -97,8 +97,8 @@ def check_repro_folder(repro: Path) -> None:
 def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
-    from odeattn.conformance.draw import fixed_draws
-    from odeattn.conformance.model_file import ModelFile
+    from odeattn.conformance.fuzzing.draw import fixed_draws
+    from odeattn.conformance.fuzzing.model_file import ModelFile
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if missing or args.backend:
@@ -113,9 +113,9 @@ def model_file(args):
 
 
 def draw_and_judge(args, adapters) -> int:
-    from odeattn.conformance.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
-    from odeattn.conformance.fuzz_report import format_run, write_json, write_junit
-    from odeattn.conformance.repro import folder_name, write_repro
+    from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
+    from odeattn.conformance.fuzzing.fuzz_report import format_run, write_json, write_junit
+    from odeattn.conformance.fuzzing.repro import folder_name, write_repro
     from ode_ref.files import replacing
 
     examples, seed = args.examples or DEFAULT_EXAMPLES, 0 if args.seed is None else args.seed
@@ -159,10 +159,10 @@ def draw_and_judge(args, adapters) -> int:
 
 def replay(args) -> int:
     """Rerun a repro folder's example on one backend; 1 if it still diverges."""
-    from odeattn.conformance.fuzz import first_divergent, run_one
-    from odeattn.conformance.localise import localise
-    from odeattn.conformance.repro import load_repro
-    from odeattn.conformance.stages import first_divergent_stage, format_stage
+    from odeattn.conformance.fuzzing.fuzz import first_divergent, run_one
+    from odeattn.conformance.fuzzing.localise import localise
+    from odeattn.conformance.fuzzing.repro import load_repro
+    from odeattn.conformance.fuzzing.stages import first_divergent_stage, format_stage
 
     if len(args.backend) != 1 and args.model is None:
         raise UsageError(f"--backend: --replay runs one backend (or --model); got {len(args.backend)}")
@@ -180,7 +180,7 @@ def replay(args) -> int:
     if q:
         tol = next(r.tolerance for r in result.quantities if r.quantity == q)
         print(f"  where: {localise(q, outputs[q], case.quantities()[q], tol, prompt=case.prompt)['summary']}")
-        if case.trajectory is not None and getattr(adapter, "run_stages", None) is not None:
+        if case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
             print(f"  stage: {format_stage(first_divergent_stage(adapter, case, dtype))}")
     if result.status == "skipped":
         raise CommandFailed(f"--backend {typed}: does not run this example ({result.message}): that is not a pass", code=2)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance.fair import make_inputs
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.cases.fair import make_inputs
+from odeattn.conformance.cases.tolerance import relative_error
 
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")

@@ -11,7 +11,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
-from odeattn.conformance.worker import collect_outputs
+from odeattn.conformance.running.worker import collect_outputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and Inf through NumPy, by design
 

@@ -6,7 +6,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
-from odeattn.conformance.worker import collect_outputs
+from odeattn.conformance.running.worker import collect_outputs
 
 PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23") if not missing_requirements(n)]
 BITNET_PATHS = [n for n in ("onnxruntime-integer",) if not missing_requirements(n)]  # use_bitnet blocks only
@@ -44,7 +44,7 @@ def test_huge_finite_float32_inputs_give_exact_norms(path):
     """|x| up to the largest float32, and tokens of equal huge values: the norms' statistics are
     taken on x / s (a power of two <= 2^126), so nothing overflows or divides 0 by 0, in every
     path; f(0, x) agrees with the float64 spec within the suite's tolerance."""
-    from odeattn.conformance.tolerance import relative_error, tolerance
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
     backend = make_adapter(BUILTIN[path].reference)
     for norm in R.NORM_TYPES:
@@ -90,7 +90,7 @@ def test_subnormal_inputs_follow_the_declared_flush(path):
     """An input made only of float32 subnormals: torch and ONNX Runtime keep them and equal the spec
     on it; JAX and Flax (XLA flushes subnormals to zero, tolerance.FLUSHES_SUBNORMALS) equal the spec
     on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
-    from odeattn.conformance.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
+    from odeattn.conformance.cases.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
 
     backend = make_adapter(BUILTIN[path].reference)
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_steps=2)

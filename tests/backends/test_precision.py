@@ -226,7 +226,7 @@ def test_the_adapters_half_rows_take_and_return_arrays_of_the_row(adapter):
     """The conformance adapters' half rows: parameters and x as NumPy float16 or
     ml_dtypes.bfloat16 arrays in, z(1), f and the decode run out in the same dtype, within BOUND."""
     from odeattn.conformance import adapters
-    from odeattn.conformance.half import numpy_dtype
+    from odeattn.conformance.cases.half import numpy_dtype
 
     backend = getattr(adapters, adapter)()
     cfg, params, x, mask, _ = inputs("rope-padded")

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import ode_ref as R
-from odeattn.conformance.frames import encode, read_frame
+from odeattn.conformance.running.frames import encode, read_frame
 
 MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()

@@ -8,7 +8,7 @@ import ode_ref as R
 from odeattn.conformance import golden
 from odeattn.conformance.cases import DECODE_CASES, EDGE_CASES, build_case, case_specs, grad_specs, name_seed
 from odeattn.conformance.cases import POSITION_DECODE_CASES, POSITION_GRAD_CASES, TIER_CASES, position_specs
-from odeattn.conformance.matrix import BASE_FACTORS, EXTRA_FACTORS, HISTORY, extend_pairwise, pairwise, rows
+from odeattn.conformance.cases.matrix import BASE_FACTORS, EXTRA_FACTORS, HISTORY, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
@@ -71,7 +71,7 @@ def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(reg
 def test_adding_an_option_appends_cases_named_by_it(monkeypatch):
     """An option (a config field added as a factor, its default first) appends rows; existing
     names and configs are unchanged. dropout stands in: the spec evaluates without it."""
-    from odeattn.conformance import matrix
+    from odeattn.conformance.cases import matrix
 
     before = case_specs()
     monkeypatch.setitem(matrix.EXTRA_FACTORS, "dropout", [0.0, 0.25])

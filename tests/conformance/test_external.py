@@ -11,7 +11,7 @@ import pytest
 from odeattn.conformance import external as E
 from odeattn.conformance.adapters import BUILTIN, BackendRef, discover, make_adapter, missing_requirements
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.runner import run_suite, select
+from odeattn.conformance.running.runner import run_suite, select
 
 CASES = load_cases()
 BY_NAME = {c.name: c for c in CASES}

@@ -9,12 +9,12 @@ import pytest
 
 import ode_ref as R
 from odeattn.cli import main
-from odeattn.conformance import planted
+from odeattn.conformance.mutation import planted
 from odeattn.conformance.adapters import SpecAdapter
-from odeattn.conformance.draw import Draw, build
-from odeattn.conformance.fuzz import DEFAULT_EXAMPLES, Finding, explain, fuzz, run_one
-from odeattn.conformance.localise import describe, off_elements
-from odeattn.conformance.repro import load_repro, write_repro
+from odeattn.conformance.fuzzing.draw import Draw, build
+from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, Finding, explain, fuzz, run_one
+from odeattn.conformance.fuzzing.localise import describe, off_elements
+from odeattn.conformance.fuzzing.repro import load_repro, write_repro
 
 
 def off_slots(finding, axis):
@@ -110,13 +110,13 @@ def test_a_repro_folder_replays_its_example(tmp_path):
     port = planted.TileBoundary()
     f = _finding(port)
     assert f.quantity == "f0" and f.stage["stage"] == "attn"
-    write_repro(tmp_path / "r", f, "odeattn.conformance.planted:TileBoundary", "float32")
+    write_repro(tmp_path / "r", f, "odeattn.conformance.mutation.planted:TileBoundary", "float32")
     meta = json.loads((tmp_path / "r" / "case.json").read_text())
     assert meta["command"].startswith("odeattn conformance fuzz --replay ") and meta["quantity"] == "f0"
     case, _ = load_repro(tmp_path / "r")
     np.testing.assert_array_equal(case.x, f.case.x)
     assert run_one(port, case, "float32")[0].status == "failed"
-    assert main(["conformance", "fuzz", "--replay", str(tmp_path / "r"), "--backend", "odeattn.conformance.planted:TileBoundary"]) == 1
+    assert main(["conformance", "fuzz", "--replay", str(tmp_path / "r"), "--backend", "odeattn.conformance.mutation.planted:TileBoundary"]) == 1
     assert main(["conformance", "fuzz", "--replay", str(tmp_path / "r"), "--backend", "spec", "--dtype", "float64"]) == 0
 
 
@@ -205,7 +205,7 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
 
     (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--odeattn-backend",
-                           "odeattn.conformance.planted:BatchChunk", "--odeattn-dtype", "float64", "--odeattn-examples", "40",
+                           "odeattn.conformance.mutation.planted:BatchChunk", "--odeattn-dtype", "float64", "--odeattn-examples", "40",
                            "-k", "mine or fuzz or block_t1", "--basetemp", str(tmp_path / "base"), str(tmp_path)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
@@ -215,8 +215,8 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
 @pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax"])
 def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name):
     from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
-    from odeattn.conformance.draw import case_of
-    from odeattn.conformance.stages import STAGES, first_divergent_stage
+    from odeattn.conformance.fuzzing.draw import case_of
+    from odeattn.conformance.fuzzing.stages import STAGES, first_divergent_stage
 
     if missing_requirements(name):
         pytest.skip(f"{name} is not installed")

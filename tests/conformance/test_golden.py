@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance import golden, planted, seal
+from odeattn.conformance import golden, seal
 from odeattn.conformance.cases import TIER_CASES, build_all, case_specs
-from odeattn.conformance.encoder_cases import ENCODER_ROWS, row_name
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, row_name
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
+from odeattn.conformance.mutation import planted
 
 
 # How far the spec's own float32 error e32 may move when the set is regenerated on another CPU
@@ -116,7 +117,7 @@ def test_the_tier_reaches_every_kernel_boundary(tier):
 def test_each_planted_kernel_bug_fails_a_case_of_the_tier(port, tier):
     """The ports of planted.py are exact inside the shapes before the tier (test_fuzz); each fails
     at least one tier case in float32 and in float64, so the main job sees every such bug."""
-    from odeattn.conformance.fuzz import run_one
+    from odeattn.conformance.fuzzing.fuzz import run_one
 
     for dtype in ("float32", "float64"):
         assert any(run_one(port(), c, dtype)[0].status == "failed" for c in tier), dtype
@@ -437,9 +438,9 @@ PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.
 
 
 def _verdicts(cases, backend):
-    from odeattn.conformance.runner import run_case
+    from odeattn.conformance.running.runner import run_case
 
-    return [run_case(backend, c, "float32").status for c in cases if c.trajectory is not None]
+    return [run_case(backend, c, "float32").status for c in cases if c.kind == "block"]
 
 
 def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_passes(team):
@@ -450,7 +451,7 @@ def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_
     import dataclasses
 
     from odeattn.conformance.cases import float32_errors
-    from odeattn.conformance.tolerance import UNIT_ROUNDOFF
+    from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF
 
     honest = golden.load_cases(team)
     m = _manifest(team)

@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from odeattn.conformance.adapters import BUILTIN, RESTEPPED, BackendRef, make_adapter, other_steps
+from odeattn.conformance.adapters import BUILTIN, BackendRef, make_adapter, other_steps, reference_steps
 from odeattn.conformance.cases import at_steps, build_case, case_specs
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.runner import CaseResult, judge, run_case, run_suite, select
-from odeattn.conformance.worker import collect_outputs
+from odeattn.conformance.running.runner import CaseResult, judge, run_case, run_suite, select
+from odeattn.conformance.running.worker import collect_outputs
 
 CASES = load_cases()
 # a gated solver with padding, and 8 steps with BitLinear, padding and a decoder (fed 4 steps)
@@ -40,7 +40,9 @@ def test_the_other_count_is_judged_at_that_count_and_fails_against_the_golden_on
     """Given a case's config, the second row's outputs pass the spec at the other count and are an
     error against the golden file (a trajectory of another length): the row tests the input."""
     loop, other = (make_adapter(BUILTIN[n].reference) for n in ("onnxruntime-loop", "onnxruntime-loop-other-steps"))
-    assert RESTEPPED == {other.name: other_steps} and [other_steps(n) for n in (1, 4, 5, 8)] == [2, 5, 2, 4]
+    restepped = [n for n in BUILTIN if reference_steps(BackendRef(n, BUILTIN[n].reference, builtin=True))]
+    assert restepped == [other.name] and other.reference_steps is other_steps
+    assert [other_steps(n) for n in (1, 4, 5, 8)] == [2, 5, 2, 4]
     for case in SOME:
         result = run_case(loop, case, "float32")
         assert result.status == "passed", (case.name, result.message)

@@ -11,7 +11,7 @@ import ode_ref as R
 from ode_ref.precision import HALF_DTYPES
 from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
 from odeattn.conformance.cases import CaseSpec, build_case
-from odeattn.conformance.runner import run_case
+from odeattn.conformance.running.runner import run_case
 
 
 def installed():

@@ -8,7 +8,7 @@ import pytest
 from odeattn.conformance import Adapter, OptionalMethods
 from odeattn.conformance.adapters import (JaxAdapter, OnnxReferenceAdapter, OnnxRuntimeAdapter, SpecAdapter, TorchAdapter,
                                           check_adapter)
-from odeattn.conformance.protocol import OPTIONAL, REQUIRED
+from odeattn.conformance.adapters.protocol import OPTIONAL, REQUIRED
 
 
 def test_the_protocol_lists_the_required_and_optional_members():

@@ -11,8 +11,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.fair import make_inputs  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.fair import make_inputs  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 from odeattn.export.block import check, decode_names, export_decode_model, export_model, export_prefill_model  # noqa: E402
 from odeattn.export.runtime import session  # noqa: E402
 

@@ -10,8 +10,8 @@ pytest.importorskip("onnxruntime")
 from onnx import helper
 
 import ode_ref as R
-from odeattn.conformance.encoder_cases import FAMILY_PROFILES, e32_of
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.encoder_cases import FAMILY_PROFILES, e32_of
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.export import runtime
 from odeattn.export.encoder import encoder_config, export_encoder_model, run_encoder_model
 

@@ -42,7 +42,7 @@ CONFIGS = {
 def fair_params(cfg) -> dict:
     """init_lm_params with the first seed whose greedy decoding of PROMPTS is varied (MIN_DISTINCT
     tokens in each row) and a fair test of the tokens (conformance.genai.unfair: every step's top
-    logit leads by more than twice the tolerance), as conformance/fair.py redraws a case's input."""
+    logit leads by more than twice the tolerance), as conformance/cases/fair.py redraws a case's input."""
     ids, mask = padded(PROMPTS, 0)
     for seed in range(20):
         params = R.init_lm_params(cfg, seed=seed)

@@ -11,8 +11,8 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
 from ode_ref.precision import half_block, half_func, round_to  # noqa: E402
-from odeattn.conformance.exported import OnnxRuntimeAdapter  # noqa: E402
-from odeattn.conformance.protocol import NotSupported  # noqa: E402
+from odeattn.conformance.adapters.exported import OnnxRuntimeAdapter  # noqa: E402
+from odeattn.conformance.adapters.protocol import NotSupported  # noqa: E402
 from odeattn.export.block import check, check_export, export_model  # noqa: E402
 from odeattn.export.half import numpy_dtype  # noqa: E402
 from odeattn.export.runtime import run, run_reference, session  # noqa: E402

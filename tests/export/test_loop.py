@@ -8,8 +8,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.fair import make_inputs  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.fair import make_inputs  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 from odeattn.export.block import check, check_export, export_model  # noqa: E402
 from odeattn.export.decode import SessionRun  # noqa: E402
 from odeattn.export.deploy import loop_body  # noqa: E402

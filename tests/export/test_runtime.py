@@ -10,7 +10,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import export_model  # noqa: E402
 from odeattn.export.runtime import ModelError, load_model, make_feed, run, run_reference, session  # noqa: E402
 

@@ -14,7 +14,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 from odeattn.export.block import export_model  # noqa: E402
 from odeattn.export.deploy import int8_error_bound, loop_body, quantize_int8, transformer_fusions  # noqa: E402
 from odeattn.export.runtime import run, session  # noqa: E402

@@ -11,8 +11,8 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R
 from odeattn.conformance.cases import decode_loop, run_decode
-from odeattn.conformance.fair import make_inputs
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.fair import make_inputs
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.export.block import check, decode_names, export_decode_model, export_model, export_prefill_model
 from odeattn.export.runtime import session
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance.matrix import OPTION_FIELDS, pairwise
+from odeattn.conformance.cases.matrix import OPTION_FIELDS, pairwise
 
 FACTORS = {
     "norm_type": list(R.NORM_TYPES),

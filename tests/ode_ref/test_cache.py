@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance.fair import make_inputs
-from odeattn.conformance.matrix import pairwise
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.fair import make_inputs
+from odeattn.conformance.cases.matrix import pairwise
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
 T, K = 4, 3  # prompt tokens, decoded tokens
 FACTORS = {

@@ -11,7 +11,7 @@ import jax.numpy as jnp  # noqa: E402
 import ode_ref as R  # noqa: E402
 from odeattn.backends.flax import ODEEncoder  # noqa: E402
 from odeattn.backends.flax.encoder import from_state_dict, to_state_dict  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 
 CFG = R.ODEEncoderConfig(8, 2, 12, encoder_layers=2, family="rk2_gated", encoder_normalize_before=True, dropout=0.3)
 

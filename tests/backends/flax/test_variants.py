@@ -9,7 +9,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance.cases import run_decode
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.cases.tolerance import relative_error
 
 jax = pytest.importorskip("jax")
 pytest.importorskip("flax")

@@ -9,7 +9,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends import jax as J  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 
 def as32(params):

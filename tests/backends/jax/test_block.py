@@ -10,9 +10,9 @@ import jax.numpy as jnp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends import jax as J  # noqa: E402
-from odeattn.conformance.fair import make_inputs  # noqa: E402
+from odeattn.conformance.cases.fair import make_inputs  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 CASES = load_cases()
 block_jit = J.ode_block_jit

@@ -11,8 +11,8 @@ import jax.numpy as jnp  # noqa: E402
 import ode_ref as R  # noqa: E402
 from ode_ref.encoder_backward import ode_encoder_vjp  # noqa: E402
 from odeattn.backends import jax as J  # noqa: E402
-from odeattn.conformance.encoder_cases import central_difference, e32_of  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.encoder_cases import central_difference, e32_of  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 C, H, FF = 8, 2, 12
 

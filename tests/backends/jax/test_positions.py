@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 
 import ode_ref as R  # noqa: E402
 from odeattn.backends import jax as J  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 FAMILY = ("sinusoidal_rotary", "hope", "pape", "pape_efficient", "pape_ri", "bam")
 FLOAT64 = 1e-12  # a port in float64 runs the spec's arithmetic in another library

@@ -16,7 +16,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from odeattn.backends.jax import sharding as S  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("sharded_run.py")
 sys.path.insert(0, str(SCRIPT.parent))

@@ -18,7 +18,7 @@ import ode_ref as R  # noqa: E402
 from odeattn.backends.torch.distributed import (  # noqa: E402
     data_parallel, host_store, ode_model, process_group, sgd_step,
 )
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 
 WORLD, LR = 2, 0.1
 CONFIG = R.ODEConfig(hidden_size=16, num_heads=4, ode_solver="rk4", ode_steps=2, mode="decoder",

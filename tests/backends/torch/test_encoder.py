@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 import ode_ref as R  # noqa: E402
 from ode_ref.encoder_backward import ode_encoder_vjp  # noqa: E402
 from odeattn.backends.torch import ODEEncoder, ODEEncoderLayer, load_encoder_params  # noqa: E402
-from odeattn.conformance.encoder_cases import FAMILY_PROFILES, central_difference, e32_of  # noqa: E402
-from odeattn.conformance.tolerance import relative_error, tolerance  # noqa: E402
+from odeattn.conformance.cases.encoder_cases import FAMILY_PROFILES, central_difference, e32_of  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 C, H, FF = 8, 2, 12
 

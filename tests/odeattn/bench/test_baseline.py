@@ -5,7 +5,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.bench import plain_torch_block
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
 
 @pytest.mark.parametrize("mode, solver, steps", [("encoder", "rk4", 2), ("decoder", "rk4", 3), ("decoder", "euler", 2),

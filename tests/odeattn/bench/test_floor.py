@@ -8,10 +8,10 @@ import pytest
 pytest.importorskip("jax")
 
 from odeattn.bench.floor import FloorJax, floor_rows
-from odeattn.conformance import profile
+from odeattn.conformance.running import profile
 from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest
-from odeattn.conformance.protocol import NotSupported
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.adapters.protocol import NotSupported
+from odeattn.conformance.cases.tolerance import relative_error
 
 BLOCK = "block_derf_euler_encoder_float_nopad_s8_b2t5h2d8"  # 8 steps: the block's outputs are not f's
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from odeattn.bench import CHAIN_ARGS, PRODUCT_LIBS, ort_projections, product_chain, product_kernels, product_operands
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.cases.tolerance import relative_error
 
 
 def test_every_library_runs_the_same_product_chain():

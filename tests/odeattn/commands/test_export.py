@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
 from odeattn.cli import main  # noqa: E402
-from odeattn.conformance.tolerance import relative_error  # noqa: E402
+from odeattn.conformance.cases.tolerance import relative_error  # noqa: E402
 
 EXPORT = ["export", "--config", "{d}/c.json", "--weights", "{d}/w.safetensors"]
 
@@ -57,7 +57,7 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  "ode_solver: expected one of", id="config-with-an-unknown-solver"),
     pytest.param(export_argv("c", "--decode"), "odeattn export: mode: cached decoding needs mode='decoder'",
                  id="decode-step-model-of-an-encoder"),
-    pytest.param(export_argv("d", "--prefill", "--opset", "23"), "odeattn export: opset: the prefill and decode-step",
+    pytest.param(export_argv("d", "--prefill", "--opset", "23"), "odeattn export: --opset: the prefill and decode-step",
                  id="prefill-model-at-opset-23"),
     pytest.param(export_argv("d", "--prefill", "--route", "torch"), "odeattn export: --prefill: the direct route only",
                  id="prefill-model-by-the-torch-route"),
@@ -65,7 +65,7 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  "odeattn export: --bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a "
                  "config with use_bitnet=true; got use_bitnet=false", id="integer-form-of-a-float-block"),
     pytest.param(export_argv("b", "--bitlinear", "integer", "--decode"),
-                 "--bitlinear integer: expected the block model of the direct route; got --decode",
+                 "--bitlinear: the decode_step model has the float form only; got 'integer'",
                  id="integer-form-of-the-decode-step-model"),
     pytest.param(export_argv("b", "--bitlinear", "integer", "--route", "torch"),
                  "--bitlinear integer: expected the block model of the direct route; got --route torch",
@@ -77,8 +77,8 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
     pytest.param(export_argv("c", "--functions", "--quantize", "int8"), "--functions: --quantize int8 quantises the written-out "
                  "graph, which has no local functions; got --functions --quantize int8", id="functions-quantised"),
     pytest.param(export_argv("d", "--steps-input", "--decode"),
-                 "--steps-input: the prefill and decode-step models keep a fixed step count (their cache holds one slot "
-                 "per evaluation, ode_steps x stages); got --decode", id="loop-form-of-the-decode-step-model"),
+                 "--steps-input: the decode_step model keeps a fixed step count (its cache holds one slot per evaluation, "
+                 "ode_steps x stages)", id="loop-form-of-the-decode-step-model"),
     pytest.param(export_argv("c", "--steps-input", "--route", "torch"),
                  "--steps-input: expected the block model of the direct route; got --route torch", id="loop-form-by-the-torch-route"),
     pytest.param(export_argv("c", "--steps-input", "--functions"), "--functions: the Loop form (--steps-input) has no local "
@@ -87,15 +87,15 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
     pytest.param(export_argv("c", "--keep-io-types"),
-                 "--keep-io-types: applies to a half --dtype (float16 or bfloat16); got --dtype float32",
+                 "--keep-io-types: applies to a half dtype (float16, bfloat16); got dtype='float32'",
                  id="keep-io-types-in-float32"),
     pytest.param(export_argv("c", "--dtype", "float16", "--route", "torch"),
                  "--dtype float16: expected the block model of the direct route (the prefill and decode-step models, "
                  "and the torch route, export float32 only); got --route torch", id="half-by-the-torch-route"),
     pytest.param(export_argv("d", "--dtype", "bfloat16", "--prefill"),
-                 "--dtype bfloat16: expected the block model of the direct route", id="half-prefill-model"),
+                 "--dtype: the prefill model is exported in float32 only", id="half-prefill-model"),
     pytest.param(export_argv("d", "--dtype", "float16", "--decode"),
-                 "--dtype float16: expected the block model of the direct route", id="half-decode-step-model"),
+                 "--dtype: the decode_step model is exported in float32 only", id="half-decode-step-model"),
     pytest.param(export_argv("c", "--dtype", "float16", "--quantize", "int8"),
                  "--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); got --dtype float16",
                  id="half-quantised-to-int8"),
@@ -179,7 +179,7 @@ def test_the_deploy_options_write_their_forms_and_run_times_the_optimised_model(
 def test_the_loop_form_is_written_and_runs_at_any_step_count(export_files, capsys):
     """`odeattn export --steps-input`, then `odeattn run --steps N`: one file, the spec's z at each N
     (within the suite's float32 rule), and the default (ode_steps) without --steps."""
-    from odeattn.conformance.tolerance import tolerance
+    from odeattn.conformance.cases.tolerance import tolerance
 
     d, cfg = export_files, R.ODEConfig.from_any(json.loads((export_files / "d.json").read_text()))
     assert export_cli(d, "d", "--steps-input", output="loop.onnx") == 0

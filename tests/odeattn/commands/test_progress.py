@@ -7,7 +7,7 @@ import io
 from odeattn.commands.progress import Progress
 from odeattn.conformance.adapters import BUILTIN, BackendRef
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.runner import run_suite, select
+from odeattn.conformance.running.runner import run_suite, select
 
 SOME = select(load_cases(), include=["derf_euler"])
 
@@ -92,7 +92,7 @@ def test_a_backend_compiling_says_so_once_in_a_line_and_on_the_bar():
 def test_the_runner_notes_a_case_that_compiled():
     """run_suite passes 'JAX compiling' with a result whose case compiled XLA programs (not all
     read from the persistent cache), and nothing otherwise."""
-    from odeattn.conformance.runner import busy_note
+    from odeattn.conformance.running.runner import busy_note
 
     assert busy_note({"programs": 3, "cache_hits": 1}) == "JAX compiling"
     assert busy_note({"programs": 3, "cache_hits": 3}) == busy_note({}) == ""

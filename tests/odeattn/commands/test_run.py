@@ -8,7 +8,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.cli import main
-from odeattn.conformance.tolerance import relative_error
+from odeattn.conformance.cases.tolerance import relative_error
 
 
 def test_an_exported_block_runs_on_x_from_a_file_or_a_random_batch(tmp_path, capsys):

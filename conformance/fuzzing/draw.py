@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import ode_ref as R
 
-from .cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
-from .fair import check_fair
+from ..cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
+from ..cases.fair import check_fair
 
 SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)  # kernel tiles 16..128 and their neighbours
 HEAD_DIMS = (4, 1, 2, 3, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96, 128)  # multiples of 8..64, and odd
@@ -252,13 +252,13 @@ def case_of(cfg, params, x, mask, *, kind: str, decoded: int = 0, name: str = "f
         prompt = x.shape[1] - decoded
         z = run_decode(cfg, params, x, mask, prompt)
         e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=decoded)
-        case = Case(name, cfg, params, x, mask, None, None, e32, decoded=decoded, decode=z, **common)
+        case = Case(name, cfg, params, x, mask, None, None, e32, "decode", decoded=decoded, decode=z, **common)
     elif kind == "grad":
         if z1_bar is None:
             z1_bar = np.random.default_rng(z1_bar_seed).normal(size=x.shape)
         grads = vjp_quantities(cfg, params, x, mask, z1_bar)
         e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
-        case = Case(name, cfg, params, x, mask, None, None, e32, z1_bar=z1_bar, grads=grads, **common)
+        case = Case(name, cfg, params, x, mask, None, None, e32, "grad", z1_bar=z1_bar, grads=grads, **common)
     else:
         f0 = R.ode_func(params, 0.0, x, cfg, mask)
         _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)

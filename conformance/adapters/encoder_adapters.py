@@ -42,7 +42,7 @@ class OnnxEncoder:
         from odeattn.export.encoder import export_encoder_model
         from odeattn.export.runtime import make_feed
 
-        from .profile import compiling
+        from ..running.profile import compiling
 
         check_encoder_input(x, config, padding_mask)
         with compiling("exports"):

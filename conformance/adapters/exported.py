@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 
-from .cases import decode_loop
+from ..cases import decode_loop
 from .encoder_adapters import OnnxEncoder
-from .profile import compiling
+from ..running.profile import compiling
 from .protocol import NotSupported
 
 HALF = ("float16", "bfloat16")  # the half exports (export.half): x, params and outputs of that dtype
@@ -162,18 +162,16 @@ def other_steps(steps: int) -> int:
 class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
     """The Loop form's file of each block case (its default: the case's steps) fed another step
     count, other_steps(case steps); the runner checks it against the spec at that count, computed
-    from ode_ref in the run (cases.at_steps; RESTEPPED), since no golden file holds it."""
+    from ode_ref in the run (cases.at_steps; reference_steps), since no golden file holds it."""
 
     name = "onnxruntime-loop-other-steps"
     half_rows = ()  # its reference is the spec at another step count, computed in the run in float64 only
+    # A built-in's reference_steps(steps): the step count its outputs for a block case of `steps`
+    # are judged at (the runner builds that reference, cases.at_steps; none: the case's own).
+    reference_steps = staticmethod(other_steps)
 
     def fed_steps(self, config) -> int:
         return other_steps(config.ode_steps)
-
-
-# A built-in backend that runs the block cases at another step count -> that count for a case's
-# steps: the runner compares it with the spec at that count (cases.at_steps), not the golden file.
-RESTEPPED = {OnnxRuntimeLoopOtherStepsAdapter.name: other_steps}
 
 
 class OnnxReferenceAdapter(_ExportedAdapter):

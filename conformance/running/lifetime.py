@@ -8,7 +8,7 @@ the run's pid from PARENT_VARIABLE), so the run, which may hold threads (a progr
 never forks with a preexec_fn; a worker is one thread, and starts its program with
 die_with_parent() as the preexec_fn, which is what a program it does not control needs.
 Elsewhere there is no such signal; a normal end, Ctrl-C and SIGTERM kill every worker
-(pool.run_workers), and a worker's program sees its stdin close.
+(pool.Pool), and a worker's program sees its stdin close.
 """
 
 from __future__ import annotations

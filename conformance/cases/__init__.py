@@ -31,7 +31,7 @@ from .encoder_cases import ENCODER_ROWS, e32_of, encoder_inputs, row_name as enc
 from ode_ref.precision import HALF_DTYPES, check_half_dtype
 
 from .fair import make_inputs
-from .half import HALF_FIELDS, half_errors
+from .half import HALF_FIELDS, cast, half_errors
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error, tolerance
 
@@ -59,10 +59,23 @@ class CaseSpec:
     vjp: bool = False  # a grad case: the block's backward pass for a seeded cotangent
     offset: float = 0.0  # x = scale * (offset + N(0, 1)): an input centred far from zero
 
+    @property
+    def kind(self) -> str:
+        return "decode" if self.decoded else "grad" if self.vjp else "block"
+
+
+# A case's kinds: what it checks, and the field that holds its golden outputs.
+KINDS = {"block": "trajectory", "decode": "decode", "grad": "grads", "encoder": "encoder_outputs"}
+
 
 @dataclass(frozen=True)
 class Case:
-    """A built case: inputs, parameters and the spec's float64 outputs."""
+    """A built case: inputs, parameters and the spec's float64 outputs.
+
+    kind says what it checks (KINDS): block, the block's f0 and trajectory; decode, cached decoding
+    of its last `decoded` tokens; grad, the block's backward pass for the cotangent z1_bar; encoder,
+    the ODE Transformer encoder stack's output. Every behaviour that depends on the kind is a method
+    here, so the rest of the suite asks the case rather than reading its optional fields."""
 
     name: str
     config: R.ODEConfig
@@ -72,6 +85,7 @@ class Case:
     f0: Optional[np.ndarray]  # f(0, x), float64 (block cases)
     trajectory: Optional[np.ndarray]  # (steps + 1, batch, seq, d_model); [0] = x, [-1] = z1 (block cases)
     e32: dict  # quantity -> the spec's own float32 relative error (z1: that of the last step)
+    kind: str = "block"  # one of KINDS
     input_seed: int = 0  # the seed of the fair draw actually used
     param_seed: int = 0
     decoded: int = 0  # decode cases: tokens decoded after the prompt
@@ -82,6 +96,12 @@ class Case:
     e16: Optional[dict] = None  # quantity -> the spec's error under the half policy in float16 (half.py); None: untestable or not stored
     ebf16: Optional[dict] = None  # the same in bfloat16
     half_untestable: Optional[dict] = None  # dtype -> why the case has no meaning in it (half.py); None or {}: none
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"case {self.name!r}: kind: expected one of {', '.join(KINDS)}; got {self.kind!r}")
+        if getattr(self, KINDS[self.kind]) is None or (self.kind == "grad" and self.z1_bar is None):
+            raise ValueError(f"case {self.name!r}: a {self.kind} case needs its {KINDS[self.kind]}; got None")
 
     @property
     def z1(self) -> np.ndarray:
@@ -94,11 +114,11 @@ class Case:
     def quantities(self) -> dict:
         """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
         trajectory's first state, which is x), z1 the last step's state."""
-        if self.encoder_outputs is not None:
+        if self.kind == "encoder":
             return dict(self.encoder_outputs)
-        if self.decoded:
+        if self.kind == "decode":
             return split_decoded(self.decode, self.prompt)
-        if self.z1_bar is not None:
+        if self.kind == "grad":
             return dict(self.grads)
         out = {"step_0": self.trajectory[0], "f0": self.f0}
         out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
@@ -130,9 +150,61 @@ class Case:
         if reason is not None:
             raise ValueError(f"case {self.name!r} has no {HALF_FIELDS[dtype]}: {reason}")
         stored = dict(getattr(self, HALF_FIELDS[dtype]))
-        if self.trajectory is not None:
+        if self.kind == "block":
             stored.update(step_0=0.0, z1=stored[f"step_{self.config.ode_steps}"])
         return stored
+
+    def inputs(self, dtype: str) -> dict:
+        """The backend's call arguments besides config, params, x and the mask (worker.attempt's
+        decoded, z1_bar and encoder), z1_bar cast to dtype."""
+        return {"decoded": self.decoded, "z1_bar": cast(self.z1_bar, dtype) if self.kind == "grad" else None,
+                "encoder": self.kind == "encoder"}
+
+    def stored_outputs(self) -> dict:
+        """The arrays of its golden file besides the inputs and parameters (golden.py)."""
+        if self.kind == "decode":
+            return {"decode": self.decode}
+        if self.kind == "grad":
+            return {"z1_bar": self.z1_bar, **self.grads}
+        if self.kind == "encoder":
+            return dict(self.encoder_outputs)
+        return {"f0": self.f0, "trajectory": self.trajectory}
+
+    def manifest_flags(self) -> dict:
+        """Its kind as the manifest records it: decoded, vjp or encoder, absent for a block case."""
+        return {"decode": {"decoded": self.decoded}, "grad": {"vjp": True}, "encoder": {"encoder": True}}.get(self.kind, {})
+
+    def reply_states(self) -> int:
+        """How many (batch, seq, d_model) states its outputs hold, at most, besides f0, x and z1:
+        the trajectory's steps; an encoder case's z alone."""
+        return 1 if self.kind == "encoder" else self.config.ode_steps
+
+    def split_outputs(self, outputs: dict) -> dict:
+        """A backend's raw outputs (f0, trajectory or z1; a decode run; x_bar and grad.<parameter>;
+        z) as quantity -> array, in the order computed; ValueError for a decode run or a trajectory
+        of the wrong shape."""
+        if self.kind in ("grad", "encoder"):
+            return dict(outputs)  # checked against the golden set by runner.compare
+        if self.kind == "decode":
+            z = np.asarray(outputs["decode"])
+            if z.shape != self.x.shape:
+                raise ValueError(f"run_decode: expected shape {self.x.shape} (the prompt's z, then each token's); got {z.shape}")
+            return split_decoded(z, self.prompt)
+        out = {}
+        traj = None
+        if "trajectory" in outputs:
+            traj = np.asarray(outputs["trajectory"])
+            if traj.shape[:1] != (self.config.ode_steps + 1,):
+                raise ValueError(f"run_trajectory: expected {self.config.ode_steps + 1} states; got shape {traj.shape}")
+            out["step_0"] = traj[0]  # every state is checked, the first too: z(0) is x, and a wrong one fails
+        if "f0" in outputs:
+            out["f0"] = outputs["f0"]
+        if traj is not None:
+            out.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
+            out["z1"] = traj[-1]
+        elif "z1" in outputs:
+            out["z1"] = outputs["z1"]
+        return out
 
 
 def quantity_names(config, decoded: int = 0, vjp: bool = False) -> list:
@@ -365,17 +437,17 @@ def _build_case(spec: CaseSpec) -> Case:
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
     x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding,
                                 scale=spec.scale, offset=spec.offset, decoded=spec.decoded)
-    if spec.decoded:
+    if spec.kind == "decode":
         prompt = spec.seq - spec.decoded
         z = run_decode(cfg, params, x, mask, prompt)
         e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=spec.decoded)
-        return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
+        return Case(spec.name, cfg, params, x, mask, None, None, e32, "decode", input_seed=used, param_seed=spec.param_seed,
                     decoded=spec.decoded, decode=z)
-    if spec.vjp:
+    if spec.kind == "grad":
         z1_bar = np.random.default_rng(name_seed(spec.name, "cotangent")).normal(size=x.shape)
         grads = vjp_quantities(cfg, params, x, mask, z1_bar)
         e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
-        return Case(spec.name, cfg, params, x, mask, None, None, e32, input_seed=used, param_seed=spec.param_seed,
+        return Case(spec.name, cfg, params, x, mask, None, None, e32, "grad", input_seed=used, param_seed=spec.param_seed,
                     z1_bar=z1_bar, grads=grads)
     f0 = R.ode_func(params, 0.0, x, cfg, mask)
     _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
@@ -397,7 +469,7 @@ def at_steps(case: Case, steps: int) -> Case:
 def same_case(built: Case, stored: Case) -> bool:
     """Whether stored holds built's case: config, inputs and parameters bit for bit, every
     quantity within tolerance(e32, "float64") of the built one."""
-    if built.config != stored.config or built.decoded != stored.decoded or built.params.keys() != stored.params.keys():
+    if built.config != stored.config or (built.kind, built.decoded) != (stored.kind, stored.decoded) or built.params.keys() != stored.params.keys():
         return False
     for a, b in [(built.x, stored.x), (built.padding_mask, stored.padding_mask), (built.z1_bar, stored.z1_bar),
                  *((built.params[k], stored.params[k]) for k in built.params)]:
@@ -415,8 +487,7 @@ def half_fields(case: Case) -> dict:
     out, untestable = {}, {}
     for dtype in HALF_DTYPES:
         errors, reason = half_errors(case.config, case.params, case.x, case.padding_mask, golden, dtype=dtype,
-                                     decoded=case.decoded, vjp=case.z1_bar is not None,
-                                     encoder=case.encoder_outputs is not None)
+                                     decoded=case.decoded, vjp=case.kind == "grad", encoder=case.kind == "encoder")
         out[HALF_FIELDS[dtype]] = errors
         if reason is not None:
             untestable[dtype] = reason
@@ -440,5 +511,5 @@ def build_encoder_case(row) -> Case:
     param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
     cfg, params, x, mask = encoder_inputs(row, param_seed, input_seed)
     z = spec_z(cfg, params, x, mask)
-    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)},
+    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)}, "encoder",
                 input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})

@@ -24,12 +24,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 from threadpoolctl import threadpool_limits
 
-from .cases import Case
+from ..cases import Case
 from .draw import KINDS, Draw, build, draws, reject
-from .half import cast
+from ..cases.half import cast
 from .localise import localise
-from .runner import CaseResult, judge, split_outputs, untestable
-from .worker import attempt, unsupported
+from ..running.runner import CaseResult, judge, untestable
+from ..running.worker import attempt, unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
@@ -89,13 +89,12 @@ def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
     start = time.perf_counter()
     try:
         params = {k: cast(v, dtype) for k, v in case.params.items()}
-        reply, raw = attempt(adapter, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, case.decoded,
-                             None if case.z1_bar is None else cast(case.z1_bar, dtype))
+        reply, raw = attempt(adapter, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, **case.inputs(dtype))
     except Exception as err:  # a backend's crash is its result, reported, not raised
         reply, raw = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
     judge(result, case, reply, raw)
     if result.status in ("passed", "failed"):
-        outputs = split_outputs(case, raw)
+        outputs = case.split_outputs(raw)
     result.seconds = time.perf_counter() - start
     return result, outputs
 
@@ -116,7 +115,7 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
         want = finding.case.quantities()[q]
         tol = next(r.tolerance for r in finding.result.quantities if r.quantity == q)
         finding.localisation = localise(q, finding.outputs[q], want, tol, prompt=finding.case.prompt)
-    if finding.case.trajectory is not None and getattr(adapter, "run_stages", None) is not None:
+    if finding.case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
         finding.stage = first_divergent_stage(adapter, finding.case, dtype)
     return finding
 

@@ -30,13 +30,13 @@ import traceback
 
 import numpy as np
 
-from .frames import HEADER, _write_all, decode, encode, read_frame, write_frame  # noqa: F401 -- the worker's frames
+from .frames import _write_all, encode, read_frame, write_frame
 from .lifetime import PARENT_VARIABLE, arm
 
 def _failure(err: BaseException) -> dict:
     try:
         text = str(err)
-    except BaseException:  # noqa: B036 -- an exception whose __str__ raises
+    except BaseException:  # an exception whose __str__ raises
         text = "<the exception's str() raised>"
     return {"message": f"{type(err).__name__}: {text}", "traceback": traceback.format_exc()}
 
@@ -100,7 +100,7 @@ def attempt(adapter, config, params, x, padding_mask, dtype, decoded: int = 0, z
     """(reply, outputs) of one case: skipped for unsupported()'s reason or a NotSupported raised
     by the backend (protocol.py), else ran with collect_outputs'. Anything else raised is the
     caller's to report as the backend's error."""
-    from .protocol import NotSupported
+    from ..adapters.protocol import NotSupported
 
     reason = unsupported(adapter, config, dtype, decoded, z1_bar is not None, encoder)
     if reason is not None:
@@ -122,7 +122,7 @@ def serve(fd_in: int, fd_out: int) -> None:
     import ode_ref as R
 
     from . import profile
-    from .adapters import check_adapter, make_adapter
+    from ..adapters import check_adapter, make_adapter
 
     adapter = None
     while True:
@@ -140,7 +140,7 @@ def serve(fd_in: int, fd_out: int) -> None:
                 adapter = make_adapter(message["reference"], timings, message.get("imports", ()))
                 profile.watch_jax()
                 reply = {"name": adapter.name, "dtypes": list(check_adapter(adapter)), "profile": timings}
-            except BaseException as err:  # noqa: B036 -- SystemExit from a plug-in is its error
+            except BaseException as err:  # SystemExit from a plug-in is its error
                 failure = _failure(err)
                 reply = {"error": failure["message"], "traceback": failure["traceback"]}
             write_frame(fd_out, reply)
@@ -155,7 +155,7 @@ def serve(fd_in: int, fd_out: int) -> None:
             params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
             reply, out = attempt(adapter, config, params, arrays["x"], arrays.get("padding_mask"), message["dtype"],
                                  message.get("decoded", 0), arrays.get("z1_bar"), encoder)
-        except BaseException as err:  # noqa: B036 -- a backend's crash is its result
+        except BaseException as err:  # a backend's crash is its result
             out, reply = {}, {"status": "error", **_failure(err)}
         reply["profile"] = {"seconds": time.perf_counter() - start, **profile.since(before)}
         try:

@@ -24,9 +24,9 @@ import numpy as np
 
 import ode_ref as R
 
-from .half import HALF_DTYPES, cast
+from ..cases.half import HALF_DTYPES, cast
 from .localise import localise
-from .tolerance import relative_error, tolerance
+from ..cases.tolerance import relative_error, tolerance
 
 STAGES = ("norm", "q", "k", "v", "attn", "output_proj")
 DESCRIBED = {"norm": "the norm, h", "q": "q after preprocess_qkv", "k": "k after preprocess_qkv",

@@ -25,11 +25,11 @@ import ode_ref as R
 from ode_ref.config import dtype_name
 from ode_ref.precision import HALF_DTYPES, half_attention, half_block, half_func, round_to
 
-from .cases import decode_loop, run_decode
-from .half import DTYPES, check_dtypes, numpy_dtype
+from ..cases import decode_loop, run_decode
+from ..cases.half import DTYPES, check_dtypes, numpy_dtype
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,  # noqa: F401
-                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, RESTEPPED, other_steps)
-from . import external
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, other_steps)
+from .. import external
 from .encoder_adapters import FlaxEncoder, JaxEncoder, SpecEncoder, TorchEncoder
 from .protocol import REQUIRED
 
@@ -91,7 +91,7 @@ class SpecAdapter(SpecEncoder):
 
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values (stages.py), through this adapter's attention."""
-        from .stages import spec_stages
+        from ..fuzzing.stages import spec_stages
 
         attention = self._attention(config)
         return spec_stages(config, params, x, padding_mask, R.SelfAttention if attention is None else type(attention))
@@ -182,7 +182,7 @@ class TorchAdapter(TorchEncoder):
         """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording."""
         from odeattn.backends.torch.attention import SelfAttention
 
-        from .stages import recording
+        from ..fuzzing.stages import recording
 
         attention = recording(SelfAttention)(config)
         x, mask = self._tensors(x, padding_mask)
@@ -274,7 +274,7 @@ class JaxAdapter(JaxEncoder):
         """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording, run eagerly."""
         from odeattn.backends.jax.attention import SelfAttention
 
-        from .stages import recording
+        from ..fuzzing.stages import recording
 
         attention = recording(SelfAttention)(config)
         with self.jax.enable_x64(dtype == "float64"):
@@ -344,7 +344,7 @@ class FlaxAdapter(FlaxEncoder):
 
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values (stages.py): the Flax SelfAttention, recording, applied eagerly."""
-        from .stages import recording_flax
+        from ..fuzzing.stages import recording_flax
 
         attention = recording_flax(self.port.SelfAttention)
         block = self.port.ODEAttentionBlock(config=config, attention=attention)
@@ -420,6 +420,15 @@ def missing_requirements(name: str) -> list[str]:
     built = BUILTIN[name]
     missing = [m for m in built.requires if importlib.util.find_spec(m) is None]
     return missing + (external.missing_js(built.npm) if built.npm else [])
+
+
+def reference_steps(ref: BackendRef):
+    """A built-in backend's reference_steps: steps -> the step count its outputs for a block case
+    of `steps` are judged at (the spec at that count, cases.at_steps), or None: the case's own.
+    Read off the adapter's class, which the run may import (a built-in's module is the suite's)."""
+    if not ref.builtin:
+        return None
+    return getattr(load_reference(ref.reference), "reference_steps", None)
 
 
 def _instantiate(obj):

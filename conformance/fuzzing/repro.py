@@ -82,7 +82,7 @@ def _write_files(directory: Path, named: Path, finding, backend: str, dtype: str
     np.save(directory / "x.npy", case.x)
     mask = case.padding_mask if case.padding_mask is not None else np.ones(case.x.shape[:2], dtype=bool)
     np.save(directory / "padding_mask.npy", mask)
-    if case.z1_bar is not None:
+    if case.kind == "grad":
         np.save(directory / "z1_bar.npy", case.z1_bar)
     save_file({k: np.ascontiguousarray(v, np.float64) for k, v in case.quantities().items()}, str(directory / "expected.safetensors"))
     save_file({k: np.ascontiguousarray(np.asarray(v, np.float32) if v.dtype.itemsize < 4 else v, np.float64)

@@ -1,0 +1,1 @@
+"""Drawn cases judged live against the spec: draws, shrinking, localisation, repro folders."""

@@ -1,0 +1,1 @@
+"""The mutation battery: the spec's mutants and the planted kernel bugs."""

@@ -1,0 +1,1 @@
+"""Running the cases: the runner, its worker processes and their frames, the profile."""
