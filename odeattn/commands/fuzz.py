@@ -138,6 +138,9 @@ def draw_and_judge(args, adapters) -> int:
         for dtype in dtypes:
             run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
                            strategy=strategy, params=params)
+            if run.examples == 0 and run.unrun:
+                raise CommandFailed(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
+                                    f"{dtype}: nothing was judged, which is not a pass; give it more time", code=2)
             if run.examples == 0:
                 raise CommandFailed(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
                                     "not supported): that is not a pass", code=2)

@@ -127,6 +127,8 @@ def _repro(tmp_path, spoil=None):
 @pytest.mark.parametrize("argv, spoil, message", [
     (["--examples", "0", "--backend", "spec"], None, "--examples: expected an integer >= 1; got '0'"),
     (["--backend", "spec", "-k", "x"], None, "-k: not taken by fuzz"),
+    (["--backend", "spec", "--time-budget", "1e-9"], None,
+     "--time-budget: 1e-09 s ran out before any example ran on spec in float64: nothing was judged, which is not a pass"),
     (["--dtype", "float64"], None, "--backend: fuzz needs a backend"),
     (["--backend", "spec", "--dtype", "float32"], None, "--dtype: no backend runs any of the dtypes asked for (float32)"),
     (["--model", "{r}/none.onnx"], None, "--model: takes --config and --weights"),
