@@ -12,7 +12,8 @@ budget and seed, shrink it, and localise it (tests/conformance/test_fuzz.py).
                       to cancellation on inputs offset far from it
 
 Each is the spec with one stage overridden (as conformance/mutants.py's are): a SpecAdapter whose
-`variant` is that SelfAttention subclass, run in float32 and float64: `odeattn conformance fuzz --backend odeattn.conformance.planted:TileBoundary`.
+`variant` is that SelfAttention subclass, run in float32 and float64:
+`odeattn conformance fuzz --backend odeattn.conformance.planted:TileBoundary`.
 """
 
 from __future__ import annotations
