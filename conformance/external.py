@@ -14,8 +14,9 @@ are those of protocol.schema.json, version PROTOCOL, and every reply is checked 
     hello {"op": "hello", "protocol": 1}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?}
     consumes "params" (a native port):
       run   {"op": "run", "kind", "dtype", "config", "prompt"?} + x, padding_mask?, param/<name>
-            -> {"status": "ran"} + z1 | trajectory | decode | z (encoder)
-    consumes "onnx" (a runtime; the host exports each case's model, once per case config):
+            -> {"status": "ran"} + z1 | trajectory | decode | z (encoder) | stage/<name>... (stages)
+    consumes "onnx" (a runtime; the host exports each case's model, once per case config; the
+    stages of f(0, x) are outputs stage_<name> of a model exported with them):
       load  {"op": "load", "model": ID} + model (uint8)  ->  {"status": "loaded"}
       infer {"op": "infer", "model": ID} + feed          ->  {"status": "ran"} + every output
       drop  {"op": "drop", "model": ID}                  (no reply)
@@ -230,9 +231,16 @@ class _External:
 
 
 class ParamsAdapter(_External):
-    """A native port in another language: it gets the config and the parameters (run)."""
+    """A native port in another language: it gets the config and the parameters (run). The kind
+    "stages" (run_stages) is a worker's only if its handshake lists it."""
 
-    def _run(self, kind: str, array: str, config, params, x, padding_mask, dtype, **extra):
+    def __init__(self, channel: Channel, hello: dict):
+        super().__init__(channel, hello)
+        if "stages" not in self.kinds:
+            self.run_stages = None
+
+    def _run(self, kind: str, array: Optional[str], config, params, x, padding_mask, dtype, **extra):
+        """The reply's array named `array`; with None, all of them."""
         from .golden import config_fields
 
         arrays = {"x": x, **{f"param/{k}": v for k, v in params.items()}}
@@ -241,6 +249,8 @@ class ParamsAdapter(_External):
         message = {"op": "run", "kind": kind, "dtype": dtype, "config": config_fields(config), **extra}
         reply, out = self.channel.request(message, arrays)
         _reply_status(self.channel, reply, "ran")
+        if array is None:
+            return out
         if array not in out:
             raise self.channel.error(f"replied 'ran' to a {kind} request without the array {array!r} "
                                      f"(got {sorted(out) or 'no arrays'})")
@@ -257,6 +267,18 @@ class ParamsAdapter(_External):
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
         return self._run("encoder", "z", config, params, x, padding_mask, dtype)
+
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values: the arrays stage/<name> of a stages run (any subset of the
+        spec's names, conformance.stages); an array of any other name is the worker's fault."""
+        from .fuzzing.stages import STAGES
+
+        out = self._run("stages", None, config, params, x, padding_mask, dtype)
+        stray = sorted(k for k in out if not (k.startswith("stage/") and k.removeprefix("stage/") in STAGES))
+        if stray:
+            raise self.channel.error(f"replied 'ran' to a stages request with the arrays {stray}; expected stage/<name> "
+                                     f"for names among {', '.join(STAGES)}")
+        return {k.removeprefix("stage/"): v for k, v in out.items()}
 
 
 class RemoteRun:
@@ -319,9 +341,9 @@ class OnnxAdapter(_External, OnnxEncoder, _ExportedAdapter):
         self._live.append(run)
         return run
 
-    def _runnable(self, config, params, padding_mask, dtype):
+    def _runnable(self, config, params, padding_mask, dtype, stages: bool = False):
         before = self._built[1]
-        built = super()._runnable(config, params, padding_mask, dtype)
+        built = super()._runnable(config, params, padding_mask, dtype, stages)
         if before is not None and before is not built:
             self._drop([before[1]])
         return built

@@ -57,24 +57,30 @@ class GoldenItem(_Item):
             raise ConformanceFailure(f"{self.case.name}: {result.status}: {result.message}")
 
 
-class FuzzItem(_Item):
-    def __init__(self, *, adapter, dtype, examples, seed, reference, **kw):
-        super().__init__(**kw)
-        self.adapter, self.dtype, self.examples, self.seed, self.reference = adapter, dtype, examples, seed, reference
-
-    def runtest(self):
+def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str):
+    """The fuzz item's test function; its repro folder goes under pytest's tmp_path_factory (a
+    fixture: the item is a pytest.Function, so it gets fixtures as any test does)."""
+    def odeattn_fuzz(tmp_path_factory):
         from .fuzzing.fuzz import fuzz
         from .fuzzing.fuzz_report import format_finding
         from .fuzzing.repro import folder_name, write_repro
 
-        run = fuzz(self.adapter, self.dtype, examples=self.examples, seed=self.seed)
+        run = fuzz(adapter, dtype, examples=examples, seed=seed)
         if run.examples == 0:
-            raise ConformanceFailure(f"the backend ran none of the drawn configs in {self.dtype}: that is not a pass")
+            raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype}: that is not a pass")
         if run.finding is not None:
-            base = self.config._tmp_path_factory.mktemp("odeattn-fuzz-repro")
-            run.finding.repro = str(write_repro(base / folder_name(self.reference, self.dtype), run.finding,
-                                                self.reference, self.dtype))
+            base = tmp_path_factory.mktemp("odeattn-fuzz-repro")
+            run.finding.repro = str(write_repro(base / folder_name(reference, dtype), run.finding, reference, dtype))
             raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples\n{format_finding(run.finding)}")
+
+    return odeattn_fuzz
+
+
+class FuzzItem(pytest.Function):
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they then apply to these items too
@@ -97,6 +103,5 @@ def pytest_collection_modifyitems(session, config, items):
             items += [GoldenItem.from_parent(session, name=f"odeattn[{label}/{c.name}]", adapter=adapter, case=c, dtype=dtype)
                       for c in cases]
             if examples > 0:
-                items.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", adapter=adapter, dtype=dtype,
-                                                  examples=examples, seed=config.getoption("odeattn_seed"),
-                                                  reference=reference))
+                test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference)
+                items.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))

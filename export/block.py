@@ -261,7 +261,8 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
 
 def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
                  diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False,
-                 dtype: str = "float32", keep_io_types: bool = False, functions: bool = False) -> onnx.ModelProto:
+                 dtype: str = "float32", keep_io_types: bool = False, functions: bool = False,
+                 stages: bool = False) -> onnx.ModelProto:
     """The block for (config, params) as an onnx.ModelProto (float32, or the half dtype given).
 
     functions=False (default): every step and stage written out in the main graph, the graph
@@ -272,6 +273,8 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     diagnostics=True adds the outputs f0 = f(0, x) and step_1 .. step_n (the state after each
     step), which the conformance suite uses to name the first divergent quantity; with
     steps_input, f0 and trajectory [steps, batch, seq, d_model] (the state after each step).
+    stages=True adds f(0, x)'s stage values under the spec's stage names (stage_outputs), which the
+    conformance suite uses to name the first stage of f that diverges.
     bitlinear: with use_bitnet, "float" (default) dequantises the ternary weights once and runs
     float MatMuls; "integer" runs every projection as an exact integer product (MatMulInteger on
     the stored int8 ternary weights) times one float scale per token (export.bitlinear); the
@@ -282,8 +285,8 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     x and the outputs typed S (keep_io_types=True: float32, holding S values), float32 between
     the policy's rounding points; the metadata says dtype and keep_io_types.
     """
-    padding_mask, diagnostics, steps_input = (check_flag(name, value) for name, value in (
-        ("padding_mask", padding_mask), ("diagnostics", diagnostics), ("steps_input", steps_input)))
+    padding_mask, diagnostics, steps_input, stages = (check_flag(name, value) for name, value in (
+        ("padding_mask", padding_mask), ("diagnostics", diagnostics), ("steps_input", steps_input), ("stages", stages)))
     io = HalfIO(dtype, keep_io_types)
     cfg, att = _checked(config, params, opset, attention, bitlinear)
     att = _half(cfg, params, att, io, bitlinear)
@@ -296,15 +299,16 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     inputs = [helper.make_tensor_value_info("x", io.elem, ["batch", "seq", d])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
+    extra = stage_outputs(cfg, att, main, x, prepared, io) if stages else []
     if steps_input:
         outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics, io)
-        return _model(cfg, params, main, inputs + [steps_info()], outputs, [], opset, bitlinear,
+        return _model(cfg, params, main, inputs + [steps_info()], outputs + extra, [], opset, bitlinear,
                       extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, io=io, form="loop")
     if functions and steps_input:
         raise ValueError("functions: the Loop form (steps_input=True) has no local functions; its step is written "
                          "out once, in the Loop's body; expected functions=False")
     outputs, local = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
-    model = _model(cfg, params, main, inputs, outputs, local, opset, bitlinear, io=io)
+    model = _model(cfg, params, main, inputs, outputs + extra, local, opset, bitlinear, io=io)
     return model if functions else inline(model)
 
 
@@ -341,6 +345,28 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
             extra.append(_state_info(f"step_{k}", d, elem=io.elem))
     _output(main, io.exit(main, z), "z")
     return [_state_info("z", d, elem=io.elem)] + extra, [func.proto(), step.proto()]
+
+
+def stage_outputs(cfg, att, main: Body, x: Value, prepared: Prepared, io: HalfIO) -> list:
+    """The outputs stage_<name> for each of the spec's stage names (conformance.stages: norm, q, k,
+    v, attn, output_proj): f(0, x) evaluated once more in the main graph by the export's own
+    attention, recording each stage's Value as it builds it. q, k, v and attn are (batch, seq,
+    heads, head_dim) at every opset (at 23, where the graph keeps them 3D, reshaped for the output)."""
+    from odeattn.conformance.fuzzing.stages import STAGES, recording
+
+    cls = recording(type(att))
+    rec = cls.__new__(cls)
+    rec.__dict__.update(vars(att))
+    rec.evaluate(prepared, main.const(0.0), x)
+    d, heads = cfg.hidden_size, ["batch", "seq", cfg.num_heads, cfg.head_dim]
+    outputs = []
+    for name in STAGES:
+        value, per_head = cls.store[name], name in ("q", "k", "v", "attn")
+        if per_head and att.opset >= 23:
+            value = main.op("Reshape", value, main.ints(0, 0, cfg.num_heads, cfg.head_dim))
+        _output(main, io.exit(main, value), f"stage_{name}")
+        outputs.append(helper.make_tensor_value_info(f"stage_{name}", io.elem, heads if per_head else ["batch", "seq", d]))
+    return outputs
 
 
 def _looped(cfg, att, main: Body, x: Value, prepared: Prepared, diagnostics: bool, io: HalfIO):

@@ -53,9 +53,10 @@ class SpecAdapter(SpecEncoder):
             return "the half-precision policy (ode_ref.precision) covers the ODE attention block, not the ODE Transformer encoder"
         return None
 
+    variant: Optional[type] = None  # a variant of the spec's SelfAttention (ode_ref.variants) whose stages run; None: the spec's own
+
     def _attention(self, config):
-        """The spec variant whose stages run (None: the spec's own SelfAttention)."""
-        return None
+        return None if self.variant is None else self.variant(config)
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         if dtype in HALF_DTYPES:
@@ -93,8 +94,7 @@ class SpecAdapter(SpecEncoder):
         """f(0, x)'s stage values (stages.py), through this adapter's attention."""
         from ..fuzzing.stages import spec_stages
 
-        attention = self._attention(config)
-        return spec_stages(config, params, x, padding_mask, R.SelfAttention if attention is None else type(attention))
+        return spec_stages(config, params, x, padding_mask, self.variant or R.SelfAttention)
 
 
 # The half-precision rows each port runs (ode_ref.precision's policy): its run_* methods take and

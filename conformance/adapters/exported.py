@@ -33,6 +33,7 @@ class _ExportedAdapter:
     opset = 17
     bitlinear = "float"  # export_model's form of BitLinear's products
     steps_input = False  # export_model's Loop form: the steps fed at run time (fed_steps)
+    variant = None  # a variant of the spec's SelfAttention (ode_ref.variants) exported in the spec's place
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
@@ -42,31 +43,43 @@ class _ExportedAdapter:
         """A runnable: feed (name -> array) -> name -> array, for every output of model."""
         raise NotImplementedError
 
-    def _runnable(self, config, params, padding_mask, dtype):
+    def _runnable(self, config, params, padding_mask, dtype, stages: bool = False):
+        """(model, runnable) of the block exported with the diagnostic outputs (f0, the steps; with
+        stages, the stage values of f(0, x) too), the last one kept for the next case."""
         digest = hashlib.sha256()
         for k in sorted(params):
             digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())
-        key = (config, padding_mask is not None, digest.hexdigest(), dtype)
+        key = (config, padding_mask is not None, digest.hexdigest(), dtype, stages)
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
             with compiling("exports"):
                 model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
                                      diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input,
-                                     dtype=dtype if dtype in HALF else "float32")
+                                     dtype=dtype if dtype in HALF else "float32", stages=stages,
+                                     attention=self._attention(config))
             self._built = (key, (model, self._session(model)))
         return self._built[1]
+
+    def _attention(self, config):
+        return None if self.variant is None else self.variant(config)
 
     def _session(self, model):
         """_build(model), timed and counted as a session built (conformance.profile)."""
         with compiling("sessions"):
             return self._build(model)
 
-    def _outputs(self, config, params, x, padding_mask, dtype) -> dict:
+    def _outputs(self, config, params, x, padding_mask, dtype, stages: bool = False) -> dict:
         from odeattn.export.runtime import make_feed
 
-        model, runnable = self._runnable(config, params, padding_mask, dtype)
+        model, runnable = self._runnable(config, params, padding_mask, dtype, stages)
         return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
+
+    def run_stages(self, config, params, x, padding_mask, dtype):
+        """f(0, x)'s stage values (conformance.stages) from the diagnostic export's stage outputs
+        (export_model(..., stages=True): the export's own attention, recording)."""
+        out = self._outputs(config, params, x, padding_mask, dtype, stages=True)
+        return {k.removeprefix("stage_"): v for k, v in out.items() if k.startswith("stage_")}
 
     def fed_steps(self, config) -> int:
         """The Loop form's steps input for a case of this config."""
@@ -96,9 +109,9 @@ class _ExportedAdapter:
             raise NotSupported(FLOAT32_ONLY.format(what="prefill and decode-step models"))
 
         with compiling("exports"):
-            prefill = export_prefill_model(config, params, opset=self.opset)
+            prefill = export_prefill_model(config, params, opset=self.opset, attention=self._attention(config))
         with compiling("exports"):
-            step = export_decode_model(config, params, opset=self.opset)
+            step = export_decode_model(config, params, opset=self.opset, attention=self._attention(config))
         decoder = OnnxDecoder(config, self._session(prefill), self._session(step))
         return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 

@@ -407,11 +407,12 @@ def case_specs() -> list[CaseSpec]:
     return specs
 
 
-def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: int = 0, z1_bar=None) -> dict:
+def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: int = 0, z1_bar=None, trajectory32=None) -> dict:
     """The spec's own float32 error of each quantity, e32 = relative_error(spec32, golden), from
     float64 inputs and the float64 quantities golden (quantity -> array, those of
     Case.quantities() that carry an e32): what the generator stores, and what loading a team's
-    set recomputes to bound the e32 it stores (golden.py)."""
+    set recomputes to bound the e32 it stores (golden.py). trajectory32: the spec's float32
+    trajectory of a block case where the caller has it (fair.fair_forwards'), not run again."""
     x32 = x.astype(np.float32)
     if isinstance(config, R.ODEEncoderConfig):  # an encoder case (encoder_cases.py): its one quantity z
         return {"z": relative_error(R.ode_encoder(params, x32, config, padding_mask), golden["z"])}
@@ -422,7 +423,7 @@ def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: in
         z32 = vjp_quantities(config, params, x32, padding_mask, z1_bar.astype(np.float32))
     else:
         z32 = {"f0": R.ode_func(params, 0.0, x32, config, padding_mask)}
-        _, traj32 = R.ode_block(params, x32, config, padding_mask, return_trajectory=True)
+        traj32 = R.ode_block(params, x32, config, padding_mask, return_trajectory=True)[1] if trajectory32 is None else trajectory32
         z32.update({f"step_{k}": traj32[k] for k in range(1, len(traj32))})
     return {q: relative_error(z32[q], golden[q]) for q in quantity_names(config, decoded, z1_bar is not None)}
 

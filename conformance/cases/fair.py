@@ -44,28 +44,56 @@ def tie_distance(levels):
 
 
 class _LevelProbe(SelfAttention):
-    """SelfAttention that records the pre-rounding levels x_n * a_s of every activation."""
+    """SelfAttention that records, with BitLinear, the pre-rounding levels x_n * a_s of every
+    activation (its values are the spec's own)."""
 
     def __init__(self, config):
         super().__init__(config)
         self.levels = []
 
     def _linear(self, x, w):
-        x_n = layer_norm(x, 1.0, 0.0)
-        self.levels.append(x_n * (ACT_MAX / np.maximum(np.abs(x_n).max(axis=-1, keepdims=True), QUANT_EPS)))
+        if self.config.use_bitnet:
+            x_n = layer_norm(x, 1.0, 0.0)
+            self.levels.append(x_n * (ACT_MAX / np.maximum(np.abs(x_n).max(axis=-1, keepdims=True), QUANT_EPS)))
         return super()._linear(x, w)
+
+
+def _weight_levels(params, dtype) -> list:
+    """|W * w_s| of both BitLinear weights, in dtype (the input's: the spec casts them to it)."""
+    weights = [params["ode_func.qkv.weight"], params["ode_func.out_proj.weight"]]
+    return [np.abs(w.astype(dtype) * weight_scale(w.astype(dtype))) + 0.0 for w in weights]
+
+
+def _forward(params, x, config, padding_mask=None) -> tuple:
+    """(the spec's trajectory (steps + 1, batch, seq, d_model), quantisation_levels) of one forward."""
+    probe = _LevelProbe(config)
+    _, trajectory = ode_block(params, x, config, padding_mask, attention=probe, return_trajectory=True)
+    if not probe.config.use_bitnet:
+        return trajectory, []
+    return trajectory, _weight_levels(params, x.dtype) + probe.levels
+
+
+def _tie(what: str, levels64: list, levels32: list) -> str | None:
+    """Why the float64 levels are too near a rounding tie for the float32 ones' deviation, or None."""
+    noise = max(float(np.abs(a - b).max()) for a, b in zip(levels32, levels64))
+    margin = min(float(tie_distance(v).min()) for v in levels64)
+    if margin < max(TIE_FLOOR, TIE_NOISE_FACTOR * noise):
+        return f"{what} near a rounding tie: margin {margin:.1e} levels, float32 deviation {noise:.1e}"
+    return None
+
+
+def weight_tie(config, params) -> str | None:
+    """check_fair's weight test alone: the parameters' own, the same for every input, so a caller
+    that redraws inputs asks it once."""
+    if not R.ODEConfig.from_any(config).use_bitnet:
+        return None
+    return _tie("weight", _weight_levels(params, np.float64), _weight_levels(params, np.float32))
 
 
 def quantisation_levels(params, x, config, padding_mask=None) -> list:
     """Every pre-rounding value of a forward, in order: |W * w_s| of both weights, then the
     activation levels x_n * a_s of every evaluation of the block. Empty without BitLinear."""
-    probe = _LevelProbe(config)
-    if not probe.config.use_bitnet:
-        return []
-    weights = [params["ode_func.qkv.weight"], params["ode_func.out_proj.weight"]]
-    weights = [np.abs(w.astype(x.dtype) * weight_scale(w.astype(x.dtype))) + 0.0 for w in weights]
-    ode_block(params, x, config, padding_mask, attention=probe)
-    return weights + probe.levels
+    return _forward(params, x, config, padding_mask)[1] if R.ODEConfig.from_any(config).use_bitnet else []
 
 
 def padding_for(batch: int, seq: int, rng) -> np.ndarray:
@@ -87,20 +115,22 @@ def padding_for(batch: int, seq: int, rng) -> np.ndarray:
 
 def check_fair(config, params, x, mask) -> str | None:
     """Why (x, mask) is not a fair test input, or None if it is (see the module docstring)."""
-    x32 = x.astype(np.float32)
-    z64, z32 = R.ode_block(params, x, config, mask), R.ode_block(params, x32, config, mask)
-    e32 = relative_error(z32, z64)
+    return fair_forwards(config, params, x, mask)[0]
+
+
+def fair_forwards(config, params, x, mask) -> tuple:
+    """(check_fair's answer, the spec's float64 and float32 trajectories of (x, mask)): one forward
+    per precision, recording BitLinear's levels as it runs, whose states a caller may reuse."""
+    traj64, levels64 = _forward(params, x, config, mask)
+    traj32, levels32 = _forward(params, x.astype(np.float32), config, mask)
+    e32 = relative_error(traj32[-1], traj64[-1])
     if e32 > MAX_CONDITION * UNIT_ROUNDOFF["float32"]:
-        return f"ill-conditioned: spec float32 error {e32:.1e}"
-    levels64 = quantisation_levels(params, x, config, mask)
-    if levels64:
-        levels32 = quantisation_levels(params, x32, config, mask)
-        for what, lv64, lv32 in (("weight", levels64[:2], levels32[:2]), ("activation", levels64[2:], levels32[2:])):
-            noise = max(float(np.abs(a - b).max()) for a, b in zip(lv32, lv64))
-            margin = min(float(tie_distance(v).min()) for v in lv64)
-            if margin < max(TIE_FLOOR, TIE_NOISE_FACTOR * noise):
-                return f"{what} near a rounding tie: margin {margin:.1e} levels, float32 deviation {noise:.1e}"
-    return None
+        return f"ill-conditioned: spec float32 error {e32:.1e}", traj64, traj32
+    for what, lv64, lv32 in (("weight", levels64[:2], levels32[:2]), ("activation", levels64[2:], levels32[2:])) if levels64 else ():
+        reason = _tie(what, lv64, lv32)
+        if reason is not None:
+            return reason, traj64, traj32
+    return None, traj64, traj32
 
 
 def make_inputs(config, params, batch: int, seq: int, *, seed: int, padding: bool, scale: float = 1.0,

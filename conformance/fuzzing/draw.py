@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import ode_ref as R
 
 from ..cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
-from ..cases.fair import check_fair
+from ..cases.fair import fair_forwards, weight_tie
 
 SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)  # kernel tiles 16..128 and their neighbours
 HEAD_DIMS = (4, 1, 2, 3, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96, 128)  # multiples of 8..64, and odd
@@ -223,11 +223,15 @@ def inputs(d: Draw, attempt: int = 0):
 
 
 def fair_inputs(d: Draw, params):
-    """(x, mask, the attempt used) of the first fair draw (fair.check_fair), or None."""
+    """(x, mask, the attempt used, the spec's float64 and float32 trajectories of it) of the first
+    fair draw (fair.check_fair), or None. Weights near a rounding tie fail every input: no redraw."""
+    if weight_tie(d.config, params) is not None:
+        return None
     for attempt in range(REDRAWS):
         x, mask = inputs(d, attempt)
-        if check_fair(d.config, params, x, mask) is None:
-            return x, mask, attempt
+        reason, traj64, traj32 = fair_forwards(d.config, params, x, mask)
+        if reason is None:
+            return x, mask, attempt, (traj64, traj32)
     return None
 
 
@@ -238,15 +242,18 @@ def build(d: Draw, dtype: str, name: str = "fuzz", params: Optional[dict] = None
     found = fair_inputs(d, params)
     if found is None:
         return None
-    x, mask, attempt = found
+    x, mask, attempt, trajectories = found
     return case_of(d.config, params, x, mask, kind=d.kind, decoded=d.decoded, name=name, dtype=dtype,
-                   z1_bar_seed=d.input_seed + attempt, input_seed=d.input_seed + attempt, param_seed=d.param_seed)
+                   z1_bar_seed=d.input_seed + attempt, input_seed=d.input_seed + attempt, param_seed=d.param_seed,
+                   trajectories=trajectories)
 
 
 def case_of(cfg, params, x, mask, *, kind: str, decoded: int = 0, name: str = "fuzz", dtype: str = "float32",
-            z1_bar=None, z1_bar_seed: int = 0, input_seed: int = 0, param_seed: int = 0) -> Case:
+            z1_bar=None, z1_bar_seed: int = 0, input_seed: int = 0, param_seed: int = 0, trajectories=None) -> Case:
     """The spec's case for given inputs: its float64 quantities and float32 errors (the half
-    fields too when dtype is a half one). Replaying a repro folder builds its case here."""
+    fields too when dtype is a half one). Replaying a repro folder builds its case here.
+    trajectories: the spec's float64 and float32 trajectories of (x, mask) where the caller has
+    them (the fair check ran them), reused by a block case."""
     common = dict(input_seed=input_seed, param_seed=param_seed)
     if kind == "decode":
         prompt = x.shape[1] - decoded
@@ -261,8 +268,9 @@ def case_of(cfg, params, x, mask, *, kind: str, decoded: int = 0, name: str = "f
         case = Case(name, cfg, params, x, mask, None, None, e32, "grad", z1_bar=z1_bar, grads=grads, **common)
     else:
         f0 = R.ode_func(params, 0.0, x, cfg, mask)
-        _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
-        e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}})
+        traj, traj32 = trajectories or (R.ode_block(params, x, cfg, mask, return_trajectory=True)[1], None)
+        e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}},
+                             trajectory32=traj32)
         case = Case(name, cfg, params, x, mask, f0, traj, e32, **common)
     return with_half(case) if dtype in ("float16", "bfloat16") else case
 

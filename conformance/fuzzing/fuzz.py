@@ -65,6 +65,7 @@ class FuzzRun:
     seconds: float = 0.0
     finding: Optional[Finding] = None
     shrinks: int = 0  # failing examples seen while shrinking
+    unrun: int = 0  # draws passed unrun once the time budget was spent
 
     @property
     def diverged(self) -> bool:
@@ -138,6 +139,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     def probe(d):
         now = time.perf_counter()
         if run.finding is None and time_budget is not None and now - start > time_budget:
+            run.unrun += 1
             return  # the budget is spent: the remaining draws pass unrun
         if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
             return  # shrinking has had its time: the smallest failure so far stands

@@ -43,11 +43,12 @@ def folder_name(backend: str, dtype: str) -> str:
 
 def replay_command(directory: Path, backend: str, dtype: str, model=None) -> str:
     """The command that reruns a folder's example: on the backend, or on a model file (model:
-    its (file, config, weights) paths)."""
+    its (file, config, weights) paths, and the runtime if not the default)."""
     q = shlex.quote
     if model is not None:
+        runtime = model[3] if len(model) > 3 and model[3] not in (None, "onnxruntime") else None
         return (f"odeattn conformance fuzz --replay {q(str(directory))} --model {q(str(model[0]))} --config {q(str(model[1]))} "
-                f"--weights {q(str(model[2]))}")
+                f"--weights {q(str(model[2]))}" + (f" --runtime {q(runtime)}" if runtime else ""))
     return f"odeattn conformance fuzz --replay {q(str(directory))} --backend {q(backend)} --dtype {dtype}"
 
 
@@ -55,8 +56,8 @@ def write_repro(directory: Path, finding, backend: str, dtype: str, model=None) 
     """Write finding (fuzz.Finding) as the folder directory, whole or not at all; returns it. The
     files are written into a fresh sibling folder first, which then becomes directory (or, where
     directory exists, its files replace theirs one by one: the caller has refused an existing
-    folder unless told to overwrite). model: a model file's (file, config, weights) paths, for the
-    rerun command."""
+    folder unless told to overwrite). model: a model file's (file, config, weights) paths and its
+    runtime, for the rerun command."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))

@@ -11,7 +11,10 @@ subset, in dtype):
     output_proj  the output projection: f(0, x) itself                (batch, seq, d_model)
 
 A port whose SelfAttention mixes in ode_ref.attention.Stages (the spec, torch, JAX and Flax) gets
-it from recording(): a subclass of its attention that keeps each stage's first value. Each stage
+it from recording(): a subclass of its attention that keeps each stage's first value. The ONNX
+export records its own attention the same way as it builds the graph (export.block.stage_outputs:
+the outputs stage_<name>), which the ONNX backends and every exec: runtime run; a native exec:
+port answers the run kind "stages" (external.py). Each stage
 is judged as a quantity is (tolerance.py), its e32 measured here on the spec, and the first one
 over its tolerance is named and localised, down to the heads for q, k, v and attn.
 """

@@ -12,8 +12,9 @@ budget and seed, shrink it, and localise it (tests/conformance/test_fuzz.py).
     OffsetInput       layer_norm's variance in one pass, E[x^2] - E[x]^2: exact near zero, lost
                       to cancellation on inputs offset far from it
 
-Each is the spec with one stage overridden (as conformance/mutants.py's are), run in float32 and
-float64: `odeattn conformance fuzz --backend odeattn.conformance.mutation.planted:TileBoundary`.
+Each is the spec with one stage overridden (as conformance/mutation/mutants.py's are): a SpecAdapter
+whose `variant` is that SelfAttention subclass, run in float32 and float64:
+`odeattn conformance fuzz --backend odeattn.conformance.mutation.planted:TileBoundary`.
 """
 
 from __future__ import annotations
@@ -81,11 +82,8 @@ class _OffsetInput(R.SelfAttention):
 
 
 def _planted(name: str, stage: type, doc: str) -> type:
-    def _attention(self, config):
-        return stage(config)
-
     return type(name, (SpecAdapter,), {"__doc__": doc, "name": f"planted-{name}", "dtypes": ("float32", "float64"),
-                                       "_attention": _attention, "__module__": __name__,
+                                       "variant": stage, "__module__": __name__,
                                        "run_vjp": None})  # the backward pass is the spec's own: nothing planted there
 
 

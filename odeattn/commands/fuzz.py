@@ -31,7 +31,8 @@ def add_options(p) -> None:
                    help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
-    p.add_argument("--runtime", default=None, metavar="NAME", help="fuzz --model: the runtime (onnxruntime)")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="fuzz --model: the runtime, onnxruntime (default, in this process), onnxruntime-node or onnxruntime-web")
 
 
 def check_not_given(args) -> None:
@@ -98,16 +99,17 @@ def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
-    from odeattn.conformance.fuzzing.model_file import ModelFile
+    from odeattn.conformance.fuzzing.model_file import ModelFile, check_runtime
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if missing or args.backend:
         raise UsageError(f"--model: takes --config and --weights (no --backend); missing {', '.join(missing) or 'nothing'}"
                          if missing else "--model: judges the file itself; --backend is not taken with it")
+    runtime = check_runtime(args.runtime or "onnxruntime")
     if not args.model.is_file():
         raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
     config, params = load_block(args.config, args.weights)
-    adapter = ModelFile(args.model, config, params, args.runtime or "onnxruntime").adapt()
+    adapter = ModelFile(args.model, config, params, runtime).adapt()
     strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
     return str(args.model), adapter, strategy, params
 
@@ -136,12 +138,15 @@ def draw_and_judge(args, adapters) -> int:
         for dtype in dtypes:
             run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
                            strategy=strategy, params=params)
+            if run.examples == 0 and run.unrun:
+                raise CommandFailed(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
+                                    f"{dtype}: nothing was judged, which is not a pass; give it more time", code=2)
             if run.examples == 0:
                 raise CommandFailed(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
                                     "not supported): that is not a pass", code=2)
             if run.finding is not None:
                 run.finding.repro = str(write_repro(args.repro / folder_name(typed, dtype), run.finding, typed, dtype,
-                                                    model=(args.model, args.config, args.weights) if fixed else None))
+                                                    model=(args.model, args.config, args.weights, args.runtime) if fixed else None))
             runs.append(run)
             print(format_run(run), flush=True)
     header = {"action": "fuzz", "examples": examples, "seed": seed}

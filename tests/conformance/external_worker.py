@@ -1,9 +1,10 @@
 """An external backend for the tests, in Python as any language would be: `python external_worker.py MODE`.
 
-spec: a native port (consumes params) over ode_ref that speaks the protocol correctly; with
-ODEATTN_TEST_RECORD set, it appends every request's JSON to that file. half: the same in bfloat16
-and float16, under the half-precision policy (ode_ref.precision). The other modes break the
-protocol one way each."""
+spec: a native port (consumes params) over ode_ref that speaks the protocol correctly, the stages
+of f(0, x) included; with ODEATTN_TEST_RECORD set, it appends every request's JSON to that file.
+half: the same in bfloat16 and float16, under the half-precision policy (ode_ref.precision).
+planted: the spec with a bug planted at the stage v (every value 1% off), in its outputs and its
+stages alike. The other modes break the protocol one way each."""
 
 import json
 import os
@@ -17,8 +18,19 @@ from odeattn.conformance.running.frames import encode, read_frame
 
 MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
-HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"], "kinds": ["block", "trajectory", "decode", "encoder"],
-         "consumes": "params"}
+HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"],
+         "kinds": ["block", "trajectory", "decode", "encoder", "stages"], "consumes": "params"}
+
+
+class VOff(R.SelfAttention):
+    """The planted mode's attention: v 1% off after preprocess_qkv."""
+
+    def preprocess_qkv(self, q, k, v, **kw):
+        q, k, v = super().preprocess_qkv(q, k, v, **kw)
+        return q, k, v * 1.01
+
+
+ATTENTION = VOff if MODE == "planted" else R.SelfAttention
 
 
 def send(message, arrays=None):
@@ -48,10 +60,13 @@ def run(message, arrays):
     if message["kind"] == "encoder":
         return {"z": R.ode_encoder(params, x, R.ODEEncoderConfig.from_any(message["config"]), mask)}
     config = R.ODEConfig.from_any(message["config"])
+    if message["kind"] == "stages":
+        from odeattn.conformance.fuzzing.stages import spec_stages
+        return {f"stage/{k}": v.astype(x.dtype) for k, v in spec_stages(config, params, x, mask, ATTENTION).items()}
     if message["kind"] == "decode":
         from odeattn.conformance.cases import run_decode
-        return {"decode": run_decode(config, params, x, mask, message["prompt"])}
-    z1, trajectory = R.ode_block(params, x, config, mask, return_trajectory=True)
+        return {"decode": run_decode(config, params, x, mask, message["prompt"], attention=ATTENTION(config))}
+    z1, trajectory = R.ode_block(params, x, config, mask, return_trajectory=True, attention=ATTENTION(config))
     return {"trajectory": trajectory.astype(x.dtype)} if message["kind"] == "trajectory" else {"z1": z1.astype(x.dtype)}
 
 

@@ -138,6 +138,40 @@ def test_onnx_runtimes_in_javascript_pass_block_trajectory_and_decode_cases(name
     assert max(r.worst_ratio for r in report.results) < 1.0
 
 
+@pytest.mark.parametrize("reference, first", [
+    (exec_ref("spec").reference, None), (exec_ref("planted").reference, "v"), ("odeattn.conformance.external:onnxruntime_node", None),
+], ids=["spec", "planted", "onnxruntime-node"])
+def test_an_external_backend_provides_the_stages_and_a_planted_stage_bug_is_named_there(reference, first):
+    """A native port answers the run kind "stages" (its handshake lists it); a runtime runs the
+    model exported with the stage outputs. The planted worker's v is 1% off: named at v."""
+    import numpy as np
+
+    import ode_ref as R
+    from odeattn.conformance.fuzzing.draw import case_of
+    from odeattn.conformance.fuzzing.stages import STAGES, first_divergent_stage
+
+    if "onnxruntime_node" in reference:
+        js_ref("onnxruntime-node")  # skips without Node.js or the package
+    config = R.ODEConfig(hidden_size=16, num_heads=2, ode_use_pe=True, mode="decoder")
+    mask = np.ones((2, 6), bool)
+    mask[1, 4:] = False
+    case = case_of(config, R.init_params(config, seed=1, perturb_norms=True), np.random.default_rng(0).normal(size=(2, 6, 16)),
+                   mask, kind="block")
+    adapter = make_adapter(reference)
+    stage = first_divergent_stage(adapter, case, "float32")
+    adapter.close()
+    assert stage["stage"] == first and stage["agree"] == list(STAGES[:STAGES.index(first) if first else None]), stage
+    E.check_message({"op": "run", "kind": "stages", "dtype": "float32", "config": {"hidden_size": 16, "num_heads": 2}}, "run")
+
+
+def test_a_stray_stage_array_is_the_worker_s_fault(monkeypatch):
+    adapter = make_adapter(f"exec:{sys.executable} {WORKER} spec")
+    monkeypatch.setattr(adapter, "_run", lambda *a, **k: {"stage/norm": 0, "stage/gate": 0})
+    with pytest.raises(E.ExternalError, match=r"with the arrays \['stage/gate'\]; expected stage/<name>"):
+        adapter.run_stages(None, {}, None, None, "float32")
+    adapter.close()
+
+
 def test_a_missing_operator_kernel_is_not_supported_and_named():
     import onnx
     from onnx import TensorProto, helper
