@@ -210,8 +210,8 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax"])
-def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name):
-    from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name, builtin_adapter):
+    from odeattn.conformance.adapters import missing_requirements
     from odeattn.conformance.draw import case_of
     from odeattn.conformance.stages import STAGES, first_divergent_stage
 
@@ -220,7 +220,7 @@ def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_
     config = R.ODEConfig(hidden_size=64, num_heads=2, ode_use_pe=True, mode="decoder")
     params = R.init_params(config, seed=1, perturb_norms=True)
     case = case_of(config, params, np.random.default_rng(0).normal(size=(2, 20, 64)), None, kind="block")
-    stage = first_divergent_stage(make_adapter(BUILTIN[name].reference), case, "float32")
+    stage = first_divergent_stage(builtin_adapter(name), case, "float32")
     assert stage["stage"] is None and stage["agree"] == list(STAGES), stage
     bad = first_divergent_stage(planted.TileBoundary(), case, "float32")
     assert bad["stage"] == "attn" and bad["localisation"]["positions"] == "only query positions ≥ 16 (of 20)"
