@@ -348,7 +348,7 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
 
 
 def stage_outputs(cfg, att, main: Body, x: Value, prepared: Prepared, io: HalfIO) -> list:
-    """The outputs stage_<name> for each of the spec's stage names (conformance.stages: norm, q, k,
+    """The outputs stage_<name> for each of the spec's stage names (conformance.fuzzing.stages: norm, q, k,
     v, attn, output_proj): f(0, x) evaluated once more in the main graph by the export's own
     attention, recording each stage's Value as it builds it. q, k, v and attn are (batch, seq,
     heads, head_dim) at every opset (at 23, where the graph keeps them 3D, reshaped for the output)."""

@@ -1,5 +1,86 @@
+import contextlib
+import functools
+import importlib.util
+import io
+import json
+import os
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis' example counts, by profile: `ci` (the default, what `python -m pytest -q` runs) draws
+# the same examples on every run; `dev` (`--hypothesis-profile dev`) draws a few, for a quick look.
+_SHARED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=25, **_SHARED)
+settings.register_profile("dev", max_examples=5, **_SHARED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_persistent_cache():
+    """Every test process keeps JAX's compilations in the project's persistent cache, as the main
+    job's workers do (conformance.adapters.jax_with_cache): with the cache filled no test compiles
+    a program again, whichever process runs it and whatever ran there before."""
+    if importlib.util.find_spec("jax") is not None:
+        from odeattn.conformance.adapters import jax_with_cache
+
+        jax_with_cache()
+
+
+@pytest.fixture(scope="session")
+def builtin_adapter():
+    """name -> that built-in backend's adapter, made once per test process: an adapter made anew
+    holds new jitted functions, so JAX traces (and looks up or compiles) its programs again."""
+    from odeattn.conformance.adapters import BUILTIN, make_adapter
+
+    return functools.cache(lambda name: make_adapter(BUILTIN[name].reference))
+
+
+# The main job, `odeattn conformance` (every golden case on every built-in backend and dtype), in
+# parts: part -> (its backends, its dtypes; none: the backends' own). Each part is a test of its own
+# (tests/odeattn/commands/test_conformance.py), so the test processes share the job; together the
+# parts are the job's default run, which that file checks too. Longest first (with empty caches,
+# JAX's float32 and float64 parts take longest, then its bfloat16, torch, onnxruntime): they start
+# in this order, so the shortest end the job.
+MAIN_JOB = {**{f"jax-{d}": (["jax"], [d]) for d in ("float32", "float64", "bfloat16")},
+            "torch": (["torch"], []), "onnxruntime": (["onnxruntime"], []),
+            "onnx-other": (["onnxruntime-opset23", "onnxruntime-integer", "onnxruntime-loop", "onnxruntime-loop-other-steps",
+                            "onnx-reference"], []), "spec": (["spec"], [])}
+
+
+def pytest_generate_tests(metafunc):
+    """A test taking `main_job_part` runs once per part, in the part's xdist group: the tests that
+    read a part share its group (`main-job-PART`), so one process runs it, once."""
+    if "main_job_part" in metafunc.fixturenames:
+        metafunc.parametrize("main_job_part", [pytest.param(p, marks=pytest.mark.xdist_group(f"main-job-{p}")) for p in MAIN_JOB])
+
+
+def pytest_collection_modifyitems(items):
+    """The main job's parts first: each is minutes with empty caches, so the test processes start
+    them before the many short tests, which then fill the time until the last part ends."""
+    items.sort(key=lambda item: "main_job_part" not in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session")
+def main_job(tmp_path_factory):
+    """part -> (exit status, what it printed, its --json report): that part of the main job, run
+    once per test process, one worker process at a time (the test processes are the parallelism),
+    float64 also within 1e-12 relative (the ports' float64 bar)."""
+    from odeattn.cli import main
+
+    @functools.cache
+    def run(part):
+        backends, dtypes = MAIN_JOB[part]
+        path = tmp_path_factory.mktemp("main-job") / f"{part}.json"
+        argv = ["conformance", "-j", "1", "--float64-bound", "1e-12", "--json", str(path)]
+        argv += [a for b in backends for a in ("--backend", b)] + [a for d in dtypes for a in ("--dtype", d)]
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(argv)
+        return code, out.getvalue(), json.loads(path.read_text())
+
+    run.parts = MAIN_JOB
+    return run
 
 
 @pytest.fixture

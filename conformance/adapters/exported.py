@@ -65,7 +65,7 @@ class _ExportedAdapter:
         return None if self.variant is None else self.variant(config)
 
     def _session(self, model):
-        """_build(model), timed and counted as a session built (conformance.profile)."""
+        """_build(model), timed and counted as a session built (conformance.running.profile)."""
         with compiling("sessions"):
             return self._build(model)
 
@@ -76,7 +76,7 @@ class _ExportedAdapter:
         return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
 
     def run_stages(self, config, params, x, padding_mask, dtype):
-        """f(0, x)'s stage values (conformance.stages) from the diagnostic export's stage outputs
+        """f(0, x)'s stage values (conformance.fuzzing.stages) from the diagnostic export's stage outputs
         (export_model(..., stages=True): the export's own attention, recording)."""
         out = self._outputs(config, params, x, padding_mask, dtype, stages=True)
         return {k.removeprefix("stage_"): v for k, v in out.items() if k.startswith("stage_")}

@@ -6,7 +6,7 @@ x, f0, step_1 .. step_n, z1) against its tolerance. The first quantity over tole
 failure at f0 points at ODEFunc, a failure first at step k points at the solver or at error
 growth over steps.
 
-run_suite runs every backend in worker processes (conformance.pool, conformance.worker) and
+run_suite runs every backend in worker processes (conformance.running.pool, conformance.running.worker) and
 compares in this process; run_case runs one backend object in this process (for a backend
 under development, and for the tests of the comparison itself).
 """
@@ -53,7 +53,7 @@ class CaseResult:
     quantities: list = field(default_factory=list)
     seconds: float = 0.0
     traceback: str = ""
-    profile: dict = field(default_factory=dict)  # run_suite's: phase -> seconds, counter -> count (conformance.profile)
+    profile: dict = field(default_factory=dict)  # run_suite's: phase -> seconds, counter -> count (conformance.running.profile)
 
     @property
     def failed(self) -> bool:
@@ -74,7 +74,7 @@ class Report:
     results: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # BackendError
     notes: list = field(default_factory=list)  # str: backends not installed
-    profile: dict = field(default_factory=dict)  # backend -> phases and counters (conformance.profile.empty)
+    profile: dict = field(default_factory=dict)  # backend -> phases and counters (conformance.running.profile.empty)
     wall: float = 0.0  # run_suite's seconds, start to end
 
     @property
@@ -248,7 +248,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     finished(backend, counts, seconds, note) when a backend is done (counts: status -> number;
     note: why it ran nothing, or ""), and close() at the end, however the run ends.
 
-    The report's profile holds, per backend, the phases and counters of conformance.profile,
+    The report's profile holds, per backend, the phases and counters of conformance.running.profile,
     and each result's profile its own share. timeout: the seconds a worker may take to run one
     case; init_timeout: to start and construct its backend (None: timeout)."""
     from .pool import BackendFailed, Constructed, Pool, Result, WorkerStarted, core_count

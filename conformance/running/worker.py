@@ -1,6 +1,6 @@
 """The worker process that runs one backend, so nothing it does reaches another backend's verdict.
 
-The run (conformance.pool) starts `python -m conformance.worker IN OUT` with two pipe file
+The run (conformance.running.pool) starts `python -m conformance.running.worker IN OUT` with two pipe file
 descriptors. Messages are frames (frames.py): a JSON object and a safetensors payload of arrays.
 Nothing is pickled. (An external backend's program speaks the public protocol of external.py to
 an adapter running in this worker.)
@@ -11,7 +11,7 @@ an adapter running in this worker.)
              | {"status": "error", "message", "traceback"}; each with "profile"
     exit  {"op": "exit"}
 
-A profile (conformance.profile) is what the worker measured: at init, the seconds importing and
+A profile (conformance.running.profile) is what the worker measured: at init, the seconds importing and
 constructing the backend; per case, the seconds the backend's calls took, the compilation among
 them, and the programs, cache hits, exports and sessions counted.
 

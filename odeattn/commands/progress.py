@@ -34,7 +34,7 @@ NOTES = {"JAX compiling": "each case's programs are compiled for XLA, minutes wi
 
 
 class Progress:
-    """What conformance.runner.run_suite reports as it goes (begin, grow, advance, finished,
+    """What conformance.running.runner.run_suite reports as it goes (begin, grow, advance, finished,
     close), shown on `stream` (default stderr). unit: what the bar counts; mininterval: the
     fewest seconds between two redraws of the bar."""
 

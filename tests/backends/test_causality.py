@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+from odeattn.conformance.adapters import missing_requirements
 from odeattn.conformance.running.worker import collect_outputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and Inf through NumPy, by design
@@ -62,8 +62,9 @@ class TracedTorch:
             return block(torch.from_numpy(x), padding_mask=mask, return_trajectory=True)[1].numpy()
 
 
-def adapter(path):
-    return {"jax-tiled": TiledJax, "torch-traced": TracedTorch}.get(path, lambda: make_adapter(BUILTIN[path].reference))()
+def adapter(path, builtin_adapter):
+    """The path's adapter: a built-in's from the session's (tests/conftest.py), or one of the two above."""
+    return {"jax-tiled": TiledJax, "torch-traced": TracedTorch}.get(path, lambda: builtin_adapter(path))()
 
 
 def dtype_of(backend):
@@ -109,8 +110,8 @@ def check_causal(got, want, where, reads=lambda s, i: i >= s):
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("path", BLOCK_PATHS)
-def test_later_non_finite_tokens_never_reach_earlier_ones(path, config):
-    cfg, backend = CONFIGS[config], adapter(path)
+def test_later_non_finite_tokens_never_reach_earlier_ones(path, config, builtin_adapter):
+    cfg, backend = CONFIGS[config], adapter(path, builtin_adapter)
     dtype = dtype_of(backend)
     params, x, dirty, where = inputs(cfg, dtype)
     got = collect_outputs(backend, cfg, params, dirty, None, dtype)
@@ -120,7 +121,7 @@ def test_later_non_finite_tokens_never_reach_earlier_ones(path, config):
 
 
 @pytest.mark.parametrize("path", DECODE_PATHS)
-def test_cached_decoding_keeps_causality(path):
+def test_cached_decoding_keeps_causality(path, builtin_adapter):
     """prefill on 4 tokens, one holding NaN or Inf, then 2 decode steps: the tokens before it are as
     in the finite run, and the decoded tokens, which see it, are non-finite (layer_norm spreads it
     to every head's k and v); the cache's unwritten slots are zeros, hidden by the mask. Two more
@@ -128,7 +129,7 @@ def test_cached_decoding_keeps_causality(path):
     decoded, is the run's with those tokens 0."""
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_solver="euler", ode_steps=2, use_bitnet=True,
                       ode_use_pe=True, positional_encoding="rope")  # two evaluations: JAX unrolls them
-    backend = adapter(path)
+    backend = adapter(path, builtin_adapter)
     dtype = dtype_of(backend)
     params, prompt, dirty, where = inputs(cfg, dtype, seq=4)
     rng = np.random.default_rng(1)

@@ -61,6 +61,10 @@ def compare(grads: dict, x_grad, fd: dict, directions, dx):
     assert abs(got - fd["x"]) <= TOL * abs(fd["x"])
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("backends/test_gate_gradients")
+
+
 @pytest.fixture(scope="module")
 def reference():
     params, x, mask, cotangent, directions = problem()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ode_ref as R
-from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+from odeattn.conformance.adapters import missing_requirements
 from odeattn.conformance.running.worker import collect_outputs
 
 PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23") if not missing_requirements(n)]
@@ -20,8 +20,8 @@ ENCODINGS = {"none": {}, "pape+ssmax": dict(ode_use_pe=True, positional_encoding
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
 @pytest.mark.parametrize("mode", R.MODES)
 @pytest.mark.parametrize("path", PATHS + BITNET_PATHS)
-def test_non_finite_padded_tokens_stay_in_their_rows(path, mode, encoding):
-    backend = make_adapter(BUILTIN[path].reference)
+def test_non_finite_padded_tokens_stay_in_their_rows(path, mode, encoding, builtin_adapter):
+    backend = builtin_adapter(path)
     dtype = "float64" if "float64" in backend.dtypes else "float32"
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode=mode, use_bitnet=True, norm_type="dynamic_tanh", ode_steps=2,
                       **ENCODINGS[encoding])
@@ -40,13 +40,13 @@ def test_non_finite_padded_tokens_stay_in_their_rows(path, mode, encoding):
 
 
 @pytest.mark.parametrize("path", PATHS + ["onnx-reference"])
-def test_huge_finite_float32_inputs_give_exact_norms(path):
+def test_huge_finite_float32_inputs_give_exact_norms(path, builtin_adapter):
     """|x| up to the largest float32, and tokens of equal huge values: the norms' statistics are
     taken on x / s (a power of two <= 2^126), so nothing overflows or divides 0 by 0, in every
     path; f(0, x) agrees with the float64 spec within the suite's tolerance."""
     from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
-    backend = make_adapter(BUILTIN[path].reference)
+    backend = builtin_adapter(path)
     for norm in R.NORM_TYPES:
         cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type=norm, use_bitnet=norm == "layer_norm")
         params = R.init_params(cfg, 1, perturb_norms=True)
@@ -67,11 +67,11 @@ ENCODER_PATHS = [n for n in ("spec", "torch", "jax", "flax", "onnxruntime") if n
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's, on the padded tokens' own NaN arithmetic
 @pytest.mark.parametrize("pre", [False, True])
 @pytest.mark.parametrize("path", ENCODER_PATHS)
-def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre):
+def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre, builtin_adapter):
     """The encoder stack: a padded key's value is held at 0 (its weight is 0, but 0 * NaN is NaN),
     so NaN or Inf in padded tokens leaves every real token bit for bit as in the clean run,
     through two blocks of each stage count, both norm placements."""
-    backend = make_adapter(BUILTIN[path].reference)
+    backend = builtin_adapter(path)
     dtype = "float64" if "float64" in backend.dtypes else "float32"
     mask = np.array([[True, True, False, False], [False, True, True, True]])  # right- and left-padded
     x = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(dtype)
@@ -86,13 +86,13 @@ def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre):
 
 
 @pytest.mark.parametrize("path", ENCODER_PATHS)
-def test_subnormal_inputs_follow_the_declared_flush(path):
+def test_subnormal_inputs_follow_the_declared_flush(path, builtin_adapter):
     """An input made only of float32 subnormals: torch and ONNX Runtime keep them and equal the spec
     on it; JAX and Flax (XLA flushes subnormals to zero, tolerance.FLUSHES_SUBNORMALS) equal the spec
     on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
     from odeattn.conformance.cases.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
 
-    backend = make_adapter(BUILTIN[path].reference)
+    backend = builtin_adapter(path)
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_steps=2)
     params = R.init_params(cfg, 1, perturb_norms=True, dtype=np.float32)
     x = (np.random.default_rng(3).normal(size=(2, 4, 8)) * 1e-39).astype(np.float32)

@@ -49,6 +49,7 @@ def test_extension_keeps_rows_and_covers_every_new_pair():
     assert all(r["ode_solver"] == "kutta3" or r["rope"] for r in new)  # only rows the new values need
 
 
+@pytest.mark.xdist_group("golden-regenerated")  # the session's `regenerated` set written once (tests/conformance/conftest.py)
 def test_registering_a_tableau_and_a_norm_appends_cases_and_keeps_every_file(regenerated, registered, tmp_path):
     """Against the set written on this machine without the registration (the stored set's
     outputs differ from this machine's in the last bits: test_golden)."""

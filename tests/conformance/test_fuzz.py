@@ -248,8 +248,8 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
 
 @pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax", "onnxruntime", "onnxruntime-opset23", "onnxruntime-loop",
                                   "onnx-reference"])
-def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name):
-    from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name, builtin_adapter):
+    from odeattn.conformance.adapters import missing_requirements
     from odeattn.conformance.fuzzing.draw import case_of
     from odeattn.conformance.fuzzing.stages import STAGES, first_divergent_stage
 
@@ -258,7 +258,7 @@ def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_
     config = R.ODEConfig(hidden_size=64, num_heads=2, ode_use_pe=True, mode="decoder")
     params = R.init_params(config, seed=1, perturb_norms=True)
     case = case_of(config, params, np.random.default_rng(0).normal(size=(2, 20, 64)), None, kind="block")
-    stage = first_divergent_stage(make_adapter(BUILTIN[name].reference), case, "float32")
+    stage = first_divergent_stage(builtin_adapter(name), case, "float32")
     assert stage["stage"] is None and stage["agree"] == list(STAGES), stage
     bad = first_divergent_stage(planted.TileBoundary(), case, "float32")
     assert bad["stage"] == "attn" and bad["localisation"]["positions"] == "only query positions ≥ 16 (of 20)"
@@ -288,7 +288,7 @@ class _VOff(R.SelfAttention):
 @pytest.mark.parametrize("form", ["unrolled", "loop"])
 def test_a_stage_bug_in_an_onnx_backend_is_named_at_its_stage_from_the_diagnostic_outputs(form):
     pytest.importorskip("onnxruntime")
-    from odeattn.conformance import exported as X
+    from odeattn.conformance.adapters import exported as X
 
     port = type("Planted", ({"unrolled": X.OnnxRuntimeAdapter, "loop": X.OnnxRuntimeLoopAdapter}[form],), {"variant": _VOff})()
     d = Draw("block", R.ODEConfig(hidden_size=16, num_heads=2, mode="decoder", ode_use_pe=True), 2, 5, (("right", 2), ("none", 1)),

@@ -22,6 +22,7 @@ from odeattn.conformance.mutation import planted
 E32_SPREAD = 8.0
 
 
+@pytest.mark.xdist_group("golden-regenerated")  # the session's `regenerated` set written once (tests/conformance/conftest.py)
 def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_path):
     """Regenerated here by the command's own code, the set holds the same cases with the same
     configs, seeds and inputs (x, padding masks, parameters, cotangents: bit for bit), and the

@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime")
 from odeattn.conformance.adapters import BUILTIN, BackendRef, make_adapter, other_steps, reference_steps
 from odeattn.conformance.cases import at_steps, build_case, case_specs
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import CaseResult, judge, run_case, run_suite, select
+from odeattn.conformance.running.runner import CaseResult, judge, select
 from odeattn.conformance.running.worker import collect_outputs
 
 CASES = load_cases()
@@ -39,13 +39,11 @@ def test_the_reference_built_in_the_run_is_the_golden_one_at_the_case_s_own_step
 def test_the_other_count_is_judged_at_that_count_and_fails_against_the_golden_one():
     """Given a case's config, the second row's outputs pass the spec at the other count and are an
     error against the golden file (a trajectory of another length): the row tests the input."""
-    loop, other = (make_adapter(BUILTIN[n].reference) for n in ("onnxruntime-loop", "onnxruntime-loop-other-steps"))
+    other = make_adapter(BUILTIN["onnxruntime-loop-other-steps"].reference)  # (the main job runs both rows on every case)
     restepped = [n for n in BUILTIN if reference_steps(BackendRef(n, BUILTIN[n].reference, builtin=True))]
     assert restepped == [other.name] and other.reference_steps is other_steps
     assert [other_steps(n) for n in (1, 4, 5, 8)] == [2, 5, 2, 4]
     for case in SOME:
-        result = run_case(loop, case, "float32")
-        assert result.status == "passed", (case.name, result.message)
         params = {k: v.astype(np.float32) for k, v in case.params.items()}
         outputs = collect_outputs(other, case.config, params, case.x.astype(np.float32), case.padding_mask, "float32")
         judged = judge(CaseResult(other.name, "float32", case.name, "passed"), at_steps(case, other_steps(case.config.ode_steps)),
@@ -55,12 +53,19 @@ def test_the_other_count_is_judged_at_that_count_and_fails_against_the_golden_on
         assert wrong.status == "error" and wrong.message.startswith("run_trajectory: expected"), wrong.message
 
 
-def test_the_suite_builds_the_other_count_s_reference_for_that_row_only():
-    refs = [BackendRef(n, BUILTIN[n].reference, builtin=True) for n in ("onnxruntime-loop", "onnxruntime-loop-other-steps")]
-    decode = select(CASES, include=["^decode_heun_dynamic_tanh_pad$"])
-    report = run_suite(refs, SOME + decode, jobs=2)
-    status = {(r.backend, r.case): r.status for r in report.results}
-    assert set(status.values()) == {"passed", "skipped"} and not report.errors, report.results
-    assert {k for k, v in status.items() if v == "skipped"} == {(r.label, decode[0].name) for r in refs}  # fixed steps
-    steps = {r.case: [q.quantity for q in r.quantities][-2] for r in report.results if r.backend == refs[1].label and r.quantities}
-    assert steps == {SOME[0].name: "step_2", SOME[1].name: "step_4"}  # the count fed: 1 -> 2, 8 -> 4
+@pytest.mark.xdist_group("main-job-onnx-other")  # the process that runs that part of the main job
+def test_the_suite_builds_the_other_count_s_reference_for_that_row_only(main_job):
+    """In the main job's run of the two rows, every block case passes both, the other row judged at
+    the count it fed (its last state but the final output named step_N); every decode case is
+    skipped on both (fixed steps)."""
+    code, out, report = main_job("onnx-other")
+    assert code == 0, out
+    labels = ("onnxruntime-loop", "onnxruntime-loop-other-steps")
+    status = {(r["backend"], r["case"]): r["status"] for r in report["results"] if r["backend"] in labels}
+    blocks = {c.name: c.config.ode_steps for c in CASES if c.name.startswith("block_")}
+    decode = {c.name for c in CASES if c.name.startswith("decode_")}
+    assert {k for k, v in status.items() if v == "passed"} == {(b, c) for b in labels for c in blocks}
+    assert {(b, c) for b in labels for c in decode} <= {k for k, v in status.items() if v == "skipped"}
+    steps = {r["case"]: [q["quantity"] for q in r["quantities"]][-2] for r in report["results"] if r["backend"] == labels[1]
+             and r["status"] == "passed"}
+    assert steps == {c: f"step_{other_steps(n)}" for c, n in blocks.items()}  # e.g. 1 -> 2, 8 -> 4

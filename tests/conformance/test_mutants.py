@@ -18,6 +18,10 @@ from ode_ref.precision import half_block, round_to
 CONFORMANCE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("conformance/test_mutants")
+
+
 @pytest.fixture(scope="module")
 def rows():
     return kill_table(load_cases())

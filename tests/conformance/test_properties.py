@@ -1,32 +1,25 @@
 """Property-based: on generated configs, shapes, masks and inputs, every installed backend agrees
-with ode_ref (conformance.runner.run_case). Derandomized: the same examples on every run."""
+with ode_ref (conformance.running.runner.run_case). Derandomized (the `ci` hypothesis profile): the same
+examples on every run."""
 
 import importlib.util
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import ode_ref as R
 from ode_ref.precision import HALF_DTYPES
-from odeattn.conformance.adapters import BUILTIN, make_adapter, missing_requirements
+from odeattn.conformance.adapters import missing_requirements
 from odeattn.conformance.cases import CaseSpec, build_case
 from odeattn.conformance.running.runner import run_case
 
 
-def installed():
-    """spec, torch, jax, onnxruntime, onnxruntime-integer: each whose packages are installed, in
-    float32 and float64 (their half rows run on the golden set in the main job, and on 16 configs in
-    tests/backends/test_precision.py: a JAX half row compiles per config, 5 times this test's time). A
-    port that is installed but fails to import fails here (make_adapter raises), it is not skipped."""
-    adapters = [make_adapter(BUILTIN[name].reference) for name in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-integer")
-                if not missing_requirements(name)]
-    for adapter in adapters:
-        adapter.dtypes = tuple(d for d in adapter.dtypes if d not in HALF_DTYPES)
-    return adapters
-
-
-BACKENDS = installed()
+# spec, torch, jax, onnxruntime, onnxruntime-integer: each whose packages are installed, in float32
+# and float64 (their half rows run on the golden set in the main job, and on 16 configs in
+# tests/backends/test_precision.py: a JAX half row compiles per config, 5 times this test's time). A
+# port that is installed but fails to import fails here (make_adapter raises), it is not skipped.
+NAMES = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-integer") if not missing_requirements(n)]
 
 
 @st.composite
@@ -48,13 +41,12 @@ def case_specs(draw):
     )
 
 
-@settings(derandomize=True, database=None, max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+# The examples' count and seed: the hypothesis profile (tests/conftest.py; `ci` by default, derandomized)
 @given(spec=case_specs())
-def test_every_backend_agrees_with_the_spec(spec):
-    case = build_case(spec)  # redraws the input until it is a fair test (conformance.matrix)
-    for backend in BACKENDS:
-        for dtype in backend.dtypes:
+def test_every_backend_agrees_with_the_spec(builtin_adapter, spec):
+    case = build_case(spec)  # redraws the input until it is a fair test (conformance.cases.matrix)
+    for backend in map(builtin_adapter, NAMES):
+        for dtype in (d for d in backend.dtypes if d not in HALF_DTYPES):
             result = run_case(backend, case, dtype)
             # the integer BitLinear export runs use_bitnet blocks only, and says so for the others
             want = "skipped" if backend.name == "onnxruntime-integer" and not spec.config.use_bitnet else "passed"
@@ -67,4 +59,4 @@ def test_every_installed_port_takes_part():
                            if importlib.util.find_spec(mod) is not None}
     if expected == {"spec"}:
         pytest.skip("no port is installed")
-    assert {b.name for b in BACKENDS} == expected
+    assert set(NAMES) == expected

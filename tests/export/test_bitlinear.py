@@ -1,9 +1,9 @@
 """export_model(..., bitlinear="integer"): BitLinear's projections as exact integer products
 (MatMulInteger on the stored int8 ternary weights) times one float scale per token. Its agreement
 with the spec on every use_bitnet golden case runs in the main job
-(tests/odeattn/commands/test_conformance.py) through the onnxruntime-integer backend; here, a few
-of them, the option's refusals and what the file holds (`odeattn export --bitlinear`:
-tests/odeattn/commands/test_export.py)."""
+(tests/odeattn/commands/test_conformance.py) through the onnxruntime-integer backend, and a few
+of them are read from that run here; the option's refusals and what the file holds (`odeattn
+export --bitlinear`: tests/odeattn/commands/test_export.py)."""
 
 
 import numpy as np
@@ -13,9 +13,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import ode_ref as R  # noqa: E402
-from odeattn.conformance.adapters import BUILTIN, make_adapter  # noqa: E402
 from odeattn.conformance.golden import load_cases  # noqa: E402
-from odeattn.conformance.running.runner import run_case  # noqa: E402
 from odeattn.export.bitlinear import MAX_INTEGER_WIDTH, check_form, product_scale  # noqa: E402
 from odeattn.export.block import check, export_model  # noqa: E402
 from ode_ref.params import OUT_PROJ, QKV  # noqa: E402
@@ -89,26 +87,27 @@ def test_the_file_holds_int8_weights_only_and_integer_products(opset):
     assert "Round" not in ops and ops.count("MatMul") == evaluations * (3 if opset == 17 else 1)
 
 
-def test_a_few_bitnet_golden_cases_pass_within_the_float32_tolerances():
+@pytest.mark.xdist_group("main-job-onnx-other")  # the process that runs that part of the main job
+def test_a_few_bitnet_golden_cases_pass_within_the_float32_tolerances(main_job):
     """The integer products are exact and rescaled once, so the export passes the float32
-    tolerances untouched (worst error/tolerance 0.064 over the use_bitnet block cases). Here: four
-    of them, covering
-    rope, alibi, padding, layer_norm at magnitude 10^3 and 8 steps; a float block, a decode case
-    and a grad case are skipped, not failed."""
-    backend = make_adapter(BUILTIN["onnxruntime-integer"].reference)
+    tolerances untouched (worst error/tolerance 0.064 over the use_bitnet block cases), in the main
+    job's run: among them rope, alibi, padding, layer_norm at magnitude 10^3 and 8 steps; a float
+    block, a decode case and a grad case are skipped, not failed, each with its reason."""
+    code, out, report = main_job("onnx-other")
+    assert code == 0, out
+    results = {r["case"]: r for r in report["results"] if r["backend"] == "onnxruntime-integer"}
     cases = {c.name: c for c in load_cases()}
     chosen = ["block_dynamic_tanh_midpoint_decoder_bitnet_pad_s2_b1t1h1d6_positions-alibi", "block_rope_decoder_bitnet_pad",
               "block_large_magnitude_layer_norm_bitnet_decoder", "block_layer_norm_heun_decoder_bitnet_pad_s8_b3t7h3d12"]
     for name in chosen:
-        result = run_case(backend, cases[name], "float32")
-        assert result.status == "passed", (name, result.status, result.message)
+        assert results[name]["status"] == "passed", (name, results[name])
     skipped = {
         next(n for n, c in cases.items() if not c.config.use_bitnet): "not supported: a float block",
         next(n for n, c in cases.items() if c.config.use_bitnet and c.decoded): "not supported: cached decoding",
         next(n for n, c in cases.items() if c.config.use_bitnet and c.kind == "grad"): "not supported: gradients",
     }
     for name, reason in skipped.items():
-        result = run_case(backend, cases[name], "float32")
-        assert result.status == "skipped" and result.message.startswith(reason), (name, result.status, result.message)
+        result = results[name]
+        assert result["status"] == "skipped" and result["message"].startswith(reason), (name, result)
 
 

@@ -130,6 +130,10 @@ def test_a_prefill_model_without_a_padding_mask_input_is_the_one_with_an_all_rea
         OnnxDecoder(c, prefill_run=session_runner(without)).prefill(x32, np.ones((2, 5), bool))
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("export/test_decode")
+
+
 @pytest.fixture(scope="module")
 def decoders():
     """(a prefill decoder, a decode-step decoder) over ONNX Runtime sessions of cfg()'s models."""

@@ -25,6 +25,10 @@ X = np.random.default_rng(0).normal(size=(2, 6, 16)).astype(np.float32)
 MASK = np.array([[True] * 6, [True] * 4 + [False] * 2])
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("export/test_tools")
+
+
 @pytest.fixture(scope="module")
 def forms():
     return {"functions": export_model(CFG, PARAMS, functions=True), "inlined": export_model(CFG, PARAMS),

@@ -22,6 +22,10 @@ def with_gate(cfg):
     return params
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("odeattn/test_diagnose")
+
+
 @pytest.fixture(scope="module")
 def smooth():
     return D.diagnose(with_gate(SMOOTH), X, SMOOTH, max_steps=64, ref_steps=512, tol=1e-4)

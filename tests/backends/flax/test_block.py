@@ -27,6 +27,10 @@ def inputs(cfg, batch=2, seq=MAX_LEN, seed=0):
     return x, mask
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("backends/flax/test_block")
+
+
 @pytest.fixture(scope="module")
 def decoding():
     """(prefill, step): module.apply of the decoder block under jax.jit, with mutable=['cache']."""

@@ -42,6 +42,10 @@ def unsharded_results():
     return out
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("backends/jax/test_sharding")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """(arrays, report) of sharded_run.py in a process with 2 host devices, and the unsharded

@@ -64,6 +64,10 @@ def worker(rank, port, out_dir):
         np.savez(f"{out_dir}/rank{rank}.npz", **one_step(rank))
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("backends/torch/test_distributed")
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """[the arrays rank 0 wrote, rank 1's]."""

@@ -13,7 +13,7 @@ from odeattn.conformance.cases.tolerance import relative_error, tolerance
 def test_torch_plain_agrees_with_the_spec(mode, solver, steps):
     """The plain block runs the spec's weights (loaded by the seed's state_dict names, strictly)
     and computes the spec's block: its error against the spec in float64 is within the float32
-    tolerance derived from the spec's own float32 error on this case (conformance.tolerance)."""
+    tolerance derived from the spec's own float32 error on this case (conformance.cases.tolerance)."""
     torch = pytest.importorskip("torch")
     cfg = R.ODEConfig(hidden_size=16, num_heads=2, mode=mode, ode_solver=solver, ode_steps=steps)
     params = R.init_params(cfg, seed=3, perturb_norms=True)  # norm weight and bias not the identity

@@ -20,6 +20,10 @@ def _case(name_start: str):
     return load_case(next(e for e in read_manifest(GOLDEN_DIR)["cases"] if e["name"].startswith(name_start)), GOLDEN_DIR)
 
 
+# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+pytestmark = pytest.mark.xdist_group("odeattn/bench/test_floor")
+
+
 @pytest.fixture(scope="module")
 def floor(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:

@@ -132,20 +132,38 @@ def test_mutants_refuses_a_folder_that_is_no_golden_set(tmp_path, capsys):
     assert "manifest.json: no such file" in err and err.startswith("odeattn conformance mutants: ")
 
 
-def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsys):
-    """`odeattn conformance`: every golden case on every built-in backend and dtype, in worker
-    processes; float64 also within 1e-12 relative (the ports' float64 bar). flax and the JavaScript
-    workers run on request."""
-    code = main(["conformance", "--float64-bound", "1e-12", "--json", str(tmp_path / "r.json")])
-    out = capsys.readouterr().out
+# The main job's rows, (backend, dtype): every built-in backend whose packages are installed with
+# CI's extras, in its default dtypes; flax and the JavaScript workers run on request.
+MAIN_JOB_ROWS = {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("torch", "bfloat16"), ("torch", "float16"),
+                 ("jax", "float32"), ("jax", "float64"), ("jax", "bfloat16"), ("onnxruntime", "float32"), ("onnxruntime", "float16"),
+                 ("onnxruntime", "bfloat16"), ("onnxruntime-opset23", "float32"), ("onnxruntime-integer", "float32"),
+                 ("onnxruntime-loop", "float32"), ("onnxruntime-loop-other-steps", "float32"), ("onnx-reference", "float32")}
+
+
+def test_the_main_job_s_parts_are_its_default_run(main_job):
+    """`odeattn conformance` with no options runs MAIN_JOB_ROWS, notes the backends that run on
+    request, and finds no backend error; the parts (tests/conftest.py) together run those rows."""
+    from odeattn.conformance.adapters import BUILTIN, discover, make_adapter
+
+    refs, notes, errors = discover()
+    assert [r.label for r in refs] == sorted({b for b, _ in MAIN_JOB_ROWS}, key=list(BUILTIN).index) and not errors
+    assert [n.split(":")[0] for n in notes] == ["flax", "onnxruntime-node", "onnxruntime-web"]
+    assert "runs on request (--backend flax)" in notes[0]
+    for name in {b for b, _ in MAIN_JOB_ROWS}:  # a backend's rows are its adapter's dtypes
+        assert set(make_adapter(BUILTIN[name].reference).dtypes) == {d for b, d in MAIN_JOB_ROWS if b == name}, name
+    covered = [(b, d) for backends, dtypes in main_job.parts.values() for b in backends for d in dtypes or
+               [d for n, d in MAIN_JOB_ROWS if n == b]]
+    assert sorted(covered) == sorted(MAIN_JOB_ROWS)  # each row in one part
+
+
+def test_the_main_job_passes_every_case_on_every_builtin_backend(main_job, main_job_part):
+    """`odeattn conformance`, a part at a time: every golden case on every built-in backend and
+    dtype, in worker processes; float64 also within 1e-12 relative (the ports' float64 bar)."""
+    code, out, report = main_job(main_job_part)
     assert code == 0, out
-    report = json.loads((tmp_path / "r.json").read_text())
+    backends, dtypes = main_job.parts[main_job_part]
     rows = {(row["backend"], row["dtype"]): row for row in report["summary"]}
-    assert set(rows) == {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("torch", "bfloat16"),
-                         ("torch", "float16"), ("jax", "float32"), ("jax", "float64"), ("jax", "bfloat16"),
-                         ("onnxruntime", "float32"), ("onnxruntime", "float16"), ("onnxruntime", "bfloat16"), ("onnxruntime-opset23", "float32"),
-                         ("onnxruntime-integer", "float32"), ("onnxruntime-loop", "float32"),
-                         ("onnxruntime-loop-other-steps", "float32"), ("onnx-reference", "float32")}
+    assert set(rows) == {(b, d) for b, d in MAIN_JOB_ROWS if b in backends and (not dtypes or d in dtypes)}
     # every case passes everywhere, but the decode cases on opset 23, which has no decode models,
     # and on the Loop form, whose steps the cached models cannot take (their cache layout is
     # fixed), the grad cases on the exported graphs, which have no backward pass, and on the integer
@@ -168,9 +186,7 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(tmp_path, capsy
                    "onnxruntime-integer": {c.name for c in cases} - bitnet_blocks}.get(key[0], set()) - untestable
         assert (row["passed"], row["skipped"], row["untestable"], row["failed"]) == (
             report["cases"] - len(skipped) - len(untestable), len(skipped), len(untestable), 0), key
-    assert not report["backend_errors"]
-    assert [n.split(":")[0] for n in report["notes"]] == ["flax", "onnxruntime-node", "onnxruntime-web"]
-    assert "runs on request (--backend flax)" in report["notes"][0]
+    assert not report["backend_errors"] and not report["notes"]
 
 
 SMALL = "derf_euler_encoder_float_nopad_s1_b2t5h2d8$"  # one block case, one step of euler
