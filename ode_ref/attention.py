@@ -63,7 +63,7 @@ def softmax(s, axis=-1, xp=np):
 
 def sigmoid(x, xp=np):
     """1 / (1 + exp(-x)), as exp(-log(1 + exp(-x))): no overflow for any finite x."""
-    return xp.exp(-xp.logaddexp(x.dtype.type(0), -x))
+    return xp.exp(-xp.logaddexp(xp.asarray(0, dtype=x.dtype), -x))
 
 
 def causal_mask(seq_len: int, xp=np):
@@ -329,7 +329,7 @@ class SelfAttention(Stages):
         For finite inputs nothing changes: padded keys are never attended, padded queries zeroed."""
         if padding_mask is None:
             return z
-        return self.xp.where(padding_mask[:, :, None], z, z.dtype.type(0))
+        return self.xp.where(padding_mask[:, :, None], z, self.xp.asarray(0, dtype=z.dtype))
 
     def norm(self, norm_params: dict, z):
         return apply_norm(self.config.norm_type, norm_params, z)
@@ -357,7 +357,9 @@ class SelfAttention(Stages):
         return content_bias(z, encoder, positions_q, positions_k, self.config, xp=self.xp)
 
     ssmax_bias = staticmethod(ssmax_bias)
-    ssmax_queries = staticmethod(ssmax_queries)
+
+    def ssmax_queries(self, q, factor):
+        return ssmax_queries(q, factor, self.xp)
 
     def hide_nonfinite(self, k, v, mask):
         """(k, v, poison): k and v (batch, seq_k, heads, head_dim) with each NaN or Inf replaced by
@@ -393,7 +395,7 @@ class SelfAttention(Stages):
     def postprocess_attn(self, y, padding_mask=None):
         if padding_mask is None:
             return y
-        return y * padding_mask[:, :, None, None].astype(y.dtype)
+        return y * self.xp.astype(padding_mask[:, :, None, None], y.dtype)
 
     def merge_heads(self, y):
         """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""

@@ -92,8 +92,8 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
 def alibi_bias(positions_q, positions_k, config, dtype, xp=np):
     """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|), one rounding."""
-    slopes = alibi_slopes(config.num_heads).astype(dtype)[:, None, None]
-    distance = xp.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]).astype(dtype)
+    slopes = xp.asarray(alibi_slopes(config.num_heads), dtype=dtype)[:, None, None]
+    distance = xp.astype(xp.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]), dtype)
     return -(slopes * distance)
 
 
@@ -167,12 +167,12 @@ def apply_hope(x, ch, sh, xp=np):
 
 def softplus(x, xp=np):
     """log(1 + exp(x)), for any finite x (torch's softplus returns x itself above 20, 2e-9 away)."""
-    return xp.logaddexp(x.dtype.type(0), x)
+    return xp.logaddexp(xp.asarray(0, dtype=x.dtype), x)
 
 
-def distances(positions_q, positions_k, dtype):
+def distances(positions_q, positions_k, dtype, xp=np):
     """(batch | 1, 1, seq_q, seq_k): p_i - p_j in dtype (exact integers)."""
-    return (positions_q[:, None, :, None] - positions_k[:, None, None, :]).astype(dtype)
+    return xp.astype(positions_q[:, None, :, None] - positions_k[:, None, None, :], dtype)
 
 
 def pape_coefficients(z, ab, position, config, xp=np):
@@ -186,7 +186,7 @@ def pape_coefficients(z, ab, position, config, xp=np):
     w = position.reshape(heads, m)
     a_sum = (softplus(coef[:, :, 0], xp) * (w * w)).sum(axis=-1)  # (batch, seq, heads)
     b_sum = (coef[:, :, 1] * w).sum(axis=-1)
-    return a_sum.transpose(0, 2, 1)[..., None], b_sum.transpose(0, 2, 1)[..., None]
+    return xp.permute_dims(a_sum, (0, 2, 1))[..., None], xp.permute_dims(b_sum, (0, 2, 1))[..., None]
 
 
 def pape_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
@@ -196,19 +196,19 @@ def pape_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
     d^2 in p_i^2, p_i p_j and p_j^2 cancels at long positions); the spec writes it in d, exact.
     pape casts positions to float32 first: exact below 2^24, so no difference."""
     a_sum, b_sum = pape_coefficients(z, encoder["ab.weight"], encoder["position.weight"], config, xp)
-    d = distances(positions_q, positions_k, z.dtype)
-    return (b_sum * d - a_sum * (d * d)) * z.dtype.type(config.scale)
+    d = distances(positions_q, positions_k, z.dtype, xp)
+    return (b_sum * d - a_sum * (d * d)) * xp.asarray(config.scale, dtype=z.dtype)
 
 
 def pape_ri_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
     """pape_ri: (batch, heads, seq_q, seq_k) in z's dtype, scale * -n a(i) s_h^2 d^2, with
     a = softplus(a.weight @ z_i) (a.weight (H, d_model)), s = position_scales (1, H, 1, 1) and
     n = pape_num_positions."""
-    a = softplus(z @ encoder["a.weight"].T, xp).transpose(0, 2, 1)[..., None]  # (batch, heads, seq, 1)
+    a = xp.permute_dims(softplus(z @ encoder["a.weight"].T, xp), (0, 2, 1))[..., None]  # (batch, heads, seq, 1)
     s = encoder["position_scales"]
-    d = distances(positions_q, positions_k, z.dtype)
-    n = z.dtype.type(config.pape_num_positions)
-    return -(n * a * (s * s)) * (d * d) * z.dtype.type(config.scale)
+    d = distances(positions_q, positions_k, z.dtype, xp)
+    n = xp.asarray(config.pape_num_positions, dtype=z.dtype)
+    return -(n * a * (s * s)) * (d * d) * xp.asarray(config.scale, dtype=z.dtype)
 
 
 def content_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
@@ -274,11 +274,11 @@ def ssmax_bias(bias, factor):
     return bias * factor
 
 
-def ssmax_queries(q, factor):
+def ssmax_queries(q, factor, xp=np):
     """q (batch, seq_q, heads, head_dim) times the factor (batch | 1, heads, seq_q, 1): the scores'
     q . k part rescaled (the bias is rescaled by ssmax_bias); the mask fill follows, so a hidden
     key stays hidden whatever the sign of s."""
-    return q * factor.transpose(0, 2, 1, 3)
+    return q * xp.permute_dims(factor, (0, 2, 1, 3))
 
 
 # ---- the VJPs of the family's parameterised parts (backward.py) --------------------------------

@@ -17,8 +17,10 @@ import ode_ref as R
 MODULES = ["norms", "bitlinear", "positions", "attention", "variants"]
 PORTS = {"torch": "odeattn.backends.torch", "jax": "odeattn.backends.jax", "export": "odeattn.export"}
 # Ports whose SelfAttention subclasses the spec's: the modules in which they write only what differs.
-INHERITS = {"jax": ("attention", "positions")}
+INHERITS = {"jax": ("attention", "positions"), "torch": ("attention", "positions")}
 _FLOAT64 = "JAX has no float64 at run time (x64 off): gathers rows of the spec's float64 table, made at trace time"
+_OWNED = "the module owns its parameters: prepare(x, padding_mask), the weights its own"
+_TORCH64 = "float64 in torch ops on the positions' device (the spec's in NumPy)"
 _DTYPE = "JAX has no float64 at run time (x64 off): computed in the state's dtype (float64 under x64)"
 # (port, stage) of its SelfAttention, or (port, module, function): why the port writes it again.
 OVERRIDES = {
@@ -38,9 +40,32 @@ OVERRIDES = {
     ("jax", "positions", "bam_bias"): _DTYPE, ("jax", "positions", "bam_alpha_beta"): _DTYPE,
     ("jax", "positions", "bam_mu"): _DTYPE + ": theta_mu itself when learnable",
     ("jax", "positions", "ssmax_factor"): "the ln in float32 at least, float64 under x64",
+    # torch: the module owns its parameters, SDPA and its mask forms, float64 in torch ops
+    ("torch", "xp"): "torch under NumPy's names, on the module's device (backends/torch/xp.py)",
+    ("torch", "attention", "SelfAttention"): "the seed's ODEFunc(config, pos_encoder=None); the config decides the encoding",
+    ("torch", "__call__"): "nn.Module's: forward(t, x), the seed's",
+    ("torch", "prepare"): _OWNED, ("torch", "weights"): _OWNED, ("torch", "encoder_weights"): _OWNED,
+    ("torch", "gate_weights"): "the gate is the block's module: None when f is evaluated alone",
+    ("torch", "norm"): "the nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage",
+    ("torch", "quantize_weight"): "the straight-through estimator (an autograd identity)",
+    ("torch", "_linear"): "the straight-through BitLinear (bitlinear.py)",
+    ("torch", "build_mask"): "None when every key is visible, Causal kept symbolic: SDPA's is_causal, no (seq, seq) tensor",
+    ("torch", "hide_keys"): "builds Causal's tensor before narrowing it",
+    ("torch", "merge_bias"): "SDPA takes one mask: the bias merged into an additive float mask, once per forward",
+    ("torch", "attn"): "torch's scaled_dot_product_attention (fused kernels); the additive mask written out",
+    ("torch", "hide_nonfinite"): "by the mask's own form (Causal: a cumulative any), skipped when every value is finite",
+    ("torch", "poison_queries"): "masked_fill keeps q's layout (SDPA's rounding follows it); None when nothing is poisoned",
+    ("torch", "rope_tables"): _TORCH64, ("torch", "hope_tables"): _TORCH64, ("torch", "bam_bias"): _TORCH64,
+    ("torch", "ssmax_factor"): _TORCH64,
+    **{("torch", stage): "out of place on the device: cat and slice_scatter (the cache given is never written)"
+       for stage in ("pad_slots", "write_slot", "mark_slot")},
+    **{("torch", "positions", name): _TORCH64 for name in (
+        "rope_cos_sin", "hope_angles", "hope_damping", "hope_tables", "bam_alpha_beta", "bam_mu", "bam_bias", "ssmax_factor")},
 }
 # Signatures an override changes deliberately: (port, module, name) -> why.
 OVERRIDE_SIGNATURES = {
+    ("torch", "prepare"): _OWNED, ("torch", "__call__"): "nn.Module's: forward(t, x), the seed's",
+    ("torch", "norm"): "a submodule, whose forward(norm_params, x) is the stage",
     ("jax", "positions", "rope_cos_sin"): "the static bound of the table: (positions, config, dtype, bound)",
     ("jax", "positions", "hope_tables"): "the static bound of the table: (positions, config, layer_idx, dtype, bound)",
 }
@@ -48,10 +73,7 @@ OVERRIDE_SIGNATURES = {
 SHARED = {("attention", "Stages"), ("attention", "Prepared")}
 # Spec names a port does without, and why.
 REPLACED = {
-    ("torch", "attention", "softmax"): "fused into scaled_dot_product_attention",
-    ("torch", "attention", "masked_fill_min"): "fused into scaled_dot_product_attention",
     ("torch", "norms", "erf"): "torch.erf",
-    ("torch", "attention", "sigmoid"): "torch.sigmoid",
     ("export", "attention", "sigmoid"): "the Sigmoid node",
     ("jax", "norms", "erf"): "jax.scipy.special.erf",
     ("export", "norms", "erf"): "the Erf node",
@@ -61,11 +83,11 @@ REPLACED = {
     **{(port, "variants", name): "the spec's own check, run by the ported class's __init__"
        for port in ("torch", "jax") for name in ("check_window", "check_factor", "port_variant")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
-       for port in ("torch", "export") for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
+       for port in ("export",) for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
-       for port in ("torch", "export") for name in ("rotary_frequencies", "rotary_base_scaling", "hope_gain")},
+       for port in ("export",) for name in ("rotary_frequencies", "rotary_base_scaling", "hope_gain")},
     **{(port, "positions", "seed_sinusoidal_table"): "the seed's float32 table: documents and tests the spec, no path runs it"
-       for port in ("torch", "export")},
+       for port in ("export",)},
 }
 # Stages whose signature deliberately differs, in every SelfAttention class of a port.
 DIFFERENT_STAGES = {("torch", "prepare"): "the module owns its parameters: prepare(x, padding_mask)"}
@@ -75,10 +97,6 @@ REPLACED_STAGES = {
 }
 # Signatures that deliberately differ: (port, module, name) -> why.
 DIFFERENT = {
-    ("torch", "attention", "causal_mask"): "takes the device the mask is built on",
-    ("torch", "attention", "positions_from_padding"): "takes the device",
-    ("torch", "attention", "slot_indices"): "takes the device",
-    ("torch", "attention", "SelfAttention"): "the seed's ODEFunc(config, pos_encoder=None); the config decides the encoding",
     **{("torch", "variants", v.__name__): "inherits the seed's ODEFunc(config, pos_encoder=None)"
        for v in R.VARIANTS if "__init__" not in vars(v)},
     ("export", "positions", "rope_cos_sin"): "always float32 in the graph: (positions, config)",
@@ -119,6 +137,8 @@ def parameters(obj) -> list:
     trailing xp (the array namespace its shared functions take) dropped too: a port that writes a
     function again writes it in its own arrays."""
     fn = obj.__init__ if inspect.isclass(obj) else obj
+    if not callable(fn):  # an attribute (torch's norm: a property holding the submodule)
+        return None
     return [p for p in inspect.signature(fn).parameters if p not in ("self", "xp")]
 
 
@@ -156,8 +176,9 @@ def test_port_mirrors_names_and_signatures(port, module):
 
 
 def spec_class_members(cls) -> set:
-    """The stages and helpers of the spec's class, private ones (_linear) included, dunders not."""
-    return {n for n in dir(cls) if not n.startswith("__")}
+    """The stages and helpers of the spec's class, private ones (_linear) included, and __call__
+    (the spec's evaluate); no other dunder."""
+    return {n for n in dir(cls) if not n.startswith("__")} | {"__call__"}
 
 
 @pytest.mark.parametrize("port", list(INHERITS))
@@ -179,18 +200,23 @@ def test_an_inheriting_port_overrides_only_what_it_says_why(port):
     assert not written - listed, f"overridden without a reason in OVERRIDES: {sorted(written - listed)}"
     assert not listed - written, f"listed in OVERRIDES but no longer overridden: {sorted(listed - written)}"
     for key in written:
-        if len(key) == 2:
-            spec_obj, port_obj = getattr(spec_cls, key[1]), getattr(cls, key[1])
-        else:
-            spec_obj = getattr(importlib.import_module(f"ode_ref.{key[1]}"), key[2])
-            port_obj = getattr(importlib.import_module(f"{PORTS[port]}.{key[1]}"), key[2])
+        spec_obj, port_obj = spec_and_port(key)
         if callable(spec_obj) and not inspect.isclass(spec_obj) and not inspect.ismodule(spec_obj) \
                 and key not in OVERRIDE_SIGNATURES:
             assert parameters(spec_obj) == parameters(port_obj), (key, parameters(spec_obj), parameters(port_obj))
-    for key in OVERRIDE_SIGNATURES:
-        spec_obj = getattr(importlib.import_module(f"ode_ref.{key[1]}"), key[2])
-        port_obj = getattr(importlib.import_module(f"{PORTS[port]}.{key[1]}"), key[2])
+    for key in (k for k in OVERRIDE_SIGNATURES if k[0] == port):
+        spec_obj, port_obj = spec_and_port(key)
         assert parameters(spec_obj) != parameters(port_obj), f"{key} now matches: drop it from OVERRIDE_SIGNATURES"
+
+
+def spec_and_port(key):
+    """(the spec's object, the port's) of an OVERRIDES key: (port, stage) or (port, module, name)."""
+    if len(key) == 2:
+        port, stage = key
+        return getattr(R.SelfAttention, stage), getattr(importlib.import_module(f"{PORTS[port]}.attention").SelfAttention, stage)
+    port, module, name = key
+    return (getattr(importlib.import_module(f"ode_ref.{module}"), name),
+            getattr(importlib.import_module(f"{PORTS[port]}.{module}"), name))
 
 
 def test_every_listed_difference_still_exists():
