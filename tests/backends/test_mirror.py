@@ -100,7 +100,6 @@ DIFFERENT = {
     **{("torch", "variants", v.__name__): "inherits the seed's ODEFunc(config, pos_encoder=None)"
        for v in R.VARIANTS if "__init__" not in vars(v)},
     ("export", "positions", "rope_cos_sin"): "always float32 in the graph: (positions, config)",
-    ("export", "positions", "alibi_bias"): "always float32 in the graph: (positions_q, positions_k, config)",
     ("export", "attention", "SelfAttention"): "the graph's opset: SelfAttention(config, opset)",
     ("export", "attention", "masked_fill_min"): "builds nodes in a graph body: (g, s, mask)",
     ("export", "attention", "softmax"): "builds nodes in a graph body: (g, s)",
@@ -117,6 +116,7 @@ DIFFERENT = {
 REPLACED.update({
     **{("export", "positions", name): "double nodes inside hope_tables" for name in ("hope_angles", "hope_damping")},
     ("export", "positions", "bam_mu"): "the spec's constant (theta_mu itself when learnable)",
+    ("export", "positions", "alibi_bias"): "the spec's own over the graph's XP (export.attention's stage)",
 })
 DIFFERENT.update({
     ("export", "positions", "hope_tables"): "always float32 in the graph: (positions, config, layer_idx)",
