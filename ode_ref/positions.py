@@ -91,8 +91,9 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
 
 def alibi_bias(positions_q, positions_k, config, dtype, xp=np):
-    """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|), one rounding."""
-    slopes = xp.asarray(alibi_slopes(config.num_heads), dtype=dtype)[:, None, None]
+    """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|), one rounding; each
+    slope times alibi_scale first, in float64."""
+    slopes = xp.asarray(alibi_slopes(config.num_heads) * config.alibi_scale, dtype=dtype)[:, None, None]
     distance = xp.astype(xp.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]), dtype)
     return -(slopes * distance)
 
