@@ -223,11 +223,12 @@ class Stages:
 class SelfAttention(Stages):
     """The staged ODE function. Override a stage to make a variant; keep the signatures.
 
-    Every stage is written against the array namespace self.xp (NumPy here) with the operations
-    NumPy and jax.numpy share, so a port subclasses this class, sets its xp and overrides only what
-    differs in its framework (a fused or tiled attn, in-place cache writes, float64 tables)."""
+    Every stage is written against the array namespace self.xp (NumPy here) with NumPy's names,
+    which jax.numpy shares and the torch port's namespace provides, so a port subclasses this
+    class, sets its xp and overrides only what differs in its framework (a fused or tiled attn,
+    in-place cache writes, float64 tables, parameters a module owns)."""
 
-    xp = np  # the array namespace: a port sets its own (jax.numpy; torch and the export: their xp)
+    xp = np  # the array namespace: jax.numpy in JAX, backends/torch/xp.py in PyTorch
 
     def __init__(self, config):
         self.config = ODEConfig.from_any(config)
@@ -253,7 +254,7 @@ class SelfAttention(Stages):
         return positions_from_padding(padding_mask, seq_len, self.xp)
 
     # ---- what a variant's stages use besides operators (variants.py), in every port ---------
-    # xp is portable to every port: sqrt, exp, log, tanh, abs, where, sum, mean
+    # xp's sqrt, exp, log, tanh, abs, where, sum and mean run in every port, the export's too
     def slot_indices(self, seq_len: int, cache_index=None):
         return slot_indices(seq_len, cache_index, self.xp)
 
