@@ -412,3 +412,9 @@ class SelfAttention(Stages):
         return sigmoid(self.xp.concatenate([f1, f2], axis=-1) @ w.T + b, xp=self.xp)
 
     __call__ = Stages.evaluate
+
+
+def of_the_spec(cls) -> bool:
+    """Whether cls is the spec's SelfAttention or a variant of it, not a port's: a port's class
+    subclasses the spec's and sets its own xp."""
+    return isinstance(cls, type) and issubclass(cls, SelfAttention) and cls.xp is np
