@@ -70,7 +70,7 @@ OVERRIDE_SIGNATURES = {
     ("jax", "positions", "hope_tables"): "the static bound of the table: (positions, config, layer_idx, dtype, bound)",
 }
 # Written once in the spec and run by every port, so no port defines its own.
-SHARED = {("attention", "Stages"), ("attention", "Prepared")}
+SHARED = {("attention", "Stages"), ("attention", "Prepared"), ("attention", "of_the_spec")}
 # Spec names a port does without, and why.
 REPLACED = {
     ("torch", "norms", "erf"): "torch.erf",
