@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ode_ref import positions as spec_positions
 from ode_ref.attention import Stages
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
@@ -24,7 +25,7 @@ from .bitlinear import (bitlinear, integer_bitlinear, integer_levels, integer_pr
                         quantize_weight)
 from .graph import XP, Value
 from .norms import apply_norm
-from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
+from .positions import apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
 from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 
 FLOAT_MIN = float(np.finfo(np.float32).min)
@@ -142,7 +143,8 @@ class SelfAttention(Stages):
         return rope_cos_sin(positions, self.config)
 
     def alibi_bias(self, positions_q: Value, positions_k: Value, like: Value) -> Value:
-        return alibi_bias(positions_q, positions_k, self.config)
+        """The spec's alibi_bias over the graph's XP, in float32 (the graph's dtype)."""
+        return spec_positions.alibi_bias(positions_q, positions_k, self.config, np.float32, xp=XP)
 
     def hope_tables(self, positions: Value, bound, like: Value, layer_idx: int):
         return hope_tables(positions, self.config, layer_idx)

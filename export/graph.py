@@ -105,6 +105,16 @@ class Value:
     def sum(self, axis=None, keepdims=False):
         return apply("sum", self, axis=axis, keepdims=keepdims)
 
+    __iter__ = None  # not iterable (as before __getitem__): unpacking a Value is a TypeError
+
+    def __getitem__(self, key):
+        """v[:, None, :, None]: new axes (Unsqueeze) between whole ones; any other index is refused."""
+        key = key if isinstance(key, tuple) else (key,)
+        if not all(k is None or k == slice(None) for k in key):
+            raise NotImplementedError(f"indexing by {key!r}: this export takes only ':' and None")
+        axes = [i for i, k in enumerate(key) if k is None]
+        return self if not axes else self.body.op("Unsqueeze", self, self.body.ints(*axes))
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """np.sqrt(v), ndarray * v, ...: the ufunc as its ONNX op, or refused by name."""
         if method != "__call__" or kwargs:
@@ -156,7 +166,17 @@ def apply(name: str, *args, axis=None, keepdims=False):
 
 
 class _Namespace:
-    """XP: the export's array namespace (SelfAttention.xp): XP.sqrt(v), XP.sum(v, axis=-1, keepdims=True)."""
+    """XP: the export's array namespace (SelfAttention.xp): XP.sqrt(v), XP.sum(v, axis=-1, keepdims=True).
+    The graph computes in float32: astype casts to it (or to int64, bool), asarray makes a constant."""
+
+    @staticmethod
+    def astype(v: Value, dtype) -> Value:
+        return v.body.op("Cast", v, to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+    @staticmethod
+    def asarray(value, dtype=None) -> np.ndarray:
+        """A constant as NumPy holds it: an operation with a Value lifts it into the graph."""
+        return np.asarray(value, dtype=dtype)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ode_ref.positions import (BAM_FLOOR, HOPE_ANGLE_LIMIT, alibi_slopes, bam_mu, hope_gain, rope_frequencies,
+from ode_ref.positions import (BAM_FLOOR, HOPE_ANGLE_LIMIT, bam_mu, hope_gain, rope_frequencies,
                                rotary_base_scaling, rotary_frequencies)
 
 from .graph import Value
@@ -56,14 +56,6 @@ def _pairs(x: Value, first: Value, second: Value, sign: float) -> Value:
 def apply_rope(x: Value, cos: Value, sin: Value) -> Value:
     """x (batch, seq, heads, head_dim), cos and sin (batch | 1, seq, P): the interleaved rotation."""
     return _pairs(x, cos, sin, -1.0)
-
-
-def alibi_bias(positions_q: Value, positions_k: Value, config) -> Value:
-    """float32 (batch | 1, heads, seq_q, seq_k): -(slope_h * |p_i - p_j|)."""
-    g = positions_q.body
-    distance = g.op("Abs", g.op("Sub", g.op("Unsqueeze", positions_q, g.ints(1, 3)), g.op("Unsqueeze", positions_k, g.ints(1, 2))))
-    slopes = g.const(alibi_slopes(config.num_heads)[:, None, None])
-    return g.op("Neg", slopes * _float(distance))
 
 
 # ---- the rest of the seed's positional family -------------------------------------------------

@@ -46,49 +46,48 @@ import numpy as np
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .cache import CacheSlots, KVCache
-from .config import ODEConfig
-from .norms import apply_norm
-from .config import PAPE_ENCODINGS, ROTARY_ENCODINGS
-from .params import GATE_BIAS, GATE_WEIGHT, OUT_PROJ, QKV, encoder_params_of, encoder_shapes, norm_params_of
+from .config import PAPE_ENCODINGS, ROTARY_ENCODINGS, ODEConfig
+from .norms import NORM_PARAMS, apply_norm
+from .params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
 from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 from .rk import integrate
 from .tableaus import TABLEAUS
 
 
-def softmax(s, axis=-1):
+def softmax(s, axis=-1, xp=np):
     """exp(s - max) / sum, stable for any finite s (the max subtraction keeps exp <= 1)."""
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    e = xp.exp(s - s.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def sigmoid(x):
+def sigmoid(x, xp=np):
     """1 / (1 + exp(-x)), as exp(-log(1 + exp(-x))): no overflow for any finite x."""
-    return np.exp(-np.logaddexp(x.dtype.type(0), -x))
+    return xp.exp(-xp.logaddexp(xp.asarray(0, dtype=x.dtype), -x))
 
 
-def causal_mask(seq_len: int):
+def causal_mask(seq_len: int, xp=np):
     """(seq, seq) bool, True where key j <= query i."""
-    return np.tril(np.ones((seq_len, seq_len), dtype=bool))
+    return xp.tril(xp.ones((seq_len, seq_len), dtype=bool))
 
 
-def slot_indices(seq_len: int, cache_index=None):
+def slot_indices(seq_len: int, cache_index=None, xp=np):
     """(query indices (seq_q, 1), key indices (seq,)): every token queries, or, decoding, the one
-    token at slot cache_index of a cache of seq_len slots."""
-    j = np.arange(seq_len)
-    return (j[:, None] if cache_index is None else np.full((1, 1), cache_index)), j
+    token at slot cache_index of a cache of seq_len slots (cache_index may be an array)."""
+    j = xp.arange(seq_len)
+    return (j[:, None] if cache_index is None else xp.reshape(xp.asarray(cache_index), (1, 1))), j
 
 
-def positions_from_padding(padding_mask, seq_len: int):
+def positions_from_padding(padding_mask, seq_len: int, xp=np):
     """(batch | 1, seq) int positions: cumsum(mask) - 1, or 0 .. seq-1 without a mask."""
     if padding_mask is None:
-        return np.arange(seq_len)[None, :]
-    return np.cumsum(padding_mask, axis=-1) - 1
+        return xp.arange(seq_len)[None, :]
+    return xp.cumsum(padding_mask, axis=-1) - 1
 
 
-def masked_fill_min(s, mask):
+def masked_fill_min(s, mask, xp=np):
     """s where mask is True, else the dtype's most negative finite value."""
-    return np.where(mask, s, np.finfo(s.dtype).min)
+    return xp.where(mask, s, xp.finfo(s.dtype).min)
 
 
 class Prepared(NamedTuple):
@@ -222,7 +221,14 @@ class Stages:
 
 
 class SelfAttention(Stages):
-    """The staged ODE function. Override a stage to make a variant; keep the signatures."""
+    """The staged ODE function. Override a stage to make a variant; keep the signatures.
+
+    Every stage is written against the array namespace self.xp (NumPy here) with NumPy's names,
+    which jax.numpy shares and the torch port's namespace provides, so a port subclasses this
+    class, sets its xp and overrides only what differs in its framework (a fused or tiled attn,
+    in-place cache writes, float64 tables, parameters a module owns)."""
+
+    xp = np  # the array namespace: jax.numpy in JAX, backends/torch/xp.py in PyTorch
 
     def __init__(self, config):
         self.config = ODEConfig.from_any(config)
@@ -230,28 +236,31 @@ class SelfAttention(Stages):
     # ---- once per block (Stages.prepare) --------------------------------------------------
     def weights(self, params: dict, x):
         """(W_qkv, W_out, norm parameters by short name), cast to x's dtype."""
-        dtype = x.dtype
-        norm = {k: v.astype(dtype) for k, v in norm_params_of(params, self.config.norm_type).items()}
-        return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
+        xp, dtype = self.xp, x.dtype
+        norm = {k: xp.asarray(params[NORM_PREFIX + k]).astype(dtype) for k in NORM_PARAMS[self.config.norm_type]}
+        return xp.asarray(params[QKV]).astype(dtype), xp.asarray(params[OUT_PROJ]).astype(dtype), norm
 
     def encoder_weights(self, params: dict, x):
         """The encoder's parameters by short name ('ab.weight', 'ssmax.s', ...), cast to x's dtype."""
-        return {k: v.astype(x.dtype) for k, v in encoder_params_of(params, self.config).items()}
+        return {k: self.xp.asarray(params[POS_PREFIX + k]).astype(x.dtype) for k in encoder_shapes(self.config)}
 
     def gate_weights(self, params: dict, x):
         """(W_g (1, 2 d_model), b_g (1,)) of the gated solver, cast to x's dtype."""
         return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
 
     quantize_weight = staticmethod(quantize_weight)
-    positions_from_padding = staticmethod(positions_from_padding)
+
+    def positions_from_padding(self, padding_mask, seq_len: int):
+        return positions_from_padding(padding_mask, seq_len, self.xp)
 
     # ---- what a variant's stages use besides operators (variants.py), in every port ---------
-    xp = np  # the array namespace; portable to every port: sqrt, exp, log, tanh, abs, where, sum, mean
-    slot_indices = staticmethod(slot_indices)
+    # xp's sqrt, exp, log, tanh, abs, where, sum and mean run in every port, the export's too
+    def slot_indices(self, seq_len: int, cache_index=None):
+        return slot_indices(seq_len, cache_index, self.xp)
 
     def asarray(self, value, like):
         """A constant (nested lists of numbers) as an array in like's dtype."""
-        return np.asarray(value, dtype=like.dtype)
+        return self.xp.asarray(value, dtype=like.dtype)
 
     def seq_len(self, x) -> int:
         return x.shape[1]
@@ -259,8 +268,8 @@ class SelfAttention(Stages):
     def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
         """bool (batch | 1, 1, seq_q, seq_k): padded keys hidden; decoder adds the causal mask.
         Decoding (cache_index given): the one query at that slot; seq_len is the cache's."""
-        i, j = slot_indices(seq_len, cache_index)
-        mask = np.ones((1, 1, i.shape[0], seq_len), dtype=bool)
+        i, j = self.slot_indices(seq_len, cache_index)
+        mask = self.xp.ones((1, 1, i.shape[0], seq_len), dtype=bool)
         if self.config.mode == "decoder":
             mask = mask & (j <= i)
         if padding_mask is not None:
@@ -273,7 +282,7 @@ class SelfAttention(Stages):
 
     def alibi_bias(self, positions_q, positions_k, like):
         """(batch | 1, heads, seq_q, seq_k) in like's dtype (positions.py)."""
-        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
+        return alibi_bias(positions_q, positions_k, self.config, like.dtype, xp=self.xp)
 
     def hope_tables(self, positions, bound: int, like, layer_idx: int):
         """hope's (r cosh, r sinh), (batch | 1, seq, P) in like's dtype (positions.py)."""
@@ -285,13 +294,13 @@ class SelfAttention(Stages):
 
     def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
         """(batch | 1, heads, seq_q, 1) in like's dtype: s_h ln(n_i) (positions.py)."""
-        lengths = ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        lengths = ssmax_lengths(positions_q, positions_k, self.config, seq_len, xp=self.xp)
         return ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
     # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
     def all_real(self, x):
         """bool (batch, seq) all True: the padding mask of an unpadded prompt."""
-        return np.ones(x.shape[:2], dtype=bool)
+        return self.xp.ones(x.shape[:2], dtype=bool)
 
     def pad_slots(self, a, max_len: int):
         """a (batch, seq, ...) zero-padded (False for bool) to (batch, max_len, ...)."""
@@ -321,7 +330,7 @@ class SelfAttention(Stages):
         For finite inputs nothing changes: padded keys are never attended, padded queries zeroed."""
         if padding_mask is None:
             return z
-        return np.where(padding_mask[:, :, None], z, z.dtype.type(0))
+        return self.xp.where(padding_mask[:, :, None], z, self.xp.asarray(0, dtype=z.dtype))
 
     def norm(self, norm_params: dict, z):
         return apply_norm(self.config.norm_type, norm_params, z)
@@ -342,14 +351,16 @@ class SelfAttention(Stages):
         if rope is None:
             return q, k, v
         apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
-        return apply(q, *rope), apply(k, *rope), v
+        return apply(q, *rope, xp=self.xp), apply(k, *rope, xp=self.xp), v
 
     def content_bias(self, encoder, z, positions_q, positions_k):
         """PaPE's score term (batch, heads, seq_q, seq_k) in z's dtype, of z (batch, seq_q, d_model)."""
-        return content_bias(z, encoder, positions_q, positions_k, self.config)
+        return content_bias(z, encoder, positions_q, positions_k, self.config, xp=self.xp)
 
     ssmax_bias = staticmethod(ssmax_bias)
-    ssmax_queries = staticmethod(ssmax_queries)
+
+    def ssmax_queries(self, q, factor):
+        return ssmax_queries(q, factor, self.xp)
 
     def hide_nonfinite(self, k, v, mask):
         """(k, v, poison): k and v (batch, seq_k, heads, head_dim) with each NaN or Inf replaced by
@@ -357,16 +368,17 @@ class SelfAttention(Stages):
         whether the query, in that head, sees under mask (batch | 1, 1, seq_q, seq_k) a key whose k
         or v held one. The ports compute the same sets their own way (a cumulative any under the
         plain causal mask, a product of the mask with the bad keys under any other)."""
-        finite_k, finite_v = np.isfinite(k), np.isfinite(v)
+        xp = self.xp
+        finite_k, finite_v = xp.isfinite(k), xp.isfinite(v)
         bad = ~(finite_k.all(axis=-1) & finite_v.all(axis=-1))  # (batch, seq_k, heads)
         zero = k.dtype.type(0)
         poison = (mask[:, 0, :, :, None] & bad[:, None]).any(axis=2)  # (batch, seq_q, heads)
-        return np.where(finite_k, k, zero), np.where(finite_v, v, zero), poison[..., None]
+        return xp.where(finite_k, k, zero), xp.where(finite_v, v, zero), poison[..., None]
 
     def poison_queries(self, q, poison):
         """q (batch, seq_q, heads, head_dim), NaN where hide_nonfinite's poison is True: the query's
         attention output is then NaN, what it would have read."""
-        return np.where(poison, q.dtype.type(np.nan), q)
+        return self.xp.where(poison, q.dtype.type(np.nan), q)
 
     def attn(self, q, k, v, mask, bias=None):
         """q (batch, seq_q, heads, head_dim), k, v (batch, seq_k, heads, head_dim), mask
@@ -378,13 +390,13 @@ class SelfAttention(Stages):
         s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(self.config.scale)  # (b, h, seq_q, seq_k)
         if bias is not None:
             s = s + bias
-        a = softmax(masked_fill_min(s, mask))
+        a = softmax(masked_fill_min(s, mask, self.xp), xp=self.xp)
         return (a @ v).transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
 
     def postprocess_attn(self, y, padding_mask=None):
         if padding_mask is None:
             return y
-        return y * padding_mask[:, :, None, None].astype(y.dtype)
+        return y * self.xp.astype(padding_mask[:, :, None, None], y.dtype)
 
     def merge_heads(self, y):
         """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""
@@ -397,6 +409,12 @@ class SelfAttention(Stages):
     def gate(self, gate_params, f1, f2):
         """g = sigmoid([F1; F2] @ W_g^T + b_g): F1, F2 (batch, seq, d_model) -> (batch, seq, 1)."""
         w, b = gate_params
-        return sigmoid(np.concatenate([f1, f2], axis=-1) @ w.T + b)
+        return sigmoid(self.xp.concatenate([f1, f2], axis=-1) @ w.T + b, xp=self.xp)
 
     __call__ = Stages.evaluate
+
+
+def of_the_spec(cls) -> bool:
+    """Whether cls is the spec's SelfAttention or a variant of it, not a port's: a port's class
+    subclasses the spec's and sets its own xp."""
+    return isinstance(cls, type) and issubclass(cls, SelfAttention) and cls.xp is np

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from .attention import SelfAttention, Stages
+from .attention import SelfAttention, Stages, of_the_spec
 from .cache import check_decode_input, check_max_len, check_mode
 from .config import ODEConfig, dtype_name
 from .memory import cache_need, check_memory, scores_needs, subject
@@ -86,9 +86,15 @@ def _package(cls: type) -> str:
 def _named(obj) -> str:
     """How a message names what was passed as a variant: a class, an instance, anything else."""
     cls = obj if isinstance(obj, type) else type(obj)
-    whose = "the spec's " if issubclass(cls, SelfAttention) else ""
+    whose = "the spec's " if of_the_spec(cls) else ""
     full = f"{cls.__module__}.{cls.__qualname__}"
     return f"{whose or 'the '}class {full}" if isinstance(obj, type) else f"an instance of {whose}{full}"
+
+
+def _of_port(cls: type, default: type) -> bool:
+    """Whether cls is the port's SelfAttention default or a variant of it (a port's class, which
+    subclasses the spec's, is not the spec's)."""
+    return issubclass(cls, default) and (default is not SelfAttention or of_the_spec(cls))
 
 
 def _example(obj, default: type) -> str:
@@ -96,14 +102,14 @@ def _example(obj, default: type) -> str:
     SelfAttention is default."""
     cls = obj if isinstance(obj, type) else type(obj)
     package = _package(default)
-    if issubclass(cls, default):
+    if _of_port(cls, default):
         return f"{cls.__name__}(config, ...)"  # the right class, not instantiated
     if not issubclass(cls, Stages):
         return f"{package}.SelfAttention(config) or a variant, {package}.LocalWindowAttention(config, window=2)"
     shipped = getattr(sys.modules.get(package), cls.__name__, None)
     if isinstance(shipped, type) and issubclass(shipped, default) and shipped.__qualname__ == cls.__qualname__:
         return f"{package}.{cls.__name__}(config, ...)"  # the same variant, as this port ships it
-    if issubclass(cls, SelfAttention):  # the spec's variant, to be ported
+    if of_the_spec(cls):  # the spec's variant, to be ported
         return f"port_variant({cls.__name__}, {package}.SelfAttention)(config, ...)"
     if default is SelfAttention:  # another port's variant, to the spec: the class it was ported from
         return f"{cls.__name__}(config, ...) of the spec's class, not the port's"
@@ -114,7 +120,7 @@ def check_attention(attention, default: type = SelfAttention, *, name: str = "at
     """TypeError, in one line saying what to pass, unless attention is an instance of the port's
     SelfAttention default (or of a variant of it): a class passed uninstantiated, the spec's
     variant given to a port (instead of port_variant's class), or another port's."""
-    if isinstance(attention, default) and not isinstance(attention, type):
+    if not isinstance(attention, type) and _of_port(type(attention), default):
         return
     package = _package(default)
     port = PORT_NAMES.get(package, package)

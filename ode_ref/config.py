@@ -99,6 +99,7 @@ class ODEConfig:
     ode_use_pe: bool = False
     rope_base: float = 10000.0  # rotary frequencies base ** (-i / (P - 1)), P = head_dim // 2
     rope_scaling: float = 1.0  # rotary angle = position * rope_scaling * frequency
+    alibi_scale: float = 1.0  # alibi: every head's slope times this factor (> 0; 1 is Press and Smith's)
     # The rest of the seed's positional family (positions.py; docs/positions.md), its names and defaults
     sinusoidal_max_len: int = 512  # sinusoidal_rotary: the seed's float32 table length (the spec has none)
     sinusoidal_base: float = 10000.0  # sinusoidal_rotary: RoPE with this base and scale
@@ -172,7 +173,7 @@ class ODEConfig:
             object.__setattr__(self, name, _positive_int(name, getattr(self, name), minimum))
         for name, minimum, strict in (("sinusoidal_base", 0.0, True), ("sinusoidal_scale", 0.0, True),
                                       ("hope_base", 0.0, True), ("hope_damping", 0.0, False), ("bam_eps", 0.0, True),
-                                      ("ssmax_s_init", 0.0, True), ("bam_theta_init", None, False),
+                                      ("ssmax_s_init", 0.0, True), ("alibi_scale", 0.0, True), ("bam_theta_init", None, False),
                                       ("bam_mu_init", None, False)):
             object.__setattr__(self, name, _real(name, getattr(self, name), minimum=minimum, strict=strict))
         _choice("ssmax_length", self.ssmax_length, SSMAX_LENGTHS)

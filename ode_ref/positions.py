@@ -66,14 +66,14 @@ def rope_cos_sin(positions, config, dtype):
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
-def apply_rope(x, cos, sin):
+def apply_rope(x, cos, sin, xp=np):
     """x (batch, seq, heads, head_dim), cos and sin (batch | 1, seq, P): the interleaved rotation
     y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i] sin + x[2i+1] cos; channel 2P (odd head_dim) kept."""
     pairs = cos.shape[-1]
     c, s = cos[:, :, None, :], sin[:, :, None, :]  # broadcast over heads
     even, odd = x[..., 0:2 * pairs:2], x[..., 1:2 * pairs:2]
-    rotated = np.stack([even * c - odd * s, even * s + odd * c], axis=-1).reshape(*x.shape[:-1], 2 * pairs)
-    return np.concatenate([rotated, x[..., 2 * pairs:]], axis=-1)
+    rotated = xp.stack([even * c - odd * s, even * s + odd * c], axis=-1).reshape(*x.shape[:-1], 2 * pairs)
+    return xp.concatenate([rotated, x[..., 2 * pairs:]], axis=-1)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -90,10 +90,11 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     return np.asarray(slopes, dtype=np.float64)
 
 
-def alibi_bias(positions_q, positions_k, config, dtype):
-    """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|), one rounding."""
-    slopes = alibi_slopes(config.num_heads).astype(dtype)[:, None, None]
-    distance = np.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]).astype(dtype)
+def alibi_bias(positions_q, positions_k, config, dtype, xp=np):
+    """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|), one rounding; each
+    slope times alibi_scale first, in float64."""
+    slopes = xp.asarray(alibi_slopes(config.num_heads) * config.alibi_scale, dtype=dtype)[:, None, None]
+    distance = xp.astype(xp.abs(positions_q[:, None, :, None] - positions_k[:, None, None, :]), dtype)
     return -(slopes * distance)
 
 
@@ -153,7 +154,7 @@ def hope_tables(positions, config, layer_idx: int, dtype):
     return (r * np.cosh(a)).astype(dtype), (r * np.sinh(a)).astype(dtype)
 
 
-def apply_hope(x, ch, sh):
+def apply_hope(x, ch, sh, xp=np):
     """x (batch, seq, heads, head_dim), ch and sh (batch | 1, seq, P): per interleaved pair
     (e, o) -> (e ch + o sh, e sh + o ch), the same map on q and on k (channel 2P of an odd
     head_dim kept). The map is symmetric, so it is its own transpose (its VJP). The score of q at i
@@ -161,21 +162,21 @@ def apply_hope(x, ch, sh):
     pairs = ch.shape[-1]
     c, s = ch[:, :, None, :], sh[:, :, None, :]
     even, odd = x[..., 0:2 * pairs:2], x[..., 1:2 * pairs:2]
-    mapped = np.stack([even * c + odd * s, even * s + odd * c], axis=-1).reshape(*x.shape[:-1], 2 * pairs)
-    return np.concatenate([mapped, x[..., 2 * pairs:]], axis=-1)
+    mapped = xp.stack([even * c + odd * s, even * s + odd * c], axis=-1).reshape(*x.shape[:-1], 2 * pairs)
+    return xp.concatenate([mapped, x[..., 2 * pairs:]], axis=-1)
 
 
-def softplus(x):
+def softplus(x, xp=np):
     """log(1 + exp(x)), for any finite x (torch's softplus returns x itself above 20, 2e-9 away)."""
-    return np.logaddexp(x.dtype.type(0), x)
+    return xp.logaddexp(xp.asarray(0, dtype=x.dtype), x)
 
 
-def distances(positions_q, positions_k, dtype):
+def distances(positions_q, positions_k, dtype, xp=np):
     """(batch | 1, 1, seq_q, seq_k): p_i - p_j in dtype (exact integers)."""
-    return (positions_q[:, None, :, None] - positions_k[:, None, None, :]).astype(dtype)
+    return xp.astype(positions_q[:, None, :, None] - positions_k[:, None, None, :], dtype)
 
 
-def pape_coefficients(z, ab, position, config):
+def pape_coefficients(z, ab, position, config, xp=np):
     """(A, B), each (batch, heads, seq, 1), of the query's raw state z (batch, seq, d_model):
     A = sum_m a_m w_m^2 and B = sum_m b_m w_m, with a_m = softplus(row c=0 of ab @ z) and
     b_m = row c=1 (ab (2 H M, d_model), row c*H*M + h*M + m) and the slopes w = position
@@ -184,37 +185,37 @@ def pape_coefficients(z, ab, position, config):
     heads, m = config.num_heads, config.pape_num_parabolas
     coef = (z @ ab.T).reshape(b, t, 2, heads, m)
     w = position.reshape(heads, m)
-    a_sum = (softplus(coef[:, :, 0]) * (w * w)).sum(axis=-1)  # (batch, seq, heads)
+    a_sum = (softplus(coef[:, :, 0], xp) * (w * w)).sum(axis=-1)  # (batch, seq, heads)
     b_sum = (coef[:, :, 1] * w).sum(axis=-1)
-    return a_sum.transpose(0, 2, 1)[..., None], b_sum.transpose(0, 2, 1)[..., None]
+    return xp.permute_dims(a_sum, (0, 2, 1))[..., None], xp.permute_dims(b_sum, (0, 2, 1))[..., None]
 
 
-def pape_bias(z, encoder: dict, positions_q, positions_k, config):
+def pape_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
     """pape and pape_efficient (one function): (batch, heads, seq_q, seq_k) in z's dtype,
     scale * sum_m (-a_m w_m^2 d^2 + b_m w_m d), d = p_i - p_j, the coefficients of the query's
     state. The seed widens q and k with columns whose dot product is this term (the expansion of
     d^2 in p_i^2, p_i p_j and p_j^2 cancels at long positions); the spec writes it in d, exact.
     pape casts positions to float32 first: exact below 2^24, so no difference."""
-    a_sum, b_sum = pape_coefficients(z, encoder["ab.weight"], encoder["position.weight"], config)
-    d = distances(positions_q, positions_k, z.dtype)
-    return (b_sum * d - a_sum * (d * d)) * z.dtype.type(config.scale)
+    a_sum, b_sum = pape_coefficients(z, encoder["ab.weight"], encoder["position.weight"], config, xp)
+    d = distances(positions_q, positions_k, z.dtype, xp)
+    return (b_sum * d - a_sum * (d * d)) * xp.asarray(config.scale, dtype=z.dtype)
 
 
-def pape_ri_bias(z, encoder: dict, positions_q, positions_k, config):
+def pape_ri_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
     """pape_ri: (batch, heads, seq_q, seq_k) in z's dtype, scale * -n a(i) s_h^2 d^2, with
     a = softplus(a.weight @ z_i) (a.weight (H, d_model)), s = position_scales (1, H, 1, 1) and
     n = pape_num_positions."""
-    a = softplus(z @ encoder["a.weight"].T).transpose(0, 2, 1)[..., None]  # (batch, heads, seq, 1)
+    a = xp.permute_dims(softplus(z @ encoder["a.weight"].T, xp), (0, 2, 1))[..., None]  # (batch, heads, seq, 1)
     s = encoder["position_scales"]
-    d = distances(positions_q, positions_k, z.dtype)
-    n = z.dtype.type(config.pape_num_positions)
-    return -(n * a * (s * s)) * (d * d) * z.dtype.type(config.scale)
+    d = distances(positions_q, positions_k, z.dtype, xp)
+    n = xp.asarray(config.pape_num_positions, dtype=z.dtype)
+    return -(n * a * (s * s)) * (d * d) * xp.asarray(config.scale, dtype=z.dtype)
 
 
-def content_bias(z, encoder: dict, positions_q, positions_k, config):
+def content_bias(z, encoder: dict, positions_q, positions_k, config, xp=np):
     """The PaPE family's score term (pape_bias or pape_ri_bias)."""
     fn = pape_ri_bias if config.position_encoding == "pape_ri" else pape_bias
-    return fn(z, encoder, positions_q, positions_k, config)
+    return fn(z, encoder, positions_q, positions_k, config, xp)
 
 
 BAM_FLOOR = -(2.0 ** 100)  # BAM's bias is floored here (docs/specification.md, decisions)
@@ -250,16 +251,16 @@ def bam_bias(encoder: dict, positions_q, positions_k, config, dtype, mu=None):
     return np.maximum(bias, BAM_FLOOR).astype(dtype)
 
 
-def ssmax_lengths(positions_q, positions_k, config, seq_len: int):
+def ssmax_lengths(positions_q, positions_k, config, seq_len: int, xp=np):
     """int (batch | 1, seq_q): SSMax's n per query. ssmax_length "visible" (odeattn's): the keys
     the query sees under the block's mask, padding and causal (decoder: its position + 1; encoder:
     the real tokens, the last key position + 1), the same in a prefix, padded or decoded. "padded"
     (the seed's): seq_len, the padded length, for every row (no cache can reproduce it)."""
     if config.ssmax_length == "padded":
-        return np.full((1, positions_q.shape[1]), seq_len)
+        return xp.full((1, positions_q.shape[1]), seq_len)
     if config.mode == "decoder":
         return positions_q + 1
-    return np.broadcast_to(positions_k[:, -1:] + 1, (positions_k.shape[0], positions_q.shape[1]))
+    return xp.broadcast_to(positions_k[:, -1:] + 1, (positions_k.shape[0], positions_q.shape[1]))
 
 
 def ssmax_factor(s, lengths, dtype):
@@ -274,11 +275,11 @@ def ssmax_bias(bias, factor):
     return bias * factor
 
 
-def ssmax_queries(q, factor):
+def ssmax_queries(q, factor, xp=np):
     """q (batch, seq_q, heads, head_dim) times the factor (batch | 1, heads, seq_q, 1): the scores'
     q . k part rescaled (the bias is rescaled by ssmax_bias); the mask fill follows, so a hidden
     key stays hidden whatever the sign of s."""
-    return q * factor.transpose(0, 2, 1, 3)
+    return q * xp.permute_dims(factor, (0, 2, 1, 3))
 
 
 # ---- the VJPs of the family's parameterised parts (backward.py) --------------------------------

@@ -27,7 +27,7 @@ import types
 
 import numpy as np
 
-from .attention import SelfAttention, Stages
+from .attention import SelfAttention, Stages, of_the_spec
 
 
 def check_window(window) -> int:
@@ -162,7 +162,7 @@ def port_variant(variant: type, base: type, module: str | None = None) -> type:
     """The variant rebuilt over a port's SelfAttention `base`: each class between the variant and
     the spec's SelfAttention is copied, in order, onto base, its methods' super() rebound. A
     variant of a port's own SelfAttention, or not a SelfAttention at all, is refused by name."""
-    if not (isinstance(variant, type) and issubclass(variant, SelfAttention)):
+    if not of_the_spec(variant):
         raise TypeError(f"attention: expected a subclass of ode_ref's SelfAttention; got {variant!r}")
     chain = []
     for cls in variant.__mro__:

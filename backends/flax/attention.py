@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ode_ref.attention import causal_mask
 from ode_ref.block import check_flag
 from ode_ref.config import ODEConfig
 from ode_ref.norms import NORM_PARAMS
@@ -68,9 +69,10 @@ def uniform(bound: float):
 
 
 @functools.lru_cache(maxsize=None)
-def port_stages(config: ODEConfig) -> port.SelfAttention:
-    """The JAX port's SelfAttention of a config: the stages the defaults here call."""
-    return port.SelfAttention(config)
+def port_stages(config: ODEConfig, stages: type = port.SelfAttention, settings: tuple = ()) -> port.SelfAttention:
+    """The JAX port's SelfAttention (or a variant of it, with its settings as (name, value) pairs)
+    of a config: the stages the defaults here call. The variant's own checks run here."""
+    return stages(config, **dict(settings))
 
 
 class _Configured(nn.Module):
@@ -157,6 +159,19 @@ class SelfAttention(_Configured):
         param_dtype: the parameters' dtype at init; the stages compute in the input's dtype."""
 
     param_dtype: Any = jnp.float32
+    # the JAX-port stages the module's stages call, and the fields passed to them: a variant's
+    # (variants.py: the spec's variant ported by port_variant)
+    stages = port.SelfAttention
+    settings = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.port  # a variant's settings checked now, by the spec's own checks
+
+    @property
+    def port(self) -> port.SelfAttention:
+        settings = tuple((name, getattr(self, name)) for name in type(self).settings)
+        return port_stages(self.config, type(self).stages, settings)
 
     def setup(self):
         d = self.config.hidden_size
@@ -196,7 +211,7 @@ class SelfAttention(_Configured):
         """q [batch, seq_q, heads, head_dim], k, v [batch, seq_k, ...] -> like q. mask None: the
         config's mode, causal (each of the last seq_q keys' queries) or full."""
         if mask is None and self.config.mode == "decoder":
-            mask = port.causal_mask(k.shape[1])[k.shape[1] - q.shape[1]:][None, None]
+            mask = causal_mask(k.shape[1], jnp)[k.shape[1] - q.shape[1]:][None, None]
         return self.port.attn(q, k, v, mask, kwargs.get("bias"))
 
     def postprocess_attn(self, y, padding_mask, deterministic, **kwargs):

@@ -1,56 +1,30 @@
-"""ODEFunc as a staged self-attention in JAX; port of ode_ref/attention.py.
+"""ODEFunc as a staged self-attention in JAX: the spec's SelfAttention (ode_ref/attention.py) over
+jax.numpy, with the stages that differ in JAX overridden.
 
 The staged API JAX users know: project (fused qkv -> q, k, v in [batch, seq, heads, head_dim]),
 preprocess_qkv(q, k, v, t=, positions=), build_mask(seq_len, padding_mask) with boolean masks
 (True = visible), attn(q, k, v, mask), postprocess_attn(y, padding_mask), output_proj(w, y).
-Subclass and override a stage to make a variant. The stage order and prepare are the spec's own
-(ode_ref.attention.Stages). Everything is a pure function of its arrays, so jit, vmap and grad go
-through; instances are static arguments under jit, hashed by their configuration.
-The cache's slot index may be traced (lax.dynamic_slice and dynamic_update_slice).
+Subclass and override a stage to make a variant. The stage order, prepare and every stage written
+against self.xp are the spec's own; this class overrides only what JAX does otherwise: the
+straight-through BitLinear and the norms' stop_gradient (differentiation), float64 tables
+gathered at run time (x64 off), functional cache writes at a traced slot, a tiled attn, and the
+non-finite keys' product form. Everything is a pure function of its arrays, so jit, vmap and grad
+go through; instances are static arguments under jit, hashed by their configuration.
 """
 
 from __future__ import annotations
 
 import copy
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ode_ref.attention import Stages
-from ode_ref.config import ODEConfig
-from ode_ref.norms import NORM_PARAMS
-from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
+from ode_ref import attention as spec
+from ode_ref.attention import masked_fill_min, softmax
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
-from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
-from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
-
-
-def softmax(s, axis=-1):
-    e = jnp.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def causal_mask(seq_len: int):
-    return jnp.tril(jnp.ones((seq_len, seq_len), dtype=bool))
-
-
-def slot_indices(seq_len: int, cache_index=None):
-    """(query indices (seq_q, 1), key indices (seq,)); decoding: the one query at cache_index."""
-    j = jnp.arange(seq_len)
-    return (j[:, None] if cache_index is None else jnp.reshape(cache_index, (1, 1))), j
-
-
-def positions_from_padding(padding_mask, seq_len: int):
-    if padding_mask is None:
-        return jnp.arange(seq_len)[None, :]
-    return jnp.cumsum(padding_mask, axis=-1) - 1
-
-
-def masked_fill_min(s, mask):
-    return jnp.where(mask, s, jnp.finfo(s.dtype).min)
+from .positions import bam_bias, hope_tables, rope_cos_sin, ssmax_factor
 
 
 # attn computes the scores a tile of heads at a time once they pass this many bytes: a tile is
@@ -94,19 +68,18 @@ def scaled_attention(q, k, v, mask, bias, scale):
     s = (q @ jnp.swapaxes(k, -1, -2)) * scale
     if bias is not None:
         s = s + bias
-    return softmax(s if mask is None else masked_fill_min(s, mask)) @ v
+    return softmax(s if mask is None else masked_fill_min(s, mask, jnp), xp=jnp) @ v
 
 
-class SelfAttention(Stages):
-    """The staged ODE function. Override a stage to make a variant; keep the signatures. The stage
-    order and prepare are ode_ref's Stages; this class writes the stages in jax.numpy.
+class SelfAttention(spec.SelfAttention):
+    """The staged ODE function. Override a stage to make a variant; keep the signatures. The spec's
+    SelfAttention over jax.numpy; each override here says why JAX differs.
 
     Instances are static arguments under jit, so they hash and compare by their class and their
     attributes (the config and a variant's settings): equal variants share one compilation. A
     variant with an unhashable setting (a list, an array) hashes by identity instead."""
 
-    def __init__(self, config):
-        self.config = ODEConfig.from_any(config)
+    xp = jnp
 
     def _key(self):
         """(class, settings) when every setting is hashable; else (class, identity): a variant
@@ -124,45 +97,18 @@ class SelfAttention(Stages):
     def __hash__(self):
         return hash(self._key())
 
-    # ---- once per block (Stages.prepare) --------------------------------------------------
-    def weights(self, params: dict, x):
-        dtype = x.dtype
-        norm = {k: params[NORM_PREFIX + k].astype(dtype) for k in NORM_PARAMS[self.config.norm_type]}
-        return params[QKV].astype(dtype), params[OUT_PROJ].astype(dtype), norm
-
-    def encoder_weights(self, params: dict, x):
-        return {k: params[POS_PREFIX + k].astype(x.dtype) for k in encoder_shapes(self.config)}
-
-    def gate_weights(self, params: dict, x):
-        return params[GATE_WEIGHT].astype(x.dtype), params[GATE_BIAS].astype(x.dtype)
-
+    # ---- differentiation: the straight-through BitLinear, the norms' stop_gradient -------------
     quantize_weight = staticmethod(quantize_weight)
-    positions_from_padding = staticmethod(positions_from_padding)
 
-    # ---- what a variant's stages use besides operators (ode_ref/variants.py) ----------------
-    xp = jnp
-    slot_indices = staticmethod(slot_indices)
+    def norm(self, norm_params: dict, z):
+        return apply_norm(self.config.norm_type, norm_params, z)
 
-    def asarray(self, value, like):
-        return jnp.asarray(value, dtype=like.dtype)
+    def _linear(self, x, w):
+        return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
 
-    def seq_len(self, x) -> int:
-        return x.shape[1]
-
-    def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
-        i, j = slot_indices(seq_len, cache_index)
-        mask = jnp.ones((1, 1, i.shape[0], seq_len), dtype=bool)
-        if self.config.mode == "decoder":
-            mask = mask & (j <= i)
-        if padding_mask is not None:
-            mask = mask & padding_mask[:, None, None, :]
-        return mask
-
+    # ---- float64 at run time: gathered from the spec's tables, or the state's dtype -----------
     def rope_tables(self, positions, bound: int, like):
         return rope_cos_sin(positions, self.config, like.dtype, bound)
-
-    def alibi_bias(self, positions_q, positions_k, like):
-        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
 
     def hope_tables(self, positions, bound: int, like, layer_idx: int):
         return hope_tables(positions, self.config, layer_idx, like.dtype, bound)
@@ -171,13 +117,10 @@ class SelfAttention(Stages):
         return bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)
 
     def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
-        lengths = ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        lengths = spec.ssmax_lengths(positions_q, positions_k, self.config, seq_len, xp=jnp)
         return ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
-    # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
-    def all_real(self, x):
-        return jnp.ones(x.shape[:2], dtype=bool)
-
+    # ---- the cache's slots: functional writes at a slot index that may be traced -------------
     def pad_slots(self, a, max_len: int):
         return jnp.pad(a, [(0, 0), (0, max_len - a.shape[1])] + [(0, 0)] * (a.ndim - 2))
 
@@ -190,36 +133,7 @@ class SelfAttention(Stages):
     def mark_slot(self, padding_mask, index):
         return self.write_slot(padding_mask, jnp.ones((padding_mask.shape[0], 1), dtype=bool), index)
 
-    # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
-    def hide_padding(self, z, padding_mask=None):
-        if padding_mask is None:
-            return z
-        return jnp.where(padding_mask[:, :, None], z, jnp.zeros((), z.dtype))
-
-    def norm(self, norm_params: dict, z):
-        return apply_norm(self.config.norm_type, norm_params, z)
-
-    def _linear(self, x, w):
-        return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
-
-    def project(self, w_qkv, h):
-        """h: (batch, seq, d_model) -> q, k, v each (batch, seq, heads, head_dim)."""
-        b, t, _ = h.shape
-        qkv = self._linear(h, w_qkv).reshape(b, t, 3, self.config.num_heads, self.config.head_dim)
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-
-    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
-        if rope is None:
-            return q, k, v
-        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
-        return apply(q, *rope), apply(k, *rope), v
-
-    def content_bias(self, encoder, z, positions_q, positions_k):
-        return content_bias(z, encoder, positions_q, positions_k, self.config)
-
-    ssmax_bias = staticmethod(ssmax_bias)
-    ssmax_queries = staticmethod(ssmax_queries)
-
+    # ---- every evaluation of f: the non-finite keys and the tiled attention -------------------
     def hide_nonfinite(self, k, v, mask):
         """The spec's stage. The queries that see a bad key: the product of the visible keys with the
         bad ones, (batch | 1, seq_q, seq_k) @ (batch, seq_k, heads), in float32 (a count > 0), so
@@ -229,9 +143,6 @@ class SelfAttention(Stages):
         zero = jnp.zeros((), k.dtype)
         counts = mask[:, 0].astype(jnp.float32) @ bad.astype(jnp.float32)  # (batch, seq_q, heads)
         return jnp.where(finite_k, k, zero), jnp.where(finite_v, v, zero), (counts > 0)[..., None]
-
-    def poison_queries(self, q, poison):
-        return jnp.where(poison, jnp.asarray(jnp.nan, q.dtype), q)
 
     score_tile_bytes = SCORE_TILE_BYTES  # attn's tile size (tiled); with_tiles sets another
 
@@ -250,22 +161,3 @@ class SelfAttention(Stages):
         scale = jnp.asarray(self.config.scale, q.dtype)
         y = tiled(lambda *a: scaled_attention(*a, scale), q, k, v, mask, bias, self.score_tile_bytes)
         return y.transpose(0, 2, 1, 3)  # (batch, seq, heads, head_dim)
-
-    def postprocess_attn(self, y, padding_mask=None):
-        if padding_mask is None:
-            return y
-        return y * padding_mask[:, :, None, None].astype(y.dtype)
-
-    def merge_heads(self, y):
-        """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""
-        return y.reshape(*y.shape[:2], self.config.hidden_size)
-
-    def output_proj(self, w_out, y):
-        return self._linear(y, w_out)
-
-    __call__ = Stages.evaluate
-
-    # ---- the gated solver, once per step (Stages.solution_gate) ------------------------------
-    def gate(self, gate_params, f1, f2):
-        w, b = gate_params
-        return jax.nn.sigmoid(jnp.concatenate([f1, f2], axis=-1) @ w.T + b)

@@ -40,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ode_ref.attention import Prepared, Stages
+from ode_ref import attention as spec
+from ode_ref.attention import Prepared, Stages, causal_mask
 from ode_ref.block import INPUT_DTYPES, check_dtype, check_input
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import Need, cache_need, check_memory, subject
@@ -50,20 +51,10 @@ from ode_ref.params import GATE_BIAS, GATE_WEIGHT, encoder_shapes
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
 from .norms import Norm
 from . import positions as P
-from .positions import PosEncoder, alibi_bias, apply_hope, apply_rope, rope_cos_sin
+from .positions import PosEncoder, rope_cos_sin
+from .xp import namespace
 from .precision import to_compute, under_policy
 
-
-
-def causal_mask(seq_len: int, device=None):
-    """(seq, seq) bool, True where key j <= query i."""
-    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
-
-
-def slot_indices(seq_len: int, cache_index=None, device=None):
-    """(query indices (seq_q, 1), key indices (seq,)); decoding: the one query at cache_index."""
-    j = torch.arange(seq_len, device=device)
-    return (j[:, None] if cache_index is None else torch.full((1, 1), cache_index, device=device)), j
 
 
 class Causal(NamedTuple):
@@ -74,7 +65,7 @@ class Causal(NamedTuple):
 
     def dense(self):
         """bool (1, 1, seq, seq), True where key j <= query i."""
-        return causal_mask(self.seq_len, self.device)[None, None]
+        return causal_mask(self.seq_len, namespace(self.device))[None, None]
 
 
 def dense(mask):
@@ -107,18 +98,14 @@ def visible_bad(mask, bad):
     return (counts > 0).transpose(1, 2)
 
 
-def positions_from_padding(padding_mask, seq_len: int, device=None):
-    if padding_mask is None:
-        return torch.arange(seq_len, device=device)[None, :]
-    return torch.cumsum(padding_mask.long(), dim=-1) - 1
+class SelfAttention(spec.SelfAttention, nn.Module):
+    """The seed's ODEFunc: forward(t, x, padding_mask=None) is f evaluated once. The spec's
+    SelfAttention over torch (self.xp, xp.py); each stage written here says why torch differs."""
 
-
-class SelfAttention(Stages, nn.Module):
-    """The seed's ODEFunc: forward(t, x, padding_mask=None) is f evaluated once. The stage order
-    and prepare are ode_ref's Stages; this class writes the stages in torch."""
+    __call__ = nn.Module.__call__  # forward(t, x), the seed's; the spec's __call__ is evaluate
 
     def __init__(self, config, pos_encoder=None):
-        super().__init__()
+        nn.Module.__init__(self)
         cfg = ODEConfig.from_any(config)
         self.config = cfg
         self.dim, self.num_heads, self.head_dim, self.scale = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.scale
@@ -161,22 +148,17 @@ class SelfAttention(Stages, nn.Module):
         parameters when the block integrates, and is None when f is evaluated alone."""
         return None if params is None else (params[GATE_WEIGHT], params[GATE_BIAS])
 
-    quantize_weight = staticmethod(quantize_weight)
+    quantize_weight = staticmethod(quantize_weight)  # the straight-through estimator (bitlinear.py)
 
-    def positions_from_padding(self, padding_mask, seq_len: int):
-        return positions_from_padding(padding_mask, seq_len, device=self.qkv.weight.device)
+    @property
+    def norm(self):
+        """The nn.Module self.norm (the seed's name), whose forward(norm_params, x) is the stage."""
+        return self._modules["norm"]
 
-    # ---- what a variant's stages use besides operators (ode_ref/variants.py) ----------------
-    xp = torch
-
-    def slot_indices(self, seq_len: int, cache_index=None):
-        return slot_indices(seq_len, cache_index, self.qkv.weight.device)
-
-    def asarray(self, value, like):
-        return torch.as_tensor(value, dtype=like.dtype, device=like.device)
-
-    def seq_len(self, x) -> int:
-        return x.shape[1]
+    @property
+    def xp(self):
+        """torch under NumPy's names, creating arrays on the parameters' device (xp.py)."""
+        return namespace(self.qkv.weight.device)
 
     def build_mask(self, seq_len: int, padding_mask=None, *, cache_index=None):
         """bool (batch | 1, 1, seq_q, seq_k); None when every key is visible, Causal for the
@@ -185,7 +167,7 @@ class SelfAttention(Stages, nn.Module):
         if self.mode == "decoder" and padding_mask is None and cache_index is None:
             return Causal(seq_len, self.qkv.weight.device)
         if self.mode == "decoder":
-            i, j = slot_indices(seq_len, cache_index, self.qkv.weight.device)
+            i, j = self.slot_indices(seq_len, cache_index)
             mask = (j <= i)[None, None]
         if padding_mask is not None:
             keys = padding_mask[:, None, None, :]
@@ -196,11 +178,9 @@ class SelfAttention(Stages, nn.Module):
         """A variant's narrowing of the mask (Stages.hide_keys), on the built tensor."""
         return Stages.hide_keys(self, dense(mask), visible)
 
+    # ---- float64 in torch ops on the positions' device (the spec's: NumPy's float64) ------------
     def rope_tables(self, positions, bound: int, like):
         return rope_cos_sin(positions, self.config, like.dtype)
-
-    def alibi_bias(self, positions_q, positions_k, like):
-        return alibi_bias(positions_q, positions_k, self.config, like.dtype)
 
     def hope_tables(self, positions, bound: int, like, layer_idx: int):
         return P.hope_tables(positions, self.config, layer_idx, like.dtype)
@@ -209,13 +189,10 @@ class SelfAttention(Stages, nn.Module):
         return P.bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)
 
     def ssmax_factor(self, encoder, positions_q, positions_k, seq_len: int, like):
-        lengths = P.ssmax_lengths(positions_q, positions_k, self.config, seq_len)
+        lengths = spec.ssmax_lengths(positions_q, positions_k, self.config, seq_len, xp=self.xp)
         return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
-    # ---- the cache's slots (Stages.prefill, Stages.decode); axis 1 is the slot ----------------
-    def all_real(self, x):
-        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-
+    # ---- the cache's slots, out of place (Stages.prefill, Stages.decode); axis 1 is the slot ----
     def pad_slots(self, a, max_len: int):
         return torch.cat([a, a.new_zeros((a.shape[0], max_len - a.shape[1], *a.shape[2:]))], dim=1)
 
@@ -223,39 +200,13 @@ class SelfAttention(Stages, nn.Module):
         """Out of place: the cache given is never written."""
         return torch.slice_scatter(buffer, new, dim=1, start=index, end=index + 1)
 
-    def read_slot(self, a, index):
-        return a[:, index:index + 1]
-
     def mark_slot(self, padding_mask, index):
         return torch.slice_scatter(padding_mask, padding_mask.new_ones((padding_mask.shape[0], 1)), dim=1,
                                    start=index, end=index + 1)
 
-    # ---- every evaluation of f (Stages.evaluate) --------------------------------------------
-    def hide_padding(self, z, padding_mask=None):
-        if padding_mask is None:
-            return z
-        return torch.where(padding_mask[:, :, None], z, z.new_zeros(()))
-
+    # ---- every evaluation of f: the straight-through BitLinear, SDPA and its mask forms --------
     def _linear(self, x, w):
         return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
-
-    def project(self, w_qkv, h):
-        """h: (batch, seq, d_model) -> q, k, v each (batch, seq, heads, head_dim)."""
-        b, t, _ = h.shape
-        qkv = self._linear(h, w_qkv).view(b, t, 3, self.num_heads, self.head_dim)
-        return qkv.unbind(dim=2)
-
-    def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
-        if rope is None:
-            return q, k, v
-        apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
-        return apply(q, *rope), apply(k, *rope), v
-
-    def content_bias(self, encoder, z, positions_q, positions_k):
-        return P.content_bias(z, encoder, positions_q, positions_k, self.config)
-
-    ssmax_bias = staticmethod(P.ssmax_bias)
-    ssmax_queries = staticmethod(P.ssmax_queries)
 
     def hide_nonfinite(self, k, v, mask):
         """The spec's stage; mask in this port's forms (visible_bad). 0 * x is NaN exactly where x is
@@ -297,22 +248,6 @@ class SelfAttention(Stages, nn.Module):
         if not eager() or not torch.isfinite(q.sum()).item():  # the kernel may drop a non-finite query's NaN
             y = y.masked_fill(torch.isnan((q * 0).sum(dim=-1, keepdim=True)), float("nan"))  # y's layout kept
         return y.transpose(1, 2)  # (batch, seq, heads, head_dim)
-
-    def postprocess_attn(self, y, padding_mask=None):
-        if padding_mask is None:
-            return y
-        return y * padding_mask[:, :, None, None].to(y.dtype)
-
-    def merge_heads(self, y):
-        """(batch, seq, heads, head_dim) -> (batch, seq, d_model)."""
-        return y.reshape(*y.shape[:2], self.dim)
-
-    def output_proj(self, w_out, y):
-        return self._linear(y, w_out)
-
-    def gate(self, gate_params, f1, f2):
-        """g = sigmoid([F1; F2] @ W_g^T + b_g): (batch, seq, d_model) twice -> (batch, seq, 1)."""
-        return torch.sigmoid(F.linear(torch.cat([f1, f2], dim=-1), *gate_params))
 
     def forward(self, t, x, logical_layer_idx=None, pos_encoder=None, *, padding_mask=None):
         """f(t, x) once; the seed's signature (pos_encoder: accepted, not read; logical_layer_idx:

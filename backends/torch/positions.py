@@ -1,7 +1,8 @@
-"""Positional encodings in PyTorch; port of ode_ref/positions.py (the frequencies and slopes are
-the spec's own float64 constants). The angles, cos and sin (and hope's tables, BAM's bias) are
-computed in float64 torch ops on the positions' device, then rounded once to the state's dtype,
-as the spec decides. The seed's encoder parameters live in PosEncoder, under the seed's names."""
+"""Positional encodings in PyTorch: only what differs from ode_ref/positions.py, whose functions the
+port's stages run over torch (apply_rope, alibi_bias, the PaPE terms, ...; xp.py). The angles, cos
+and sin (and hope's tables, BAM's bias, SSMax's ln) are computed in float64 torch ops on the
+positions' device (the spec's float64 constants), then rounded once to the state's dtype, as the
+spec decides. The seed's encoder parameters live in PosEncoder, under the seed's names."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import torch
 from torch import nn
 
 from ode_ref.params import encoder_shapes
-from ode_ref.positions import (BAM_FLOOR, HOPE_ANGLE_LIMIT, alibi_slopes, hope_gain, rope_frequencies,
-                               rotary_base_scaling, rotary_frequencies)
+from ode_ref.positions import BAM_FLOOR, HOPE_ANGLE_LIMIT, hope_gain, rope_frequencies, rotary_base_scaling, rotary_frequencies
 
 
 @torch.compiler.assume_constant_result
@@ -18,7 +18,7 @@ def _constants(name: str, config) -> list:
     """The spec's float64 constants as Python floats (torch.compile folds them, unread by tracing)."""
     if name == "hope":
         return rotary_frequencies(config.head_dim // 2, config.hope_base).tolist()
-    return (rope_frequencies(config) if name == "rope" else alibi_slopes(config.num_heads)).tolist()
+    return rope_frequencies(config).tolist()
 
 
 def rope_cos_sin(positions, config, dtype):
@@ -27,22 +27,6 @@ def rope_cos_sin(positions, config, dtype):
     freq = torch.tensor(_constants("rope", config), dtype=torch.float64, device=positions.device)
     angles = (positions.to(torch.float64) * rotary_base_scaling(config)[1])[..., None] * freq
     return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rope(x, cos, sin):
-    """x (batch, seq, heads, head_dim), cos and sin (batch | 1, seq, P): the interleaved rotation."""
-    pairs = cos.shape[-1]
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    even, odd = x[..., 0:2 * pairs:2], x[..., 1:2 * pairs:2]
-    rotated = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
-    return torch.cat([rotated, x[..., 2 * pairs:]], dim=-1)
-
-
-def alibi_bias(positions_q, positions_k, config, dtype):
-    """(batch | 1, heads, seq_q, seq_k) in dtype: -(slope_h * |p_i - p_j|)."""
-    slopes = torch.tensor(_constants("alibi", config), dtype=dtype, device=positions_q.device)
-    distance = (positions_q[:, None, :, None] - positions_k[:, None, None, :]).abs().to(dtype)
-    return -(slopes[:, None, None] * distance)
 
 
 def hope_angles(positions, config, layer_idx: int):
@@ -61,56 +45,6 @@ def hope_tables(positions, config, layer_idx: int, dtype):
     """(r cosh a, r sinh a), each (batch | 1, seq, P) in dtype, from float64 a and r."""
     a, r = hope_angles(positions, config, layer_idx), hope_damping(positions, config, layer_idx)
     return (r * a.cosh()).to(dtype), (r * a.sinh()).to(dtype)
-
-
-def apply_hope(x, ch, sh):
-    """x (batch, seq, heads, head_dim): per pair (e, o) -> (e ch + o sh, e sh + o ch)."""
-    pairs = ch.shape[-1]
-    c, s = ch[:, :, None, :], sh[:, :, None, :]
-    even, odd = x[..., 0:2 * pairs:2], x[..., 1:2 * pairs:2]
-    mapped = torch.stack([even * c + odd * s, even * s + odd * c], dim=-1).flatten(-2)
-    return torch.cat([mapped, x[..., 2 * pairs:]], dim=-1)
-
-
-def softplus(x):
-    """log(1 + exp(x)) for any finite x (not F.softplus, which returns x above 20)."""
-    return torch.logaddexp(x.new_zeros(()), x)
-
-
-def distances(positions_q, positions_k, dtype):
-    """(batch | 1, 1, seq_q, seq_k): p_i - p_j in dtype."""
-    return (positions_q[:, None, :, None] - positions_k[:, None, None, :]).to(dtype)
-
-
-def pape_coefficients(z, ab, position, config):
-    """(A, B), each (batch, heads, seq, 1): sum_m a_m w_m^2 and sum_m b_m w_m of the raw state z."""
-    b, t, _ = z.shape
-    heads, m = config.num_heads, config.pape_num_parabolas
-    coef = (z @ ab.T).reshape(b, t, 2, heads, m)
-    w = position.reshape(heads, m)
-    a_sum = (softplus(coef[:, :, 0]) * (w * w)).sum(dim=-1)
-    b_sum = (coef[:, :, 1] * w).sum(dim=-1)
-    return a_sum.transpose(1, 2)[..., None], b_sum.transpose(1, 2)[..., None]
-
-
-def pape_bias(z, encoder: dict, positions_q, positions_k, config):
-    """pape and pape_efficient: scale * sum_m (-a_m w_m^2 d^2 + b_m w_m d), (batch, heads, seq_q, seq_k)."""
-    a_sum, b_sum = pape_coefficients(z, encoder["ab.weight"], encoder["position.weight"], config)
-    d = distances(positions_q, positions_k, z.dtype)
-    return (b_sum * d - a_sum * (d * d)) * config.scale
-
-
-def pape_ri_bias(z, encoder: dict, positions_q, positions_k, config):
-    """pape_ri: scale * -n a(i) s_h^2 d^2, (batch, heads, seq_q, seq_k)."""
-    a = softplus(z @ encoder["a.weight"].T).transpose(1, 2)[..., None]
-    s = encoder["position_scales"]
-    d = distances(positions_q, positions_k, z.dtype)
-    return -(float(config.pape_num_positions) * a * (s * s)) * (d * d) * config.scale
-
-
-def content_bias(z, encoder: dict, positions_q, positions_k, config):
-    fn = pape_ri_bias if config.position_encoding == "pape_ri" else pape_bias
-    return fn(z, encoder, positions_q, positions_k, config)
 
 
 def bam_alpha_beta(theta_alpha, theta_beta):
@@ -140,28 +74,10 @@ def bam_bias(encoder: dict, positions_q, positions_k, config, dtype, mu=None):
     return bias.clamp(min=BAM_FLOOR).to(dtype)
 
 
-def ssmax_lengths(positions_q, positions_k, config, seq_len: int):
-    """int (batch | 1, seq_q): SSMax's n per query (ode_ref.positions.ssmax_lengths)."""
-    if config.ssmax_length == "padded":
-        return torch.full((1, positions_q.shape[1]), seq_len, device=positions_q.device)
-    if config.mode == "decoder":
-        return positions_q + 1
-    return (positions_k[:, -1:] + 1).expand(positions_k.shape[0], positions_q.shape[1])
-
-
 def ssmax_factor(s, lengths, dtype):
     """(batch | 1, heads, seq_q, 1) in dtype: s_h * ln(max(n, 1)), ln in float64."""
     log_n = lengths.clamp(min=1).to(torch.float64).log().to(dtype)
     return s.to(dtype)[None, :, None, None] * log_n[:, None, :, None]
-
-
-def ssmax_bias(bias, factor):
-    return bias * factor
-
-
-def ssmax_queries(q, factor):
-    """q (batch, seq_q, heads, head_dim) times the factor, transposed to q's layout."""
-    return q * factor.transpose(1, 2)
 
 
 class SSMax(nn.Module):

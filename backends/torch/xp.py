@@ -1,0 +1,55 @@
+"""The torch port's array namespace (its SelfAttention's self.xp): torch under the NumPy names that
+the spec's shared stages (ode_ref/attention.py, positions.py) and the variants (variants.py) call.
+
+torch already takes NumPy's axis= and keepdims= (sum, mean, stack, concatenate), so most names
+are torch's own function. Written here: what torch names otherwise (astype, permute_dims, cumsum's
+axis) and what creates an array, which is made on the module's device (a namespace per device)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+class Namespace:
+    """NumPy's names over torch, creating arrays on `device`."""
+
+    # the same call in torch and NumPy
+    abs, exp, log, sqrt, tanh, where, logaddexp, isfinite = (staticmethod(f) for f in (
+        torch.abs, torch.exp, torch.log, torch.sqrt, torch.tanh, torch.where, torch.logaddexp, torch.isfinite))
+    sum, mean, stack, concatenate, broadcast_to, reshape, tril, finfo = (staticmethod(f) for f in (
+        torch.sum, torch.mean, torch.stack, torch.concatenate, torch.broadcast_to, torch.reshape, torch.tril, torch.finfo))
+
+    def __init__(self, device):
+        self.device = device
+
+    @staticmethod
+    def astype(a, dtype):
+        return a.to(dtype)
+
+    @staticmethod
+    def permute_dims(a, axes):
+        return a.permute(axes)
+
+    @staticmethod
+    def cumsum(a, axis):
+        return torch.cumsum(a, dim=axis)
+
+    def asarray(self, value, dtype=None):
+        return torch.as_tensor(value, dtype=dtype, device=self.device)
+
+    def arange(self, n):
+        return torch.arange(n, device=self.device)
+
+    def ones(self, shape, dtype=None):
+        return torch.ones(shape, dtype=dtype, device=self.device)
+
+    def full(self, shape, fill_value):
+        return torch.full(shape, fill_value, device=self.device)
+
+
+@functools.lru_cache(maxsize=None)
+def namespace(device: torch.device) -> Namespace:
+    """The namespace of a device (one object per device)."""
+    return Namespace(device)
