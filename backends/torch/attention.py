@@ -236,11 +236,17 @@ class SelfAttention(spec.SelfAttention, nn.Module):
             mask = additive_mask(mask, bias)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         causal = isinstance(mask, Causal)
-        if not causal and mask is not None and mask.is_floating_point():
-            # ALiBi's additive mask: written out, not SDPA, whose CPU backward with a float mask is
-            # less accurate (a float64 grad case's x_bar: 9.8e-14 from the spec's through SDPA, a
-            # rounding written out); the forward agrees either way
-            y = self.dropout(torch.softmax((q @ k.transpose(-2, -1)) * self.scale + mask, dim=-1)) @ v
+        additive = not causal and mask is not None and mask.is_floating_point()
+        if additive or self.config.position_encoding == "hope":
+            # Written out, not SDPA, whose CPU backward is less accurate; the forward agrees either
+            # way. ALiBi's additive mask: a float64 grad case's x_bar 9.8e-14 from the spec's through
+            # SDPA, a rounding written out. hope's logits (about 1e10) make rows exactly one-hot,
+            # where the scores' exact gradient is 0: SDPA's backward leaves a rounding of dO . O
+            # there, which hope's r cosh(a) (up to 8e4) on q and k carries into x_bar (a float64
+            # grad case at seq 8: 4.9e-14 from x_bar computed in long double, the spec's 1.4e-16)
+            s = (q @ k.transpose(-2, -1)) * self.scale
+            s = s + mask if additive else s if mask is None else s.masked_fill(~dense(mask), torch.finfo(s.dtype).min)
+            y = self.dropout(torch.softmax(s, dim=-1)) @ v
             return y.transpose(1, 2)
         p = self.dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, dropout_p=p, is_causal=causal,
@@ -261,13 +267,14 @@ class SelfAttention(spec.SelfAttention, nn.Module):
 
 # Arrays of (batch, heads, seq_q, seq_k) alive at once where this port writes the scores out:
 # ALiBi's path (the additive mask, the scores, the weights) and SDPA's own math path, which CPU runs
-# for dropout in training (measured by peak RSS: 3.0 and 3.5 arrays)
-ALIBI_SCORE_ARRAYS, MATH_SCORE_ARRAYS = 3, 4
+# for dropout in training (measured by peak RSS: 3.0 and 3.5 arrays); hope's path (the scores, the
+# weights: 2.06 to 2.31 arrays of live tensor bytes, the decoder's dense mask included)
+ALIBI_SCORE_ARRAYS, MATH_SCORE_ARRAYS, HOPE_SCORE_ARRAYS = 3, 4, 2
 
 
 def memory_needs(attention: SelfAttention, x, padding_mask=None, max_len: int | None = None) -> list[Need]:
     """What a forward (or a prefill of max_len slots) of this port allocates beyond its states,
-    from shapes: the scores only where they are written out (ALiBi; CPU dropout in training),
+    from shapes: the scores only where they are written out (ALiBi, hope; CPU dropout in training),
     never for SDPA's fused kernels, which hold none; the dense (seq_q, seq_k) mask and SDPA's
     float copy of it where the decoder's mask meets a padding mask; and the cache."""
     cfg, (batch, seq) = attention.config, x.shape[:2]
@@ -277,12 +284,15 @@ def memory_needs(attention: SelfAttention, x, padding_mask=None, max_len: int | 
     if cfg.position_encoding in BIAS_ENCODINGS + PAPE_ENCODINGS:
         what = "the ALiBi scores" if cfg.position_encoding == "alibi" else "the biased scores"
         needs.append(Need(f"{what}, written out", ALIBI_SCORE_ARRAYS, scores, dtype, itemsize))
+    elif cfg.position_encoding == "hope":
+        needs.append(Need("the hope scores, written out", HOPE_SCORE_ARRAYS, scores, dtype, itemsize))
     elif attention.training and cfg.dropout > 0 and x.device.type == "cpu":
         needs.append(Need("the attention scores (SDPA's math path: dropout on CPU)", MATH_SCORE_ARRAYS, scores,
                           dtype, itemsize))
     if cfg.mode == "decoder" and padding_mask is not None and cfg.position_encoding not in BIAS_ENCODINGS + PAPE_ENCODINGS:
-        needs += [Need("the mask", 1, (batch, 1, seq, seq), "bool", 1),
-                  Need("SDPA's float copy of the mask", 1, (batch, 1, seq, seq), dtype, itemsize)]
+        needs.append(Need("the mask", 1, (batch, 1, seq, seq), "bool", 1))
+        if cfg.position_encoding != "hope":  # hope's attention is written out, not SDPA
+            needs.append(Need("SDPA's float copy of the mask", 1, (batch, 1, seq, seq), dtype, itemsize))
     if max_len is not None:
         needs.append(cache_need(cfg, batch, max_len, dtype, itemsize))
     return needs

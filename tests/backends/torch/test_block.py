@@ -357,10 +357,10 @@ def test_long_context_keeps_no_seq_by_seq_tensor(mode):
 
 
 def memory_config(case: str, **kw) -> R.ODEConfig:
-    alibi = "alibi" in case
+    encoding = next((e for e in ("alibi", "hope") if e in case), "rope")
     return R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=1, ode_solver="euler",
-                       mode="encoder" if "encoder" in case else "decoder", ode_use_pe=alibi,
-                       positional_encoding="alibi" if alibi else "rope", dropout=0.1 if "dropout" in case else 0.0, **kw)
+                       mode="encoder" if "encoder" in case else "decoder", ode_use_pe=encoding != "rope",
+                       positional_encoding=encoding, dropout=0.1 if "dropout" in case else 0.0, **kw)
 
 
 @pytest.mark.parametrize("case", ["decoder", "encoder", "encoder-padded"])
@@ -388,12 +388,13 @@ def test_sdpa_forward_is_not_refused_for_scores_it_never_holds(case, monkeypatch
     assert relative_error(got.numpy(), R.ode_block(params, x, cfg, mask)) <= 1e-12
 
 
-@pytest.mark.parametrize("case", ["alibi", "alibi-padded", "decoder-padded", "dropout-train"])
+@pytest.mark.parametrize("case", ["alibi", "alibi-padded", "decoder-padded", "dropout-train", "hope",
+                                  "hope-decoder-padded"])
 def test_what_torch_writes_out_is_refused_and_estimated(case, monkeypatch):
-    """Where this port does hold (seq, seq) arrays (ALiBi's written-out scores; the decoder's
-    dense mask with padding, and SDPA's float copy of it; SDPA's math path for CPU dropout), a
-    limit below them refuses the forward; and the estimate is within [0.75, 1.5] of the live
-    tensor bytes of a forward (measured 0.94 to 1.13)."""
+    """Where this port does hold (seq, seq) arrays (ALiBi's and hope's written-out scores; the
+    decoder's dense mask with padding, and SDPA's float copy of it; SDPA's math path for CPU
+    dropout), a limit below them refuses the forward; and the estimate is within [0.75, 1.5] of the
+    live tensor bytes of a forward (measured 0.92 to 1.13)."""
     from ode_ref.memory import LIMIT_VARIABLE, MemoryLimitError
     from odeattn.backends.torch.attention import memory_needs
     from odeattn.bench import live_tensor_bytes_mode

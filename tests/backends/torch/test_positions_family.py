@@ -124,3 +124,25 @@ def test_cached_decoding_refuses_the_seeds_padded_ssmax_rule_by_name():
     block = ODEAttentionBlock.from_params(c, R.init_params(c), dtype=torch.float64)
     with pytest.raises(ValueError, match="^ssmax_length: cached decoding needs ssmax_length='visible'"):
         block.prefill(torch.from_numpy(X), max_len=8)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_hopes_gradient_is_the_specs_where_sdpa_takes_its_fused_kernel(dtype):
+    """hope's logits (about 1e10) make attention rows exactly one-hot, where the scores' exact
+    gradient is 0. From seq 8 on, SDPA's CPU kernel left a rounding there, which hope's r cosh(a)
+    carried into x_bar: 38 (float64) and 9 (float32) times the golden rule's tolerance at this
+    smallest case (one head of width 4, Euler, one step). Written out: 0.02 times."""
+    from ode_ref.backward import ode_block_vjp
+    from odeattn.conformance.tolerance import relative_error, tolerance
+
+    c = R.ODEConfig(hidden_size=4, num_heads=1, ode_solver="euler", ode_steps=1, positional_encoding="hope",
+                    ode_use_pe=True)
+    p, rng = R.init_params(c, seed=0), np.random.default_rng(0)
+    x, z1_bar = rng.normal(size=(1, 8, 4)), rng.normal(size=(1, 8, 4))
+    want = ode_block_vjp(p, x, c, z1_bar)[0]
+    e32 = relative_error(ode_block_vjp({k: v.astype(np.float32) for k, v in p.items()}, x.astype(np.float32), c,
+                                       z1_bar.astype(np.float32))[0], want)
+    block = ODEAttentionBlock.from_params(c, p, dtype=getattr(torch, dtype))
+    xt = torch.tensor(x, dtype=getattr(torch, dtype), requires_grad=True)
+    block(xt).backward(torch.tensor(z1_bar, dtype=getattr(torch, dtype)))
+    assert relative_error(xt.grad.double().numpy(), want) <= tolerance(e32, dtype)
