@@ -271,7 +271,7 @@ class ParamsAdapter(_External):
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values: the arrays stage/<name> of a stages run (any subset of the
         spec's names, conformance.fuzzing.stages); an array of any other name is the worker's fault."""
-        from .fuzzing.stages import STAGES
+        from ode_ref.recording import STAGES
 
         out = self._run("stages", None, config, params, x, padding_mask, dtype)
         stray = sorted(k for k in out if not (k.startswith("stage/") and k.removeprefix("stage/") in STAGES))

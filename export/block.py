@@ -52,6 +52,7 @@ from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.precision import check_float16_range
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
+from ode_ref.recording import STAGES, recording
 from ode_ref.rk import rk_step, step_times
 from ode_ref.variants import port_variant
 from ode_ref.tableaus import TABLEAUS
@@ -348,12 +349,10 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
 
 
 def stage_outputs(cfg, att, main: Body, x: Value, prepared: Prepared, io: HalfIO) -> list:
-    """The outputs stage_<name> for each of the spec's stage names (conformance.fuzzing.stages: norm, q, k,
+    """The outputs stage_<name> for each of the spec's stage names (ode_ref.recording: norm, q, k,
     v, attn, output_proj): f(0, x) evaluated once more in the main graph by the export's own
     attention, recording each stage's Value as it builds it. q, k, v and attn are (batch, seq,
     heads, head_dim) at every opset (at 23, where the graph keeps them 3D, reshaped for the output)."""
-    from odeattn.conformance.fuzzing.stages import STAGES, recording
-
     cls = recording(type(att))
     rec = cls.__new__(cls)
     rec.__dict__.update(vars(att))

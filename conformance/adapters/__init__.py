@@ -182,7 +182,7 @@ class TorchAdapter(TorchEncoder):
         """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording."""
         from odeattn.backends.torch.attention import SelfAttention
 
-        from ..fuzzing.stages import recording
+        from ode_ref.recording import recording
 
         attention = recording(SelfAttention)(config)
         x, mask = self._tensors(x, padding_mask)
@@ -274,7 +274,7 @@ class JaxAdapter(JaxEncoder):
         """f(0, x)'s stage values (stages.py): the port's SelfAttention, recording, run eagerly."""
         from odeattn.backends.jax.attention import SelfAttention
 
-        from ..fuzzing.stages import recording
+        from ode_ref.recording import recording
 
         attention = recording(SelfAttention)(config)
         with self.jax.enable_x64(dtype == "float64"):

@@ -24,7 +24,7 @@ RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web")  # built-in ba
 
 def check_runtime(runtime: str) -> str:
     """runtime, if it is one of RUNTIMES and installed; ValueError naming --runtime otherwise."""
-    from .adapters import missing_requirements
+    from ..adapters import missing_requirements
 
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime: expected one of {', '.join(RUNTIMES)}; got {runtime!r}")
@@ -71,7 +71,7 @@ class ModelFile:
 
             sess = session(self.model)
             return lambda feed: dict(zip(self.outputs, sess.run(self.outputs, feed)))
-        from . import external
+        from .. import external
 
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)

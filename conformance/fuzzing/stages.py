@@ -11,7 +11,7 @@ subset, in dtype):
     output_proj  the output projection: f(0, x) itself                (batch, seq, d_model)
 
 A port whose SelfAttention mixes in ode_ref.attention.Stages (the spec, torch, JAX and Flax) gets
-it from recording(): a subclass of its attention that keeps each stage's first value. The ONNX
+it from ode_ref.recording: a subclass of its attention that keeps each stage's first value. The ONNX
 export records its own attention the same way as it builds the graph (export.block.stage_outputs:
 the outputs stage_<name>), which the ONNX backends and every exec: runtime run; a native exec:
 port answers the run kind "stages" (external.py). Each stage
@@ -26,38 +26,14 @@ from typing import Optional
 import numpy as np
 
 import ode_ref as R
+from ode_ref.recording import STAGES, recording
 
 from ..cases.half import HALF_DTYPES, cast
 from .localise import localise
 from ..cases.tolerance import relative_error, tolerance
 
-STAGES = ("norm", "q", "k", "v", "attn", "output_proj")
 DESCRIBED = {"norm": "the norm, h", "q": "q after preprocess_qkv", "k": "k after preprocess_qkv",
              "v": "v after preprocess_qkv", "attn": "the attention output", "output_proj": "the output projection"}
-
-
-def recording(base: type) -> type:
-    """A subclass of a port's SelfAttention whose `store` (a class attribute, a dict) gets each
-    stage's first value; make a fresh subclass per run."""
-    def keep(self, name, a):
-        type(self).store.setdefault(name, a)
-        return a
-
-    def project(self, w_qkv, h):  # h is the norm's output (torch's norm is a module: its input is read here)
-        return base.project(self, w_qkv, keep(self, "norm", h))
-
-    def preprocess_qkv(self, q, k, v, **kw):
-        out = base.preprocess_qkv(self, q, k, v, **kw)
-        return tuple(keep(self, n, a) for n, a in zip("qkv", out))
-
-    def postprocess_attn(self, y, padding_mask=None):
-        return keep(self, "attn", base.postprocess_attn(self, y, padding_mask))
-
-    def output_proj(self, w_out, y):
-        return keep(self, "output_proj", base.output_proj(self, w_out, y))
-
-    return type(f"Recording{base.__name__}", (base,), {"store": {}, "keep": keep, "project": project, "preprocess_qkv": preprocess_qkv,
-                                                       "postprocess_attn": postprocess_attn, "output_proj": output_proj})
 
 
 def recording_flax(base: type) -> type:
