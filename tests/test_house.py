@@ -299,3 +299,18 @@ def test_ruff_finds_nothing():
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", str(ROOT)],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_suite_s_xdist_groups_share_one_process(tmp_path):
+    """pyproject's `--dist loadgroup` sends the tests of one xdist_group to one process, so a costly
+    fixture (the main job's parts, the kill table) is built once; with pytest 9.2 and pytest-xdist
+    3.8 the groups are silently ignored (constraints.txt pins a pytest that keeps them)."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "pytestmark = pytest.mark.xdist_group('one')\n"
+        + "".join(f"def test_{i}(): open(os.path.join({str(tmp_path)!r}, 'w{i}'), 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
+                  for i in range(6)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           str(tmp_path / "test_grouped.py")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len({(tmp_path / f"w{i}").read_text() for i in range(6)}) == 1

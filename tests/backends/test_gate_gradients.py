@@ -61,11 +61,12 @@ def compare(grads: dict, x_grad, fd: dict, directions, dx):
     assert abs(got - fd["x"]) <= TOL * abs(fd["x"])
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("backends/test_gate_gradients")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference():
     params, x, mask, cotangent, directions = problem()
     fd, dx = finite_differences(params, x, mask, cotangent, directions)

@@ -77,7 +77,7 @@ def test_a_planted_port_is_exact_inside_the_golden_shapes(port, golden_block_sam
         assert run_one(port(), case, "float64")[0].status == "passed", case.name
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def golden_block_sample():
     from odeattn.conformance.golden import load_cases
 

@@ -92,7 +92,7 @@ def test_the_cases_cover_every_norm_solver_mode_and_edge_of_the_issue_matrix():
     assert any(s.scale >= 1e3 for s in specs) and {s.padding for s in specs} == {False, True}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tier():
     """The kernel-boundary tier's cases, loaded from the packaged set."""
     names = {name for name, *_ in TIER_CASES}

@@ -18,11 +18,12 @@ from ode_ref.precision import half_block, round_to
 CONFORMANCE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("conformance/test_mutants")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rows():
     return kill_table(load_cases())
 

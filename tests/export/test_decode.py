@@ -130,11 +130,12 @@ def test_a_prefill_model_without_a_padding_mask_input_is_the_one_with_an_all_rea
         OnnxDecoder(c, prefill_run=session_runner(without)).prefill(x32, np.ones((2, 5), bool))
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("export/test_decode")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def decoders():
     """(a prefill decoder, a decode-step decoder) over ONNX Runtime sessions of cfg()'s models."""
     from odeattn.export.decode import OnnxDecoder, session_runner

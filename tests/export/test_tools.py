@@ -25,11 +25,12 @@ X = np.random.default_rng(0).normal(size=(2, 6, 16)).astype(np.float32)
 MASK = np.array([[True] * 6, [True] * 4 + [False] * 2])
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("export/test_tools")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def forms():
     return {"functions": export_model(CFG, PARAMS, functions=True), "inlined": export_model(CFG, PARAMS),
             "loop": export_model(CFG, PARAMS, steps_input=True)}

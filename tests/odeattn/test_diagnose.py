@@ -22,16 +22,17 @@ def with_gate(cfg):
     return params
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("odeattn/test_diagnose")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smooth():
     return D.diagnose(with_gate(SMOOTH), X, SMOOTH, max_steps=64, ref_steps=512, tol=1e-4)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bitnet():
     return D.diagnose(with_gate(BITNET), X, BITNET, max_steps=64, ref_steps=512, tol=1e-3)
 

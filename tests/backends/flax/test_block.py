@@ -27,11 +27,12 @@ def inputs(cfg, batch=2, seq=MAX_LEN, seed=0):
     return x, mask
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("backends/flax/test_block")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def decoding():
     """(prefill, step): module.apply of the decoder block under jax.jit, with mutable=['cache']."""
     block = F.ODEAttentionBlock(config=DECODER, max_len=MAX_LEN)

@@ -42,11 +42,12 @@ def unsharded_results():
     return out
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("backends/jax/test_sharding")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     """(arrays, report) of sharded_run.py in a process with 2 host devices, and the unsharded
     results computed here meanwhile."""
@@ -64,12 +65,12 @@ def runs(tmp_path_factory):
         return (arrays, json.loads(str(data["report"]))), reference
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sharded(runs):
     return runs[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def unsharded(runs):
     return runs[1]
 

@@ -64,11 +64,12 @@ def worker(rank, port, out_dir):
         np.savez(f"{out_dir}/rank{rank}.npz", **one_step(rank))
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("backends/torch/test_distributed")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ranks(tmp_path_factory):
     """[the arrays rank 0 wrote, rank 1's]."""
     out = tmp_path_factory.mktemp("ddp")

@@ -20,11 +20,12 @@ def _case(name_start: str):
     return load_case(next(e for e in read_manifest(GOLDEN_DIR)["cases"] if e["name"].startswith(name_start)), GOLDEN_DIR)
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("odeattn/bench/test_floor")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def floor(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

@@ -29,11 +29,12 @@ def test_counts_below_one_are_refused_by_the_parser(option, capsys, argument_typ
     argument_type_refused(["demo", "train", option, "0"], f"argument {option}: expected an integer >= 1; got '0'", capsys)
 
 
-# the module-scoped fixtures once: every test of this file in one test process (pytest-xdist)
+# the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
+# the session, as a module-scoped one is torn down and built again when the process runs another file between
 pytestmark = pytest.mark.xdist_group("odeattn/commands/test_demo")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     """The command at 100 steps (about 2.5 s of training on 2 cores): (its stdout, its JSON, the PNG's path)."""
     pytest.importorskip("torch")
