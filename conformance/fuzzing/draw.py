@@ -135,6 +135,8 @@ def positions(draw, kind: str, focus: str) -> dict:
         out.update(rope_base=draw(st.sampled_from([10000.0, 500.0])), rope_scaling=draw(st.sampled_from([1.0, 0.37, 4.0])))
     elif encoding == "sinusoidal_rotary":
         out.update(sinusoidal_max_len=draw(st.sampled_from([512, 16, 32, 64])), sinusoidal_scale=draw(st.sampled_from([1.0, 0.6])))
+    elif encoding == "alibi":
+        out.update(alibi_scale=draw(st.sampled_from([1.0, 0.5, 3.0])))
     elif encoding == "hope":
         out.update(layer_idx=draw(st.sampled_from([0, 3])))
     elif encoding == "bam":
