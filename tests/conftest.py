@@ -9,6 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The test processes (-n auto, one per core) share the cores: each keeps its math libraries, and
+# the conformance workers it starts (conformance.running.pool.worker_threads), to one thread.
+# Threads beyond the cores wait at each other's barriers whenever the other process runs.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ODEATTN_WORKER_THREADS"):
+        os.environ.setdefault(_name, "1")
+
 # Hypothesis' example counts, by profile: `ci` (the default, what `python -m pytest -q` runs) draws
 # the same examples on every run; `dev` (`--hypothesis-profile dev`) draws a few, for a quick look.
 _SHARED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])

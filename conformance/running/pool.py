@@ -53,6 +53,15 @@ def thread_env(threads: int) -> dict:
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "ODEATTN_WORKER_THREADS": n}
 
 
+def worker_threads(jobs: int) -> int:
+    """Math-library threads per worker: the cores divided among the jobs, and no more than an
+    OMP_NUM_THREADS this process was given (a caller sharing the cores with other work says so
+    there). Threads beyond the cores wait at each other's barriers whenever another process runs."""
+    threads = max(1, core_count() // jobs)
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, int(given)) if given.isdigit() and int(given) > 0 else threads
+
+
 def core_count() -> int:
     """The cores this process may run on (a CI's CPU limit, not the host's count)."""
     try:
@@ -210,7 +219,7 @@ class Pool:
         self.sel = selectors.DefaultSelector()
         self.jobs, self.timeout = jobs, timeout
         self.init_timeout = timeout if init_timeout is None else init_timeout
-        self.threads = max(1, core_count() // jobs)
+        self.threads = worker_threads(jobs)
         self.stopped = False
         self.ready: deque = deque()  # (event, what the pool does once the caller has seen it) not yet reported
 

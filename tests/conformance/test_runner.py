@@ -444,3 +444,14 @@ def test_a_row_whose_failures_were_never_measured_shows_their_kind_not_a_headroo
     report = Report(results=[run_case(BlockOnly(output), c, "float32") for c in cases])
     row = format_report(report).splitlines()[1].split()
     assert row[:4] == ["block-only", "float32", "0", "3"] and row[7:] == ["-", *shown.split()]
+
+
+def test_a_worker_s_threads_are_its_share_of_the_cores_and_no_more_than_omp_num_threads(monkeypatch):
+    from odeattn.conformance.running import pool
+
+    monkeypatch.setattr(pool, "core_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [pool.worker_threads(j) for j in (1, 3, 8, 16)] == [8, 2, 1, 1]
+    for given, expected in (("1", 1), ("4", 4), ("32", 8), ("0", 8), ("two", 8)):  # not a positive count: not a limit
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+        assert pool.worker_threads(1) == expected, given
