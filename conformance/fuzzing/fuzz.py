@@ -24,9 +24,11 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 from threadpoolctl import threadpool_limits
 
+from ode_ref.precision import HALF_DTYPES
+
 from ..cases import Case
 from .draw import KINDS, Draw, build, draws, reject
-from ..cases.half import cast
+from ..cases.half import NO_POLICY, cast
 from .localise import localise
 from ..running.runner import CaseResult, judge, untestable
 from ..running.worker import attempt, unsupported
@@ -143,7 +145,8 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             return  # the budget is spent: the remaining draws pass unrun
         if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
             return  # shrinking has had its time: the smallest failure so far stands
-        if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None:
+        if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None or (
+                dtype in HALF_DTYPES and d.kind in NO_POLICY):  # a grad draw has no meaning in a half dtype, whatever its input
             run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
             reject(None)
         case = build(d, dtype, name=f"fuzz_{d.kind}", params=params)
@@ -167,7 +170,9 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
         raise Diverged(result.message)
 
     try:
-        with threadpool_limits(1, user_api="blas"):  # a draw's arrays are small: BLAS threads only contend
+        # a draw's arrays are small: a second thread only contends, NumPy's BLAS and OpenMP's
+        # (torch's intra-op pool, MKL's inside it) alike, all kept to one here
+        with threadpool_limits(1):
             probe()
     except Exception as err:
         if run.finding is None and not isinstance(err, HypothesisException):
