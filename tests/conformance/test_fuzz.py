@@ -283,6 +283,25 @@ def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence(
     assert run.skipped and built and "grad" not in built, (run.skipped, built)
 
 
+def test_a_draw_s_fair_input_is_found_once_and_its_case_is_the_same(monkeypatch):
+    """build remembers a drawn example's fair input (draw.FAIR_ATTEMPTS): built again, in another
+    dtype, it is not checked again, and its case is the one the check gave, bit for bit; a draw
+    remembered with no fair input is given up unbuilt."""
+    from odeattn.conformance.fuzzing import draw as drawing
+
+    monkeypatch.setattr(drawing, "FAIR_ATTEMPTS", {})
+    d = Draw("block", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True), 2, 9, None, 1.0, 0.0, 1, 2)
+    first = build(d, "float32")
+    assert drawing.FAIR_ATTEMPTS == {d: first.input_seed - d.input_seed}
+    monkeypatch.setattr(drawing, "fair_inputs", lambda *args: pytest.fail("a remembered draw checked again"))
+    again = build(d, "float64")
+    assert again.e32 == first.e32 and np.array_equal(again.x, first.x)
+    assert all(np.array_equal(again.quantities()[q], a) for q, a in first.quantities().items())
+    unfair = Draw("block", d.config, 1, 9, None, 1.0, 0.0, 1, 3)
+    drawing.FAIR_ATTEMPTS[unfair] = None
+    assert build(unfair, "float32") is None
+
+
 def test_the_backend_runs_on_one_thread_inside_fuzz():
     """Each draw's arrays are small: fuzz keeps OpenMP (torch's intra-op pool) to one thread while
     the backend runs, as NumPy's BLAS; a second thread only waits on the other core's work."""
