@@ -81,6 +81,13 @@ def kinds_of(adapter) -> tuple:
     return tuple(k for k in KINDS if have[k])
 
 
+def refused(adapter, d: Draw, dtype: str) -> bool:
+    """Whether a draw is not run, known before its case is built: the adapter does not support it,
+    or it is a grad draw in a half dtype, which has no meaning there whatever its input (half.NO_POLICY)."""
+    return unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None or (
+        dtype in HALF_DTYPES and d.kind in NO_POLICY)
+
+
 def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
     """(result, quantity -> the backend's array) of one case on an adapter in this process; the
     backend's exception is its error result, as in runner.run_case. A draw with no meaning in a
@@ -145,8 +152,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             return  # the budget is spent: the remaining draws pass unrun
         if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
             return  # shrinking has had its time: the smallest failure so far stands
-        if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None or (
-                dtype in HALF_DTYPES and d.kind in NO_POLICY):  # a grad draw has no meaning in a half dtype, whatever its input
+        if refused(adapter, d, dtype):
             run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
             reject(None)
         case = build(d, dtype, name=f"fuzz_{d.kind}", params=params)
@@ -170,9 +176,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
         raise Diverged(result.message)
 
     try:
-        # a draw's arrays are small: a second thread only contends, NumPy's BLAS and OpenMP's
-        # (torch's intra-op pool, MKL's inside it) alike, all kept to one here
-        with threadpool_limits(1):
+        with threadpool_limits(1):  # a draw's arrays are small: threads only contend (NumPy's BLAS; OpenMP's: torch's, MKL's)
             probe()
     except Exception as err:
         if run.finding is None and not isinstance(err, HypothesisException):
