@@ -481,12 +481,12 @@ def same_case(built: Case, stored: Case) -> bool:
         relative_error(got[q], want[q]) <= tolerance(built.e32_of(q), "float64") for q in want)
 
 
-def half_fields(case: Case) -> dict:
-    """The case's e16, ebf16 and half_untestable (half.py), measured on the spec: each dtype has
-    either its errors, one per quantity with an e32, or the reason it is untestable."""
+def half_fields(case: Case, dtypes=HALF_DTYPES) -> dict:
+    """The case's e16, ebf16 and half_untestable (half.py), measured on the spec: each dtype of
+    dtypes has either its errors, one per quantity with an e32, or the reason it is untestable."""
     golden = {q: a for q, a in case.quantities().items() if q in case.e32}
     out, untestable = {}, {}
-    for dtype in HALF_DTYPES:
+    for dtype in dtypes:
         errors, reason = half_errors(case.config, case.params, case.x, case.padding_mask, golden, dtype=dtype,
                                      decoded=case.decoded, vjp=case.kind == "grad", encoder=case.kind == "encoder")
         out[HALF_FIELDS[dtype]] = errors
@@ -495,9 +495,9 @@ def half_fields(case: Case) -> dict:
     return {**out, "half_untestable": untestable}
 
 
-def with_half(case: Case) -> Case:
-    """case with its half-precision fields measured (half_fields)."""
-    return dataclasses.replace(case, **half_fields(case))
+def with_half(case: Case, dtypes=HALF_DTYPES) -> Case:
+    """case with its half-precision fields measured (half_fields), those of dtypes."""
+    return dataclasses.replace(case, **half_fields(case, dtypes))
 
 
 @functools.lru_cache(maxsize=None)

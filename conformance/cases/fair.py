@@ -43,19 +43,36 @@ def tie_distance(levels):
     return np.abs(np.abs(levels - np.floor(levels)) - 0.5)
 
 
+class _Tied(Exception):
+    """A float64 activation level within TIE_FLOOR of a tie: the input is unfair whatever the float32
+    forward gives (_tie's threshold is at least TIE_FLOOR)."""
+
+
 class _LevelProbe(SelfAttention):
     """SelfAttention that records, with BitLinear, the pre-rounding levels x_n * a_s of every
-    activation (its values are the spec's own)."""
+    activation (its values are the spec's own). stop_at_tie: raise _Tied at the first array of
+    levels that _tie will find under TIE_FLOOR, so an unfair input costs part of one forward."""
 
-    def __init__(self, config):
+    def __init__(self, config, stop_at_tie: bool = False):
         super().__init__(config)
         self.levels = []
+        self.stop_at_tie = stop_at_tie
 
     def _linear(self, x, w):
         if self.config.use_bitnet:
             x_n = layer_norm(x, 1.0, 0.0)
             self.levels.append(x_n * (ACT_MAX / np.maximum(np.abs(x_n).max(axis=-1, keepdims=True), QUANT_EPS)))
+            if self.stop_at_tie:
+                self._stop_at_tie(float(tie_distance(self.levels[-1]).min()))
         return super()._linear(x, w)
+
+    def _stop_at_tie(self, margin: float) -> None:
+        """_tie's margin is min() over the arrays in order: an array holding a NaN (margin NaN) is
+        passed over, unless it is the first, whose NaN the margin then stays (no tie is found)."""
+        if np.isnan(margin):
+            self.stop_at_tie = len(self.levels) > 1
+        elif margin < TIE_FLOOR:
+            raise _Tied(f"activation near a rounding tie: margin {margin:.1e} levels in float64, under {TIE_FLOOR:g}")
 
 
 def _weight_levels(params, dtype) -> list:
@@ -64,9 +81,10 @@ def _weight_levels(params, dtype) -> list:
     return [np.abs(w.astype(dtype) * weight_scale(w.astype(dtype))) + 0.0 for w in weights]
 
 
-def _forward(params, x, config, padding_mask=None) -> tuple:
-    """(the spec's trajectory (steps + 1, batch, seq, d_model), quantisation_levels) of one forward."""
-    probe = _LevelProbe(config)
+def _forward(params, x, config, padding_mask=None, stop_at_tie: bool = False) -> tuple:
+    """(the spec's trajectory (steps + 1, batch, seq, d_model), quantisation_levels) of one forward
+    (stop_at_tie: _LevelProbe's)."""
+    probe = _LevelProbe(config, stop_at_tie)
     _, trajectory = ode_block(params, x, config, padding_mask, attention=probe, return_trajectory=True)
     if not probe.config.use_bitnet:
         return trajectory, []
@@ -120,8 +138,12 @@ def check_fair(config, params, x, mask) -> str | None:
 
 def fair_forwards(config, params, x, mask) -> tuple:
     """(check_fair's answer, the spec's float64 and float32 trajectories of (x, mask)): one forward
-    per precision, recording BitLinear's levels as it runs, whose states a caller may reuse."""
-    traj64, levels64 = _forward(params, x, config, mask)
+    per precision, recording BitLinear's levels as it runs, whose states a caller may reuse. An
+    exact tie in the float64 forward ends the check there, with no trajectories (None, None)."""
+    try:
+        traj64, levels64 = _forward(params, x, config, mask, stop_at_tie=True)
+    except _Tied as tie:
+        return str(tie), None, None
     traj32, levels32 = _forward(params, x.astype(np.float32), config, mask)
     e32 = relative_error(traj32[-1], traj64[-1])
     if e32 > MAX_CONDITION * UNIT_ROUNDOFF["float32"]:

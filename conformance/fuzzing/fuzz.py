@@ -24,9 +24,11 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 from threadpoolctl import threadpool_limits
 
+from ode_ref.precision import HALF_DTYPES
+
 from ..cases import Case
 from .draw import KINDS, Draw, build, draws, reject
-from ..cases.half import cast
+from ..cases.half import NO_POLICY, cast
 from .localise import localise
 from ..running.runner import CaseResult, judge, untestable
 from ..running.worker import attempt, unsupported
@@ -77,6 +79,13 @@ def kinds_of(adapter) -> tuple:
     have = {"block": True, "decode": getattr(adapter, "run_decode", None) is not None,
             "grad": getattr(adapter, "run_vjp", None) is not None}
     return tuple(k for k in KINDS if have[k])
+
+
+def refused(adapter, d: Draw, dtype: str) -> bool:
+    """Whether a draw is not run, known before its case is built: the adapter does not support it,
+    or it is a grad draw in a half dtype, which has no meaning there whatever its input (half.NO_POLICY)."""
+    return unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None or (
+        dtype in HALF_DTYPES and d.kind in NO_POLICY)
 
 
 def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
@@ -143,7 +152,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             return  # the budget is spent: the remaining draws pass unrun
         if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
             return  # shrinking has had its time: the smallest failure so far stands
-        if unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None:
+        if refused(adapter, d, dtype):
             run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
             reject(None)
         case = build(d, dtype, name=f"fuzz_{d.kind}", params=params)
@@ -167,7 +176,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
         raise Diverged(result.message)
 
     try:
-        with threadpool_limits(1, user_api="blas"):  # a draw's arrays are small: BLAS threads only contend
+        with threadpool_limits(1):  # a draw's arrays are small: threads only contend (NumPy's BLAS; OpenMP's: torch's, MKL's)
             probe()
     except Exception as err:
         if run.finding is None and not isinstance(err, HypothesisException):

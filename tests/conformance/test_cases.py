@@ -92,3 +92,22 @@ def test_base_rows_then_the_rows_of_each_step_of_the_history():
     assert all(any(r[name] != d for name, d in defaults.items()) or any(r[f] == v for f, v in added) for r in now[len(base):])
     assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) | {v for f, v in added if f == "ode_solver"}
     assert set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"]) | {v for f, v in added if f == "norm_type"}
+
+def test_the_fair_check_s_early_stop_at_an_exact_tie_gives_the_full_check_s_answer(monkeypatch):
+    """fair_forwards ends at the float64 forward's first activation level within TIE_FLOOR of a
+    tie (no trajectories); run in full (both forwards, every level), the check decides alike on
+    every input: an early stop is unfair there too (a tie, or ill-conditioned, checked first)."""
+    from odeattn.conformance.cases import fair
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True, ode_steps=2)
+    draws = []
+    for seed in range(40):  # small BitLinear decoders: exact ties are common (a first token's output is its own v)
+        x = np.random.default_rng(seed).normal(size=(2, 5, 8)) * (1.0, 1e-2, 1e2)[seed % 3]
+        draws.append((R.init_params(cfg, seed=seed, perturb_norms=True), x))
+    early = [fair.fair_forwards(cfg, params, x, None) for params, x in draws]
+    monkeypatch.setattr(fair._LevelProbe, "_stop_at_tie", lambda self, margin: None)
+    full = [fair.fair_forwards(cfg, params, x, None) for params, x in draws]
+    assert [r is None for r, *_ in early] == [r is None for r, *_ in full]
+    stopped = [i for i, (_, traj64, _) in enumerate(early) if traj64 is None]
+    assert stopped and all(early[i][0].startswith("activation near a rounding tie") and full[i][0] is not None for i in stopped)
+    assert any(r is None for r, *_ in early) and any(r is not None and traj64 is not None for r, traj64, _ in early)

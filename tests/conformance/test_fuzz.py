@@ -264,17 +264,57 @@ def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_
     assert bad["stage"] == "attn" and bad["localisation"]["positions"] == "only query positions ≥ 16 (of 20)"
 
 
-def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence():
+def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence(monkeypatch):
     """A grad draw in bfloat16 has no meaning under the half policy (half.py's rules): run_one
     marks it untestable without running the backend, as the golden runner does, and a fuzz run
-    in bfloat16 counts such draws as skipped, never as a counterexample."""
+    in bfloat16 counts such draws as skipped, never as a counterexample, without the spec
+    building their cases (a grad draw is untestable in a half dtype whatever its input)."""
+    from odeattn.conformance.fuzzing import fuzz as fuzzing
+
     d = Draw("grad", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder"), 1, 5, None, 1.0, 0.0, 1, 2)
     case = build(d, "bfloat16")
     assert case.untestable("bfloat16") is not None
     result, outputs = run_one(SpecAdapter(), case, "bfloat16")
     assert (result.status, outputs) == ("untestable", {})
+    built = []
+    monkeypatch.setattr(fuzzing, "build", lambda d, *a, **kw: built.append(d.kind) or build(d, *a, **kw))
     run = fuzz(SpecAdapter(), "bfloat16", examples=15, seed=0)
     assert run.finding is None, run.finding.result.message
+    assert run.skipped and built and "grad" not in built, (run.skipped, built)
+
+
+def test_a_draw_s_fair_input_is_found_once_and_its_case_is_the_same(monkeypatch):
+    """build remembers a drawn example's fair input (draw.FAIR_ATTEMPTS): built again, in another
+    dtype, it is not checked again, and its case is the one the check gave, bit for bit; a draw
+    remembered with no fair input is given up unbuilt."""
+    from odeattn.conformance.fuzzing import draw as drawing
+
+    monkeypatch.setattr(drawing, "FAIR_ATTEMPTS", {})
+    d = Draw("block", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True), 2, 9, None, 1.0, 0.0, 1, 2)
+    first = build(d, "float32")
+    assert drawing.FAIR_ATTEMPTS == {d: first.input_seed - d.input_seed}
+    monkeypatch.setattr(drawing, "fair_inputs", lambda *args: pytest.fail("a remembered draw checked again"))
+    again = build(d, "float64")
+    assert again.e32 == first.e32 and np.array_equal(again.x, first.x)
+    assert all(np.array_equal(again.quantities()[q], a) for q, a in first.quantities().items())
+    unfair = Draw("block", d.config, 1, 9, None, 1.0, 0.0, 1, 3)
+    drawing.FAIR_ATTEMPTS[unfair] = None
+    assert build(unfair, "float32") is None
+
+
+def test_the_backend_runs_on_one_thread_inside_fuzz():
+    """Each draw's arrays are small: fuzz keeps OpenMP (torch's intra-op pool) to one thread while
+    the backend runs, as NumPy's BLAS; a second thread only waits on the other core's work."""
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    class Counting(SpecAdapter):
+        def run_trajectory(self, *args):
+            seen.append(torch.get_num_threads())
+            return super().run_trajectory(*args)
+
+    fuzz(Counting(), "float64", examples=3, seed=0, kinds=("block",))
+    assert seen and set(seen) == {1}, seen
 
 
 class _VOff(R.SelfAttention):
