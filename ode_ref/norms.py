@@ -94,6 +94,11 @@ class Norms:
         """gamma * erf(alpha * x + s) + beta, alpha and s scalars."""
         return gamma * self.erf(alpha * x + s) + beta
 
+    def functions(self) -> tuple:
+        """pow2_scale and the six norms, this instance's: the module functions of the same names."""
+        return (self.pow2_scale, self.layer_norm, self.rms_norm, self.prms_norm, self.flash_norm, self.dynamic_tanh,
+                self.derf)
+
 
 def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
     """How many leading channels prms_norm's statistic uses."""
@@ -102,8 +107,8 @@ def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 SPEC_NORMS = Norms()
-pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, erf, derf = (getattr(SPEC_NORMS, name) for name in (
-    "pow2_scale", "layer_norm", "rms_norm", "prms_norm", "flash_norm", "dynamic_tanh", "erf", "derf"))
+pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = SPEC_NORMS.functions()
+erf = SPEC_NORMS.erf
 
 
 def norm_table(namespace: dict) -> dict:

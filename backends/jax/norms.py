@@ -27,8 +27,7 @@ class Norms(spec.Norms):
 
 
 JAX_NORMS = Norms()
-pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = (getattr(JAX_NORMS, name) for name in (
-    "pow2_scale", "layer_norm", "rms_norm", "prms_norm", "flash_norm", "dynamic_tanh", "derf"))
+pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = JAX_NORMS.functions()
 NORMS = norm_table(globals())
 
 

@@ -72,8 +72,7 @@ def _fallback(kernel_out, formula):
 
 
 TORCH_NORMS = Norms()
-pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = (getattr(TORCH_NORMS, name) for name in (
-    "pow2_scale", "layer_norm", "rms_norm", "prms_norm", "flash_norm", "dynamic_tanh", "derf"))
+pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = TORCH_NORMS.functions()
 NORMS = norm_table(globals())
 
 
