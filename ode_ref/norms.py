@@ -2,7 +2,8 @@
 
 Every function maps x: (..., d_model) to the same shape and dtype. Parameters named "vector" in
 NORM_PARAMS have shape (d_model,); "scalar" ones have shape (). The identity values are those
-the parameters are initialised to (params.init_params).
+the parameters are initialised to (params.init_params). The formulas are the methods of Norms,
+written over an array namespace; this module's functions are those of its NumPy instance.
 """
 
 from __future__ import annotations
