@@ -95,7 +95,7 @@ class ODEEncoderStages(EncoderStages):
 
     def concat(self, a, b):
         """[a; b] over the last axis: (batch, seq, C) twice -> (batch, seq, 2C)."""
-        return np.concatenate([a, b], axis=-1)
+        return self.xp.concatenate([a, b], axis=-1)
 
 
 def check_encoder_input(x, config, padding_mask=None, *, concrete: bool = True, **port) -> None:

@@ -14,7 +14,8 @@ LayerNorm, eps 1e-5, affine (norms.layer_norm).
 
 The orchestration (layer, sublayer, self_attn, ffn) is written once, here, over a flat parameter
 dict with the released state_dict keys (encoder_params.py), and run by every port: a port
-subclasses EncoderStages and supplies the primitives in its arrays (linear ... dropout).
+subclasses EncoderStages, sets its array namespace xp, and overrides only the primitives its framework
+computes otherwise (linear ... dropout); the others are written here over self.xp with NumPy's names.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from .norms import layer_norm
 
 class EncoderStages:
     """The encoder layer's stages over params (name -> array). A port overrides the primitives."""
+
+    xp = np  # the array namespace: jax.numpy in JAX, backends/torch/xp.py in PyTorch
 
     def __init__(self, config):
         self.config = ODEEncoderConfig.from_any(config)
@@ -79,7 +82,7 @@ class EncoderStages:
 
     def fill_padded_keys(self, scores, key_mask):
         """scores with each padded key's score -inf (before the softmax, as released)."""
-        return scores if key_mask is None else np.where(key_mask, scores, -np.inf)
+        return scores if key_mask is None else self.xp.where(key_mask, scores, -self.xp.inf)
 
     def hold_padded_values(self, v, key_mask):
         """v (batch, heads, seq, head_dim) with each padded key's value 0. Its weight is exactly 0
@@ -88,7 +91,7 @@ class EncoderStages:
         mask per query (a decoder's, (batch, 1, seq_q, seq_k)) holds the keys that no query sees."""
         if key_mask is None:
             return v
-        return np.where(self.transpose_last(key_mask.any(axis=-2, keepdims=True)), v, v.dtype.type(0))
+        return self.xp.where(self.transpose_last(key_mask.any(axis=-2, keepdims=True)), v, 0)  # 0: v's dtype
 
     def split_qkv(self, qkv):
         """(batch, seq, 3C) -> its q, k, v thirds over the last axis, in that order."""
@@ -110,23 +113,23 @@ class EncoderStages:
         return softmax(scores)
 
     def relu(self, x):
-        return np.maximum(x, x.dtype.type(0))
+        return self.xp.maximum(x, 0)  # 0: x's dtype
 
     def matmul(self, a, b):
         return a @ b
 
     def transpose_last(self, a):
-        return np.swapaxes(a, -1, -2)
+        return self.xp.swapaxes(a, -1, -2)
 
     def split_heads(self, a):
         """(batch, seq, C) -> (batch, heads, seq, head_dim)."""
         b, t, _ = a.shape
-        return a.reshape(b, t, self.config.encoder_attention_heads, self.config.head_dim).transpose(0, 2, 1, 3)
+        return self.xp.permute_dims(a.reshape(b, t, self.config.encoder_attention_heads, self.config.head_dim), (0, 2, 1, 3))
 
     def merge_heads(self, a):
         """(batch, heads, seq, head_dim) -> (batch, seq, C)."""
         b, _, t, _ = a.shape
-        return a.transpose(0, 2, 1, 3).reshape(b, t, self.config.encoder_embed_dim)
+        return self.xp.permute_dims(a, (0, 2, 1, 3)).reshape(b, t, self.config.encoder_embed_dim)
 
     def dropout(self, x, p: float):
         """Identity: the spec is evaluation. A port drops with probability p when training, a new

@@ -2,7 +2,8 @@
 
 Every function maps x: (..., d_model) to the same shape and dtype. Parameters named "vector" in
 NORM_PARAMS have shape (d_model,); "scalar" ones have shape (). The identity values are those
-the parameters are initialised to (params.init_params).
+the parameters are initialised to (params.init_params). The formulas are the methods of Norms,
+written over an array namespace; this module's functions are those of its NumPy instance.
 """
 
 from __future__ import annotations
@@ -28,48 +29,76 @@ NORM_PARAMS: dict[str, dict[str, tuple[str, float]]] = {
 NORM_TYPES: tuple[str, ...] = tuple(NORM_PARAMS)
 
 
-def pow2_scale(x):
-    """s = 2^max(0, floor(log2 max|x|)) per token (last axis): a power of two, so x / s and
-    eps / s^2 are exact, and every statistic below is computed on x / s, where squares cannot
-    overflow. Each norm is written so that, wherever the plain formula does not overflow, it
-    gives the same bits (scaling by a power of two commutes with rounding, sqrt included), except
-    where x / s falls among the subnormal numbers (a few ulp, far below any tolerance); for
-    |x| < 2, s = 1. So the norms are exact for every finite input, float32 |x| ~ 1e19 .. 3e38 too.
-    Any power of two >= 1 within a small factor of max|x| does the same: a port may compute it
-    another way (torch and the export: exp2(floor(log2 max|x|)))."""
-    _, exponent = np.frexp(np.abs(x).max(axis=-1, keepdims=True))
-    top = np.finfo(x.dtype).maxexp - 2  # s <= 2^126 (float32): 1 / s stays a normal number
-    return np.ldexp(np.ones((), x.dtype), np.clip(exponent - 1, 0, top))
+class Norms:
+    """The norm formulas, written once over the array namespace self.xp with NumPy's names (NumPy
+    here). A port subclasses it with its own xp and overrides only what its framework does
+    otherwise (backends/jax/norms.py, backends/torch/norms.py); this module's functions are the
+    methods of the spec's instance, SPEC_NORMS."""
 
+    xp = np  # the array namespace: jax.numpy in JAX, backends/torch/xp.py in PyTorch
 
-def _eps_over(eps, s, power: int):
-    """eps / s^power, kept at least the smallest normal number: a token of equal values has
-    centred values 0 and then gives 0 (then bias), not 0 / 0; elsewhere no bit changes."""
-    return np.maximum(eps / s if power == 1 else eps / s / s, np.finfo(s.dtype).tiny)
+    def pow2_scale(self, x):
+        """s = 2^max(0, floor(log2 max|x|)) per token (last axis): a power of two, so x / s and
+        eps / s^2 are exact, and every statistic below is computed on x / s, where squares cannot
+        overflow. Each norm is written so that, wherever the plain formula does not overflow, it
+        gives the same bits (scaling by a power of two commutes with rounding, sqrt included), except
+        where x / s falls among the subnormal numbers (a few ulp, far below any tolerance); for
+        |x| < 2, s = 1. So the norms are exact for every finite input, float32 |x| ~ 1e19 .. 3e38 too.
+        Any power of two >= 1 within a small factor of max|x| does the same: a port may compute it
+        another way (torch and the export: exp2(floor(log2 max|x|)))."""
+        xp = self.xp
+        _, exponent = xp.frexp(xp.abs(x).max(axis=-1, keepdims=True))
+        top = xp.finfo(x.dtype).maxexp - 2  # s <= 2^126 (float32): 1 / s stays a normal number
+        return xp.ldexp(xp.ones((), x.dtype), xp.clip(exponent - 1, 0, top))
 
+    def _eps_over(self, eps, s, power: int):
+        """eps / s^power, kept at least the smallest normal number: a token of equal values has
+        centred values 0 and then gives 0 (then bias), not 0 / 0; elsewhere no bit changes."""
+        return self.xp.maximum(eps / s if power == 1 else eps / s / s, self.xp.finfo(s.dtype).tiny)
 
-def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    """(x - mean) / sqrt(var + eps) * weight + bias, var biased (divides by n)."""
-    s = pow2_scale(x)
-    centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
-    var = (centred**2).mean(axis=-1, keepdims=True)  # var / s^2
-    return centred / np.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
+    def layer_norm(self, x, weight, bias, *, eps=LAYER_NORM_EPS):
+        """(x - mean) / sqrt(var + eps) * weight + bias, var biased (divides by n)."""
+        s = self.pow2_scale(x)
+        centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
+        var = (centred**2).mean(axis=-1, keepdims=True)  # var / s^2
+        return centred / self.xp.sqrt(var + self._eps_over(eps, s, 2)) * weight + bias
 
+    def rms_norm(self, x, weight, *, eps=RMS_EPS):
+        """weight * x / sqrt(mean(x^2) + eps)."""
+        return weight * self._rms(x, x, eps)
 
-def rms_norm(x, weight, *, eps=RMS_EPS):
-    """weight * x / sqrt(mean(x^2) + eps)."""
-    return weight * _rms(x, x, eps)
+    def _rms(self, x, stat_of, eps):
+        """x / sqrt(mean(stat_of^2) + eps), on stat_of / s (s = pow2_scale(stat_of))."""
+        s = self.pow2_scale(stat_of)
+        return (x / s) / self.xp.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + self._eps_over(eps, s, 2))
 
+    def prms_norm(self, x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
+        """rms_norm with mean(x^2) over the first k = max(1, ceil(fraction * n)) channels only."""
+        return weight * self._rms(x, x[..., :prms_channels(x.shape[-1], fraction)], eps)
 
-def _rms(x, stat_of, eps):
-    """x / sqrt(mean(stat_of^2) + eps), on stat_of / s (s = pow2_scale(stat_of))."""
-    s = pow2_scale(stat_of)
-    return (x / s) / np.sqrt(((stat_of / s) ** 2).mean(axis=-1, keepdims=True) + _eps_over(eps, s, 2))
+    def flash_norm(self, x, *, eps=RMS_EPS):
+        """x / sqrt(mean(x^2) + eps); no parameters."""
+        return self._rms(x, x, eps)
 
+    def dynamic_tanh(self, x, alpha, beta, *, eps=DYT_EPS):
+        """tanh((x - mean) / (std + eps) * alpha + beta), std unbiased (divides by n - 1)."""
+        s = self.pow2_scale(x)
+        centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
+        std = self.xp.sqrt((centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))  # std / s
+        return self.xp.tanh(centred / (std + self._eps_over(eps, s, 1)) * alpha + beta)
 
-def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
-    """rms_norm with mean(x^2) over the first k = max(1, ceil(fraction * n)) channels only."""
-    return weight * _rms(x, x[..., :prms_channels(x.shape[-1], fraction)], eps)
+    def erf(self, x):
+        """The error function elementwise (libm's erf in float64, rounded back to x's dtype)."""
+        return _erf(x).astype(x.dtype)
+
+    def derf(self, x, alpha, s, gamma, beta):
+        """gamma * erf(alpha * x + s) + beta, alpha and s scalars."""
+        return gamma * self.erf(alpha * x + s) + beta
+
+    def functions(self) -> tuple:
+        """pow2_scale and the six norms, this instance's: the module functions of the same names."""
+        return (self.pow2_scale, self.layer_norm, self.rms_norm, self.prms_norm, self.flash_norm, self.dynamic_tanh,
+                self.derf)
 
 
 def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
@@ -77,30 +106,10 @@ def prms_channels(n: int, fraction: float = PRMS_FRACTION) -> int:
     return max(1, math.ceil(fraction * n))
 
 
-def flash_norm(x, *, eps=RMS_EPS):
-    """x / sqrt(mean(x^2) + eps); no parameters."""
-    return _rms(x, x, eps)
-
-
-def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
-    """tanh((x - mean) / (std + eps) * alpha + beta), std unbiased (divides by n - 1)."""
-    s = pow2_scale(x)
-    centred = x / s - (x / s).mean(axis=-1, keepdims=True)  # (x - mean) / s
-    std = np.sqrt((centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))  # std / s
-    return np.tanh(centred / (std + _eps_over(eps, s, 1)) * alpha + beta)
-
-
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def erf(x):
-    """The error function elementwise (libm's erf in float64, rounded back to x's dtype)."""
-    return _erf(x).astype(x.dtype)
-
-
-def derf(x, alpha, s, gamma, beta):
-    """gamma * erf(alpha * x + s) + beta, alpha and s scalars."""
-    return gamma * erf(alpha * x + s) + beta
+SPEC_NORMS = Norms()
+pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = SPEC_NORMS.functions()
+erf = SPEC_NORMS.erf
 
 
 def norm_table(namespace: dict) -> dict:

@@ -3,10 +3,10 @@
     ode_encoder(params, x, config, padding_mask=None, *, dropout_rng=None)   (batch, seq, C) -> the same
 
 params is a dict pytree with the released state_dict keys (ode_ref/encoder_params.py). The block,
-the stack and the layer's orchestration are the spec's (ode_ref.encoder.ODEEncoderStages); this
-file supplies the primitives in jax.numpy. ode_encoder checks its inputs where they are Python
-values (a traced padding mask's values cannot be: its shape is checked, not its all-padded rows),
-then runs one jitted function, the config static.
+the stack, the layer's orchestration and its primitives are the spec's (ode_ref.encoder
+.ODEEncoderStages) over jax.numpy, but those JaxEncoderStages writes again. ode_encoder checks its
+inputs where they are Python values (a traced padding mask's values cannot be: its shape is
+checked, not its all-padded rows), then runs one jitted function, the config static.
 
 dropout_rng: None (evaluation, the spec), or a key: training, each dropout drawing from its own
 key, folded in by call order, so every stage evaluation of a block draws its own masks, as released.
@@ -28,19 +28,14 @@ from .norms import layer_norm
 
 
 class JaxEncoderStages(ODEEncoderStages):
-    """The spec's stages with jax.numpy primitives (key_mask, linear, matmul: the spec's as written)."""
+    """The spec's stages over jax.numpy; written again: what JAX computes otherwise (its norms,
+    softmax, relu and sigmoid, dropout drawn from a key)."""
+
+    xp = jnp
 
     def __init__(self, config, dropout_rng=None):
         super().__init__(config)
         self.dropout_rng, self.draws = dropout_rng, 0
-
-    def fill_padded_keys(self, scores, key_mask):
-        return scores if key_mask is None else jnp.where(key_mask, scores, -jnp.inf)
-
-    def hold_padded_values(self, v, key_mask):
-        if key_mask is None:
-            return v
-        return jnp.where(jnp.swapaxes(jnp.any(key_mask, axis=-2, keepdims=True), -1, -2), v, jnp.zeros((), v.dtype))
 
     def layer_norm(self, x, weight, bias):
         return layer_norm(x, weight, bias)
@@ -49,18 +44,7 @@ class JaxEncoderStages(ODEEncoderStages):
         return jax.nn.softmax(scores, axis=-1)
 
     def relu(self, x):
-        return jax.nn.relu(x)
-
-    def transpose_last(self, a):
-        return jnp.swapaxes(a, -1, -2)
-
-    def split_heads(self, a):
-        b, t, _ = a.shape
-        return a.reshape(b, t, self.config.encoder_attention_heads, self.config.head_dim).transpose(0, 2, 1, 3)
-
-    def merge_heads(self, a):
-        b, _, t, _ = a.shape
-        return a.transpose(0, 2, 1, 3).reshape(b, t, self.config.encoder_embed_dim)
+        return jax.nn.relu(x)  # its derivative at 0 is 0 (jnp.maximum's splits it in halves)
 
     def dropout(self, x, p: float):
         if self.dropout_rng is None or p == 0.0:
@@ -71,9 +55,6 @@ class JaxEncoderStages(ODEEncoderStages):
 
     def sigmoid(self, x):
         return jax.nn.sigmoid(x)
-
-    def concat(self, a, b):
-        return jnp.concatenate([a, b], axis=-1)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))

@@ -8,9 +8,10 @@ of a released checkpoint loads strict: ``encoder.load_state_dict(stack_params(st
 (stack_params leaves out the embedding's keys). x is (batch, seq, C) and padding_mask True for a
 real token, as everywhere in odeattn (fairseq's layers take (seq, batch, C) and True for a pad).
 
-The block, the stack and the layer's orchestration are the spec's (ode_ref.encoder.ODEEncoderStages
-over a dict of this module's parameters); this file supplies the primitives in torch. Dropout, in
-training, is drawn anew at every call, so at every stage evaluation, as released.
+The block, the stack, the layer's orchestration and its primitives are the spec's
+(ode_ref.encoder.ODEEncoderStages over a dict of this module's parameters) over torch (xp.py), but
+those TorchEncoderStages writes again. Dropout, in training, is drawn anew at every call, so at
+every stage evaluation, as released.
 """
 
 from __future__ import annotations
@@ -24,16 +25,15 @@ from ode_ref.encoder_config import ODEEncoderConfig
 from ode_ref.encoder_params import check_encoder_params, stack_params
 
 from .params import params_to_state_dict
+from .xp import namespace
 
 
 class TorchEncoderStages(ODEEncoderStages):
-    """The spec's stages with torch primitives (key_mask and matmul are the spec's as written)."""
+    """The spec's stages over torch under NumPy's names (xp.py; they create no arrays, so its device
+    is never used); written again: torch's own kernels (F.linear, F.layer_norm, softmax, relu,
+    sigmoid) and dropout."""
 
-    def fill_padded_keys(self, scores, key_mask):
-        return scores if key_mask is None else scores.masked_fill(~key_mask, float("-inf"))
-
-    def hold_padded_values(self, v, key_mask):
-        return v if key_mask is None else v.masked_fill(~key_mask.any(dim=-2, keepdim=True).transpose(-1, -2), 0.0)
+    xp = namespace(None)
 
     def linear(self, x, weight, bias):
         return F.linear(x, weight, bias)
@@ -47,25 +47,11 @@ class TorchEncoderStages(ODEEncoderStages):
     def relu(self, x):
         return torch.relu(x)
 
-    def transpose_last(self, a):
-        return a.transpose(-1, -2)
-
-    def split_heads(self, a):
-        b, t, _ = a.shape
-        return a.reshape(b, t, self.config.encoder_attention_heads, self.config.head_dim).transpose(1, 2)
-
-    def merge_heads(self, a):
-        b, _, t, _ = a.shape
-        return a.transpose(1, 2).reshape(b, t, self.config.encoder_embed_dim)
-
     def dropout(self, x, p: float):
         return F.dropout(x, p, training=self.training) if p > 0 else x
 
     def sigmoid(self, x):
         return torch.sigmoid(x)
-
-    def concat(self, a, b):
-        return torch.cat([a, b], dim=-1)
 
 
 def _xavier_linear(n_in: int, n_out: int) -> nn.Linear:

@@ -1,4 +1,6 @@
-"""The six pre-norms in PyTorch; port of ode_ref/norms.py (same names, same formulas).
+"""The six pre-norms in PyTorch: the spec's formulas (ode_ref.norms.Norms) over torch (xp.py), with
+the spec's names; this file writes again only what torch does otherwise: pow2_scale, and its
+fused kernels for layer_norm and rms_norm.
 
 In eager mode, layer_norm and rms_norm run torch's own kernels, which skip the spec's power-of-two
 prescale and so differ from it only in rounding order, within the conformance tolerance (on
@@ -15,20 +17,38 @@ import math
 import torch
 from torch import nn
 
-from ode_ref.norms import DYT_EPS, LAYER_NORM_EPS, NORM_PARAMS, PRMS_FRACTION, RMS_EPS, norm_table, prms_channels
+from ode_ref import norms as spec
+from ode_ref.norms import LAYER_NORM_EPS, NORM_PARAMS, RMS_EPS, norm_table, prms_channels  # noqa: F401  (prms_channels: the spec's name, mirrored)
+
+from .xp import namespace
 
 
-def pow2_scale(x):
-    """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
-    (any power of two keeps the norms exact; log2 and exp2 rather than frexp, which
-    torch.onnx.export cannot translate)."""
-    top = math.floor(math.log2(torch.finfo(x.dtype).max)) - 1  # 126 for float32: 1 / s stays normal
-    return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
+class Norms(spec.Norms):
+    """The spec's norms over torch under NumPy's names (xp.py); the norms create no arrays, so the
+    namespace's device is never used."""
 
+    xp = namespace(None)
 
-def _eps_over(eps, s, power: int):
-    """eps / s^power, at least the smallest normal number: see ode_ref.norms._eps_over."""
-    return (eps / s if power == 1 else eps / s / s).clamp(min=torch.finfo(s.dtype).tiny)
+    def pow2_scale(self, x):
+        """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
+        (any power of two keeps the norms exact; log2 and exp2 rather than frexp, which
+        torch.onnx.export cannot translate)."""
+        top = math.floor(math.log2(torch.finfo(x.dtype).max)) - 1  # 126 for float32: 1 / s stays normal
+        return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
+
+    def layer_norm(self, x, weight, bias, *, eps=LAYER_NORM_EPS):
+        """torch.native_layer_norm in eager mode, the spec's formula where it fails (fused)."""
+        kernel_out = fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if isinstance(weight, torch.Tensor) else None
+        return _fallback(kernel_out, lambda: super(Norms, self).layer_norm(x, weight, bias, eps=eps))
+
+    def rms_norm(self, x, weight, *, eps=RMS_EPS):
+        """aten._fused_rms_norm in eager mode, the spec's formula where it fails (fused)."""
+        kernel_out = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
+        return _fallback(kernel_out, lambda: super(Norms, self).rms_norm(x, weight, eps=eps))
+
+    def erf(self, x):
+        """torch.erf (the spec's calls libm's per element in NumPy)."""
+        return torch.erf(x)
 
 
 def fused(kernel, x, *args):
@@ -51,46 +71,8 @@ def _fallback(kernel_out, formula):
     return y if ok is None else torch.where(ok, y, formula())
 
 
-def layer_norm(x, weight, bias, *, eps=LAYER_NORM_EPS):
-    def formula():
-        s = pow2_scale(x)
-        centred = x / s - (x / s).mean(dim=-1, keepdim=True)
-        var = (centred**2).mean(dim=-1, keepdim=True)
-        return centred / torch.sqrt(var + _eps_over(eps, s, 2)) * weight + bias
-
-    kernel = isinstance(weight, torch.Tensor)
-    return _fallback(fused(torch.native_layer_norm, x, x.shape[-1:], weight, bias, eps) if kernel else None, formula)
-
-
-def rms_norm(x, weight, *, eps=RMS_EPS):
-    kernel_out = fused(torch.ops.aten._fused_rms_norm, x, x.shape[-1:], weight, eps)
-    return _fallback(kernel_out, lambda: weight * _rms(x, x, eps))
-
-
-def _rms(x, stat_of, eps):
-    s = pow2_scale(stat_of)
-    return (x / s) / torch.sqrt(((stat_of / s) ** 2).mean(dim=-1, keepdim=True) + _eps_over(eps, s, 2))
-
-
-def prms_norm(x, weight, *, eps=RMS_EPS, fraction=PRMS_FRACTION):
-    return weight * _rms(x, x[..., : prms_channels(x.shape[-1], fraction)], eps)
-
-
-def flash_norm(x, *, eps=RMS_EPS):
-    return _rms(x, x, eps)
-
-
-def dynamic_tanh(x, alpha, beta, *, eps=DYT_EPS):
-    s = pow2_scale(x)
-    centred = x / s - (x / s).mean(dim=-1, keepdim=True)
-    std = torch.sqrt((centred**2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1))
-    return torch.tanh(centred / (std + _eps_over(eps, s, 1)) * alpha + beta)
-
-
-def derf(x, alpha, s, gamma, beta):
-    return gamma * torch.erf(alpha * x + s) + beta
-
-
+TORCH_NORMS = Norms()
+pow2_scale, layer_norm, rms_norm, prms_norm, flash_norm, dynamic_tanh, derf = TORCH_NORMS.functions()
 NORMS = norm_table(globals())
 
 

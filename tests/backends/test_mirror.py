@@ -77,6 +77,7 @@ REPLACED = {
     ("export", "attention", "sigmoid"): "the Sigmoid node",
     ("jax", "norms", "erf"): "jax.scipy.special.erf",
     ("export", "norms", "erf"): "the Erf node",
+    ("export", "norms", "Norms"): "each norm built of ONNX nodes, no array namespace (export/norms.py)",
     ("export", "bitlinear", "weight_scale"): "done at export time by the spec's ternarize_weight",
     ("export", "bitlinear", "ternarize_weight"): "done at export time by the spec's own function",
     ("export", "variants", "*"): "a variant exports through block.export_attention, which ports the spec's class (port_variant)",
@@ -125,6 +126,29 @@ DIFFERENT.update({
     ("export", "positions", "bam_bias"): "always float32 in the graph: (encoder, positions_q, positions_k, config)",
     ("export", "positions", "ssmax_factor"): "always float32 in the graph: (s, lengths)",
 })
+
+
+# The norms' formulas are the spec's Norms over a port's namespace: what a port's Norms writes again, and why.
+NORM_OVERRIDES = {
+    ("jax", "pow2_scale"): "the spec's under stop_gradient: frexp has no derivative",
+    ("jax", "erf"): "jax.scipy's erf (the spec's: libm's per element, in NumPy)",
+    ("torch", "pow2_scale"): "log2 and exp2 rather than frexp, which torch.onnx.export cannot translate",
+    ("torch", "layer_norm"): "torch.native_layer_norm in eager mode, the spec's formula for the tokens it fails",
+    ("torch", "rms_norm"): "aten._fused_rms_norm in eager mode, the spec's formula for the tokens it fails",
+    ("torch", "erf"): "torch.erf (the spec's: libm's per element, in NumPy)",
+}
+
+
+@pytest.mark.parametrize("port", ["jax", "torch"])
+def test_a_port_s_norms_are_the_spec_s_but_what_it_says_why(port):
+    pytest.importorskip(port)
+    cls = importlib.import_module(f"{PORTS[port]}.norms").Norms
+    assert issubclass(cls, R.norms.Norms) and cls.xp is not R.norms.Norms.xp, port
+    written = {(port, n) for klass in cls.__mro__[:cls.__mro__.index(R.norms.Norms)] for n in vars(klass)
+               if n in vars(R.norms.Norms) and not n.startswith("__") and n != "xp"}
+    assert written == {k for k in NORM_OVERRIDES if k[0] == port}
+    for _, name in written:
+        assert parameters(getattr(R.norms.Norms, name)) == parameters(getattr(cls, name)), name
 
 
 def own_public(module) -> dict:
