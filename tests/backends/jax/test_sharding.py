@@ -52,7 +52,7 @@ def runs(tmp_path_factory):
     """(arrays, report) of sharded_run.py in a process with 2 host devices, and the unsharded
     results computed here meanwhile."""
     out = tmp_path_factory.mktemp("sharded") / "sharded.npz"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
