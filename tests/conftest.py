@@ -21,7 +21,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # in one codegen part take 40% less CPU to compile the main job's JAX programs (995 s -> 598 s, the
 # three dtypes cold, one process). They change the last bits of 68 of those 901 outputs (float32 at
 # most 2.6e-7 relative, float64 6.3e-16, bfloat16 none); the tolerances hold any summation order,
-# and tests/conformance/test_xla_defaults.py runs those cases under XLA's defaults too.
+# and tests/conformance/test_xla_defaults.py runs a sample of those cases under XLA's defaults.
 XLA_TEST_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 _given = os.environ.get("XLA_FLAGS", "").split()
 os.environ["XLA_FLAGS"] = " ".join(_given + [f for f in XLA_TEST_FLAGS if f.split("=")[0] not in {g.split("=")[0] for g in _given}])
