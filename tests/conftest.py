@@ -16,21 +16,26 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ODEATTN_WORKER_THREADS"):
         os.environ.setdefault(_name, "1")
 
-# Every JAX program of the suite, in its processes and the workers they start, compiles with these
-# XLA options (a user's own XLA_FLAGS kept; set before any JAX starts): the classic CPU fusion emitters
-# in one codegen part take 40% less CPU to compile the main job's JAX programs (995 s -> 598 s, the
-# three dtypes cold, one process). They change the last bits of 68 of those 901 outputs (float32 at
-# most 2.6e-7 relative, float64 6.3e-16, bfloat16 none); the tolerances hold any summation order,
-# and tests/conformance/test_xla_defaults.py runs a sample of those cases under XLA's defaults.
-XLA_TEST_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
-_given = os.environ.get("XLA_FLAGS", "").split()
-os.environ["XLA_FLAGS"] = " ".join(_given + [f for f in XLA_TEST_FLAGS if f.split("=")[0] not in {g.split("=")[0] for g in _given}])
+# The main job's workers compile JAX with these XLA options, XLA's classic CPU fusion emitters in
+# one codegen part: 40% less compile CPU; the outputs they change, by a few roundings, are checked
+# under XLA's defaults too (docs/development.md#running-the-tests, tests/conformance/test_xla_defaults.py).
+MAIN_JOB_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
-
-@pytest.fixture(scope="session")
-def xla_test_flags():
-    return XLA_TEST_FLAGS
+@contextlib.contextmanager
+def xla_flags_for_workers(flags):
+    """XLA_FLAGS with `flags` added (a user's own flags kept), for the worker processes started
+    meanwhile; this process's JAX has read its options already or reads them later, as given."""
+    given = os.environ.get("XLA_FLAGS")
+    names = {f.split("=")[0] for f in (given or "").split()}
+    os.environ["XLA_FLAGS"] = " ".join((given or "").split() + [f for f in flags if f.split("=")[0] not in names])
+    try:
+        yield
+    finally:
+        if given is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = given
 
 
 # Hypothesis' example counts, by profile: `ci` (the default, what `python -m pytest -q` runs) draws
@@ -90,7 +95,7 @@ def pytest_collection_modifyitems(items):
 def main_job(tmp_path_factory):
     """part -> (exit status, what it printed, its --json report): that part of the main job, run
     once per test process, one worker process at a time (the test processes are the parallelism),
-    float64 also within 1e-12 relative (the ports' float64 bar)."""
+    float64 also within 1e-12 relative (the ports' float64 bar), JAX under MAIN_JOB_XLA_FLAGS."""
     from odeattn.cli import main
 
     @functools.cache
@@ -100,7 +105,8 @@ def main_job(tmp_path_factory):
         argv = ["conformance", "-j", "1", "--float64-bound", "1e-12", "--json", str(path)]
         argv += [a for b in backends for a in ("--backend", b)] + [a for d in dtypes for a in ("--dtype", d)]
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            code = main(argv)
+            with xla_flags_for_workers(MAIN_JOB_XLA_FLAGS):
+                code = main(argv)
         return code, out.getvalue(), json.loads(path.read_text())
 
     run.parts = MAIN_JOB
