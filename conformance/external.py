@@ -403,13 +403,13 @@ class Exec:
 
 def from_reference(reference: str) -> Exec:
     """The Exec of an 'exec:CMD ARGS' reference, or of a backends file's entry ('exec:' and the
-    JSON object {"command", "cwd"}: load_backends_file)."""
+    JSON object {"command", "cwd", "start_timeout"?}: load_backends_file)."""
     command = reference[len("exec:"):].strip()
     if not command:
         raise ValueError("backend: expected a command after 'exec:'; got none")
     if command.startswith("{"):
         entry = json.loads(command)
-        return Exec(entry["command"], entry["cwd"])
+        return Exec(entry["command"], entry["cwd"], entry.get("start_timeout", HANDSHAKE_TIMEOUT))
     try:
         shlex.split(command)
     except ValueError as err:
@@ -431,10 +431,17 @@ def missing_js(packages: Sequence[str]) -> list:
     return missing
 
 
+def start_timeout(reference: str) -> float | None:
+    """A backends file entry's "start_timeout" from its reference (load_backends_file), else None."""
+    command = reference[len("exec:"):].strip() if reference.startswith("exec:") else ""
+    return json.loads(command).get("start_timeout") if command.startswith("{") else None
+
+
 def load_backends_file(path: str) -> dict:
     """name -> Exec reference from a backends file: JSON {"backends": {NAME: {"exec": CMD,
-    "cwd": DIR?}}}, cwd relative to the file's folder (its folder by default). ValueError naming
-    the field otherwise."""
+    "cwd": DIR?, "start_timeout": S?}}}, cwd relative to the file's folder (its folder by
+    default), start_timeout the seconds its worker may take to start (the run's --timeout by
+    default). ValueError naming the field otherwise."""
     where = Path(path)
     try:
         data = json.loads(where.read_text())
@@ -447,8 +454,12 @@ def load_backends_file(path: str) -> dict:
         raise ValueError(f"external: expected {{\"backends\": {{NAME: {{\"exec\": CMD}}}}}} in {path!r}")
     out = {}
     for name, entry in entries.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("exec"), str) or set(entry) - {"exec", "cwd"}:
-            raise ValueError(f"external: backends.{name}: expected {{\"exec\": CMD, \"cwd\": DIR (optional)}}; got {entry!r}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("exec"), str) or set(entry) - {"exec", "cwd", "start_timeout"}:
+            raise ValueError(f"external: backends.{name}: expected {{\"exec\": CMD, \"cwd\": DIR (optional), "
+                             f"\"start_timeout\": SECONDS (optional)}}; got {entry!r}")
+        start = entry.get("start_timeout")
+        if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 < start < float("inf")):
+            raise ValueError(f"external: backends.{name}.start_timeout: expected a number of seconds > 0; got {start!r}")
         try:
             if not shlex.split(entry["exec"]):
                 raise ValueError("an empty command")
@@ -457,5 +468,5 @@ def load_backends_file(path: str) -> dict:
         cwd = (where.parent / entry.get("cwd", ".")).resolve()
         if not cwd.is_dir():
             raise ValueError(f"external: backends.{name}.cwd: expected a folder; got {str(cwd)!r}")
-        out[name] = "exec:" + json.dumps({"command": entry["exec"], "cwd": str(cwd)})
+        out[name] = "exec:" + json.dumps({"command": entry["exec"], "cwd": str(cwd), **({} if start is None else {"start_timeout": start})})
     return out

@@ -405,13 +405,15 @@ class BackendRef:
     name, or the reference); reference: 'module:object' or 'entry-point:NAME'; dtypes: its
     dtypes where known without constructing it (a built-in's), else None; imports: the packages
     its worker imports first (a built-in's requirements), so that the profile's import phase
-    holds them rather than its construction or first case."""
+    holds them rather than its construction or first case; start_timeout: the seconds its worker
+    may take to start and construct it (a backends file's "start_timeout"; None: the run's)."""
 
     label: str
     reference: str
     builtin: bool = False
     dtypes: Optional[tuple[str, ...]] = None
     imports: tuple[str, ...] = ()
+    start_timeout: Optional[float] = None
 
 
 def missing_requirements(name: str) -> list[str]:
@@ -550,7 +552,7 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
     for name, reference in (declared or {}).items():
         if name in BUILTIN:
             raise ValueError(f"external: backends.{name}: the name is taken by a built-in backend")
-        entry_points[name] = BackendRef(name, reference)
+        entry_points[name] = BackendRef(name, reference, start_timeout=external.start_timeout(reference))
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in BUILTIN:
             errors.append((ep.name, f"entry point {ep.name!r} ({ep.value}): the name is taken by a built-in backend"))

@@ -209,7 +209,8 @@ class Pool:
 
     A job is (job, request message, request arrays, reply limit in bytes); the first item is the
     caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job;
-    init_timeout: to start and construct its backend (None: timeout)."""
+    init_timeout: to start and construct its backend (None: timeout), unless its ref has a
+    start_timeout of its own."""
 
     def __init__(self, refs, *, jobs: int, timeout: float, init_timeout: float | None = None):
         self.states = [BackendState(ref) for ref in refs]
@@ -324,7 +325,8 @@ class Pool:
         self._report(Constructed(w.backend_index, message["name"], tuple(message["dtypes"])), go_on)
 
     def _send(self, w: Worker, message, arrays, limit) -> None:
-        w.send(message, arrays, self.init_timeout if message["op"] == "init" else self.timeout, limit)
+        start = self.states[w.backend_index].ref.start_timeout  # the backend's own, if it has one
+        w.send(message, arrays, (self.init_timeout if start is None else start) if message["op"] == "init" else self.timeout, limit)
         w.write()
         if w.outbox:
             self.sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))

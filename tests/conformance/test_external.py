@@ -1,6 +1,7 @@
 """External backends (conformance/external.py): the protocol, its faults, and the JavaScript
 reference workers (conformance/js/), each a program in another process speaking the frames."""
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -80,16 +81,16 @@ def test_a_faulty_worker_is_an_error_for_itself_only():
     spec's results are as alone, the others' errors say what happened."""
     spec = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
     alone = run_suite(spec, FEW, jobs=2)
-    # the silent worker waits out the start's timeout: 15 s, as a good worker's start took over 3 s
-    # once in CI at load; a case takes milliseconds
-    report = run_suite(spec + [exec_ref("dies"), exec_ref("silent"), exec_ref("garbage")], FEW, jobs=2, timeout=5.0,
-                       init_timeout=15.0)
+    # the run's start timeout is 15 s, as a good worker's start took over 3 s once in CI at load; the
+    # silent worker waits out its own, 2 s (a ref's start_timeout); a case takes milliseconds
+    silent = dataclasses.replace(exec_ref("silent"), start_timeout=2.0)
+    report = run_suite(spec + [exec_ref("dies"), silent, exec_ref("garbage")], FEW, jobs=2, timeout=5.0, init_timeout=15.0)
     assert [(r.case, r.dtype, r.status) for r in report.results if r.backend == "spec"] == \
            [(r.case, r.dtype, r.status) for r in alone.results]
     died = [r for r in report.results if r.backend == "py-dies"]
     assert died and died[0].status == "error" and "the worker exited with status 3 to the run request, mid-frame" in died[0].message
     errors = {e.backend: e.message for e in report.errors}
-    assert "timed out after 15 s while constructing the backend" in errors["exec:silent"]
+    assert "timed out after 2 s while constructing the backend" in errors["exec:silent"]
     assert "over the limits" in errors["exec:garbage"] and report.exit_code == 1
 
 
@@ -99,15 +100,21 @@ def test_exec_references_and_backends_files_are_checked_before_any_run(tmp_path)
     with pytest.raises(ValueError, match="cannot split the command"):
         discover(['exec:node "unclosed'])
     good = tmp_path / "backends.json"
-    good.write_text(json.dumps({"backends": {"mine": {"exec": f"{sys.executable} {WORKER} spec"}}}))
-    refs, _, _ = discover(["mine"], declared=E.load_backends_file(str(good)))
-    assert [r.label for r in refs] == ["mine"]
+    good.write_text(json.dumps({"backends": {"mine": {"exec": f"{sys.executable} {WORKER} spec"},
+                                             "slow": {"exec": f"{sys.executable} {WORKER} spec", "start_timeout": 300}}}))
+    refs, _, _ = discover(["mine", "slow"], declared=E.load_backends_file(str(good)))
+    assert [(r.label, r.start_timeout) for r in refs] == [("mine", None), ("slow", 300)]
+    assert [E.from_reference(r.reference).handshake_timeout for r in refs] == [E.HANDSHAKE_TIMEOUT, 300]
+    refs = refs[:1]
     report = run_suite(refs, FEW[:1], jobs=1)
     assert {r.status for r in report.results} == {"passed"}
     for text, field in [('{"backends": {}}', "external: expected"), ('[1]', "external: expected"),
                         ('{"backends": {"m": {"exec": 3}}}', "external: backends.m: expected"),
                         ('{"backends": {"m": {"exec": "x", "cwd": "nowhere"}}}', "external: backends.m.cwd: expected a folder"),
-                        ('{"backends": {"m": {"exec": ""}}}', "external: backends.m.exec: cannot split"), ("{", "is not JSON")]:
+                        ('{"backends": {"m": {"exec": ""}}}', "external: backends.m.exec: cannot split"), ("{", "is not JSON"),
+                        *[(f'{{"backends": {{"m": {{"exec": "x", "start_timeout": {bad}}}}}}}',
+                           "external: backends.m.start_timeout: expected a number of seconds > 0; got ")
+                          for bad in ("0", "-1", "true", '"5"', "1e999")]]:
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(ValueError, match=field.replace(".", r"\.")):

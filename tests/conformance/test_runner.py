@@ -1,6 +1,7 @@
 """The runner: what it reports for wrong outputs, and that no plug-in can change another's verdict
 or the run's, whatever it does in its worker process."""
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -271,18 +272,19 @@ def test_not_installed_is_a_note_and_broken_is_an_error(tmp_path, monkeypatch):
 def test_hung_stalled_oversending_and_odd_plugins_are_reported_and_the_run_goes_on(plugins, tmp_path, monkeypatch):
     monkeypatch.setenv("ODEATTN_TEST_LOCK", str(tmp_path / "lock"))
     refs = [BackendRef("spec", BUILTIN["spec"].reference, builtin=True)]
-    refs += [plugins(n) for n in ("HangsInInit", "StallsAfterOne", "Oversends", "GeneratorDtypes", "SupportsNothing",
-                                  "ColourfulError", "OneInstance")]
+    refs += [plugins(n) for n in ("StallsAfterOne", "Oversends", "GeneratorDtypes", "SupportsNothing", "ColourfulError",
+                                  "OneInstance")]
     # A case takes milliseconds and the short case timeout finds the stalled worker at once. A
-    # worker's start took over 3 s in CI at load (a good worker timed out there once), so the
-    # start's timeout, which HangsInInit waits out once, is 15 s.
+    # worker's start took over 3 s in CI at load (a good worker timed out there once), so the run's
+    # start timeout is 15 s, and HangsInInit's own 2 s (a ref's start_timeout): it waits out that.
+    refs.insert(1, dataclasses.replace(plugins("HangsInInit"), start_timeout=2.0))
     report = run_suite(refs, CASES[:12], jobs=2, timeout=2.0, init_timeout=15.0, taken=set(BUILTIN))
     by = {}
     for r in report.results:
         by.setdefault(r.backend, []).append(r)
     errors = {e.backend: e.message for e in report.errors}
     assert {r.status for r in by["spec"]} == {"passed"}
-    assert errors["HangsInInit"] == "the worker timed out after 15 s while constructing the backend"
+    assert errors["HangsInInit"] == "the worker timed out after 2 s while constructing the backend"
     assert by["stalls"][1].message == "the worker timed out after 2 s while running this case"
     assert by["oversends"][0].message.startswith("the worker announced a reply of 20000")  # 20 MB; its case fits in 1 MB
     for name, bad in (("stalls", 1), ("oversends", 0)):  # a fresh worker ran the rest
