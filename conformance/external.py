@@ -409,6 +409,8 @@ def from_reference(reference: str) -> Exec:
         raise ValueError("backend: expected a command after 'exec:'; got none")
     if command.startswith("{"):
         entry = json.loads(command)
+        if "start_timeout" in entry:
+            check_start_timeout(entry["start_timeout"], f"backend {reference}: start_timeout")
         return Exec(entry["command"], entry["cwd"], entry.get("start_timeout", HANDSHAKE_TIMEOUT))
     try:
         shlex.split(command)
@@ -437,11 +439,21 @@ def start_timeout(reference: str) -> float | None:
     return json.loads(command).get("start_timeout") if command.startswith("{") else None
 
 
+MAX_START_TIMEOUT = 86400.0  # a day; select() overflows on timeouts of about 1e10 s
+
+
+def check_start_timeout(value, field: str) -> None:
+    """A start_timeout must be a number of seconds in (0, MAX_START_TIMEOUT]; ValueError naming field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_START_TIMEOUT:
+        raise ValueError(f"{field}: expected a number of seconds > 0 and <= {MAX_START_TIMEOUT:g}; got {value!r}")
+
+
 def load_backends_file(path: str) -> dict:
     """name -> Exec reference from a backends file: JSON {"backends": {NAME: {"exec": CMD,
     "cwd": DIR?, "start_timeout": S?}}}, cwd relative to the file's folder (its folder by
-    default), start_timeout the seconds its worker may take to start (the run's --timeout by
-    default). ValueError naming the field otherwise."""
+    default), start_timeout the seconds its program may take to start and answer the hello (by
+    default HANDSHAKE_TIMEOUT for the hello, within the run's --timeout for the whole start), which
+    then bounds both. ValueError naming the field otherwise."""
     where = Path(path)
     try:
         data = json.loads(where.read_text())
@@ -454,12 +466,13 @@ def load_backends_file(path: str) -> dict:
         raise ValueError(f"external: expected {{\"backends\": {{NAME: {{\"exec\": CMD}}}}}} in {path!r}")
     out = {}
     for name, entry in entries.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("exec"), str) or set(entry) - {"exec", "cwd", "start_timeout"}:
+        fields = {"exec", "cwd", "start_timeout"}
+        if not isinstance(entry, dict) or not isinstance(entry.get("exec"), str) or set(entry) - fields:
             raise ValueError(f"external: backends.{name}: expected {{\"exec\": CMD, \"cwd\": DIR (optional), "
                              f"\"start_timeout\": SECONDS (optional)}}; got {entry!r}")
         start = entry.get("start_timeout")
-        if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 < start < float("inf")):
-            raise ValueError(f"external: backends.{name}.start_timeout: expected a number of seconds > 0; got {start!r}")
+        if "start_timeout" in entry:
+            check_start_timeout(start, f"external: backends.{name}.start_timeout")
         try:
             if not shlex.split(entry["exec"]):
                 raise ValueError("an empty command")
@@ -468,5 +481,6 @@ def load_backends_file(path: str) -> dict:
         cwd = (where.parent / entry.get("cwd", ".")).resolve()
         if not cwd.is_dir():
             raise ValueError(f"external: backends.{name}.cwd: expected a folder; got {str(cwd)!r}")
-        out[name] = "exec:" + json.dumps({"command": entry["exec"], "cwd": str(cwd), **({} if start is None else {"start_timeout": start})})
+        reference = {"command": entry["exec"], "cwd": str(cwd), **({} if start is None else {"start_timeout": start})}
+        out[name] = "exec:" + json.dumps(reference)
     return out

@@ -580,8 +580,8 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
         elif name in entry_points:
             refs.append(entry_points[name])
         elif name.startswith("exec:"):
-            external.from_reference(name)  # ValueError for an empty or unsplittable command
-            refs.append(BackendRef(name, name))
+            external.from_reference(name)  # ValueError for an empty or unsplittable command, or a bad start_timeout
+            refs.append(BackendRef(name, name, start_timeout=external.start_timeout(name)))
         elif ":" in name:
             why = probe_reference(name, timeout)
             if why:

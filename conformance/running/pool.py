@@ -325,8 +325,9 @@ class Pool:
         self._report(Constructed(w.backend_index, message["name"], tuple(message["dtypes"])), go_on)
 
     def _send(self, w: Worker, message, arrays, limit) -> None:
-        start = self.states[w.backend_index].ref.start_timeout  # the backend's own, if it has one
-        w.send(message, arrays, (self.init_timeout if start is None else start) if message["op"] == "init" else self.timeout, limit)
+        start = self.states[w.backend_index].ref.start_timeout
+        init = self.init_timeout if start is None else start
+        w.send(message, arrays, init if message["op"] == "init" else self.timeout, limit)
         w.write()
         if w.outbox:
             self.sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))

@@ -250,7 +250,8 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
 
     The report's profile holds, per backend, the phases and counters of conformance.running.profile,
     and each result's profile its own share. timeout: the seconds a worker may take to run one
-    case; init_timeout: to start and construct its backend (None: timeout)."""
+    case; init_timeout: to start and construct its backend (None: timeout), unless its ref has a
+    start_timeout of its own."""
     from .pool import BackendFailed, Constructed, Pool, Result, WorkerStarted, core_count
 
     run = _Run(refs, cases, compile_patterns("xfail", xfail), None if dtypes is None else check_dtypes(dtypes),

@@ -99,6 +99,8 @@ def test_exec_references_and_backends_files_are_checked_before_any_run(tmp_path)
         discover(["exec:  "])
     with pytest.raises(ValueError, match="cannot split the command"):
         discover(['exec:node "unclosed'])
+    with pytest.raises(ValueError, match="start_timeout: expected a number of seconds > 0 and <= 86400; got -1$"):
+        discover(['exec:{"command": "x", "cwd": ".", "start_timeout": -1}'])  # the backends file's form, given directly
     good = tmp_path / "backends.json"
     good.write_text(json.dumps({"backends": {"mine": {"exec": f"{sys.executable} {WORKER} spec"},
                                              "slow": {"exec": f"{sys.executable} {WORKER} spec", "start_timeout": 300}}}))
@@ -112,9 +114,9 @@ def test_exec_references_and_backends_files_are_checked_before_any_run(tmp_path)
                         ('{"backends": {"m": {"exec": 3}}}', "external: backends.m: expected"),
                         ('{"backends": {"m": {"exec": "x", "cwd": "nowhere"}}}', "external: backends.m.cwd: expected a folder"),
                         ('{"backends": {"m": {"exec": ""}}}', "external: backends.m.exec: cannot split"), ("{", "is not JSON"),
-                        *[(f'{{"backends": {{"m": {{"exec": "x", "start_timeout": {bad}}}}}}}',
-                           "external: backends.m.start_timeout: expected a number of seconds > 0; got ")
-                          for bad in ("0", "-1", "true", '"5"', "1e999")]]:
+                        *[(f'{{"backends": {{"m": {{"exec": "x", "start_timeout": {value}}}}}}}',
+                           "external: backends.m.start_timeout: expected a number of seconds > 0 and <= 86400; got ")
+                          for value in ("0", "-1", "true", '"5"', "null", "NaN", "1e999", "1e10")]]:
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(ValueError, match=field.replace(".", r"\.")):
