@@ -199,10 +199,14 @@ def jax_cache_dir() -> str:
 
 
 def jax_with_cache():
-    """jax, its persistent compilation cache in jax_cache_dir() and every program kept in it."""
+    """jax, its persistent compilation cache in jax_cache_dir() and every program kept in it. A
+    folder this process's JAX has already (an earlier call's, or the user's own) is kept: JAX opens
+    the folder at its first compilation and keeps writing there, while a folder named later only
+    enters every later program's cache key (never found again once that folder is gone)."""
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", jax_cache_dir())
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return jax
 
