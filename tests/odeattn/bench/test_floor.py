@@ -26,10 +26,8 @@ pytestmark = pytest.mark.xdist_group("odeattn/bench/test_floor")
 
 
 @pytest.fixture(scope="session")
-def floor(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-        adapter = FloorJax()
+def floor():
+    adapter = FloorJax()
     profile.watch_jax()
     return adapter
 
