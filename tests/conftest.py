@@ -16,26 +16,26 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ODEATTN_WORKER_THREADS"):
         os.environ.setdefault(_name, "1")
 
-# The main job's workers compile JAX with these XLA options, XLA's classic CPU fusion emitters in
-# one codegen part: 40% less compile CPU; the outputs they change, by a few roundings, are checked
-# under XLA's defaults too (docs/development.md#running-the-tests, tests/conformance/test_xla_defaults.py).
-MAIN_JOB_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+# Every JAX program of the suite (in the test processes and in every process they start: the main
+# job's workers, the subprocesses) compiles with XLA's classic CPU fusion emitters in one codegen
+# part: 40% less compile CPU. The outputs they change, by a few roundings, are checked under XLA's
+# defaults too (tests/conformance/test_xla_defaults.py, docs/development.md#running-the-tests);
+# `--xla-defaults` runs the whole suite under XLA's defaults.
+SUITE_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
-@contextlib.contextmanager
-def xla_flags_for_workers(flags):
-    """XLA_FLAGS with `flags` added (a user's own flags kept), for the worker processes started
-    meanwhile; this process's JAX has read its options already or reads them later, as given."""
-    given = os.environ.get("XLA_FLAGS")
-    names = {f.split("=")[0] for f in (given or "").split()}
-    os.environ["XLA_FLAGS"] = " ".join((given or "").split() + [f for f in flags if f.split("=")[0] not in names])
-    try:
-        yield
-    finally:
-        if given is None:
-            del os.environ["XLA_FLAGS"]
-        else:
-            os.environ["XLA_FLAGS"] = given
+def pytest_addoption(parser):
+    parser.addoption("--xla-defaults", action="store_true",
+                     help="compile JAX under XLA's defaults (XLA_FLAGS as given), not with the suite's cheaper options")
+
+
+def pytest_configure(config):
+    """XLA_FLAGS with SUITE_XLA_FLAGS added, a user's own flags kept (an option they name stays as
+    they gave it): set before any test imports JAX, which reads it when its CPU backend starts."""
+    if not config.getoption("xla_defaults"):
+        given = os.environ.get("XLA_FLAGS", "").split()
+        names = {f.split("=")[0] for f in given}
+        os.environ["XLA_FLAGS"] = " ".join(given + [f for f in SUITE_XLA_FLAGS if f.split("=")[0] not in names])
 
 
 # Hypothesis' example counts, by profile: `ci` (the default, what `python -m pytest -q` runs) draws
@@ -95,7 +95,7 @@ def pytest_collection_modifyitems(items):
 def main_job(tmp_path_factory):
     """part -> (exit status, what it printed, its --json report): that part of the main job, run
     once per test process, one worker process at a time (the test processes are the parallelism),
-    float64 also within 1e-12 relative (the ports' float64 bar), JAX under MAIN_JOB_XLA_FLAGS."""
+    float64 also within 1e-12 relative (the ports' float64 bar), JAX under SUITE_XLA_FLAGS."""
     from odeattn.cli import main
 
     @functools.cache
@@ -105,8 +105,7 @@ def main_job(tmp_path_factory):
         argv = ["conformance", "-j", "1", "--float64-bound", "1e-12", "--json", str(path)]
         argv += [a for b in backends for a in ("--backend", b)] + [a for d in dtypes for a in ("--dtype", d)]
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            with xla_flags_for_workers(MAIN_JOB_XLA_FLAGS):
-                code = main(argv)
+            code = main(argv)
         return code, out.getvalue(), json.loads(path.read_text())
 
     run.parts = MAIN_JOB

@@ -1,9 +1,11 @@
-"""The main job's JAX parts in the suite compile with tests/conftest.py's MAIN_JOB_XLA_FLAGS, which
-take less CPU. Measured with jaxlib 0.10.2 over every golden case in the three dtypes, those options
-change some bits of 18 cases' outputs and none of the others'; those 18 pass under XLA's defaults
-here: `odeattn conformance` in a process of its own with XLA_FLAGS empty, as a user runs it. So
-the suite's verdicts are the ones the defaults give. (After a jaxlib upgrade the list is measured
-again: every case's outputs under both sets of options, compared bit for bit.)"""
+"""The suite's JAX programs compile with tests/conftest.py's SUITE_XLA_FLAGS, which take less CPU.
+Measured with jaxlib 0.10.2 over every golden case in the three dtypes, those options change some
+bits of 18 cases' outputs and none of the others'; those 18 pass under XLA's defaults here:
+`odeattn conformance` in a process of its own with XLA_FLAGS empty, as a user runs it. So the main
+job's verdicts are the ones the defaults give. (After a jaxlib upgrade the list is measured again:
+every case's outputs under both sets of options, compared bit for bit.) The suite's other JAX
+tests compare a port with itself or hold a bound of many roundings; `pytest --xla-defaults` runs
+them all under XLA's defaults."""
 
 import json
 import os
@@ -28,7 +30,7 @@ CHANGED = ["block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6", "block_dynamic_tanh
            "grad_rms_norm_ralston_encoder_bitnet_pad_s2_rope_b1t4h1d6"]
 
 
-def test_the_cases_the_main_job_s_xla_options_change_pass_under_xla_s_defaults(tmp_path):
+def test_the_cases_the_suite_s_xla_options_change_pass_under_xla_s_defaults(tmp_path):
     path = tmp_path / "report.json"
     argv = [sys.executable, "-m", "odeattn", "conformance", "--backend", "jax", "--dtype", "float32", "--dtype", "float64",
             "--float64-bound", "1e-12", "-j", "1", "-k", f"^({'|'.join(CHANGED)})$", "--json", str(path)]
