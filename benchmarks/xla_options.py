@@ -46,7 +46,9 @@ def save_outputs(dtype: str, path: str) -> None:
             continue
         params = {k: cast(v, dtype) for k, v in case.params.items()}
         _, outputs = attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, **case.inputs(dtype))
-        saved.update({f"{case.name}|{q}": np.asarray(v) for q, v in outputs.items()})
+        # a half output widened to float32, exactly (np.savez keeps ml_dtypes' types as raw bytes)
+        saved.update({f"{case.name}|{q}": np.asarray(v).astype(np.float32) if dtype in HALF_DTYPES else np.asarray(v)
+                      for q, v in outputs.items()})
     np.savez(path, **saved)
 
 
@@ -59,10 +61,10 @@ def _run(flags: str, dtype: str, path: str) -> None:
 def changed(a, b) -> tuple[list, int, float]:
     """(the cases with an output whose bits differ, the count of such outputs, the largest
     difference relative to the output's largest entry)."""
-    assert a.files == b.files
+    assert a.files == b.files, "the two runs computed different outputs"
     differ = [k for k in a.files if a[k].dtype != b[k].dtype or a[k].tobytes() != b[k].tobytes()]
-    rel = [float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max() / np.abs(b[k].astype(np.float64)).max())
-           for k in differ]
+    rel = [float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max()
+                 / max(np.abs(b[k].astype(np.float64)).max(), np.finfo(np.float64).tiny)) for k in differ]
     return sorted({k.split("|")[0] for k in differ}), len(differ), max(rel, default=0.0)
 
 

@@ -18,9 +18,9 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 # Every JAX program of the suite (in the test processes and in every process they start: the main
 # job's workers, the subprocesses) compiles with XLA's classic CPU fusion emitters in one codegen
-# part: 40% less compile CPU. The outputs they change, by a few roundings, are checked under XLA's
-# defaults too (tests/conformance/test_xla_defaults.py, docs/development.md#running-the-tests);
-# `--xla-defaults` runs the whole suite under XLA's defaults.
+# part: 40% less compile CPU. The golden cases' outputs they change, by a few roundings, are checked
+# under XLA's defaults too (tests/conformance/test_xla_defaults.py, docs/development.md#running-the-tests);
+# `--xla-defaults` runs the whole suite with XLA_FLAGS as given.
 SUITE_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
@@ -31,7 +31,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     """XLA_FLAGS with SUITE_XLA_FLAGS added, a user's own flags kept (an option they name stays as
-    they gave it): set before any test imports JAX, which reads it when its CPU backend starts."""
+    they gave it): set before any test runs JAX, which reads it when its CPU backend starts."""
     if not config.getoption("xla_defaults"):
         given = os.environ.get("XLA_FLAGS", "").split()
         names = {f.split("=")[0] for f in given}

@@ -5,8 +5,7 @@ measures it, every case in the three dtypes compared bit for bit; XLA compiles f
 so the list is measured again after a jaxlib upgrade or on another CPU). Those cases pass under
 XLA's defaults here: `odeattn conformance` in a process of its own with XLA_FLAGS empty, as a user
 runs it. So the main job's verdicts are the ones the defaults give. The suite's other JAX tests
-compare a port with itself or hold a bound of many roundings; `pytest --xla-defaults` runs them
-all under XLA's defaults."""
+run under the suite's options; `pytest --xla-defaults` runs them with XLA_FLAGS as given."""
 
 import json
 import os
