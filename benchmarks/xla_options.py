@@ -35,17 +35,18 @@ def save_outputs(dtype: str, path: str) -> None:
     """Every golden case's outputs on the JAX adapter in dtype, as run_case computes them: npz
     entries 'case|quantity' (a case the dtype skips or marks untestable has none)."""
     from odeattn.conformance.adapters import BUILTIN, make_adapter
-    from odeattn.conformance.cases.half import HALF_DTYPES, cast
+    from odeattn.conformance.cases.half import HALF_DTYPES
     from odeattn.conformance.golden import load_cases
-    from odeattn.conformance.running.worker import attempt
+    from odeattn.conformance.running.runner import attempt_case
 
     backend = make_adapter(BUILTIN["jax"].reference)
     saved = {}
     for case in load_cases():
         if dtype in HALF_DTYPES and case.untestable(dtype):
             continue
-        params = {k: cast(v, dtype) for k, v in case.params.items()}
-        _, outputs = attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, **case.inputs(dtype))
+        reply, outputs = attempt_case(backend, case, dtype)
+        if reply["status"] == "error":
+            raise RuntimeError(f"{case.name} in {dtype}: {reply['message']}")
         # a half output widened to float32, exactly (np.savez keeps ml_dtypes' types as raw bytes)
         saved.update({f"{case.name}|{q}": np.asarray(v).astype(np.float32) if dtype in HALF_DTYPES else np.asarray(v)
                       for q, v in outputs.items()})

@@ -15,7 +15,6 @@ every example calls it directly, so a draw costs no process start or transfer.
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -28,10 +27,10 @@ from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case
 from .draw import KINDS, Draw, build, draws, reject
-from ..cases.half import NO_POLICY, cast
+from ..cases.half import NO_POLICY
 from .localise import localise
-from ..running.runner import CaseResult, judge, untestable
-from ..running.worker import attempt, unsupported
+from ..running.runner import CaseResult, attempt_case, judge, untestable
+from ..running.worker import unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
@@ -97,11 +96,7 @@ def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
     if untestable(result, case) is not None:
         return result, outputs
     start = time.perf_counter()
-    try:
-        params = {k: cast(v, dtype) for k, v in case.params.items()}
-        reply, raw = attempt(adapter, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, **case.inputs(dtype))
-    except Exception as err:  # a backend's crash is its result, reported, not raised
-        reply, raw = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
+    reply, raw = attempt_case(adapter, case, dtype)
     judge(result, case, reply, raw)
     if result.status in ("passed", "failed"):
         outputs = case.split_outputs(raw)

@@ -146,20 +146,25 @@ def judge(result: CaseResult, case: Case, reply: dict, outputs: dict, float64_bo
     return result
 
 
-def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResult:
-    """Run one case on one backend object in this process (no isolation)."""
+def attempt_case(backend, case: Case, dtype: str) -> tuple[dict, dict]:
+    """(reply, outputs) of one case on one backend object in this process, its inputs cast to
+    dtype (worker.attempt's); the backend's exception is an error reply, reported, not raised."""
     import traceback
 
+    try:
+        params = {k: cast(v, dtype) for k, v in case.params.items()}
+        return attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype, **case.inputs(dtype))
+    except Exception as err:  # a backend's crash is its result
+        return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
+
+
+def run_case(backend, case: Case, dtype: str, *, float64_bound=None) -> CaseResult:
+    """Run one case on one backend object in this process (no isolation)."""
     start = time.perf_counter()
     result = CaseResult(backend.name, dtype, case.name, "passed")
     if untestable(result, case) is not None:
         return result
-    try:
-        params = {k: cast(v, dtype) for k, v in case.params.items()}
-        reply, outputs = attempt(backend, case.config, params, cast(case.x, dtype), case.padding_mask, dtype,
-                                 **case.inputs(dtype))
-    except Exception as err:  # a backend's crash is its result, reported, not raised
-        reply, outputs = {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}, {}
+    reply, outputs = attempt_case(backend, case, dtype)
     judge(result, case, reply, outputs, float64_bound)
     result.seconds = time.perf_counter() - start
     return result
