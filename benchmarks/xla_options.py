@@ -4,7 +4,7 @@ change, bit for bit, against XLA's defaults: tests/conformance/test_xla_defaults
 XLA compiles for the host CPU, so the list holds for the CPU it was measured on (the project's
 CI machine) and is measured again after a jaxlib upgrade or on another CPU:
 
-    python benchmarks/xla_options.py        # prints CHANGED; about 6 min on 2 cores
+    python benchmarks/xla_options.py        # prints CHANGED; about 5 min on 2 cores
 
 Each dtype's outputs are computed under each set of options in a process of its own (XLA reads
 XLA_FLAGS once), with an empty JAX cache, two processes at a time."""

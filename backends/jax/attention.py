@@ -21,10 +21,12 @@ from jax import lax
 
 from ode_ref import attention as spec
 from ode_ref.attention import masked_fill_min, softmax
+from ode_ref.tableaus import TABLEAUS
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
 from .positions import bam_bias, hope_tables, rope_cos_sin, ssmax_factor
+from .rk import integrate
 
 
 # attn computes the scores a tile of heads at a time once they pass this many bytes: a tile is
@@ -132,6 +134,27 @@ class SelfAttention(spec.SelfAttention):
 
     def mark_slot(self, padding_mask, index):
         return self.write_slot(padding_mask, jnp.ones((padding_mask.shape[0], 1), dtype=bool), index)
+
+    def integrate(self, prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True) -> list:
+        """The spec's; a prefill's (a cache hook with no past) is a scan over the evaluations
+        (rk.integrate) whose outputs are each evaluation's K and V, so its program holds one
+        evaluation of f, not steps x stages of them: written out, a prefill compiled 3 to 4 times as
+        long as the block. A decode step keeps them written out, each evaluation writing its own
+        slot array: a scan would take the slots stacked, and stacking and splitting the whole cache
+        every token made the step 3x as slow at a context of 2048 (odeattn bench --decode)."""
+        if kv is None or kv.past is not None or checkpoint is not None:
+            return super().integrate(prepared, x, kv, checkpoint=checkpoint, trajectory=trajectory)
+        cfg = self.config
+
+        def f(t, z):
+            new = []
+            z = self.evaluate(prepared, t, z, lambda k, v: new.append((k, v)) or (k, v))
+            return z, new[0]
+
+        states, (k, v) = integrate(f, x, TABLEAUS[cfg.ode_solver], cfg.ode_steps, self.solution_gate(prepared),
+                                   trajectory=trajectory)
+        kv.k, kv.v = (list(a.reshape(-1, *a.shape[2:])) for a in (k, v))  # evaluation order: step-major
+        return states
 
     # ---- every evaluation of f: the non-finite keys and the tiled attention -------------------
     def hide_nonfinite(self, k, v, mask):

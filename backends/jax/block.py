@@ -20,8 +20,9 @@ CPU contracts other multiply-adds into fused multiply-adds (tests/backends/jax/t
 
 prefill and decode_step check their inputs in Python, then call one jitted function each: the
 cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
-decode step compiles once for every position. Their steps are unrolled (steps x stages
-evaluations of one token), each evaluation reading its own cache slot.
+decode step compiles once for every position. The prefill runs its evaluations as the block
+does, a scan over steps and stages (SelfAttention.integrate); the decode step writes them out
+(steps x stages evaluations of one token), each reading and writing its own cache slot.
 
 The slot index is checked where it is still a Python value: decode_step refuses a traced cache
 (it runs outside jit), and runs the spec's check_decode_input on the concrete one: a JAX cache

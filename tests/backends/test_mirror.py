@@ -33,6 +33,7 @@ OVERRIDES = {
     ("jax", "bam_bias"): _DTYPE, ("jax", "ssmax_factor"): _DTYPE,
     **{("jax", stage): "functional updates at a slot index that may be traced (lax.dynamic_slice)"
        for stage in ("pad_slots", "write_slot", "read_slot", "mark_slot")},
+    ("jax", "integrate"): "with a cache hook, a lax.scan over the evaluations (rk.integrate): one evaluation of f in the program",
     ("jax", "hide_nonfinite"): "the poisoned queries as a product of the mask with the bad keys: no (seq_q, seq_k, heads) array",
     ("jax", "attn"): "the scores a tile of heads at a time (tiled, SCORE_TILE_BYTES)",
     ("jax", "positions", "rope_cos_sin"): _FLOAT64 + "; needs the static bound",

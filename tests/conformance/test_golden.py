@@ -70,6 +70,7 @@ def test_manifest_describes_every_case_and_nothing_twice():
         assert sorted(e["e32"]) == sorted(want) and e["name"].startswith("grad_" if vjp else "decode_" if decoded else "block_")
 
 
+@pytest.mark.xdist_group("golden-regenerated")
 def test_loaded_cases_equal_the_built_ones(regenerated):
     """Written and read back on one machine, a case is unchanged, bit for bit."""
     for built, loaded in zip(build_all(), golden.load_cases(regenerated), strict=True):

@@ -332,6 +332,15 @@ def test_decode_step_compiles_once_for_every_position():
     assert relative_error(got, want) <= 1e-5
 
 
+@pytest.mark.parametrize("solver", ["euler", "rk2_gated", "rk4"])
+def test_the_prefill_holds_one_evaluation_whatever_the_steps_and_stages(count_primitive, solver):
+    """Its program holds f once (2 BitLinear activation roundings; the two weights' outside the
+    loop): its evaluations are a scan whose outputs are each evaluation's K and V."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_steps=3, use_bitnet=True, ode_solver=solver)
+    jaxpr = jax.make_jaxpr(lambda p, x: J.prefill(p, x, cfg, max_len=4))(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32))
+    assert count_primitive(jaxpr.jaxpr, "round", skip_scan=True) == 2 and count_primitive(jaxpr.jaxpr, "round") == 4
+
+
 def test_decode_step_refuses_a_traced_cache():
     params = R.init_params(DECODE_CFG)
     _, cache = J.prefill(params, np.zeros((1, 2, 12), np.float32), DECODE_CFG, max_len=4)

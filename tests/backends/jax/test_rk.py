@@ -8,7 +8,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import ode_ref as R  # noqa: E402
 from ode_ref.tableaus import RK3_KUTTA, RK3_RELEASED  # noqa: E402
-from odeattn.backends.jax.rk import rk_step  # noqa: E402
+from odeattn.backends.jax.rk import integrate, rk_step  # noqa: E402
 
 TABLEAU = {**R.TABLEAUS, "rk3": RK3_KUTTA, "rk3_released": RK3_RELEASED}
 T0, H = 0.25, 0.125
@@ -62,3 +62,20 @@ def test_one_evaluation_of_f_whatever_the_stages(count_primitive):
     for solver in ("euler", "rk4", "rk38"):
         jaxpr = jax.make_jaxpr(lambda y: rk_step(lambda t, z: jnp.sin(z) * t, 0.0, 0.5, y, R.TABLEAUS[solver]))(jnp.ones(3))
         assert count_primitive(jaxpr.jaxpr, "sin") == 1
+
+
+@pytest.mark.parametrize("solver", ["rk4", "rk2_gated"])
+def test_integrate_scans_the_specs_steps_and_stacks_each_evaluation_s_output(solver):
+    """integrate's states are the spec's integrate (traced alike), bit for bit; each evaluation's
+    output comes back in (steps, stages) layout, here its time."""
+    tableau, steps = TABLEAU[solver], 3
+    y0 = np.random.default_rng(1).normal(size=(2, 3)).astype("float32")
+    seen = []
+    spec = jax.jit(lambda y: R.integrate(lambda t, z: seen.append(t) or f(t, z), y, tableau, steps, gate_of(tableau)))(y0)
+    states, times = jax.jit(lambda y: integrate(lambda t, z: (f(t, z), t), y, tableau, steps, gate_of(tableau)))(y0)
+    for got, want in zip(states, spec, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # each time in float32 (x64 off): k / steps, c_i h and their sum each rounded once, each rounding
+    # at most half an ulp of a number <= 1 (2^-25, 2^-25, 2^-24): within 2^-23 of the spec's Python float
+    want = np.asarray([float(t) for t in seen]).reshape(steps, tableau.num_stages)
+    np.testing.assert_allclose(np.asarray(times, np.float64), want, rtol=0, atol=2.0**-23)
