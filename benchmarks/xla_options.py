@@ -83,8 +83,9 @@ def main() -> None:
             run.result()
         print("CHANGED = {")
         for d in DTYPES:
-            cases, outputs, rel = changed(np.load(paths["suite", d]), np.load(paths["defaults", d]))
-            total = len(np.load(paths["suite", d]).files)
+            suite = np.load(paths["suite", d])
+            cases, outputs, rel = changed(suite, np.load(paths["defaults", d]))
+            total = len(suite.files)
             print(f"    {d!r}: {cases!r},  # {len(cases)} cases, {outputs} of {total} outputs, at most {rel:.1e} relative")
         print("}")
 
