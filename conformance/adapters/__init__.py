@@ -410,7 +410,8 @@ class BackendRef:
     dtypes where known without constructing it (a built-in's), else None; imports: the packages
     its worker imports first (a built-in's requirements), so that the profile's import phase
     holds them rather than its construction or first case; start_timeout: the seconds its worker
-    may take to start and construct it (a backends file's "start_timeout"; None: the run's)."""
+    may take to start and construct it (a backends file's "start_timeout"; None: the run's);
+    shares_process: its worker may go on to run another that shares (one leaving nothing behind, as a mutant)."""
 
     label: str
     reference: str
@@ -418,6 +419,7 @@ class BackendRef:
     dtypes: Optional[tuple[str, ...]] = None
     imports: tuple[str, ...] = ()
     start_timeout: Optional[float] = None
+    shares_process: bool = False
 
 
 def missing_requirements(name: str) -> list[str]:

@@ -462,7 +462,8 @@ def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     from ..running.runner import run_suite
 
     cases = [c for c in cases if c.kind != "grad"]
-    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes) for m in MUTANTS]
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes, shares_process=True)
+            for m in MUTANTS]
     report = run_suite(refs, cases, jobs=jobs, progress=progress, first_failure=HALF_DTYPES, gate="float64")
     return [_row(m, [r for r in report.results if r.backend == f"mutant:{m.name}"],
                  [e.message for e in report.errors if e.backend == f"mutant:{m.name}"], len(cases)) for m in MUTANTS]

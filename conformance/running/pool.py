@@ -3,6 +3,8 @@
 Scheduling: backends start in order, one worker each, while slots are free; a slot freed when a
 backend's queue runs dry goes to the next backend, then to a second (third, ...) worker for the
 backend with the most cases left, so a slow backend (JAX compiling) ends up with every core.
+A backend that shares its process (BackendRef.shares_process) hands its worker, once its queue
+is dry, to the next such backend waiting, which so skips a worker's start-up.
 A worker that dies (os._exit, a signal), outlives the per-case timeout, or announces a reply
 larger than its case can produce is killed; its case is an error, and a fresh worker takes the
 rest of that backend's queue. Reads and writes never block the run: both pipes go through one
@@ -95,9 +97,9 @@ class Worker:
         self.timeout = 0.0  # the seconds its request may take
         self.spawned = time.perf_counter()
 
-    def send(self, message: dict, arrays: dict | None, timeout: float, limit: int) -> None:
-        """Queue a request; the selector writes it as the pipe takes it."""
-        self.outbox = memoryview(encode(message, arrays))
+    def send(self, frame: bytes, timeout: float, limit: int) -> None:
+        """Queue a request (an encoded frame); the selector writes it as the pipe takes it."""
+        self.outbox = memoryview(frame)
         self.started = time.perf_counter()
         self.timeout = timeout
         self.deadline = self.started + timeout
@@ -207,8 +209,8 @@ class BackendFailed:
 class Pool:
     """Drive every backend's jobs through worker processes, reporting as events (events()).
 
-    A job is (job, request message, request arrays, reply limit in bytes); the first item is the
-    caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job;
+    A job is (job, request frame (frames.encode's bytes), reply limit in bytes); the first item is
+    the caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job;
     init_timeout: to start and construct its backend (None: timeout), unless its ref has a
     start_timeout of its own."""
 
@@ -324,10 +326,8 @@ class Pool:
         st.initialised = True
         self._report(Constructed(w.backend_index, message["name"], tuple(message["dtypes"])), go_on)
 
-    def _send(self, w: Worker, message, arrays, limit) -> None:
-        start = self.states[w.backend_index].ref.start_timeout
-        init = self.init_timeout if start is None else start
-        w.send(message, arrays, init if message["op"] == "init" else self.timeout, limit)
+    def _send(self, w: Worker, frame: bytes, timeout: float, limit: int) -> None:
+        w.send(frame, timeout, limit)
         w.write()
         if w.outbox:
             self.sel.register(w.to_child, selectors.EVENT_WRITE, (w, "w"))
@@ -337,10 +337,14 @@ class Pool:
         self.states[index].workers += 1
         self.workers.append(w)
         self.sel.register(w.from_child, selectors.EVENT_READ, (w, "r"))
+        self._init(w)
+
+    def _init(self, w: Worker) -> None:
+        """Ask w to construct its backend."""
         w.job = ("init",)
-        ref = self.states[index].ref
-        self._send(w, {"op": "init", "reference": ref.reference, "sys_path": sys.path, "imports": list(ref.imports)},
-                   None, INIT_REPLY_LIMIT)
+        ref = self.states[w.backend_index].ref
+        init = {"op": "init", "reference": ref.reference, "sys_path": sys.path, "imports": list(ref.imports)}
+        self._send(w, encode(init), self.init_timeout if ref.start_timeout is None else ref.start_timeout, INIT_REPLY_LIMIT)
 
     def _retire(self, w: Worker, *, kill: bool = False) -> None:
         for fd in (w.from_child, w.to_child):
@@ -365,11 +369,27 @@ class Pool:
             return
         st = self.states[w.backend_index]
         if st.queue and not st.failed and not self.stopped:
-            job, message, arrays, limit = st.queue.popleft()
+            job, frame, limit = st.queue.popleft()
             w.job = job
-            self._send(w, message, arrays, limit)
-        else:
+            self._send(w, frame, self.timeout, limit)
+        elif self.stopped or not self._hand_over(w):
             self._retire(w)
+
+    def _hand_over(self, w: Worker) -> bool:
+        """w's backend has no job left for it: if that backend shares its process (BackendRef's
+        shares_process), w constructs the next pending backend that does too, which so skips a
+        worker's start-up. False if there is none."""
+        if not self.states[w.backend_index].ref.shares_process:
+            return False
+        nxt = next((i for i in self.pending if self.states[i].ref.shares_process), None)
+        if nxt is None:
+            return False
+        self.pending.remove(nxt)
+        self.states[w.backend_index].workers -= 1
+        self.states[nxt].workers += 1
+        w.backend_index, w.spawned = nxt, time.perf_counter()
+        self._init(w)
+        return True
 
     def _fill(self) -> None:
         while len(self.workers) < self.jobs and not self.stopped:

@@ -25,6 +25,7 @@ import numpy as np
 from ..cases import Case, at_steps
 from ..cases.half import HALF_DTYPES, cast, check_dtypes
 from ..cases.tolerance import half_tolerance, relative_error, tolerance
+from .frames import encode
 from .worker import attempt
 
 STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "untestable")  # untestable: not run (case.untestable)
@@ -210,15 +211,16 @@ def apply_xfail(result: CaseResult, patterns) -> CaseResult:
     return result
 
 
-def _request(case: Case, dtype: str) -> tuple[dict, dict]:
+def _request(case: Case, dtype: str) -> bytes:
+    """The run request for a case in a dtype, encoded (frames.encode): the same for every backend."""
     arrays = {"x": cast(case.x, dtype), **{f"param/{k}": cast(v, dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
     inputs = case.inputs(dtype)
     if inputs["z1_bar"] is not None:
         arrays["z1_bar"] = inputs["z1_bar"]
-    return {"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": inputs["decoded"],
-            "vjp": inputs["z1_bar"] is not None, "encoder": inputs["encoder"]}, arrays
+    return encode({"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "decoded": inputs["decoded"],
+                   "vjp": inputs["z1_bar"] is not None, "encoder": inputs["encoder"]}, arrays)
 
 
 def reply_limit(case: Case) -> int:
@@ -294,6 +296,7 @@ class _Run:
         self.done = {i: 0 for i in range(len(refs))}
         self.began = time.perf_counter()
         self.spawned = {}  # backend index -> when its first worker was spawned
+        self.requests = {}  # (id of a case of self.cases, dtype) -> its request frame, encoded once for every backend
         self.stopped = False
 
     def chosen(self, declared) -> list:
@@ -323,7 +326,7 @@ class _Run:
         pool.give(i, self.jobs(i, dtypes))
 
     def jobs(self, i, dtypes) -> list:
-        """Backend i's jobs: ((dtype, the case it is judged against), request, arrays, reply limit);
+        """Backend i's jobs: ((dtype, the case it is judged against), request frame, reply limit);
         the cases untestable in a dtype are recorded, not run."""
         from ..adapters import reference_steps
 
@@ -336,7 +339,9 @@ class _Run:
                 if skipped is not None:
                     self.record(None, i, skipped)  # reported, not run
                 else:
-                    out.append(((d, judged[c.name]), *_request(c, d), reply_limit(judged[c.name])))
+                    if (id(c), d) not in self.requests:
+                        self.requests[id(c), d] = _request(c, d)
+                    out.append(((d, judged[c.name]), self.requests[id(c), d], reply_limit(judged[c.name])))
         return out
 
     def worker_started(self, i, timings, seconds) -> None:

@@ -1,4 +1,6 @@
-"""The worker process that runs one backend, so nothing it does reaches another backend's verdict.
+"""The worker process that runs one backend, so nothing it does reaches another backend's verdict
+(a backend that shares its process, BackendRef.shares_process, may be followed by another: a
+second init replaces it).
 
 The run (conformance.running.pool) starts `python -m conformance.running.worker IN OUT` with two pipe file
 descriptors. Messages are frames (frames.py): a JSON object and a safetensors payload of arrays.

@@ -152,6 +152,18 @@ class BlockOnly(Spec32):
     name = "block-only"
     run_trajectory = run_func = None
     def supports(self, config, dtype): return "no BitLinear here" if config.use_bitnet else None
+
+CONSTRUCTED = []
+
+class Counted(Spec32):
+    """Named 'class-K', K the backends this process constructed before it: a second in one worker shows."""
+    def __init__(self):
+        self.name = f"{type(self).__name__.lower()}-{len(CONSTRUCTED)}"
+        CONSTRUCTED.append(self.name)
+
+class ShareA(Counted): pass
+class Alone(Counted): pass
+class ShareB(Counted): pass
 '''
 
 
@@ -161,6 +173,18 @@ def plugins(tmp_path, monkeypatch):
     (tmp_path / "odeattn_exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the workers get this process's sys.path
     return lambda name: BackendRef(name, f"odeattn_test_plugins:{name}")
+
+
+@pytest.mark.parametrize("shares", [True, False])
+def test_backends_sharing_their_process_run_one_after_another_in_one_worker(plugins, shares):
+    """One job: the first sharing backend's worker goes on to the next sharing one (which counts a
+    construction before its own), skipping the one between them, which does not share and gets a
+    process of its own; without sharing, each has a process of its own. Every case runs on each."""
+    refs = [dataclasses.replace(plugins("ShareA"), shares_process=shares), plugins("Alone"),
+            dataclasses.replace(plugins("ShareB"), shares_process=shares)]
+    report = run_suite(refs, SOME, jobs=1)
+    assert {r.backend for r in report.results} == ({"sharea-0", "shareb-1", "alone-0"} if shares else {"sharea-0", "alone-0", "shareb-0"})
+    assert not report.errors and len(report.results) == 3 * len(SOME) and {r.status for r in report.results} == {"passed"}
 
 
 def test_no_plugin_changes_another_verdict_or_the_run(plugins):
