@@ -77,6 +77,7 @@ def test_long_context_reports_memory_and_skips_the_spec(tmp_path, capsys, monkey
 def test_scaling_lines_cover_their_points_and_the_plot_is_a_png(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.setattr(bench_run, "PEAK_SIZES", (16,))
+    monkeypatch.setattr(timing, "SETTLE_S", 0.0)  # the idle gaps matter for timing, not for the lines' structure
     monkeypatch.setattr(scaling, "SCALING", {"steps": (1, 2), "seq": (8, 16), "export_steps": (1, 16), "compile_steps": (1, 4),
                                        "compile_repeats": 1})
     code = main(["bench", "--shape", "1,8,16,2", "--repeats", "1", "--warmup", "0", "--paths", "spec-f64",
