@@ -4,8 +4,8 @@ third-party adapters are found.
 An adapter is any object that follows the protocol of protocol.py (no base class needed). Register
 a backend with the entry point group "odeattn.backends" (the entry point names an object, a class,
 or a zero-argument factory), or pass `--backend package.module:object` to `odeattn conformance`.
-Every backend runs in a worker process of its own (conformance.running.worker): the run never imports
-a plug-in itself.
+Every backend runs in a worker process of its own (conformance.running.worker; BackendRef.shares_process:
+one it may share): the run never imports a plug-in itself.
 """
 
 from __future__ import annotations

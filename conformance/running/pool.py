@@ -1,13 +1,15 @@
-"""Worker processes for the run: every backend in processes of its own, up to `jobs` at once.
+"""Worker processes for the run: every backend in processes of its own (one that shares its process,
+below, in processes it may share with others that do), up to `jobs` at once.
 
 Scheduling: backends start in order, one worker each, while slots are free; a slot freed when a
 backend's queue runs dry goes to the next backend, then to a second (third, ...) worker for the
 backend with the most cases left, so a slow backend (JAX compiling) ends up with every core.
 A backend that shares its process (BackendRef.shares_process) hands its worker, once its queue
-is dry, to the next such backend waiting, which so skips a worker's start-up.
+is dry, to the next such backend waiting, which so skips a worker's start-up (and may start
+before a backend waiting ahead of it that does not share).
 A worker that dies (os._exit, a signal), outlives the per-case timeout, or announces a reply
-larger than its case can produce is killed; its case is an error, and a fresh worker takes the
-rest of that backend's queue. Reads and writes never block the run: both pipes go through one
+larger than its case can produce is killed; its case is an error, and a fresh worker (or, for
+a sharing backend, one handed over) takes the rest of that backend's queue. Reads and writes never block the run: both pipes go through one
 selector, so every deadline is checked whatever a worker does. When the run ends, however it
 ends (an exception, Ctrl-C, SIGTERM turned into SystemExit by the command), no worker outlives it.
 """
@@ -179,7 +181,8 @@ class Constructed:
 @dataclass
 class WorkerStarted:
     """A worker of a constructed (and not refused) backend is ready: its init profile (the seconds
-    importing and constructing) and the seconds from its spawn to its init reply."""
+    importing and constructing) and the seconds from its spawn (a handed-over worker: from the
+    hand-over) to its init reply."""
 
     backend: int
     profile: dict

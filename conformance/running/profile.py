@@ -5,6 +5,8 @@ backend's wall time when it had several workers):
 
     start         a worker process starting: the interpreter, numpy, safetensors and ode_ref,
                   measured by the run from the spawn to the worker's first read of its request
+                  (a worker handed over from a backend sharing its process: from the hand-over;
+                  it counts among `workers` for each backend it serves)
     import        importing the backend's module (and what it imports: torch, jax, onnx)
     construction  calling its class or factory, and checking it against the protocol
     compilation   JAX: tracing, lowering and XLA compiling, reads of the persistent cache

@@ -239,7 +239,8 @@ def busy_note(profile: dict) -> str:
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
               progress=None, taken=(), dtypes=None, first_failure=(), gate=None, init_timeout=None) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
-    each backend in worker processes of its own, at most `jobs` (default: the core count) at once.
+    each backend in worker processes of its own (those whose refs have shares_process: shared among them),
+    at most `jobs` (default: the core count) at once.
 
     dtypes: only these of the dtypes each backend declares (None: all; ValueError for one not in
     half.DTYPES). first_failure: dtypes in which a backend stops at its first failed case, the

@@ -164,6 +164,9 @@ class Counted(Spec32):
 class ShareA(Counted): pass
 class Alone(Counted): pass
 class ShareB(Counted): pass
+
+class ShareBad(Counted):
+    def __init__(self): raise RuntimeError("no device")
 '''
 
 
@@ -185,6 +188,15 @@ def test_backends_sharing_their_process_run_one_after_another_in_one_worker(plug
     report = run_suite(refs, SOME, jobs=1)
     assert {r.backend for r in report.results} == ({"sharea-0", "shareb-1", "alone-0"} if shares else {"sharea-0", "alone-0", "shareb-0"})
     assert not report.errors and len(report.results) == 3 * len(SOME) and {r.status for r in report.results} == {"passed"}
+
+
+def test_a_sharing_backend_that_fails_to_construct_is_an_error_for_itself_and_the_next_starts_afresh(plugins):
+    """The worker handed to ShareBad fails its construction: ShareBad's error, and that worker goes;
+    ShareB then runs in a fresh worker (its name counts no construction before it)."""
+    refs = [dataclasses.replace(plugins(n), shares_process=True) for n in ("ShareA", "ShareBad", "ShareB")]
+    report = run_suite(refs, SOME, jobs=1)
+    assert [(e.backend, e.message) for e in report.errors] == [("ShareBad", "RuntimeError: no device")]
+    assert {r.backend for r in report.results} == {"sharea-0", "shareb-0"} and {r.status for r in report.results} == {"passed"}
 
 
 def test_no_plugin_changes_another_verdict_or_the_run(plugins):
