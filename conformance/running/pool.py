@@ -8,10 +8,11 @@ A backend that shares its process (BackendRef.shares_process) hands its worker, 
 is dry, to the next such backend waiting, which so skips a worker's start-up (and may start
 before a backend waiting ahead of it that does not share).
 A worker that dies (os._exit, a signal), outlives the per-case timeout, or announces a reply
-larger than its case can produce is killed; its case is an error, and a fresh worker (or, for
-a sharing backend, one handed over) takes the rest of that backend's queue. Reads and writes never block the run: both pipes go through one
-selector, so every deadline is checked whatever a worker does. When the run ends, however it
-ends (an exception, Ctrl-C, SIGTERM turned into SystemExit by the command), no worker outlives it.
+larger than its case can produce is killed; its case is an error, and a fresh worker (or, for a
+sharing backend, one handed over) takes the rest of that backend's queue. Reads and writes never
+block the run: both pipes go through one selector, so every deadline is checked whatever a
+worker does. When the run ends, however it ends (an exception, Ctrl-C, SIGTERM turned into
+SystemExit by the command), no worker outlives it.
 """
 
 from __future__ import annotations
