@@ -28,7 +28,7 @@ OVERRIDES = {
     ("jax", "attention", "SelfAttention"): "the spec's class over jax.numpy, its overrides these",
     ("jax", "quantize_weight"): "the straight-through estimator: a custom_jvp whose derivative is the identity",
     ("jax", "_linear"): "the straight-through BitLinear (quantize_weight's custom_jvp)",
-    ("jax", "norm"): "the JAX norms: pow2_scale under stop_gradient (frexp has no derivative), jax.scipy's erf",
+    ("jax", "norm"): "the JAX norms: pow2_scale from the exponent bits, under stop_gradient, jax.scipy's erf",
     ("jax", "rope_tables"): _FLOAT64, ("jax", "hope_tables"): _FLOAT64,
     ("jax", "bam_bias"): _DTYPE, ("jax", "ssmax_factor"): _DTYPE,
     **{("jax", stage): "functional updates at a slot index that may be traced (lax.dynamic_slice)"
@@ -131,7 +131,7 @@ DIFFERENT.update({
 
 # The norms' formulas are the spec's Norms over a port's namespace: what a port's Norms writes again, and why.
 NORM_OVERRIDES = {
-    ("jax", "pow2_scale"): "the spec's under stop_gradient: frexp has no derivative",
+    ("jax", "pow2_scale"): "the spec's s from the exponent bits (a third fewer traced operations than frexp), under stop_gradient",
     ("jax", "erf"): "jax.scipy's erf (the spec's: libm's per element, in NumPy)",
     ("torch", "pow2_scale"): "log2 and exp2 rather than frexp, which torch.onnx.export cannot translate",
     ("torch", "layer_norm"): "torch.native_layer_norm in eager mode, the spec's formula for the tokens it fails",
