@@ -17,17 +17,21 @@ class Norms(spec.Norms):
     xp = jnp
 
     def pow2_scale(self, x):
-        """The spec's s, bit for bit, from the exponent bits of max|x|: 2^clip(e, 0, top), e the
-        unbiased exponent (a subnormal's or 0's: s = 1; Inf's or NaN's: s = 1, as frexp gives 0 for
-        them). frexp and ldexp would be a third of a block's traced operations, and XLA's exp2 is
-        not exact at integers. Under stop_gradient: s is piecewise constant, its derivative zero."""
-        m = jax.lax.stop_gradient(jnp.abs(x).max(axis=-1, keepdims=True))
+        """The spec's s from the exponent bits of max|x|: 2^clip(e, 0, top), e the unbiased exponent
+        (0's and a subnormal's: s = 1; Inf's and NaN's: s = 1, frexp giving them the exponent 0),
+        bit for bit the spec's for the max XLA computes (on CPU it may pass over a NaN beside finite
+        values, where the spec's max is NaN: s differs, the token's statistics are NaN either way).
+        The spec's frexp and ldexp trace into half again as many operations in a forward program,
+        and XLA's exp2 is not exact at every integer. x under stop_gradient: s is piecewise constant."""
+        m = jnp.abs(jax.lax.stop_gradient(x)).max(axis=-1, keepdims=True)
         info, uint = jnp.finfo(m.dtype), jnp.dtype(f"uint{8 * m.dtype.itemsize}")
-        bias, ones = info.maxexp - 1, 2 * info.maxexp - 1  # ones: the exponent field of Inf and NaN
-        # the sign bit dropped: XLA's max may give -Inf for a row of NaN, whose frexp exponent is 0 too
+        bias = info.maxexp - 1
+        ones = 2 * info.maxexp - 1  # the exponent field of Inf and NaN
+        top = info.maxexp - 2  # s <= 2^126 in float32: 1 / s stays a normal number
+        # the sign bit masked off: XLA's max may give -Inf for a row of NaN (frexp's exponent 0, as for NaN)
         biased = (jax.lax.bitcast_convert_type(m, uint) >> info.nmant) & ones
         e = jnp.where(biased == ones, 0, biased.astype(jnp.int32) - bias)
-        return jax.lax.bitcast_convert_type((jnp.clip(e, 0, info.maxexp - 2) + bias).astype(uint) << info.nmant, m.dtype)
+        return jax.lax.bitcast_convert_type((jnp.clip(e, 0, top) + bias).astype(uint) << info.nmant, m.dtype)
 
     def erf(self, x):
         """jax.scipy's erf (the spec's calls libm's per element, outside any trace)."""

@@ -131,7 +131,7 @@ DIFFERENT.update({
 
 # The norms' formulas are the spec's Norms over a port's namespace: what a port's Norms writes again, and why.
 NORM_OVERRIDES = {
-    ("jax", "pow2_scale"): "the spec's s from the exponent bits (a third fewer traced operations than frexp), under stop_gradient",
+    ("jax", "pow2_scale"): "the spec's s from the exponent bits (frexp and ldexp: half again as many traced operations), under stop_gradient",
     ("jax", "erf"): "jax.scipy's erf (the spec's: libm's per element, in NumPy)",
     ("torch", "pow2_scale"): "log2 and exp2 rather than frexp, which torch.onnx.export cannot translate",
     ("torch", "layer_norm"): "torch.native_layer_norm in eager mode, the spec's formula for the tokens it fails",
