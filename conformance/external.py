@@ -9,9 +9,12 @@ reports and exit codes.
 
 The frames are the worker's (worker.py): an 8-byte header (two little-endian uint32: the JSON
 part's length, the payload's), a JSON object, and a safetensors payload or nothing. The messages
-are those of protocol.schema.json, version PROTOCOL, and every reply is checked against it:
+are those of protocol.schema.json, version PROTOCOL (a worker of an older version in PROTOCOLS
+is spoken to in its own), and every reply is checked against it:
 
-    hello {"op": "hello", "protocol": 1}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?}
+    hello {"op": "hello", "protocol": 2}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?, "supports"?}
+    (the host's newest version; the worker answers its own, 1 or 2; "supports", version 2: the
+    configs it runs, adapters/support.py, so that none outside them is built or sent)
     consumes "params" (a native port):
       run   {"op": "run", "kind", "dtype", "config", "prompt"?} + x, padding_mask?, param/<name>
             -> {"status": "ran"} + z1 | trajectory | decode | z (encoder) | stage/<name>... (stages)
@@ -50,8 +53,10 @@ from .adapters.exported import _ExportedAdapter
 from .running.frames import HEADER, decode, encode
 from .running.lifetime import die_with_parent
 from .adapters.protocol import NotSupported
+from .adapters.support import check_support
 
-PROTOCOL = 1
+PROTOCOL = 2  # the newest version, which the hello offers
+PROTOCOLS = (1, 2)  # the versions a worker may answer with: 2 added the hello reply's "supports"
 SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
 JS_DIR = Path(__file__).with_name("js")  # the reference workers; `npm ci --prefix` it to install them
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the hello reply (ONNX Runtime Web compiles its WebAssembly first)
@@ -213,12 +218,13 @@ class _External:
     def __init__(self, channel: Channel, hello: dict):
         self.channel, self.hello = channel, hello
         self.name, self.dtypes, self.kinds = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
+        self.support = hello.get("supports")  # version 2: what it runs (adapters/support.py), checked at the handshake
         for kind, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder")):
             if kind not in self.kinds:
                 setattr(self, method, None)  # absent: those cases are "not supported" (protocol.py)
 
     def supports(self, config, dtype) -> Optional[str]:
-        return None  # the worker says so per case ("unsupported"), naming what it lacks
+        return None  # beyond its declared support, the worker says so per case ("unsupported"), naming what it lacks
 
     def close(self) -> None:
         self.channel.close()
@@ -391,8 +397,13 @@ class Exec:
         channel = Channel(argv, f"exec:{shlex.join(argv)}", self.cwd)
         try:
             hello, _ = channel.request({"op": "hello", "protocol": PROTOCOL}, timeout=self.handshake_timeout)
-            if hello["protocol"] != PROTOCOL:
-                raise channel.error(f"speaks protocol version {hello['protocol']}; this odeattn speaks {PROTOCOL}")
+            if hello["protocol"] not in PROTOCOLS:
+                raise channel.error(f"speaks protocol version {hello['protocol']}; this odeattn speaks "
+                                    f"{' or '.join(map(str, PROTOCOLS))}")
+            try:
+                check_support(hello.get("supports"), "hello_reply: supports")
+            except ValueError as err:
+                raise channel.error(f"sent a malformed hello_reply to the hello request: {err}") from None
         except BaseException:
             channel.proc.kill()
             channel.proc.wait()

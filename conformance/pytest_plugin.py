@@ -5,14 +5,28 @@ point, so installing odeattn is enough).
     --odeattn-backend REF     a backend as `odeattn conformance --backend` takes it (repeatable)
     --odeattn-dtype DTYPE     only these of its dtypes (repeatable; default all it declares)
     --odeattn-examples N      the fuzz budget per dtype (default fuzz.DEFAULT_EXAMPLES; 0: no fuzz item)
+    --odeattn-min-examples N  fewer fuzz examples judged fails the fuzz item (default: the budget)
     --odeattn-seed S          the fuzz seed (default 0)
+    --odeattn-database DIR    keep failing fuzz examples there and judge them first next time
+    --odeattn-expectations F  a port's expectations file (repeatable): its xfails (strict) and skips
+    --odeattn-shard I/N       only the I-th of N parts of the golden cases (running/shards.py); the
+                              fuzz items go round the shards, one (backend, dtype) each in turn
+    --odeattn-timeout S       the seconds a backend may take to import and construct, and to run one
+                              case or fuzz example (default 120)
 
 Items are named `odeattn[<backend>/<dtype>/<case>]` and `odeattn[<backend>/<dtype>/fuzz]`, so -k,
 -x, xfail markers and --junitxml work on them. A fuzz failure prints its shrunk example and the
 repro folder it wrote (under pytest's basetemp). Without --odeattn-backend the plugin adds nothing.
+A module:object backend is found in the working folder, as `odeattn conformance` finds it; a
+backend or option that cannot be used is a one-line usage error (pytest.UsageError), before any item runs.
+Each backend runs in a worker process of its own (running/client.RemoteAdapter), started at
+collection and stopped when pytest ends: a port that raises, exits, hangs or crashes fails its
+item, never the session.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -23,7 +37,17 @@ def pytest_addoption(parser):
                     help="run the odeattn golden cases and a fuzz budget on this backend (module:object or a built-in name)")
     group.addoption("--odeattn-dtype", action="append", default=[], metavar="DTYPE", help="only this dtype (repeatable)")
     group.addoption("--odeattn-examples", type=int, default=None, metavar="N", help="fuzz examples per dtype (0: none)")
+    group.addoption("--odeattn-min-examples", type=int, default=None, metavar="N",
+                    help="fewer fuzz examples judged than N (too many draws refused) fails the fuzz item (default: the budget)")
     group.addoption("--odeattn-seed", type=int, default=0, metavar="S", help="the fuzz seed")
+    group.addoption("--odeattn-database", default=None, metavar="DIR",
+                    help="keep failing fuzz examples in this folder and judge them first on the next run")
+    group.addoption("--odeattn-expectations", action="append", default=[], metavar="FILE",
+                    help="a port's expectations file (JSON, repeatable): known failures (strict xfail) and skips")
+    group.addoption("--odeattn-shard", default=None, metavar="I/N",
+                    help="only the I-th of N parts of the golden cases, balanced by measured case time")
+    group.addoption("--odeattn-timeout", type=float, default=120.0, metavar="S",
+                    help="seconds a backend may take to import and construct, and to run a case or fuzz example (default 120)")
 
 
 class ConformanceFailure(Exception):
@@ -37,7 +61,7 @@ class _Item(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, self.name
+        return self.path, 0, self.name  # a line, which pytest needs to report a skip marker's skip
 
 
 class GoldenItem(_Item):
@@ -46,9 +70,9 @@ class GoldenItem(_Item):
         self.adapter, self.case, self.dtype = adapter, case, dtype
 
     def runtest(self):
-        from .running.runner import run_case
+        from .fuzzing.fuzz import run_one
 
-        result = run_case(self.adapter, self.case, self.dtype)
+        result, _ = run_one(self.adapter, self.case, self.dtype)
         if result.status == "skipped":
             pytest.skip(result.message)
         if result.status == "untestable":
@@ -57,21 +81,31 @@ class GoldenItem(_Item):
             raise ConformanceFailure(f"{self.case.name}: {result.status}: {result.message}")
 
 
-def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str):
+def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min_examples=None, database=None,
+              expectations=None):
     """The fuzz item's test function; its repro folder goes under pytest's tmp_path_factory (a
     fixture: the item is a pytest.Function, so it gets fixtures as any test does)."""
     def odeattn_fuzz(tmp_path_factory):
         from .fuzzing.fuzz import fuzz
-        from .fuzzing.fuzz_report import format_finding
+        from .fuzzing.fuzz_report import format_finding, format_refusals, shortfall
         from .fuzzing.repro import folder_name, write_repro
 
-        run = fuzz(adapter, dtype, examples=examples, seed=seed)
+        run = fuzz(adapter, dtype, examples=examples, seed=seed, min_examples=min_examples, database=database,
+                   expectations=expectations)
         if run.examples == 0:
-            raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype}: that is not a pass")
+            raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype} "
+                                     f"({format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
+        if run.short:
+            raise ConformanceFailure(f"fuzz: {shortfall(run)}; that is not a pass (--odeattn-min-examples N accepts fewer)")
         if run.finding is not None:
-            base = tmp_path_factory.mktemp("odeattn-fuzz-repro")
-            run.finding.repro = str(write_repro(base / folder_name(reference, dtype), run.finding, reference, dtype))
+            try:
+                base = tmp_path_factory.mktemp("odeattn-fuzz-repro")
+                run.finding.repro = str(write_repro(base / folder_name(reference, dtype), run.finding, reference, dtype))
+            except OSError as err:  # the finding is still reported, below, without its folder
+                run.finding.repro = f"not written ({err.strerror or err})"
             raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples\n{format_finding(run.finding)}")
+        if run.unexpected:
+            raise ConformanceFailure(f"fuzz: unexpected pass: {'; '.join(run.unexpected)}: none of the examples it selects failed")
 
     return odeattn_fuzz
 
@@ -83,25 +117,117 @@ class FuzzItem(pytest.Function):
         return super().repr_failure(excinfo, style)
 
 
+def check_options(config) -> int:
+    """The fuzz budget, once --odeattn-dtype, --odeattn-examples, --odeattn-min-examples and
+    --odeattn-database are checked; pytest.UsageError naming the option otherwise."""
+    from .cases.half import DTYPES
+    from .fuzzing.fuzz import DEFAULT_EXAMPLES
+
+    bad = [d for d in config.getoption("odeattn_dtype") if d not in DTYPES]
+    if bad:
+        raise pytest.UsageError(f"--odeattn-dtype: expected one of {', '.join(DTYPES)}; got {bad[0]!r}")
+    examples, least = config.getoption("odeattn_examples"), config.getoption("odeattn_min_examples")
+    examples = DEFAULT_EXAMPLES if examples is None else examples
+    if examples < 0:
+        raise pytest.UsageError(f"--odeattn-examples: expected an integer >= 0; got {examples}")
+    if least is not None and not 1 <= least <= examples:
+        raise pytest.UsageError(f"--odeattn-min-examples: expected an integer from 1 to the budget ({examples}); got {least}")
+    database = config.getoption("odeattn_database")
+    if database is not None and os.path.exists(database) and not os.path.isdir(database):
+        raise pytest.UsageError(f"--odeattn-database: expected a folder; got the file {database!r}")
+    timeout = config.getoption("odeattn_timeout")
+    if not timeout > 0 or timeout == float("inf"):
+        raise pytest.UsageError(f"--odeattn-timeout: expected a finite number of seconds > 0; got {timeout}")
+    return examples
+
+
+ADAPTERS = pytest.StashKey[list]()  # the session's [(reference, client.RemoteAdapter)], stopped at its end
+
+
+def load_adapters(config, references, timeout: float) -> list:
+    """[(reference as typed, adapter)], each found (a module in the working folder too, as
+    `odeattn conformance` finds it: search_path.py) and constructed in a worker process within
+    timeout seconds (its import probed first, as the main run does); pytest.UsageError in one line
+    for one that cannot be."""
+    from .adapters import discover
+    from .adapters.search_path import import_from_working_folder
+    from .running.client import ConstructionFailed, RemoteAdapter
+
+    import_from_working_folder()
+    try:
+        refs, _, _ = discover(references, timeout=timeout)
+    except (ValueError, ModuleNotFoundError) as err:  # its message begins 'backend'
+        raise pytest.UsageError(f"--odeattn-{err}") from None
+    out = config.stash.setdefault(ADAPTERS, [])
+    for typed, ref in zip(references, refs):
+        try:
+            out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=timeout,
+                                             init_timeout=ref.start_timeout)))
+        except ConstructionFailed as err:
+            raise pytest.UsageError(f"--odeattn-backend {typed}: cannot be constructed ({err})") from None
+        except ValueError as err:  # a malformed declared support
+            raise pytest.UsageError(f"--odeattn-backend {typed}: {err}") from None
+    return out
+
+
+def pytest_unconfigure(config):
+    """The backends' worker processes stopped with the session."""
+    for _, adapter in config.stash.get(ADAPTERS, []):
+        adapter.close()
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they then apply to these items too
 def pytest_collection_modifyitems(session, config, items):
     references = config.getoption("odeattn_backend")
     if not references:
         return
-    from .adapters import BUILTIN, make_adapter
-    from .fuzzing.fuzz import DEFAULT_EXAMPLES
     from .golden import load_cases
+    from .running.shards import shard
 
+    examples = check_options(config)
+    index, count, expected = check_ci_options(config)
     cases = load_cases()
-    examples = config.getoption("odeattn_examples")
-    examples = DEFAULT_EXAMPLES if examples is None else examples
+    if count > 1:
+        cases = shard(cases, index, count)
     only = config.getoption("odeattn_dtype")
-    for reference in references:
-        adapter = make_adapter(BUILTIN[reference].reference if reference in BUILTIN else reference)
+    fuzz_options = (config.getoption("odeattn_min_examples"), config.getoption("odeattn_database"), expected)
+    adapters = load_adapters(config, references, config.getoption("odeattn_timeout"))
+    if not any(d in only for _, adapter in adapters for d in adapter.dtypes) and only:
+        raise pytest.UsageError(f"--odeattn-dtype: no backend runs any of the dtypes asked for ({', '.join(only)})")
+    fuzzed = 0
+    for reference, adapter in adapters:
         for dtype in [d for d in adapter.dtypes if not only or d in only]:
             label = f"{adapter.name}/{dtype}"
-            items += [GoldenItem.from_parent(session, name=f"odeattn[{label}/{c.name}]", adapter=adapter, case=c, dtype=dtype)
-                      for c in cases]
-            if examples > 0:
-                test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference)
+            for c in cases:
+                item = GoldenItem.from_parent(session, name=f"odeattn[{label}/{c.name}]", adapter=adapter, case=c, dtype=dtype)
+                mark_expected(item, expected, adapter.name, dtype, c)
+                items.append(item)
+            if examples > 0 and fuzzed % count == index - 1:
+                test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference, *fuzz_options)
                 items.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))
+            fuzzed += 1
+
+
+def check_ci_options(config) -> tuple:
+    """(I, N, the expectations) of --odeattn-shard (1, 1 without it) and --odeattn-expectations;
+    pytest.UsageError in one line naming the option, the file and the field otherwise."""
+    from .running.expectations import load
+    from .running.shards import parse_shard
+
+    try:
+        index, count = parse_shard(config.getoption("odeattn_shard"), "--odeattn-shard") \
+            if config.getoption("odeattn_shard") is not None else (1, 1)
+        return index, count, load(config.getoption("odeattn_expectations"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err) if str(err).startswith("--") else f"--odeattn-expectations: {err}") from None
+
+
+def mark_expected(item, expected, backend: str, dtype: str, case) -> None:
+    """A golden item under the expectations file: skipped (not run), or a strict xfail."""
+    skip = expected.skip(backend, dtype, case=case.name, kind=case.kind, config=case.config)
+    if skip is not None:
+        item.add_marker(pytest.mark.skip(reason=f"not run: {skip.label}"))
+        return
+    xfail = expected.xfail(backend, dtype, case=case.name, kind=case.kind, config=case.config)
+    if xfail is not None:
+        item.add_marker(pytest.mark.xfail(reason=xfail.label, strict=True, raises=ConformanceFailure))

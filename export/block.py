@@ -288,8 +288,13 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     """
     padding_mask, diagnostics, steps_input, stages = (check_flag(name, value) for name, value in (
         ("padding_mask", padding_mask), ("diagnostics", diagnostics), ("steps_input", steps_input), ("stages", stages)))
+    if functions and steps_input:  # before any work: the Loop form would otherwise be returned without a word
+        raise ValueError("functions: the Loop form (steps_input=True) has no local functions; its step is written "
+                         "out once, in the Loop's body; expected functions=False")
     io = HalfIO(dtype, keep_io_types)
     cfg, att = _checked(config, params, opset, attention, bitlinear)
+    for name, value in params.items():  # the float16 policy refuses what it would round to Inf, as check_export
+        check_float16_range(f"params[{name!r}]", value, io.dtype)
     att = _half(cfg, params, att, io, bitlinear)
     main = Body("", opset)
     x = io.entry(main, Value(main, "x"))
@@ -305,9 +310,6 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
         outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics, io)
         return _model(cfg, params, main, inputs + [steps_info()], outputs + extra, [], opset, bitlinear,
                       extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, io=io, form="loop")
-    if functions and steps_input:
-        raise ValueError("functions: the Loop form (steps_input=True) has no local functions; its step is written "
-                         "out once, in the Loop's body; expected functions=False")
     outputs, local = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
     model = _model(cfg, params, main, inputs, outputs + extra, local, opset, bitlinear, io=io)
     return model if functions else inline(model)

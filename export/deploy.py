@@ -8,6 +8,8 @@ itself, so it computes the same z; the file grows with the steps (each evaluatio
 int8_error_bound(config, params, x): the bound on the error of quantize_dynamic(...,
 reduce_range=True) on the default export, derived from the quantisation steps.
 
+quiet_quantizer(): onnxruntime.quantization without its advice to pre-process, on every call.
+
 quantize_int8(model): onnxruntime.quantization.quantize_dynamic on the inlined graph (the Loop
 form: on its Loop's body, quantize_dynamic's EnableSubgraph, which it needs), MatMuls only. Each projection's weight initializer becomes int8 (one scale per tensor), its input is
 quantised at every call (DynamicQuantizeLinear: uint8, one scale per tensor) and the product is a
@@ -26,6 +28,7 @@ random batch: what `odeattn export` prints after writing a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,6 +99,18 @@ class _QuietPreprocessHint(logging.Filter):
         return "pre-processing before quantization" not in record.getMessage()
 
 
+@contextlib.contextmanager
+def quiet_quantizer():
+    """Within it, onnxruntime.quantization's advice to pre-process (a root-logger warning on every
+    call) is not printed; other warnings are. quantize_int8 (odeattn export --quantize int8) runs in it."""
+    hint = _QuietPreprocessHint()
+    logging.getLogger().addFilter(hint)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(hint)
+
+
 def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     """The block (exported, with or without its local functions) with every projection dynamically
     quantised to int8; RuntimeError if any projection was left in float.
@@ -110,16 +125,11 @@ def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     check_quantizable(cfg)
     flat = inline(model) if len(model.functions) else model
     looped = loop_body(flat) is not None
-    hint = _QuietPreprocessHint()
-    logging.getLogger().addFilter(hint)
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "int8.onnx")
-            quantize_dynamic(flat, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             reduce_range=True, extra_options={"EnableSubgraph": True} if looped else None)
-            out = onnx.load(path)
-    finally:
-        logging.getLogger().removeFilter(hint)
+    with quiet_quantizer(), tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "int8.onnx")
+        quantize_dynamic(flat, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                         reduce_range=True, extra_options={"EnableSubgraph": True} if looped else None)
+        out = onnx.load(path)
     if looped:
         in_order(out.graph)
     found = sum(n.op_type == "MatMulInteger" for n in out.graph.node)

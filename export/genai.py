@@ -25,6 +25,7 @@ writes it in place (export.genai_shared).
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ode_ref as R
 from ode_ref.config import PAPE_ENCODINGS
-from ode_ref.files import replacing
+from ode_ref.files import replacing, writing_set
 from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, block_prefix, check_lm_params
 
 from .attention import SelfAttention
@@ -168,6 +169,7 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
     shared_buffer=True: the in-place form of export.genai_shared (opset 24)."""
     cfg = check_genai_config(config)
     check_lm_params(params, cfg)
+    shared_buffer = check_shared_buffer(shared_buffer)
     block = cfg.block_config
     opset = SHARED_OPSET if shared_buffer else OPSET
     main = Body("", opset)
@@ -204,6 +206,38 @@ def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.M
     return model
 
 
+MAX_LENGTH = 2**31 - 1  # GenAI reads max_length (and context_length) as a 32-bit int
+
+
+def _integer(value) -> bool:
+    """value is an integer (Python's or NumPy's), and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_token_id(cfg: LMConfig, name: str, value) -> int:
+    """value as an int, if it is a token id of cfg's vocabulary; ValueError naming `name` otherwise."""
+    if not _integer(value) or not 0 <= value < cfg.vocab_size:
+        raise ValueError(f"{name}: expected an integer token id in [0, {cfg.vocab_size}) (vocab_size); got {value!r}")
+    return int(value)
+
+
+def check_max_length(max_length) -> int:
+    """max_length as an int, if it is an integer in [1, MAX_LENGTH] (the prompt and the generated
+    tokens); ValueError naming it otherwise (a bool or a float is no integer)."""
+    if not _integer(max_length) or not 1 <= max_length <= MAX_LENGTH:
+        raise ValueError(f"max_length: expected an integer in [1, {MAX_LENGTH}] (the prompt and the generated tokens; "
+                         f"GenAI reads a 32-bit int); got {max_length!r}")
+    return int(max_length)
+
+
+def check_shared_buffer(shared_buffer) -> bool:
+    """shared_buffer as a bool, if it is True or False; ValueError naming it otherwise (the string
+    "no" would count as true, and write the shared-buffer model)."""
+    if not isinstance(shared_buffer, (bool, np.bool_)):
+        raise ValueError(f"shared_buffer: expected True or False (GenAI's past_present_share_buffer); got {shared_buffer!r}")
+    return bool(shared_buffer)
+
+
 def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_token_id: int | None = None,
                  shared_buffer: bool = False) -> dict:
     """genai_config.json's content: the sizes, the layer count (cache_layers), the names, and
@@ -212,10 +246,9 @@ def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_to
     pad_token_id) ends a row."""
     cfg = check_genai_config(config)
     block = cfg.block_config
-    eos = pad_token_id if eos_token_id is None else eos_token_id
-    for name, value in (("pad_token_id", pad_token_id), ("eos_token_id", eos)):
-        if not 0 <= value < cfg.vocab_size:
-            raise ValueError(f"{name}: expected a token id in [0, {cfg.vocab_size}); got {value!r}")
+    max_length, shared_buffer = check_max_length(max_length), check_shared_buffer(shared_buffer)
+    pad_token_id = check_token_id(cfg, "pad_token_id", pad_token_id)
+    eos = pad_token_id if eos_token_id is None else check_token_id(cfg, "eos_token_id", eos_token_id)
     return {
         "model": {
             "type": "decoder",
@@ -238,13 +271,14 @@ def genai_config(config, *, max_length: int = 256, pad_token_id: int = 0, eos_to
 
 
 def write_genai(config, params, folder, **search) -> tuple[Path, Path]:
-    """Write folder/model.onnx and folder/genai_config.json (genai_config's search options); their paths."""
+    """Write folder/model.onnx and folder/genai_config.json (genai_config's search options); their
+    paths. A new folder (missing or empty) appears with both files or not at all (files.writing_set)."""
     folder = Path(folder)
     gen = genai_config(config, **search)  # its checks before the model is built
     model = export_genai_model(config, params, shared_buffer=gen["search"]["past_present_share_buffer"])
-    folder.mkdir(parents=True, exist_ok=True)
-    with replacing(folder / MODEL_FILE) as tmp:  # each file whole or not at all
-        onnx.save(model, str(tmp))
-    with replacing(folder / CONFIG_FILE) as tmp:
-        tmp.write_text(json.dumps(gen, indent=1) + "\n")
+    with writing_set(folder) as into:
+        with replacing(into / MODEL_FILE) as tmp:  # each file whole or not at all
+            onnx.save(model, str(tmp))
+        with replacing(into / CONFIG_FILE) as tmp:
+            tmp.write_text(json.dumps(gen, indent=1) + "\n")
     return folder / MODEL_FILE, folder / CONFIG_FILE

@@ -34,6 +34,10 @@ def load_model(path) -> onnx.ModelProto:
         model = onnx.load(shown)
     except OSError as err:  # an unreadable file
         raise ModelError(f"model {shown!r}: {err.strerror or err}") from None
+    except onnx.checker.ValidationError as err:  # onnx's own refusal of external data outside the model's folder
+        reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else "refused by onnx"
+        raise ModelError(f"model {shown!r}: its external data is refused ({reason}); expected tensor files beside "
+                         "the model, named by relative paths inside its folder") from None
     except Exception:  # protobuf's DecodeError, or json_format's ParseError for a .json file
         raise ModelError(f"model {shown!r}: not an ONNX model (it does not parse as one; "
                          "expected a .onnx file written by odeattn export)") from None
@@ -42,7 +46,35 @@ def load_model(path) -> onnx.ModelProto:
     except Exception as err:  # ValidationError, ...
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise ModelError(f"model {shown!r}: not a valid ONNX model ({type(err).__name__}: {reason})") from None
+    custom = custom_ops(model)
+    if custom:
+        raise ModelError(f"model {shown!r}: uses the operator {custom[0]} of a custom-op domain, which ONNX Runtime runs "
+                         f"only with that domain's library registered; expected the standard ONNX domains "
+                         f"({', '.join(repr(d) for d in sorted(STANDARD_DOMAINS))}) and the model's own functions")
     return model
+
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})  # what ONNX Runtime's CPU provider has
+
+
+def custom_ops(model: onnx.ModelProto) -> list:
+    """'domain:op' of each node (in the graph, its subgraphs and the local functions) whose domain is
+    none of STANDARD_DOMAINS and that calls none of the model's local functions."""
+    local = {(f.domain, f.name) for f in model.functions}
+    found = []
+
+    def visit(nodes):
+        for node in nodes:
+            if node.domain not in STANDARD_DOMAINS and (node.domain, node.op_type) not in local:
+                found.append(f"{node.domain}:{node.op_type}")
+            for a in node.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    visit(sub.node)
+
+    visit(model.graph.node)
+    for f in model.functions:
+        visit(f.node)
+    return sorted(set(found))
 
 
 def block_width(model: onnx.ModelProto) -> int:
@@ -198,6 +230,7 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
         raise ValueError(f"model inputs: expected 'x'; the model declares {sorted(declared)}")
     dtype, dims = declared["x"]
     x = check_x(x, dims[-1] if dims and isinstance(dims[-1], int) else None, dtype=dtype)
+    check_half_feed(model, x)
     feed = {"x": x}
     if "padding_mask" in declared:
         feed["padding_mask"] = np.ones(x.shape[:2], bool) if padding_mask is None else check_mask(padding_mask, x.shape[:2])
@@ -210,6 +243,25 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
     else:
         check_stored_steps(model)  # the default the run takes
     return feed
+
+
+def check_half_feed(model: onnx.ModelProto, x) -> None:
+    """For a float16 export (its metadata dtype), ValueError for what the ports' float16 policy
+    refuses, in its words (ode_ref.precision): x beyond float16's range (a keep_io_types model takes
+    float32 and would round it to Inf), and hope over more tokens than its factor r cosh(a) keeps
+    within float16. The graph cannot refuse either itself: fed directly, ONNX Runtime gives NaN."""
+    import json
+
+    from ode_ref.config import ODEConfig
+    from ode_ref.precision import check_float16_range, check_hope_range
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get("dtype") != "float16":
+        return
+    check_float16_range("x", x, "float16")
+    if "config" in props:
+        config = ODEConfig.from_any(json.loads(props["config"]))
+        check_hope_range(config, "float16", x.shape[1], config.layer_idx)
 
 
 def check_feed(declared: dict, feed: dict, defaults: dict | None = None) -> dict:

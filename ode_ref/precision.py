@@ -79,20 +79,44 @@ def check_float16_range(name: str, a, dtype: str) -> None:
                          f"{big:.4g} (it would round to Inf); scale it down, or use bfloat16 or float32")
 
 
+def hope_factor(config, positions, layer_idx: int) -> np.ndarray:
+    """hope's largest factor r cosh(a) over its frequencies, at each of positions (float64)."""
+    return (hope_damping(positions, config, layer_idx) * np.cosh(hope_angles(positions, config, layer_idx))).max(axis=-1)
+
+
+def hope_peak(config, last: int, layer_idx: int) -> tuple[float, int]:
+    """(hope's largest factor r cosh(a) over positions 0 .. last, a position where it is). Per
+    frequency, r = exp(-c p) falls (or rises, c < 0) while cosh(a) rises until the clip holds a at
+    12, so the largest lies at 0, at last, or beside a frequency's clip position 12 / |b|: those
+    few positions are weighed, not every one (a cache may hold millions)."""
+    from .positions import HOPE_ANGLE_LIMIT, hope_gain, rotary_frequencies
+
+    rates = np.abs(rotary_frequencies(config.head_dim // 2, config.hope_base) * hope_gain(layer_idx))
+    clips = HOPE_ANGLE_LIMIT / rates[rates > 0]
+    near = np.concatenate([np.floor(clips), np.ceil(clips)])
+    candidates = np.unique(np.clip(np.concatenate([[0, last], near[np.isfinite(near)]]), 0, last).astype(np.int64))
+    factors = hope_factor(config, candidates, layer_idx)
+    at = int(np.argmax(factors))
+    return float(factors[at]), int(candidates[at])
+
+
 def check_hope_range(config, dtype: str, bound: int, layer_idx: int) -> None:
     """ValueError naming positional_encoding when hope, run in float16 over positions below bound,
-    multiplies q and k by a factor r cosh(a) beyond float16's range at its last position: its
+    multiplies q and k by a factor r cosh(a) beyond float16's range at one of them (the last, or
+    else hope_peak's: the factor rises to its clip and falls after, so the last is not always the
+    largest): its
     rotated q and k (held in S) would overflow for any entry of magnitude 1. Decided from the
     config and the sequence's length alone (static under jit), so every path refuses the same runs."""
     if dtype != "float16" or config.position_encoding != "hope" or not isinstance(bound, (int, np.integer)):
         return
     last = max(int(bound) - 1, 0)
-    factor = float((hope_damping([last], config, layer_idx) * np.cosh(hope_angles([last], config, layer_idx))).max())
+    factor, at = float(hope_factor(config, [last], layer_idx)[0]), last  # named at the last position where it passes
+    if factor <= FLOAT16_MAX:
+        factor, at = hope_peak(config, last, layer_idx)
     if factor > FLOAT16_MAX:
-        fits = next(t for t in range(1, last + 2) if float((hope_damping([t], config, layer_idx) * np.cosh(
-            hope_angles([t], config, layer_idx))).max()) > FLOAT16_MAX)
+        fits = next(t for t in range(1, at + 1) if float(hope_factor(config, [t], layer_idx)[0]) > FLOAT16_MAX)
         raise ValueError(f"positional_encoding: hope in float16 multiplies q and k by r cosh(a) = {factor:.3g} at "
-                         f"position {last}, beyond float16's {FLOAT16_MAX:g}, so they overflow to NaN; float16 runs "
+                         f"position {at}, beyond float16's {FLOAT16_MAX:g}, so they overflow to NaN; float16 runs "
                          f"hope on sequences (and caches) of at most {fits} tokens here (layer_idx {layer_idx}); "
                          f"got {int(bound)}; use bfloat16 or float32")
 

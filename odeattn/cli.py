@@ -32,10 +32,16 @@ def main(argv=None) -> int:
     the command reads and checks its input: commands.args.user_input) prints `odeattn COMMAND:
     message`, a line per line of the message, and returns 2; so does a missing optional package,
     named with the extra that installs it. A CommandFailed prints the same way and returns its
-    code. Anything else is a bug and keeps its traceback."""
+    code. A reader that closed the output early (`| head`) ends it quietly, as a Unix filter does.
+    Anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at the interpreter's flush
+        return 141  # 128 + SIGPIPE, as a shell reports a filter stopped by its reader
     except ModuleNotFoundError as err:
         top = (err.name or "").partition(".")[0]
         if top not in EXTRAS:

@@ -44,7 +44,12 @@ class ODELanguageModel(nn.Module):
         return model
 
     def forward(self, ids, attention_mask=None):
-        """ids (batch, seq) int -> logits (batch, seq, vocab); attention_mask True or 1 = a real token."""
+        """ids (batch, seq) int -> logits (batch, seq, vocab); attention_mask True or 1 = a real token.
+        Both are torch Tensors, as every entry point of the port takes (TypeError naming one that is not)."""
+        for name, value in (("ids", ids), ("attention_mask", attention_mask)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor (torch.as_tensor converts a NumPy array); got "
+                                f"{type(value).__name__}")
         ids_np, mask_np = check_ids(np.asarray(ids.cpu()), self.config,
                                     None if attention_mask is None else np.asarray(attention_mask.cpu()))
         mask = None if mask_np is None else torch.as_tensor(mask_np, device=ids.device)

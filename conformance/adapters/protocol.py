@@ -45,6 +45,10 @@ class Adapter(Protocol):
 class OptionalMethods(Protocol):
     """Methods an adapter may have, for finer reports. One that is absent (or None) is not a failure."""
 
+    support: dict
+    """What it runs, declared: {"config": {field: [value, ...]}} (adapters/support.py). A config
+    outside it is not supported without supports() being asked, and the fuzzer draws only within it."""
+
     def run_trajectory(self, config: ODEConfig, params: dict, x: np.ndarray, padding_mask: Optional[np.ndarray],
                        dtype: str) -> np.ndarray:
         """z at every step, x first: (steps + 1, batch, seq, d_model). With it, run_block is not called."""

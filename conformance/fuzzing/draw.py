@@ -124,31 +124,56 @@ def describe_input(draw: Draw) -> str:
     return f"x = {spread}, seed {draw.input_seed}"
 
 
+def pick(draw, support: dict, field: str, values, strategy=None):
+    """One of values (strategy's draw, sampled_from(values) by default), or, where the backend's
+    declared support (adapters/support.py) names the field, one of those it declares, in values'
+    order. Where it declares none of them, the unnarrowed draw: the backend then refuses it, counted."""
+    kept = [v for v in values if v in support[field]] if field in support else []
+    return draw(st.sampled_from(kept) if kept else strategy if strategy is not None else st.sampled_from(values))
+
+
+def _encodings(support: dict, focus: str) -> list:
+    """The encodings to draw from: a positions focus's tabled ones, narrowed to the declared support
+    (positional_encoding, and ode_use_pe: "none" is ode_use_pe off); the focus's set falls back to
+    every encoding, then to the unnarrowed set, when the support leaves it none."""
+    choices = TABLED if focus == "positions" else POSITIONS
+    if "positional_encoding" not in support and "ode_use_pe" not in support:
+        return list(choices)
+    use_pe, declared = support.get("ode_use_pe", (False, True)), support.get("positional_encoding", POSITIONS)
+    fits = [e for e in POSITIONS if e in declared and (e != "none") in use_pe]
+    return [e for e in choices if e in fits] or fits or list(choices)
+
+
 @st.composite
-def positions(draw, kind: str, focus: str) -> dict:
-    """The positional fields: an encoding (none first; a positions focus: one with a table) and its options."""
-    encoding = draw(st.sampled_from(TABLED if focus == "positions" else POSITIONS))
+def positions(draw, kind: str, focus: str, support: Optional[dict] = None) -> dict:
+    """The positional fields: an encoding (none first; a positions focus: one with a table) and its
+    options, within the declared support (pick)."""
+    support = support or {}
+    encoding = draw(st.sampled_from(_encodings(support, focus)))
     if encoding == "none":
         return {}
     out = dict(ode_use_pe=True, positional_encoding=encoding)
     if encoding == "rope":
-        out.update(rope_base=draw(st.sampled_from([10000.0, 500.0])), rope_scaling=draw(st.sampled_from([1.0, 0.37, 4.0])))
+        out.update(rope_base=pick(draw, support, "rope_base", [10000.0, 500.0]),
+                   rope_scaling=pick(draw, support, "rope_scaling", [1.0, 0.37, 4.0]))
     elif encoding == "sinusoidal_rotary":
-        out.update(sinusoidal_max_len=draw(st.sampled_from([512, 16, 32, 64])), sinusoidal_scale=draw(st.sampled_from([1.0, 0.6])))
+        out.update(sinusoidal_max_len=pick(draw, support, "sinusoidal_max_len", [512, 16, 32, 64]),
+                   sinusoidal_scale=pick(draw, support, "sinusoidal_scale", [1.0, 0.6]))
     elif encoding == "alibi":
-        out.update(alibi_scale=draw(st.sampled_from([1.0, 0.5, 3.0])))
+        out.update(alibi_scale=pick(draw, support, "alibi_scale", [1.0, 0.5, 3.0]))
     elif encoding == "hope":
-        out.update(layer_idx=draw(st.sampled_from([0, 3])))
+        out.update(layer_idx=pick(draw, support, "layer_idx", [0, 3]))
     elif encoding == "bam":
-        out.update(bam_learn_mu=draw(st.booleans()), bam_mu_init=draw(st.sampled_from([0.0, 0.5])))
+        out.update(bam_learn_mu=pick(draw, support, "bam_learn_mu", [False, True], st.booleans()),
+                   bam_mu_init=pick(draw, support, "bam_mu_init", [0.0, 0.5]))
     elif encoding.startswith("pape"):
-        out.update(pape_num_parabolas=draw(st.sampled_from([4, 2])))
+        out.update(pape_num_parabolas=pick(draw, support, "pape_num_parabolas", [4, 2]))
         if encoding == "pape_ri":
-            out.update(pape_num_positions=draw(st.sampled_from([1, 2])))
-    if draw(st.booleans()):
+            out.update(pape_num_positions=pick(draw, support, "pape_num_positions", [1, 2]))
+    if pick(draw, support, "use_ssmax", [False, True], st.booleans()):
         out.update(use_ssmax=True)
         if kind != "decode":  # decoding refuses the seed's padded rule
-            out.update(ssmax_length=draw(st.sampled_from(["visible", "padded"])))
+            out.update(ssmax_length=pick(draw, support, "ssmax_length", ["visible", "padded"]))
     return out
 
 
@@ -159,11 +184,21 @@ def _fitting(values, limit, at_least=()):
 
 
 @st.composite
-def shape(draw, kind: str, focus: str) -> tuple:
-    """(heads, head_dim, seq, batch) within MAX_WIDTH and MAX_ELEMENTS, narrowed to the focus's boundary."""
-    heads = draw(st.integers(1, 4 if focus == "width" else MAX_HEADS))
+def shape(draw, kind: str, focus: str, support: Optional[dict] = None) -> tuple:
+    """(heads, head_dim, seq, batch) within MAX_WIDTH and MAX_ELEMENTS, narrowed to the focus's
+    boundary and to the declared num_heads, head_dim and hidden_size (pick)."""
+    support = support or {}
+    most_heads = 4 if focus == "width" else MAX_HEADS
+    heads = pick(draw, support, "num_heads", range(1, most_heads + 1), st.integers(1, most_heads))
     dims = WIDE_HEAD_DIMS if focus == "width" else HEAD_DIMS
-    head_dim = draw(st.sampled_from([d for d in dims if heads * d <= MAX_WIDTH] or [1]))
+    fits = [d for d in dims if heads * d <= MAX_WIDTH] or [1]
+
+    def declared(d):
+        return d in support.get("head_dim", (d,)) and heads * d in support.get("hidden_size", (heads * d,))
+
+    # the focus's widths the backend declares, else any it declares, else the focus's (refused, counted)
+    kept = [d for d in fits if declared(d)] or [d for d in HEAD_DIMS if heads * d <= MAX_WIDTH and declared(d)]
+    head_dim = draw(st.sampled_from(kept or fits))
     width = heads * head_dim
     smallest_batch = 5 if focus == "batch" else 1
     seqs = [t for t in SEQS if t * width * smallest_batch <= MAX_ELEMENTS and (t > 1 or kind != "decode")] or [2]
@@ -175,18 +210,25 @@ def shape(draw, kind: str, focus: str) -> tuple:
 
 
 @st.composite
-def draws(draw, kinds=KINDS) -> Draw:
+def draws(draw, kinds=KINDS, support: Optional[dict] = None) -> Draw:
     """A Draw, each choice ordered from simple to complex (see the module docstring). The focus
-    (FOCI) narrows one dimension to its kernel boundaries, so that each is drawn often by design."""
+    (FOCI) narrows one dimension to its kernel boundaries, so that each is drawn often by design.
+    support: the backend's declared support (adapters/support.py), which every choice keeps within
+    where it can (pick); without one, the draws are those of every earlier version."""
+    support = support or {}
     focus = draw(st.sampled_from(FOCI))
-    kind = draw(st.sampled_from(kinds))
-    heads, head_dim, seq, batch = draw(shape(kind, focus))
+    kind = draw(st.sampled_from([k for k in kinds if k != "decode" or "decoder" in support.get("mode", ["decoder"])]
+                                or kinds))
+    heads, head_dim, seq, batch = draw(shape(kind, focus, support))
     width = heads * head_dim
     norms = [n for n in R.NORM_TYPES if width >= 2 or n != "dynamic_tanh"]
-    fields = dict(hidden_size=width, num_heads=heads, norm_type=draw(st.sampled_from(norms)),
-                  ode_solver=draw(st.sampled_from(R.SOLVERS)), ode_steps=draw(st.integers(1, 2 if kind == "grad" else 4)),
-                  mode="decoder" if kind == "decode" else draw(st.sampled_from(R.MODES)), use_bitnet=draw(st.booleans()))
-    fields.update(draw(positions(kind, focus)))
+    steps = range(1, (2 if kind == "grad" else 4) + 1)
+    fields = dict(hidden_size=width, num_heads=heads, norm_type=pick(draw, support, "norm_type", norms),
+                  ode_solver=pick(draw, support, "ode_solver", R.SOLVERS),
+                  ode_steps=pick(draw, support, "ode_steps", steps, st.integers(1, steps[-1])),
+                  mode="decoder" if kind == "decode" else pick(draw, support, "mode", R.MODES),
+                  use_bitnet=pick(draw, support, "use_bitnet", [False, True], st.booleans()))
+    fields.update(draw(positions(kind, focus, support)))
     decoded = draw(st.integers(1, min(MAX_DECODED, seq - 1))) if kind == "decode" else 0
     rows = None
     if draw(st.booleans()):

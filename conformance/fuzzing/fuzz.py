@@ -8,8 +8,16 @@ divergent example is shrunk by hypothesis toward the simplest one that still div
 smallest is the finding, localised (localise.py) at its first divergent quantity and, where the
 adapter returns the stage values of f (stages.py), at the first divergent stage.
 
-The adapter runs in this process: the command constructs it once (adapters.make_adapter) and
-every example calls it directly, so a draw costs no process start or transfer.
+The command and the pytest plugin run the backend in a worker process of its own
+(running/client.RemoteAdapter), each request within a timeout: a port that raises, exits, hangs or
+crashes its process gives an error result, never the command's traceback, exit or hang. A worker
+lost (a timeout, a crash) ends the run at that example, unshrunk: every further try would cost
+the timeout or a fresh worker. An adapter object given directly runs in this process.
+
+The draws keep within the adapter's declared support (adapters/support.py); a draw it refuses
+anyway, or with no fair input, is counted under its reason (FuzzRun.refusals), and a run that
+judges fewer examples than its minimum is short (FuzzRun.short: not a pass). With a database
+folder (database.py), the failing examples of earlier runs are judged first.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Optional
+
+import numpy as np
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -26,18 +36,28 @@ from threadpoolctl import threadpool_limits
 from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case
+from .database import CountingDatabase, scratch_home
 from .draw import KINDS, Draw, build, draws, reject
+from ..adapters.support import support_of
 from ..cases.half import NO_POLICY
 from .localise import localise
-from ..running.runner import CaseResult, attempt_case, judge, untestable
+from ..running.client import BackendFault
+from ..running.runner import CaseResult, _request, attempt_case, judge, reply_limit, untestable
 from ..running.worker import unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
+NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
 
 
 class Diverged(AssertionError):
     """Raised inside the hypothesis test for a failing example, so that hypothesis shrinks it."""
+
+
+class _Stop(BaseException):
+    """Raised inside the hypothesis test to end the run at once (the time budget or shrinking's
+    time spent, or the worker lost): a BaseException, so that hypothesis neither shrinks nor
+    replays it, and fuzz() catches it."""
 
 
 @dataclass
@@ -53,6 +73,7 @@ class Finding:
     localisation: dict = field(default_factory=dict)
     stage: Optional[dict] = None  # stages.first_divergent_stage's, where the adapter has run_stages
     repro: str = ""  # the folder written (repro.write_repro)
+    lost: str = ""  # why the worker was lost on it (timed out, killed by a signal, ...): not shrunk
 
 
 @dataclass
@@ -60,17 +81,47 @@ class FuzzRun:
     backend: str
     dtype: str
     examples: int = 0  # examples the backend ran, shrinking included
-    skipped: int = 0  # draws the backend does not support (supports() or a missing method)
+    skipped: int = 0  # draws not supported (its declared support, supports(), a missing method, its refusal)
     unfair: int = 0  # draws with no fair input (fair.py), redrawn by hypothesis
     worst_ratio: float = 0.0  # the largest err/tol of a passing example
     seconds: float = 0.0
     finding: Optional[Finding] = None
     shrinks: int = 0  # failing examples seen while shrinking
-    unrun: int = 0  # draws passed unrun once the time budget was spent
+    unrun: int = 0  # draws left unrun when the time budget was spent (the run stops there: 0 or 1)
+    asked: int = 0  # the examples asked for
+    minimum: int = 0  # the fewest examples judged that make a pass; fewer is a shortfall
+    draws: int = 0  # draws hypothesis made, refused ones included
+    refusals: dict = field(default_factory=dict)  # reason -> draws refused for it (skipped and unfair, by reason)
+    replayed: int = 0  # examples judged first from the database: failures an earlier run kept
+    expected: dict = field(default_factory=dict)  # an xfail expectation's label -> [examples failed, examples passed]
+
+    @property
+    def failed(self) -> bool:
+        """Not a pass: a divergence, a shortfall, or an xfail expectation none of whose examples failed."""
+        return self.diverged or self.short or bool(self.unexpected)
+
+    @property
+    def unexpected(self) -> list[str]:
+        """The xfail expectations that selected examples of which none failed: unexpected passes."""
+        return [label for label, (failed, passed) in self.expected.items() if passed and not failed]
 
     @property
     def diverged(self) -> bool:
         return self.finding is not None
+
+    @property
+    def short(self) -> bool:
+        """Fewer examples judged than the minimum, with no divergence and no time budget spent:
+        hypothesis stopped drawing (too many draws refused), which is not a pass."""
+        return self.finding is None and not self.unrun and self.examples < self.minimum
+
+    def refuse(self, reason: str) -> None:
+        """Count a draw that is not an example, under its reason (NO_FAIR_INPUT, or why not supported)."""
+        if reason == NO_FAIR_INPUT:
+            self.unfair += 1
+        else:
+            self.skipped += 1
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
 
 
 def kinds_of(adapter) -> tuple:
@@ -80,23 +131,45 @@ def kinds_of(adapter) -> tuple:
     return tuple(k for k in KINDS if have[k])
 
 
-def refused(adapter, d: Draw, dtype: str) -> bool:
-    """Whether a draw is not run, known before its case is built: the adapter does not support it,
-    or it is a grad draw in a half dtype, which has no meaning there whatever its input (half.NO_POLICY)."""
-    return unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad") is not None or (
-        dtype in HALF_DTYPES and d.kind in NO_POLICY)
+def refusal(adapter, d: Draw, dtype: str) -> Optional[str]:
+    """Why a draw is not run, known before its case is built, or None: the adapter does not support
+    it (worker.unsupported: its declared support first), or it is a grad draw in a half dtype, which
+    has no meaning there whatever its input (half.NO_POLICY)."""
+    reason = unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad")
+    if reason is None and dtype in HALF_DTYPES and d.kind in NO_POLICY:
+        reason = f"no meaning in {dtype}: {NO_POLICY[d.kind]}"
+    return reason
 
 
-def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
-    """(result, quantity -> the backend's array) of one case on an adapter in this process; the
-    backend's exception is its error result, as in runner.run_case. A draw with no meaning in a
-    half dtype (the half policy's rules, runner.untestable) is not run: status 'untestable'."""
+def fault_reply(err: Exception) -> dict:
+    """The error reply of a backend's failure outside a case's run (its supports()): a worker's
+    (client.BackendFault), or this one's, with its traceback."""
+    import traceback
+
+    if isinstance(err, BackendFault):
+        return err.reply
+    return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+
+
+def run_one(adapter, case: Case, dtype: str, fault: Optional[dict] = None) -> tuple[CaseResult, dict]:
+    """(result, quantity -> the backend's array) of one case on an adapter: in its worker (a
+    client.RemoteAdapter), else in this process; the backend's exception is its error result, as
+    in runner.run_case. fault: an error reply the backend gave already (its supports() failed),
+    judged instead of running it. A draw with no meaning in a half dtype (the half policy's
+    rules, runner.untestable) is not run: status 'untestable'."""
     result = CaseResult(adapter.name, dtype, case.name, "passed")
     outputs = {}
     if untestable(result, case) is not None:
         return result, outputs
     start = time.perf_counter()
-    reply, raw = attempt_case(adapter, case, dtype)
+    if fault is not None:
+        reply, raw = fault, {}
+    elif getattr(adapter, "remote", False):
+        # a grad case's reply holds every parameter's gradient too, beyond what reply_limit counts
+        limit = reply_limit(case) + 2 * 8 * sum(p.size for p in case.params.values())
+        reply, raw = adapter.run_request(_request(case, dtype), limit)
+    else:
+        reply, raw = attempt_case(adapter, case, dtype)
     judge(result, case, reply, raw)
     if result.status in ("passed", "failed"):
         outputs = case.split_outputs(raw)
@@ -107,6 +180,30 @@ def run_one(adapter, case: Case, dtype: str) -> tuple[CaseResult, dict]:
 def first_divergent(result: CaseResult) -> str:
     """The first quantity over its tolerance, or '' (an error, a wrong dtype or shape)."""
     return next((q.quantity for q in result.quantities if q.error > q.tolerance), "")
+
+
+def unjudgeable(case: Case, dtype: str) -> Optional[str]:
+    """Why no backend can be judged on a case (a replayed folder's), or None: an input that is not
+    finite, or a reference or tolerance of the spec's that is not (an input overflowing float64,
+    or float32, whose error sets the tolerance). error > tolerance is then False, or True, whatever
+    the backend gives, as a non-finite golden value would be (golden.py refuses those)."""
+    inputs = {"x.npy": case.x, "z1_bar.npy": case.z1_bar,
+              **{f"weights.safetensors ({k})": v for k, v in case.params.items()}}
+    for name, a in inputs.items():
+        if a is not None and not np.isfinite(a).all():
+            at = np.argwhere(~np.isfinite(a))[0]
+            return f"{name} holds {a[tuple(at)]} at {at.tolist()}; expected finite values"
+    reach = f"x.npy's values reach {np.abs(case.x).max():.3g}"
+    half = case.e_half(dtype) if dtype in HALF_DTYPES and case.untestable(dtype) is None else None
+    for q, want in case.quantities().items():
+        if not np.isfinite(want).all():
+            return f"the spec's float64 {q} is not finite on this input ({reach}, beyond what float64 holds through the block)"
+        e = half[q] if half is not None else 0.0 if dtype in HALF_DTYPES else case.e32_of(q)
+        if not np.isfinite(e):
+            dt = dtype if dtype in HALF_DTYPES else "float32"
+            return (f"the spec's own {dt} error on {q} is {e} on this input ({reach}, beyond what {dt} holds), and "
+                    "the tolerance derives from it")
+    return None
 
 
 def explain(finding: Finding, adapter, dtype: str) -> Finding:
@@ -120,65 +217,112 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
         want = finding.case.quantities()[q]
         tol = next(r.tolerance for r in finding.result.quantities if r.quantity == q)
         finding.localisation = localise(q, finding.outputs[q], want, tol, prompt=finding.case.prompt)
-    if finding.case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
+    if finding.case.kind == "block" and getattr(adapter, "run_stages", None) is not None and not finding.lost:
         finding.stage = first_divergent_stage(adapter, finding.case, dtype)
     return finding
 
 
-def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, time_budget: Optional[float] = None,
-         shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None, strategy=None,
-         params: Optional[dict] = None) -> FuzzRun:
-    """Draw up to `examples` examples (fewer once time_budget seconds have passed) for one adapter
-    in one dtype; shrink the first divergent one. The same seed draws the same examples.
-    strategy and params: a model file's (draw.fixed_draws, its weights) in place of drawn configs."""
-    run = FuzzRun(adapter.name, dtype)
-    kinds = kinds or kinds_of(adapter)
-    start = time.perf_counter()
-    state = {"shrink_start": None}
+class Probe:
+    """The hypothesis test's body: one draw, refused (counted by reason), judged, or raised as a
+    divergence for hypothesis to shrink. database: the CountingDatabase the run replays, or None."""
 
-    @settings(max_examples=examples, database=None, deadline=None, derandomize=False, print_blob=False,
-              suppress_health_check=list(HealthCheck), phases=(Phase.generate, Phase.shrink))
-    @hypothesis_seed(seed)
-    @given(d=strategy if strategy is not None else draws(kinds))
-    def probe(d):
-        now = time.perf_counter()
-        if run.finding is None and time_budget is not None and now - start > time_budget:
+    def __init__(self, run: FuzzRun, adapter, *, params, time_budget, shrink_seconds, database, expectations=None):
+        from ..running.expectations import Expectations
+
+        self.run, self.adapter, self.params, self.database = run, adapter, params, database
+        self.expectations = expectations if expectations is not None else Expectations()
+        self.time_budget, self.shrink_seconds = time_budget, shrink_seconds
+        self.start, self.shrink_start = time.perf_counter(), None
+
+    def __call__(self, d: Draw) -> None:
+        run, now = self.run, time.perf_counter()
+        replaying = self.database is not None and run.draws < self.database.fetched  # the reuse phase runs them first
+        run.draws += 1
+        if run.finding is None and self.time_budget is not None and now - self.start > self.time_budget:
             run.unrun += 1
-            return  # the budget is spent: the remaining draws pass unrun
-        if state["shrink_start"] is not None and now - state["shrink_start"] > shrink_seconds:
-            return  # shrinking has had its time: the smallest failure so far stands
-        if refused(adapter, d, dtype):
-            run.skipped += 1  # asked before the spec builds the case: a refused draw costs nothing
-            reject(None)
-        case = build(d, dtype, name=f"fuzz_{d.kind}", params=params)
+            raise _Stop  # the budget is spent: hypothesis draws no more
+        if self.shrink_start is not None and now - self.shrink_start > self.shrink_seconds:
+            raise _Stop  # shrinking has had its time: the smallest failure so far stands
+        try:
+            reason, fault = refusal(self.adapter, d, run.dtype), None
+        except Exception as err:  # supports() raised, answered garbage or hung: the backend's error, judged below
+            reason, fault = None, fault_reply(err)
+        if reason is not None:
+            self.refuse(reason)  # asked before the spec builds the case: a refused draw costs nothing
+        skip = self.expectations.skip(run.backend, run.dtype, kind=d.kind, config=d.config)
+        if skip is not None:
+            self.refuse(f"not run: {skip.label}")
+        case = build(d, run.dtype, name=f"fuzz_{d.kind}", params=self.params)
         if case is None:
-            run.unfair += 1
-            reject(None)
-        result, outputs = run_one(adapter, case, dtype)
+            self.refuse(NO_FAIR_INPUT)
+        result, outputs = run_one(self.adapter, case, run.dtype, fault)
+        lost = getattr(self.adapter, "lost", "")
         if result.status in ("skipped", "untestable"):
-            run.skipped += 1  # not supported, or no meaning in this half dtype: not an example
-            reject(None)
+            self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
         run.examples += 1
+        if replaying and run.finding is None:
+            run.replayed += 1
+        xfail = self.expectations.xfail(run.backend, run.dtype, kind=d.kind, config=d.config)
+        if xfail is not None:  # a known failure's region: counted, never a finding
+            run.expected.setdefault(xfail.label, [0, 0])[0 if result.failed else 1] += 1
+            return
         if not result.failed:
             run.worst_ratio = max(run.worst_ratio, result.worst_ratio)
             return
         if run.finding is None:
-            state["shrink_start"] = time.perf_counter()
-            run.finding = Finding(d, case, result, outputs, first=d)
-        elif d.size() <= run.finding.draw.size():
-            run.finding = Finding(d, case, result, outputs, first=run.finding.first)
+            self.shrink_start = time.perf_counter()
+            run.finding = Finding(d, case, result, outputs, first=d, lost=lost)
+        elif d.size() <= run.finding.draw.size() or lost:
+            run.finding = Finding(d, case, result, outputs, first=run.finding.first, lost=lost)
             run.shrinks += 1
+        if lost:
+            raise _Stop  # each further try would cost the timeout or a fresh worker: the example stands
         raise Diverged(result.message)
 
+    def refuse(self, reason: str) -> None:
+        """The draw counted under its reason, and hypothesis told to draw another."""
+        self.run.refuse(reason)
+        reject(None)
+
+
+def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, time_budget: Optional[float] = None,
+         shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None, strategy=None,
+         params: Optional[dict] = None, min_examples: Optional[int] = None, database=None, expectations=None) -> FuzzRun:
+    """Draw up to `examples` examples (fewer once time_budget seconds have passed) for one adapter
+    in one dtype, within its declared support (adapters/support.py); shrink the first divergent
+    one. The same seed draws the same examples. strategy and params: a model file's
+    (draw.fixed_draws, its weights) in place of drawn configs. min_examples (default examples):
+    fewer judged is a shortfall (FuzzRun.short). database: a folder where failing examples are
+    kept (database.py): those of earlier runs are judged first. expectations: a port's file
+    (running/expectations.py): a draw in a skip region is not run, one in an xfail region is
+    counted (FuzzRun.expected), never a finding. ValueError for a malformed support."""
+    run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
+    kinds = kinds or kinds_of(adapter)
+    support = support_of(adapter)
+    db = None if database is None else CountingDatabase(database, adapter.name, dtype)
+    probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
+                  expectations=expectations)
+    phases = (Phase.generate, Phase.shrink) if db is None else (Phase.reuse, Phase.generate, Phase.shrink)
+
+    @settings(max_examples=examples, database=db, deadline=None, derandomize=False, print_blob=False,
+              suppress_health_check=list(HealthCheck), phases=phases)
+    @hypothesis_seed(seed)
+    @given(d=strategy if strategy is not None else draws(kinds, support))
+    def test(d):
+        probe(d)
+
     try:
-        with threadpool_limits(1):  # a draw's arrays are small: threads only contend (NumPy's BLAS; OpenMP's: torch's, MKL's)
-            probe()
+        # a draw's arrays are small: threads only contend (NumPy's BLAS; OpenMP's: torch's, MKL's)
+        with scratch_home(), threadpool_limits(1):
+            test()
+    except _Stop:
+        pass  # the run ended where it stood: its finding, if any, is recorded
     except Exception as err:
         if run.finding is None and not isinstance(err, HypothesisException):
             raise  # not the backend's divergence (those are recorded before raising): a bug here
         # with a finding: it is recorded; hypothesis's own report (its final replay) adds nothing.
         # Unsatisfiable (every draw skipped or unfair) leaves run.examples at 0, which the caller reports
-    run.seconds = time.perf_counter() - start
+    run.seconds = time.perf_counter() - probe.start
     if run.finding is not None:
         explain(run.finding, adapter, dtype)
     return run

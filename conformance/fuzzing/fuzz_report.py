@@ -10,13 +10,46 @@ from .draw import describe_input, describe_padding
 from .stages import format_stage
 
 
+SHOWN_REASONS = 4  # the most frequent reasons a report names for refused draws
+
+
 def format_run(run) -> str:
-    """A line for a run (fuzz.FuzzRun); a divergence's minimal example below it."""
+    """A line for a run (fuzz.FuzzRun), the draws refused by reason and any shortfall below it; a
+    divergence's minimal example below those."""
+    replayed = f"{run.replayed} replayed from the database, " if run.replayed else ""
     head = (f"{run.backend}/{run.dtype}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
-            f" ({run.skipped} draws not supported, {run.unfair} with no fair input, {run.seconds:.1f} s)")
-    if not run.diverged:
-        return head + f", worst err/tol {run.worst_ratio:.3g}"
-    return head + "\n" + format_finding(run.finding)
+            f" ({replayed}{run.skipped} draws not supported, {run.unfair} with no fair input, {run.seconds:.1f} s)")
+    lines = [head if run.diverged else head + f", worst err/tol {run.worst_ratio:.3g}"]
+    if run.refusals:
+        lines.append(f"  refused: {format_refusals(run.refusals)}")
+    for label, (failed, passed) in run.expected.items():
+        lines.append(f"  {'unexpected pass' if label in run.unexpected else 'expected failures'}: {label}: "
+                     f"{failed} of the {failed + passed} examples it selects failed")
+    if run.short:
+        lines.append(f"  shortfall: {shortfall(run, reasons=False)}")
+    elif run.unrun and run.examples < run.asked:
+        lines.append(f"  time budget: judged {run.examples} of {run.asked} examples asked before it ran out")
+    if run.diverged:
+        lines.append(format_finding(run.finding))
+    return "\n".join(lines)
+
+
+def format_refusals(refusals: dict) -> str:
+    """'566 not supported: ...; 393 no fair input', the most frequent first, the rest summed."""
+    ranked = sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = "; ".join(f"{n} {reason}" for reason, n in ranked[:SHOWN_REASONS])
+    rest = ranked[SHOWN_REASONS:]
+    return shown + (f"; {sum(n for _, n in rest)} for {len(rest)} other reasons" if rest else "")
+
+
+def shortfall(run, reasons: bool = True) -> str:
+    """What a short run (fuzz.FuzzRun.short) judged, of what was asked, and why hypothesis stopped:
+    the reasons draws were refused, or (reasons False: a report's line below them) a pointer to them."""
+    need = f" (at least {run.minimum} needed)" if run.minimum != run.asked else ""
+    refused = run.skipped + run.unfair
+    why = f" ({format_refusals(run.refusals)})" if reasons else " (above)"
+    return (f"judged {run.examples} of {run.asked} examples asked{need}: hypothesis stopped drawing after {run.draws} "
+            f"draws, {refused} of them refused" + (why if refused else ""))
 
 
 def format_finding(f) -> str:
@@ -25,9 +58,12 @@ def format_finding(f) -> str:
     shape = f"batch {case.x.shape[0]}, seq {case.x.shape[1]}, d_model {case.x.shape[2]} (heads {case.config.num_heads}, head_dim {case.config.head_dim})"
     kind = {"block": "a block forward", "decode": f"cached decoding, {case.decoded} tokens after a prompt of {case.prompt}",
             "grad": "the backward pass"}[d.kind]
-    b0, b1 = f.first, d
-    lines = [f"  minimal example ({kind}), shrunk from batch {b0.batch}, seq {b0.seq}, d_model {b0.config.hidden_size}, "
-             f"{b0.config.ode_steps} steps to batch {b1.batch}, seq {b1.seq}, d_model {b1.config.hidden_size}, {b1.config.ode_steps} steps:",
+    first, last = (f"batch {b.batch}, seq {b.seq}, d_model {b.config.hidden_size}, {b.config.ode_steps} steps" for b in (f.first, d))
+    # sizes that shrinking left as they were are said so, not "shrunk from X to X"
+    sizes = f"shrunk from {first} to {last}" if first != last else f"{last}, not shrunk further in size"
+    if f.lost:  # a hang or a crash: each try to shrink it would cost the timeout or a fresh worker
+        sizes = f"{last}, not shrunk (the worker {f.lost})"
+    lines = [f"  {'example' if f.lost else 'minimal example'} ({kind}), {sizes}:",
              f"    config:   {json.dumps(d.fields())}",
              f"    shapes:   {shape}",
              f"    padding:  {describe_padding(d)}",
@@ -50,15 +86,18 @@ def _finding_dict(f) -> dict:
     return {"config": f.case.config.to_dict(), "kind": f.draw.kind, "shape": list(f.case.x.shape), "decoded": f.case.decoded,
             "padding": describe_padding(f.draw), "input": describe_input(f.draw), "quantity": f.quantity,
             "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
-            "message": f.result.message, "localisation": f.localisation, "stage": f.stage, "repro": f.repro,
+            "message": f.result.message, "traceback": f.result.traceback, "lost": f.lost, "localisation": f.localisation, "stage": f.stage, "repro": f.repro,
             "first_found": {"batch": f.first.batch, "seq": f.first.seq, "d_model": f.first.config.hidden_size,
                             "steps": f.first.config.ode_steps}}
 
 
 def write_json(runs, path, header: dict) -> None:
-    payload = {**header, "exit_code": 1 if any(r.diverged for r in runs) else 0,
-               "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "skipped": r.skipped,
-                         "seconds": r.seconds, "worst_ratio": r.worst_ratio,
+    payload = {**header, "exit_code": 1 if any(r.failed for r in runs) else 0,
+               "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
+                         "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
+                         "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
+                         "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
+                         "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}
     with open(path, "w") as fh:
         json.dump(payload, fh, indent=1)
@@ -71,8 +110,13 @@ def write_junit(runs, path, header: dict) -> None:
         ET.SubElement(props, "property", name=k, value=str(v))
     for r in runs:
         suite = ET.SubElement(suites, "testsuite", name=f"fuzz-{r.backend}-{r.dtype}", tests="1",
-                              failures=str(int(r.diverged)))
+                              failures=str(int(r.failed)))
         tc = ET.SubElement(suite, "testcase", classname=f"conformance.fuzz.{r.backend}", name=r.dtype, time=f"{r.seconds:.3f}")
         if r.diverged:
             ET.SubElement(tc, "failure", message=r.finding.result.message[:500], type="diverged").text = format_finding(r.finding)
+        elif r.short:
+            ET.SubElement(tc, "failure", message=shortfall(r)[:500], type="shortfall").text = shortfall(r)
+        elif r.unexpected:
+            text = f"unexpected pass: {'; '.join(r.unexpected)}: none of the examples it selects failed"
+            ET.SubElement(tc, "failure", message=text[:500], type="xpassed").text = text
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

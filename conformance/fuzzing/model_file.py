@@ -10,6 +10,9 @@ the first stage of f that diverges (stages.py).
 
 The runtime is ONNX Runtime in this process, or one of its JavaScript builds on Node.js
 (onnxruntime-node, onnxruntime-web): the reference workers of external.py, sent the file once.
+
+A file that is no float block model is refused in one line before its config is read
+(load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from typing import Optional
 import numpy as np
 
 RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web")  # built-in backend names (adapters.BUILTIN)
+BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
+# ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
+# BitLinear's exact integer export also has MatMulInteger, fed by a QuantizeLinear: none of these.
+INT8_DYNAMIC_OPS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
 
 
 def check_runtime(runtime: str) -> str:
@@ -34,22 +41,74 @@ def check_runtime(runtime: str) -> str:
     return runtime
 
 
+def _op_types(graph) -> set:
+    """The op types of a graph's nodes and of the subgraphs they hold (a Loop's body)."""
+    ops = set()
+    for node in graph.node:
+        ops.add(node.op_type)
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                ops |= _op_types(sub)
+    return ops
+
+
+def check_block(model, shown: str) -> None:
+    """ValueError (one line, "--model: ...") for a model that is no float block model, saying what it
+    is: a GenAI model, the prefill or decode-step model of cached decoding, other inputs, or an
+    int8-quantised block.
+    An int8 file is refused rather than held to deploy.int8_error_bound: that bound is on
+    max|dz| / max|z|, for reduce_range files and attention scores of order one (6.8 times over on
+    sharper ones, docs/export.md), where fuzz holds every value to its own tolerance on drawn inputs."""
+    from odeattn.export.runtime import declared_inputs
+
+    declared, props = declared_inputs(model), {p.key: p.value for p in model.metadata_props}
+    names = sorted(declared)
+    found = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+    if "lm_config" in props or "input_ids" in declared:
+        raise ValueError(f"--model: {shown!r} is an ONNX Runtime GenAI model (inputs {found}), not a block model; "
+                         "GenAI's folder is checked against the spec by odeattn.conformance.genai.check_genai "
+                         "(docs/generation.md)")
+    if "x" not in declared or set(declared) - set(BLOCK_INPUTS):
+        kind = props.get("kind", "")
+        what = (f" (the {kind.replace('_', '-')} model of cached decoding, which the suite's --backend onnxruntime "
+                "judges on its decode cases)" if kind in ("prefill", "decode_step") else "")
+        raise ValueError(f"--model: {shown!r} is not a block model{what}: expected the inputs x and, where exported "
+                         f"with them, padding_mask and steps; found {found}")
+    int8 = sorted(_op_types(model.graph) & INT8_DYNAMIC_OPS)
+    if int8 or "quantization" in props:
+        raise ValueError(f"--model: {shown!r} is int8-quantised ({', '.join(int8) or props['quantization']}): lossy, so "
+                         "not judged at float32's tolerance; its error against the spec is bounded by "
+                         "odeattn.export.deploy.int8_error_bound only for reduce_range files and attention scores of "
+                         "order one (docs/export.md): measure it on your own inputs, and fuzz the float file it came from")
+
+
+def load_block_file(path):
+    """The ONNX model at path, checked to be one fuzz --model judges (check_block); ValueError naming
+    --model otherwise (runtime.ModelError for a file that is no ONNX model)."""
+    from odeattn.export.runtime import load_model
+
+    model = load_model(path)
+    check_block(model, str(path))
+    return model
+
+
 class ModelFile:
     """An adapter over one .onnx block file, run in float32 by ONNX Runtime here or by a
     JavaScript build in its worker."""
 
     dtypes = ("float32",)
 
-    def __init__(self, path: Path, config, params: dict, runtime: str = "onnxruntime"):
-        import onnx
-
+    def __init__(self, path: Path, config, params: dict, runtime: str = "onnxruntime", model=None):
+        """model: the file as load_block_file read it (checked again here), or None to read it."""
         from odeattn.export.runtime import declared_inputs
 
         check_runtime(runtime)
-        self.model = onnx.load(str(path))
+        if model is None:
+            self.model = load_block_file(path)
+        else:
+            check_block(model, str(path))
+            self.model = model
         declared = declared_inputs(self.model)
-        if "x" not in declared:
-            raise ValueError(f"--model: expected a block with the input 'x'; {str(path)!r} declares {sorted(declared)}")
         dtype, dims = declared["x"]
         if dtype != np.float32:
             raise ValueError(f"--model: expected x of float32; {str(path)!r} declares {np.dtype(dtype).name}")

@@ -32,6 +32,7 @@ import ode_ref as R
 from .draw import case_of, describe_input, describe_padding
 
 REQUIRED = ("case.json", "config.json", "weights.safetensors", "x.npy", "padding_mask.npy")
+NPY_MAGIC = b"\x93NUMPY"  # a .npy file's first bytes
 FORMAT = 1
 
 
@@ -100,10 +101,45 @@ def _write_files(directory: Path, named: Path, finding, backend: str, dtype: str
 
 
 def _array(directory: Path, name: str) -> np.ndarray:
+    """The array in directory/name, read without unpickling; ValueError naming the file if it is no
+    .npy file (a pickle, text), an array of objects, or one cut short (empty, truncated)."""
+    with open(directory / name, "rb") as f:
+        head = f.read(len(NPY_MAGIC))
+        if head != NPY_MAGIC:
+            raise ValueError(f"--replay: {name}: expected a .npy array; the file " + ("is empty" if not head else
+                             "has no .npy header (a pickle or another kind of file); refused: replay reads data only"))
+        f.seek(0)
+        try:
+            return np.lib.format.read_array(f, allow_pickle=False)
+        except ValueError as err:
+            if "pickle" in str(err) or "Object arrays" in str(err):  # an object array: a pickle, never loaded
+                raise ValueError(f"--replay: {name} holds a pickle (an array of Python objects); refused: replay "
+                                 "reads data only") from None
+            raise ValueError(f"--replay: {name}: a damaged .npy file ({err})") from None
+        except EOFError:  # a header and no data
+            raise ValueError(f"--replay: {name}: a damaged .npy file (it ends before its data)") from None
+
+
+def _json(directory: Path, name: str):
+    """The value in the JSON file directory/name; ValueError naming it if it is not UTF-8 JSON or
+    nests deeper than the parser's recursion limit."""
     try:
-        return np.load(directory / name, allow_pickle=False)
-    except ValueError as err:  # an object array: a pickle, never loaded
-        raise ValueError(f"--replay: {name} holds a pickle or is not an array file ({err}); refused: replay reads data only") from None
+        return json.loads((directory / name).read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"--replay: {name}: not valid JSON (nested too deep to parse)") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"--replay: {name}: not valid JSON ({err})") from None
+
+
+def _weights(directory: Path) -> dict:
+    """weights.safetensors' arrays; ValueError naming it if safetensors cannot read it (empty,
+    truncated, a pickle or another kind of file: safetensors reads its header only, never code)."""
+    from safetensors import SafetensorError
+
+    try:
+        return load_file(str(directory / "weights.safetensors"))
+    except SafetensorError as err:
+        raise ValueError(f"--replay: weights.safetensors: not a readable safetensors file ({err})") from None
 
 
 def load_repro(directory: Path, dtype: str = ""):
@@ -116,16 +152,19 @@ def load_repro(directory: Path, dtype: str = ""):
     missing = [n for n in REQUIRED if not (directory / n).is_file()]
     if missing:
         raise ValueError(f"--replay: {str(directory)!r} is missing {', '.join(missing)}")
-    meta = json.loads((directory / "case.json").read_text())
+    meta = _json(directory, "case.json")
     if not isinstance(meta, dict) or meta.get("kind") not in ("block", "decode", "grad"):
         raise ValueError(f"--replay: case.json: expected kind block, decode or grad; got {meta.get('kind') if isinstance(meta, dict) else meta!r}")
-    config = R.ODEConfig.from_any(json.loads((directory / "config.json").read_text()))
+    try:
+        config = R.ODEConfig.from_any(_json(directory, "config.json"))
+    except (ValueError, TypeError) as err:
+        raise ValueError(str(err) if str(err).startswith("--replay") else f"--replay: config.json: {err}") from None
     x, mask = _array(directory, "x.npy"), _array(directory, "padding_mask.npy")
     if x.dtype != np.float64 or x.ndim != 3 or x.shape[2] != config.hidden_size:
         raise ValueError(f"--replay: x.npy: expected float64 (batch, seq, {config.hidden_size}); got {x.dtype} {x.shape}")
     if mask.dtype != np.bool_ or mask.shape != x.shape[:2]:
         raise ValueError(f"--replay: padding_mask.npy: expected bool {x.shape[:2]}; got {mask.dtype} {mask.shape}")
-    params = load_file(str(directory / "weights.safetensors"))
+    params = _weights(directory)
     want = R.param_shapes(config)
     if set(params) != set(want) or any(tuple(params[k].shape) != tuple(s) for k, s in want.items()):
         raise ValueError(f"--replay: weights.safetensors: expected the parameters {sorted(want)} of config.json's shapes")
@@ -134,7 +173,13 @@ def load_repro(directory: Path, dtype: str = ""):
         if not (directory / "z1_bar.npy").is_file():
             raise ValueError(f"--replay: {str(directory)!r} is missing z1_bar.npy (a grad example's cotangent)")
         z1_bar = _array(directory, "z1_bar.npy")
-    decoded = int(meta.get("decoded", 0))
+        if z1_bar.dtype != np.float64 or z1_bar.shape != x.shape:
+            raise ValueError(f"--replay: z1_bar.npy: expected float64 {x.shape}; got {z1_bar.dtype} {z1_bar.shape}")
+    decoded = meta.get("decoded", 0)
+    low = 1 if meta["kind"] == "decode" else 0  # a decode example decodes at least one token after its prompt
+    if isinstance(decoded, bool) or not isinstance(decoded, int) or not low <= decoded < max(x.shape[1], 1):
+        raise ValueError(f"--replay: case.json: expected decoded an integer in [{low}, {x.shape[1] - 1}] (tokens "
+                         f"after the prompt, of seq {x.shape[1]}); got {decoded!r}")
     case = case_of(config, {k: np.asarray(v, np.float64) for k, v in params.items()}, x,
                    mask if meta.get("has_padding_mask", True) else None, kind=meta["kind"], decoded=decoded,
                    name="fuzz_replay", dtype=dtype or meta.get("dtype", "float32"), z1_bar=z1_bar)

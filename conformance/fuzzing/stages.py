@@ -30,6 +30,7 @@ from ode_ref.recording import STAGES, recording
 
 from ..cases.half import HALF_DTYPES, cast
 from .localise import localise
+from ..running.client import BackendFault
 from ..cases.tolerance import relative_error, tolerance
 
 DESCRIBED = {"norm": "the norm, h", "q": "q after preprocess_qkv", "k": "k after preprocess_qkv",
@@ -76,9 +77,22 @@ def first_divergent_stage(adapter, case, dtype: str) -> Optional[dict]:
     try:
         params = {k: cast(v, dtype) for k, v in case.params.items()}
         got = adapter.run_stages(case.config, params, cast(case.x, dtype), case.padding_mask, dtype)
+    except BackendFault as err:  # in its worker: the error it raised there, or the worker lost
+        return stages_failed(f"run_stages failed: {err}")
     except Exception as err:
-        return {"stage": None, "error": 0.0, "tolerance": 0.0, "localisation": {}, "agree": [],
-                "failed": f"run_stages raised {type(err).__name__}: {err}"}
+        return stages_failed(f"run_stages raised {type(err).__name__}: {err}")
+    return judge_stages(case, got, dtype)
+
+
+def stages_failed(why: str) -> dict:
+    """first_divergent_stage's answer when the stages could not be had."""
+    return {"stage": None, "error": 0.0, "tolerance": 0.0, "localisation": {}, "agree": [], "failed": why}
+
+
+def judge_stages(case, got: dict, dtype: str) -> dict:
+    """first_divergent_stage's answer for the stage values a backend returned (stage -> array)."""
+    if not isinstance(got, dict):
+        return stages_failed(f"run_stages: expected a dict of stage -> array; got {type(got).__name__}")
     want = spec_stages(case.config, case.params, case.x, case.padding_mask)
     want32 = spec_stages(case.config, {k: v.astype(np.float32) for k, v in case.params.items()},
                          case.x.astype(np.float32), case.padding_mask)
@@ -86,8 +100,14 @@ def first_divergent_stage(adapter, case, dtype: str) -> Optional[dict]:
     for stage in STAGES:
         if stage not in got:
             continue
+        try:  # a port's garbage (a string, a ragged list, another shape) is said so, not raised
+            value = np.asarray(got[stage], np.float64)
+        except (TypeError, ValueError):
+            return stages_failed(f"run_stages: stage {stage}: expected an array of numbers; got {type(got[stage]).__name__}")
+        if value.shape != want[stage].shape:
+            return stages_failed(f"run_stages: stage {stage}: expected shape {want[stage].shape}; got {value.shape}")
         tol = tolerance(relative_error(want32[stage], want[stage]), dtype)
-        err = relative_error(np.asarray(got[stage], np.float64), want[stage])
+        err = relative_error(value, want[stage])
         if not err <= tol:
             where = localise(stage, np.asarray(got[stage]), want[stage], tol, heads=case.config.num_heads)
             return {"stage": stage, "error": err, "tolerance": tol, "localisation": where, "agree": agree}

@@ -11,6 +11,9 @@ const TABLEAUS = {
   rk4: { c: [0, 0.5, 0.5, 1], a: [[], [0.5], [0, 0.5], [0, 0, 1]], b: [1 / 6, 1 / 3, 1 / 3, 1 / 6] },
 };
 const LAYER_NORM_EPS = 1e-5;
+// What it runs, declared in the hello reply of protocol version 2 (the values unsupported() accepts),
+// so that the host sends, and the fuzzer draws, nothing else.
+const SUPPORTS = { config: { norm_type: ['layer_norm'], ode_solver: Object.keys(TABLEAUS), use_bitnet: [false], positional_encoding: ['none'] } };
 
 // The reason this port does not run config (the stored form: required fields and non-defaults), or null.
 export function unsupported(config) {
@@ -134,9 +137,11 @@ function handleRun(message, arrays) {
 }
 
 async function handle(message, arrays) {
-  if (message.op === 'hello') {
-    return [{ protocol: 1, name: 'js-native', dtypes: ['float32', 'float64'], kinds: ['block', 'trajectory'], consumes: 'params',
-              about: `a plain JavaScript port of the layer_norm block (euler, rk4) on Node.js ${process.version}` }, {}];
+  if (message.op === 'hello') { // the host's newest version, or 2 if it is newer: version 1 has no supports
+    const version = Math.min(message.protocol, 2);
+    return [{ protocol: version, name: 'js-native', dtypes: ['float32', 'float64'], kinds: ['block', 'trajectory'], consumes: 'params',
+              about: `a plain JavaScript port of the layer_norm block (euler, rk4) on Node.js ${process.version}`,
+              ...(version >= 2 && { supports: SUPPORTS }) }, {}];
   }
   if (message.op === 'run') return handleRun(message, arrays);
   return [{ status: 'error', message: `unknown op ${JSON.stringify(message.op)}` }, {}];

@@ -13,11 +13,9 @@ under development, and for the tests of the comparison itself).
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -25,6 +23,7 @@ import numpy as np
 from ..cases import Case, at_steps
 from ..cases.half import HALF_DTYPES, cast, check_dtypes
 from ..cases.tolerance import half_tolerance, relative_error, tolerance
+from .expectations import apply as apply_expectation
 from .frames import encode
 from .worker import attempt
 
@@ -71,12 +70,22 @@ class BackendError:
 
 
 @dataclass
+class UsageRefusal(BackendError):
+    """A backend refused for how the run was asked, not for a fault of its own: a plug-in that
+    reports a name another backend has (a built-in's). The command reports it as a usage error
+    (one line, exit 2), not as a failure of the run."""
+
+
+@dataclass
 class Report:
     results: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # BackendError
     notes: list = field(default_factory=list)  # str: backends not installed
+    warnings: list = field(default_factory=list)  # str: lines after the table (an expectation that selected nothing)
     profile: dict = field(default_factory=dict)  # backend -> phases and counters (conformance.running.profile.empty)
     wall: float = 0.0  # run_suite's seconds, start to end
+    refs: dict = field(default_factory=dict)  # the name each backend reported -> its BackendRef
+    triage: dict = field(default_factory=dict)  # (backend, dtype, divergence) -> what triage.triage found
 
     @property
     def exit_code(self) -> int:
@@ -237,7 +246,8 @@ def busy_note(profile: dict) -> str:
 
 
 def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.0, float64_bound=None,
-              progress=None, taken=(), dtypes=None, first_failure=(), gate=None, init_timeout=None) -> Report:
+              progress=None, taken=(), dtypes=None, first_failure=(), gate=None, init_timeout=None,
+              expectations=None, usage_stops=False) -> Report:
     """Every case on every backend (odeattn.conformance.adapters.BackendRef) in every dtype it declares,
     each backend in worker processes of its own (those whose refs have shares_process: shared among them),
     at most `jobs` (default: the core count) at once.
@@ -247,8 +257,11 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
     rest of that dtype's cases neither run nor reported (the mutation battery's "killed at all");
     gate: a dtype whose passed cases a backend does not run in a first_failure dtype (the battery's
     float64: a mutant float64 cannot see on a case changes nothing a half dtype could see).
-    xfail: regexes matched against 'backend/dtype/case'. taken: names no backend may report
-    besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row).
+    xfail: regexes matched against 'backend/dtype/case'; expectations: a port's expectations file
+    (expectations.Expectations): its skips are not run, its xfails are strict. taken: names no backend may report
+    besides the built-in it is (a plug-in called 'spec' is refused, not merged into spec's row: a
+    UsageRefusal; usage_stops: it also ends the run, no further job started, for a command that
+    reports it as a usage error).
     progress: an object told of the run as it goes: begin(total) with the number of results
     expected (a backend whose dtypes its ref does not state counts one dtype until it starts),
     grow(n) when that number changes, advance(label, note) per result (label 'backend/dtype';
@@ -264,7 +277,7 @@ def run_suite(refs, cases, *, xfail=(), fail_fast=False, jobs=None, timeout=120.
 
     run = _Run(refs, cases, compile_patterns("xfail", xfail), None if dtypes is None else check_dtypes(dtypes),
                progress, fail_fast=fail_fast, taken=taken, first_failure=first_failure, gate=gate,
-               float64_bound=float64_bound)
+               float64_bound=float64_bound, expectations=expectations, usage_stops=usage_stops)
     pool = Pool(refs, jobs=jobs or core_count(), timeout=timeout, init_timeout=init_timeout)
     run.begin()
     try:
@@ -287,10 +300,14 @@ class _Run:
     """run_suite's state and its answers to the pool's events: the report, the progress, and per
     backend (the index of its ref) its name, the results expected and done."""
 
-    def __init__(self, refs, cases, xfail, only, progress, *, fail_fast, taken, first_failure, gate, float64_bound):
+    def __init__(self, refs, cases, xfail, only, progress, *, fail_fast, taken, first_failure, gate, float64_bound,
+                 expectations=None, usage_stops=False):
+        from .expectations import Expectations
+
         self.refs, self.cases, self.xfail, self.only, self.progress = refs, cases, xfail, only, progress
+        self.expectations = expectations if expectations is not None else Expectations()
         self.fail_fast, self.taken, self.first_failure, self.gate = fail_fast, taken, first_failure, gate
-        self.float64_bound = float64_bound
+        self.float64_bound, self.usage_stops = float64_bound, usage_stops
         self.report = Report()
         self.names = {}  # backend index -> the name it reported
         self.expected = {i: len(self.chosen(ref.dtypes) if ref.dtypes else ("?",)) * len(cases) for i, ref in enumerate(refs)}
@@ -298,6 +315,7 @@ class _Run:
         self.began = time.perf_counter()
         self.spawned = {}  # backend index -> when its first worker was spawned
         self.requests = {}  # (id of a case of self.cases, dtype) -> its request frame, encoded once for every backend
+        self.by_name = {c.name: c for c in cases}
         self.stopped = False
 
     def chosen(self, declared) -> list:
@@ -316,8 +334,11 @@ class _Run:
         """Backend i's name and dtypes: its jobs to the pool, or a refusal (a taken name)."""
         ref = self.refs[i]
         if name in self.names.values() or (name in self.taken and not (ref.builtin and name == ref.label)):
-            self.backend_error(i, f"reports the name {name!r}, which another backend has taken")
+            self.backend_error(i, f"reports the name {name!r}, which another backend has taken", kind=UsageRefusal)
             pool.refuse(i)
+            if self.usage_stops:
+                self.stopped = True
+                pool.stop()
             return
         self.names[i] = name
         dtypes = self.chosen(dtypes)
@@ -337,6 +358,9 @@ class _Run:
         for d in dtypes:
             for c in self.cases:
                 skipped = untestable(CaseResult(self.names[i], d, c.name, "passed"), judged[c.name])
+                expected = self.expectations.skip(self.names[i], d, case=c.name, kind=c.kind, config=c.config)
+                if skipped is None and expected is not None:
+                    skipped = CaseResult(self.names[i], d, c.name, "skipped", f"not run: {expected.label}")
                 if skipped is not None:
                     self.record(None, i, skipped)  # reported, not run
                 else:
@@ -376,7 +400,9 @@ class _Run:
         """r into the report and the progress; with a pool, what r means for the jobs still queued:
         a failure in a first_failure dtype drops the rest of that dtype, a pass in the gate dtype
         that case in the first_failure dtypes, and a failure under fail_fast stops the run."""
-        self.report.results.append(apply_xfail(r, self.xfail))
+        case = self.by_name[r.case]
+        expected = self.expectations.xfail(r.backend, r.dtype, case=r.case, kind=case.kind, config=case.config)
+        self.report.results.append(apply_xfail(apply_expectation(r, expected), self.xfail))
         self.done[i] += 1
         if self.progress:
             self.progress.advance(f"{r.backend}/{r.dtype}", busy_note(r.profile))
@@ -408,19 +434,22 @@ class _Run:
             counts = {st: sum(x.status == st for x in mine) for st in STATUSES}
             self.progress.finished(self.names[i], counts, self.row(i)["wall"], "")
 
-    def backend_error(self, i, message, tb="") -> None:
-        """Backend i runs nothing (more): its error, and its share leaves the progress total."""
-        self.report.errors.append(BackendError(self.refs[i].label, message, tb))
+    def backend_error(self, i, message, tb="", kind=BackendError) -> None:
+        """Backend i runs nothing (more): its error (of kind: BackendError or UsageRefusal), and its
+        share leaves the progress total."""
+        self.report.errors.append(kind(self.refs[i].label, message, tb))
         if self.progress:
             self.progress.grow(self.done[i] - self.expected[i])
-            self.progress.finished(self.names.get(i, self.refs[i].label), {},
-                                   time.perf_counter() - self.spawned.get(i, self.began), message)
+            if kind is not UsageRefusal:  # the command says that one itself, as a usage error
+                self.progress.finished(self.names.get(i, self.refs[i].label), {},
+                                       time.perf_counter() - self.spawned.get(i, self.began), message)
         self.expected[i] = self.done[i]
 
     def report_(self) -> Report:
         """The report, its results in the order of the backends, dtypes and cases."""
         report = self.report
         report.wall = time.perf_counter() - self.began
+        report.refs = {name: self.refs[i] for i, name in self.names.items()}
         ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
         for i, name in self.names.items():
             if name not in ran and not self.stopped and self.expected[i]:
@@ -432,130 +461,3 @@ class _Run:
         dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}
         report.results.sort(key=lambda r: (order[r.backend], dtype_order[r.dtype], case_order[r.case]))
         return report
-
-
-def summary(results) -> list[dict]:
-    """One row per (backend, dtype): counts and the worst error / tolerance (the headroom)."""
-    rows = {}
-    for r in results:
-        row = rows.setdefault((r.backend, r.dtype), {"backend": r.backend, "dtype": r.dtype, "passed": 0, "failed": 0,
-                                                     "skipped": 0, "xfailed": 0, "untestable": 0, "worst_ratio": 0.0,
-                                                     "worst_case": ""})
-        row[{"error": "failed", "xpassed": "failed"}.get(r.status, r.status)] += 1
-        if r.worst_ratio >= row["worst_ratio"] and r.status not in ("skipped", "untestable"):
-            row["worst_ratio"], row["worst_case"] = r.worst_ratio, r.case
-        if r.failed and "first_failure" not in row:
-            row["first_failure"] = divergence(r)
-    return list(rows.values())
-
-
-def _worst(row: dict) -> tuple[str, str]:
-    """(worst err/tol, worst case) as the table shows them. A row whose failures were never
-    measured against a tolerance (a dtype, a shape, NaN, an exception) shows its first failure's
-    kind instead of a headroom that reads as a pass."""
-    if row["failed"] and row["worst_ratio"] <= 1:
-        return "-", f"failed: {row['first_failure']}"
-    return f"{row['worst_ratio']:.3g}", row["worst_case"] if row["worst_ratio"] else "-"
-
-
-SHOWN_PER_GROUP = 3  # failures printed per group; the JSON report holds them all
-
-
-def divergence(result: CaseResult) -> str:
-    """Where a failing result goes wrong first, as its failure group names it: the quantity over
-    tolerance ('f0', 'step_3', 'grad.w'), a quantity and the check it failed ('z1 (dtype)'), an
-    unexpected pass, or an error and its exception type (or its message, if it names none)."""
-    message = result.message
-    if result.status == "xpassed":
-        return "unexpected pass"
-    if result.status == "error":
-        kind, sep, _ = message.partition(": ")
-        return f"error: {kind if sep and ' ' not in kind else message[:80]}"
-    if message.startswith("diverges first at "):
-        return re.match(r"[^\s:]+", message[len("diverges first at "):]).group()
-    name, _, rest = message.partition(": ")
-    check = next((c for c in ("dtype", "shape") if rest.startswith(f"expected {c}")), None)
-    return f"{name} ({check or ('non-finite' if rest.startswith('non-finite') else rest[:40])})"
-
-
-def failure_groups(results) -> list[dict]:
-    """The failing results grouped by (backend, dtype, divergence), in the results' order: a dict
-    per group with those three and its results."""
-    groups = {}
-    for r in results:
-        if r.failed:
-            key = (r.backend, r.dtype, divergence(r))
-            groups.setdefault(key, {"backend": key[0], "dtype": key[1], "divergence": key[2], "results": []})["results"].append(r)
-    return list(groups.values())
-
-
-def format_report(report: Report) -> str:
-    rows = summary(report.results)
-    w = max([len("backend")] + [len(r["backend"]) for r in rows]) + 2
-    lines = [f"{'backend':<{w}}{'dtype':<9}{'passed':>7}{'failed':>7}{'skipped':>8}{'xfail':>6}{'untestable':>11}"
-             f"  {'worst err/tol':>13}  worst case"]
-    for row in rows:
-        ratio, case = _worst(row)
-        lines.append(f"{row['backend']:<{w}}{row['dtype']:<9}{row['passed']:>7}{row['failed']:>7}{row['skipped']:>8}"
-                     f"{row['xfailed']:>6}{row['untestable']:>11}  {ratio:>13}  {case}")
-    groups = failure_groups(report.results)
-    if groups:
-        count = sum(len(g["results"]) for g in groups)
-        lines += ["", f"failures: {count}, in {len(groups)} group{'s' if len(groups) > 1 else ''} by backend, dtype and "
-                      f"where each diverges first (the first {SHOWN_PER_GROUP} of each shown; every one in the --json report):"]
-        for g in groups:
-            members = g["results"]
-            lines.append(f"  {g['backend']}/{g['dtype']}, {g['divergence']}: {len(members)} case{'s' if len(members) > 1 else ''}")
-            lines += [f"    {r.case}: {r.message}" for r in members[:SHOWN_PER_GROUP]]
-            if len(members) > SHOWN_PER_GROUP:
-                lines.append(f"    ... and {len(members) - SHOWN_PER_GROUP} more")
-    if report.errors:
-        lines += ["", "backend errors (see the JSON report for tracebacks):"]
-        lines += [f"  {e.backend}: {e.message}" for e in report.errors]
-    lines += [f"skipped backend {n}" for n in report.notes]
-    return "\n".join(lines)
-
-
-def write_json(report: Report, path, header: dict) -> None:
-    groups = [{**{k: g[k] for k in ("backend", "dtype", "divergence")}, "cases": [r.case for r in g["results"]]}
-              for g in failure_groups(report.results)]
-    payload = {**header, "exit_code": report.exit_code, "summary": summary(report.results),
-               "backend_errors": [asdict(e) for e in report.errors], "notes": report.notes,
-               "failure_groups": groups, "profile": {"wall": report.wall, "backends": report.profile},
-               "untestable": [{"backend": r.backend, "dtype": r.dtype, "case": r.case, "reason": r.message}
-                              for r in report.results if r.status == "untestable"],
-               "results": [asdict(r) for r in report.results]}
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
-
-
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def _xml_text(text: str) -> str:
-    """text without the characters XML 1.0 cannot hold (a backend's ANSI colours, NULs)."""
-    return _NOT_XML.sub("?", text)
-
-
-def write_junit(report: Report, path, header: dict) -> None:
-    suites = ET.Element("testsuites")
-    props = ET.SubElement(suites, "properties")
-    for k, v in header.items():
-        ET.SubElement(props, "property", name=k, value=str(v))
-    for row in summary(report.results):
-        members = [r for r in report.results if (r.backend, r.dtype) == (row["backend"], row["dtype"])]
-        suite = ET.SubElement(suites, "testsuite", name=f"{row['backend']}-{row['dtype']}", tests=str(len(members)),
-                              failures=str(row["failed"]), skipped=str(row["skipped"] + row["xfailed"] + row["untestable"]))
-        for r in members:
-            tc = ET.SubElement(suite, "testcase", classname=f"conformance.{r.backend}.{r.dtype}", name=r.case,
-                               time=f"{r.seconds:.4f}")
-            if r.failed:
-                ET.SubElement(tc, "failure", message=_xml_text(r.message), type=r.status).text = _xml_text(r.traceback or r.message)
-            elif r.status in ("skipped", "xfailed", "untestable"):
-                ET.SubElement(tc, "skipped", message=_xml_text(r.message or r.status))
-    if report.errors:
-        suite = ET.SubElement(suites, "testsuite", name="backends", tests=str(len(report.errors)), failures=str(len(report.errors)))
-        for e in report.errors:
-            tc = ET.SubElement(suite, "testcase", classname="odeattn.conformance.adapters", name=e.backend)
-            ET.SubElement(tc, "failure", message=_xml_text(e.message), type="error").text = _xml_text(e.traceback or e.message)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

@@ -207,6 +207,8 @@ def read_json(option: str, path: Path):
         return json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UsageError(f"{option} {os.fspath(path)!r}: not valid JSON ({err})") from None
+    except RecursionError:  # arrays or objects nested deeper than the parser's recursion limit
+        raise UsageError(f"{option} {os.fspath(path)!r}: not valid JSON (nested too deep to parse)") from None
 
 
 NPY_MAGIC = b"\x93NUMPY"

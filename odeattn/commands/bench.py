@@ -176,8 +176,10 @@ def register(sub) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="B,T,D,H",
                    help="benchmark this shape instead of small and large (repeatable)")
     p.add_argument("--paths", help=f"comma-separated subset of {','.join(PATHS)}")
-    p.add_argument("--solver", default="rk4", choices=list(R.SOLVERS))
-    p.add_argument("--steps", type=positive_int, default=4)
+    p.add_argument("--solver", default="rk4", choices=list(R.SOLVERS),
+                   help="the block's ODE solver (default rk4); --compile times its own configs")
+    p.add_argument("--steps", type=positive_int, default=4,
+                   help="the block's ode_steps (default 4); --memory takes --memory-steps, --compile its own configs")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed calls after the first, before the rounds")
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="interleaved rounds of the main table (default 5, --quick 3); timed calls of the other tables")
@@ -188,7 +190,7 @@ def register(sub) -> None:
                    help="add peak memory and one forward's time per path at B1 T8192 D512 H8 (with --quick: B1 T2048 D256 H8)")
     p.add_argument("--threads", type=non_negative_int, default=0, help="default (0): every core")
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling tables")
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="also write the whole result here as JSON (every figure of the tables, and the settings)")
     p.add_argument("--plot", type=Path, help="PNG of the scaling tables")
     add_force(p)
     p.add_argument("--decode", action="store_true",

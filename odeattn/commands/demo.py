@@ -14,7 +14,8 @@ from odeattn.commands.args import add_force, check_output_path, non_negative_int
 def register(sub) -> None:
     from odeattn import demo as D
 
-    p = sub.add_parser("demo", help="small demonstrations on CPU")
+    p = sub.add_parser("demo", help="small demonstrations on CPU", description="small demonstrations on CPU: "
+                       "`odeattn demo train`, loss curves of euler, rk4 and rk2_gated on a tiny task")
     demos = p.add_subparsers(dest="demo", required=True)
     t = demos.add_parser("train", help="loss curves of euler, rk4 and rk2_gated on a tiny task (under a minute)",
                          description=D.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

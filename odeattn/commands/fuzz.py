@@ -1,31 +1,45 @@
 """`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn.conformance.fuzzing.fuzz).
 
 Exit codes: 0 nothing diverged; 1 a counterexample found (its shrunk example printed and written
-as a repro folder); 2 usage: a bad option, a --replay folder missing a file or holding a pickle, a
+as a repro folder; a hang or a crash of the backend's worker is one), or fewer examples judged than --min-examples (a shortfall); 2 usage: a bad option, a --replay folder missing a file or holding a pickle, a
 backend that runs none of the drawn configs (that is not a pass).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, positive_float, positive_int, user_input
 
 FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
-             "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime"}
+             "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime",
+             "min_examples": "--min-examples", "database": "--database", "repro": "--repro"}
+DEFAULT_REPRO = Path("fuzz-repro")
 RUN_ONLY = {"include": "-k", "exclude": "--exclude", "xfail": "--xfail", "golden": "--golden", "expect_digest": "--expect-digest",
-            "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound"}
+            "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound",
+            "shard": "--shard", "list": "--list"}
 
 
 def add_options(p) -> None:
+    # a group of their own: `odeattn conformance --help` shows them apart from the main run's
+    p = p.add_argument_group("fuzz options", "taken only by 'odeattn conformance fuzz' (its own help: "
+                             "odeattn conformance fuzz --help)")
     p.add_argument("--examples", type=positive_int, default=None, metavar="N",
                    help="fuzz: examples per backend and dtype (default 100)")
+    p.add_argument("--min-examples", type=positive_int, default=None, metavar="N",
+                   help="fuzz: fewer examples judged than N per backend and dtype (too many draws refused) fails the run, "
+                        "exit 1 (default: --examples; a smaller N accepts a shortfall)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="fuzz: hypothesis's seed (default 0): the same draws")
+    p.add_argument("--database", type=Path, default=None, metavar="DIR",
+                   help="fuzz: keep the failing examples in this folder and judge them first on the next run "
+                        "(default: none kept)")
     p.add_argument("--time-budget", type=positive_float, default=None, metavar="SECONDS",
                    help="fuzz: stop drawing after this long per backend and dtype (a divergence is still shrunk)")
     p.add_argument("--replay", type=Path, default=None, metavar="DIR", help="fuzz: rerun the example of a repro folder")
-    p.add_argument("--repro", type=Path, default=Path("fuzz-repro"), metavar="DIR",
+    p.add_argument("--repro", type=Path, default=None, metavar="DIR",
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
     p.add_argument("--model", type=Path, default=None, metavar="FILE.onnx",
                    help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend")
@@ -43,8 +57,11 @@ def check_not_given(args) -> None:
 
 
 def _adapters(args):
-    """[(reference as typed, adapter)] of the --backend options, each constructed here."""
-    from odeattn.conformance.adapters import BUILTIN, discover, make_adapter
+    """[(reference as typed, adapter)] of the --backend options, each constructed in a worker
+    process of its own (client.RemoteAdapter), within --timeout: whatever the port does (raise,
+    exit, hang, crash) is its result there, never this command's."""
+    from odeattn.conformance.adapters import discover
+    from odeattn.conformance.running.client import ConstructionFailed, RemoteAdapter
 
     if not args.backend:
         raise UsageError("--backend: fuzz needs a backend to judge (a built-in name, module:object or exec:CMD)")
@@ -53,16 +70,31 @@ def _adapters(args):
     except ValueError as err:
         raise UsageError(f"--{err}") from None
     out = []
-    for typed, ref in zip(args.backend, refs):
-        try:
-            out.append((typed, make_adapter(ref.reference, imports=BUILTIN[typed].requires if typed in BUILTIN else ())))
-        except Exception as err:
-            raise UsageError(f"--backend {typed}: cannot be constructed ({type(err).__name__}: {err})") from None
+    try:
+        for typed, ref in zip(args.backend, refs):
+            try:
+                out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=args.timeout,
+                                                 init_timeout=ref.start_timeout)))
+            except ConstructionFailed as err:
+                raise UsageError(f"--backend {typed}: cannot be constructed ({err})") from None
+            except ValueError as err:  # a malformed declared support: the draws keep within it
+                raise UsageError(f"--backend {typed}: {err}") from None
+    except BaseException:
+        close_all(out)
+        raise
     return out
+
+
+def close_all(adapters) -> None:
+    """Stop the worker process of each adapter that has one."""
+    for _, adapter, *_ in adapters:
+        if hasattr(adapter, "close"):
+            adapter.close()
 
 
 def fuzz(args) -> int:
     from odeattn.conformance.cases.half import DTYPES
+    from odeattn.conformance.running.expectations import load as load_expectations
 
     unused = [o for a, o in RUN_ONLY.items() if getattr(args, a, None) not in (None, [], False)]
     if unused:
@@ -71,18 +103,48 @@ def fuzz(args) -> int:
         for d in args.dtypes:
             if d not in DTYPES:
                 raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
+        check_draw_options(args)
         inputs = {"--replay": args.replay, "--model": args.model, "--config": args.config, "--weights": args.weights}
         check_output_path("--json", args.json, force=args.force, others=inputs)
         check_output_path("--junit", args.junit, force=args.force, others={**inputs, "--json": args.json})
         if args.replay is None:
+            args.repro = DEFAULT_REPRO if args.repro is None else args.repro
             check_repro_folder(args.repro)
+        args.expectations = load_expectations(args.expectations)
         if args.model is not None or args.config is not None or args.weights is not None or args.runtime is not None:
             model = model_file(args)
             if args.replay is None:
                 return draw_and_judge(args, [model])
         if args.replay is None:
             adapters = _adapters(args)
-    return replay(args) if args.replay is not None else draw_and_judge(args, adapters)
+    if args.replay is not None:
+        return replay(args)
+    try:
+        return draw_and_judge(args, adapters)
+    finally:
+        close_all(adapters)
+
+
+def check_draw_options(args) -> None:
+    """--min-examples at most the examples asked, --database a folder (or a path one can be made
+    at); neither taken with --replay, which draws nothing, nor the options of a run's budget and
+    of its outputs (--json, --junit, --repro): a replay prints its one result and writes nothing."""
+    from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES
+
+    given = [o for o, v in (("--min-examples", args.min_examples), ("--database", args.database),
+                            ("--expectations", args.expectations or None), ("--examples", args.examples),
+                            ("--seed", args.seed), ("--time-budget", args.time_budget)) if v is not None]
+    if args.replay is not None and given:
+        raise UsageError(f"{', '.join(given)}: not taken with --replay (it reruns one example, drawing nothing)")
+    written = [o for o, v in (("--json", args.json), ("--junit", args.junit), ("--repro", args.repro)) if v is not None]
+    if args.replay is not None and written:
+        raise UsageError(f"{', '.join(written)}: not taken with --replay (it prints the one example's result and "
+                         "writes no file)")
+    examples = args.examples or DEFAULT_EXAMPLES
+    if args.min_examples is not None and args.min_examples > examples:
+        raise UsageError(f"--min-examples: expected at most the examples asked (--examples {examples}); got {args.min_examples}")
+    if args.database is not None and args.database.exists() and not args.database.is_dir():
+        raise UsageError(f"--database: expected a folder; got the file {str(args.database)!r}")
 
 
 def check_repro_folder(repro: Path) -> None:
@@ -93,13 +155,18 @@ def check_repro_folder(repro: Path) -> None:
     parent = next((p for p in (repro, *repro.parents) if p.exists()), Path("."))
     if not parent.is_dir():
         raise UsageError(f"--repro: {str(parent)!r} is not a folder, so {str(repro)!r} cannot be made")
+    try:  # a folder made and removed where the repro's would be: a read-only place is found now, not after the run
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".odeattn-fuzz-check."))
+    except OSError as err:
+        raise UsageError(f"--repro: {str(repro)!r} cannot be written ({err.strerror or err}); a counterexample's "
+                         "folder would be lost") from None
 
 
 def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
-    from odeattn.conformance.fuzzing.model_file import ModelFile, check_runtime
+    from odeattn.conformance.fuzzing.model_file import ModelFile, check_runtime, load_block_file
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if missing or args.backend:
@@ -108,17 +175,18 @@ def model_file(args):
     runtime = check_runtime(args.runtime or "onnxruntime")
     if not args.model.is_file():
         raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
+    with user_input("--model"):  # before the config: a GenAI file's config is no block's
+        model = load_block_file(args.model)
     config, params = load_block(args.config, args.weights)
-    adapter = ModelFile(args.model, config, params, runtime).adapt()
+    adapter = ModelFile(args.model, config, params, runtime, model=model).adapt()
     strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
     return str(args.model), adapter, strategy, params
 
 
 def draw_and_judge(args, adapters) -> int:
     from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
-    from odeattn.conformance.fuzzing.fuzz_report import format_run, write_json, write_junit
+    from odeattn.conformance.fuzzing.fuzz_report import format_refusals, format_run, shortfall
     from odeattn.conformance.fuzzing.repro import folder_name, write_repro
-    from ode_ref.files import replacing
 
     examples, seed = args.examples or DEFAULT_EXAMPLES, 0 if args.seed is None else args.seed
     if not any(not args.dtypes or d in args.dtypes for _, adapter, *_ in adapters for d in adapter.dtypes):
@@ -131,62 +199,112 @@ def draw_and_judge(args, adapters) -> int:
             if target.is_dir() and any(target.iterdir()) and not args.force:
                 raise UsageError(f"--repro: {str(target)!r} holds files already; pass --force to replace them, or "
                                  "name another --repro folder")
-    runs = []
+    runs, unwritten = [], []
     for typed, adapter, *fixed in adapters:
         strategy, params = fixed or (None, None)
         dtypes = [d for d in adapter.dtypes if not args.dtypes or d in args.dtypes]
         for dtype in dtypes:
             run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
-                           strategy=strategy, params=params)
+                           strategy=strategy, params=params, min_examples=args.min_examples, database=args.database,
+                           expectations=args.expectations)
             if run.examples == 0 and run.unrun:
                 raise CommandFailed(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
                                     f"{dtype}: nothing was judged, which is not a pass; give it more time", code=2)
             if run.examples == 0:
                 raise CommandFailed(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
-                                    "not supported): that is not a pass", code=2)
+                                    f"not supported; {format_refusals(run.refusals) or 'none drawn'}): that is not a pass",
+                                    code=2)
             if run.finding is not None:
-                run.finding.repro = str(write_repro(args.repro / folder_name(typed, dtype), run.finding, typed, dtype,
-                                                    model=(args.model, args.config, args.weights, args.runtime) if fixed else None))
+                target = args.repro / folder_name(typed, dtype)
+                try:
+                    run.finding.repro = str(write_repro(target, run.finding, typed, dtype, model=(
+                        args.model, args.config, args.weights, args.runtime) if fixed else None))
+                except OSError as err:  # checked writable up front, yet it failed (a full disk): the finding is printed
+                    unwritten.append(f"--repro: {str(target)!r} could not be written ({err.strerror or err}); the "
+                                     f"counterexample of {typed}/{dtype} is printed above only")
             runs.append(run)
             print(format_run(run), flush=True)
-    header = {"action": "fuzz", "examples": examples, "seed": seed}
-    if args.json:
-        with replacing(args.json) as tmp:
-            write_json(runs, tmp, header)
-    if args.junit:
-        with replacing(args.junit) as tmp:
-            write_junit(runs, tmp, header)
-    if any(r.diverged for r in runs):
-        print(f"rerun an example: {next(r.finding for r in runs if r.diverged).repro}/case.json holds the command", file=sys.stderr)
-        return 1
-    return 0
+    header = {"action": "fuzz", "examples": examples, "seed": seed, "min_examples": args.min_examples or examples,
+              "database": None if args.database is None else str(args.database)}
+    unwritten += write_reports(args, runs, header)
+    for r in (r for r in runs if r.short):  # a shortfall is not a pass: the draws judged are not those asked
+        print(f"fuzz: {r.backend}/{r.dtype}: {shortfall(r)}; that is not a pass (--min-examples N accepts fewer)",
+              file=sys.stderr)
+    written = [r.finding.repro for r in runs if r.diverged and r.finding.repro]
+    if written:
+        print(f"rerun an example: {written[0]}/case.json holds the command", file=sys.stderr)
+    for r in runs:
+        for label in r.unexpected:  # a known failure's region that no longer fails: the file's line is stale
+            print(f"fuzz: {r.backend}/{r.dtype}: unexpected pass: {label}: none of the examples it selects failed",
+                  file=sys.stderr)
+    if unwritten:
+        raise CommandFailed(unwritten[0] + (f" (and {len(unwritten) - 1} more outputs)" if len(unwritten) > 1 else ""))
+    return 1 if any(r.failed for r in runs) else 0
+
+
+def write_reports(args, runs, header) -> list:
+    """Write --json and --junit; the line for each that could not be written (their paths were
+    tried up front, so this is a disk filling up, say), the results being printed already."""
+    from odeattn.conformance.fuzzing.fuzz_report import write_json, write_junit
+    from ode_ref.files import replacing
+
+    failed = []
+    for option, path, write in (("--json", args.json, write_json), ("--junit", args.junit, write_junit)):
+        if path is None:
+            continue
+        try:
+            with replacing(path) as tmp:
+                write(runs, tmp, header)
+        except OSError as err:
+            failed.append(f"{option}: {str(path)!r} could not be written ({err.strerror or err})")
+    return failed
 
 
 def replay(args) -> int:
-    """Rerun a repro folder's example on one backend; 1 if it still diverges."""
-    from odeattn.conformance.fuzzing.fuzz import first_divergent, run_one
-    from odeattn.conformance.fuzzing.localise import localise
+    """Rerun a repro folder's example on one backend; 1 if it still diverges (or the backend
+    raised, hung or crashed its worker on it)."""
+    import numpy as np
+
+    from odeattn.conformance.fuzzing.fuzz import unjudgeable
     from odeattn.conformance.fuzzing.repro import load_repro
-    from odeattn.conformance.fuzzing.stages import first_divergent_stage, format_stage
 
     if len(args.backend) != 1 and args.model is None:
         raise UsageError(f"--backend: --replay runs one backend (or --model); got {len(args.backend)}")
     if len(args.dtypes) > 1:
         raise UsageError(f"--dtype: --replay runs one dtype; got {', '.join(args.dtypes)}")
     with user_input():
-        case, meta = load_repro(args.replay, args.dtypes[0] if args.dtypes else "")
-        (typed, adapter, *_), = [model_file(args)] if args.model is not None else _adapters(args)
+        with np.errstate(all="ignore"):  # an input the spec overflows on is refused below, in one line
+            case, meta = load_repro(args.replay, args.dtypes[0] if args.dtypes else "")
         dtype = args.dtypes[0] if args.dtypes else meta.get("dtype", "float32")
+        why = unjudgeable(case, dtype)
+        if why is not None:
+            raise UsageError(f"--replay: {why}: nothing can be judged on it, which is not a pass")
+        (typed, adapter, *_), = [model_file(args)] if args.model is not None else _adapters(args)
+    try:
         if dtype not in adapter.dtypes:
             raise UsageError(f"--dtype: backend {typed} runs {', '.join(adapter.dtypes)}; got {dtype!r}")
+        return replay_on(args, typed, adapter, case, dtype)
+    finally:
+        close_all([(typed, adapter)])
+
+
+def replay_on(args, typed: str, adapter, case, dtype: str) -> int:
+    """replay's run and its lines: the result, where it is off and the stage, or the backend's
+    own traceback where it raised (its error, not this command's)."""
+    from odeattn.conformance.fuzzing.fuzz import first_divergent, run_one
+    from odeattn.conformance.fuzzing.localise import localise
+    from odeattn.conformance.fuzzing.stages import first_divergent_stage, format_stage
+
     result, outputs = run_one(adapter, case, dtype)
     print(f"replay of {args.replay} on {typed}/{dtype}: {result.status}{': ' + result.message if result.message else ''}")
+    if result.traceback:
+        print("  the backend's traceback:\n" + "\n".join("    " + line for line in result.traceback.rstrip().splitlines()))
     q = first_divergent(result)
     if q:
         tol = next(r.tolerance for r in result.quantities if r.quantity == q)
         print(f"  where: {localise(q, outputs[q], case.quantities()[q], tol, prompt=case.prompt)['summary']}")
         if case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
             print(f"  stage: {format_stage(first_divergent_stage(adapter, case, dtype))}")
-    if result.status == "skipped":
+    if result.status in ("skipped", "untestable"):
         raise CommandFailed(f"--backend {typed}: does not run this example ({result.message}): that is not a pass", code=2)
     return 1 if result.failed else 0

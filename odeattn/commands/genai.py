@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ode_ref as R
 from ode_ref.lm import LMConfig, check_lm_params
-from ode_ref.files import write_text
+from ode_ref.files import write_text, writing_set
 from odeattn.commands.args import UsageError, check_output_path, read_json, require, user_input
 
 LM_FILES = ("config.json", "weights.safetensors")
@@ -37,7 +37,7 @@ def load_lm(config_path, weights_path, check=None):
 BLOCK_OPTIONS = (("-o", "output", None), ("--opset", "opset", None), ("--no-padding-mask", "no_padding_mask", False),
                  ("--route", "route", "direct"), ("--bitlinear", "bitlinear", "float"), ("--steps-input", "steps_input", False),
                  ("--dtype", "dtype", "float32"), ("--keep-io-types", "keep_io_types", False), ("--inline", "inline", False),
-                 ("--quantize", "quantize", None), ("--optimize", "optimize", False))
+                 ("--quantize", "quantize", None), ("--optimize", "optimize", False), ("--functions", "functions", False))
 
 
 def export_genai(args) -> int:
@@ -71,6 +71,24 @@ def export_genai(args) -> int:
     return 0
 
 
+def check_lm_memory(config) -> int:
+    """The bytes init --lm allocates (ode_ref.memory's estimate, refused past the limit before
+    anything is drawn), as init's check_memory_of counts a block's: the parameters drawn in
+    float64, their float32 copy and its serialised bytes. The count is one block's times
+    num_layers, so a vast --num-layers is sized without listing its names."""
+    import math
+
+    from ode_ref.lm import block_prefix, lm_param_shapes
+    from ode_ref.memory import Need, check_memory
+
+    one = lm_param_shapes(LMConfig.from_any({**config.to_dict(), "num_layers": 1}))
+    block = sum(math.prod(s) for k, s in one.items() if k.startswith(block_prefix(0)))
+    count = config.num_layers * block + sum(math.prod(s) for k, s in one.items() if not k.startswith(block_prefix(0)))
+    return check_memory(f"--vocab-size {config.vocab_size}, --num-layers {config.num_layers}, --hidden-size "
+                        f"{config.hidden_size}", Need("the parameters drawn", 1, (count,), "float64", 8),
+                        Need("the parameters in float32 and serialised", 2, (count,), "float32", 4))
+
+
 def init_lm(args, check_paths) -> int:
     """`odeattn init DIR --lm`: DIR/config.json (an LMConfig, decoder mode) and DIR/weights.safetensors
     (init_lm_params with --seed, float32)."""
@@ -81,10 +99,12 @@ def init_lm(args, check_paths) -> int:
         config = LMConfig(vocab_size=args.vocab_size, num_layers=args.num_layers, hidden_size=args.hidden_size,
                           num_heads=args.num_heads, ode_solver=args.solver, ode_steps=args.steps,
                           norm_type=args.norm_type, use_bitnet=args.bitnet)
+        check_lm_memory(config)
         out = check_paths(args.dir, args.force, LM_FILES)
     params = R.init_lm_params(config, seed=args.seed, dtype=np.float32)
-    write_text(out["config.json"], json.dumps(config.to_dict(), indent=1) + "\n")
-    R.save_params(params, out["weights.safetensors"])
+    with writing_set(args.dir) as into:  # a new DIR appears with both files or not at all
+        write_text(into / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
+        R.save_params(params, into / "weights.safetensors")
     print(f"wrote {out['config.json']}: vocab_size={config.vocab_size}, num_layers={config.num_layers}, "
           f"hidden_size={config.hidden_size}, num_heads={config.num_heads}, ode_solver={config.ode_solver!r}, "
           f"ode_steps={config.ode_steps}, mode='decoder'")

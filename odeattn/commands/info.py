@@ -12,7 +12,7 @@ OPTIONAL = ("numpy", "torch", "jax", "onnx", "onnxruntime", "safetensors")
 
 
 def register(sub) -> None:
-    sub.add_parser("info", help="solvers, norms, modes and installed backends")
+    sub.add_parser("info", help="solvers, norms, modes and installed backends", description=__doc__)
 
 
 def _version(module: str):

@@ -3,7 +3,12 @@ DIR/weights.safetensors (ode_ref.init_params with --seed, float32, the spec's pa
 and DIR/x.npy (a seeded normal batch, float32 [batch, seq, hidden_size]): the inputs of
 `odeattn export`, `odeattn run` and `odeattn diagnose`. With --lm, a decoder language model
 instead: DIR/config.json (an LMConfig) and DIR/weights.safetensors (ode_ref.init_lm_params), no
-x.npy, the inputs of `odeattn export --genai`."""
+x.npy, the inputs of `odeattn export --genai`.
+
+A new DIR (missing or empty) appears with all its files or none: they are written into a hidden
+sibling folder, which one rename makes DIR, so an interrupted init (even kill -9) never leaves a
+part of the set in it. Into a DIR that holds files (with --force), each file is replaced whole, one
+after another."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import shlex
 from pathlib import Path
 
 import ode_ref as R
-from ode_ref.files import save_npy, write_text
+from ode_ref.files import save_npy, write_text, writing_set
 from odeattn.commands.args import UsageError, check_output_path, non_negative_int, positive_int, require, user_input
 
 FILES = ("config.json", "weights.safetensors", "x.npy")
@@ -102,9 +107,10 @@ def run(args) -> int:
         out = check_paths(args.dir, args.force)
     params = R.init_params(config, seed=args.seed, dtype=np.float32)
     x = np.random.default_rng(args.seed).normal(size=(args.batch, args.seq, config.hidden_size)).astype(np.float32)
-    write_text(out["config.json"], json.dumps(config.to_dict(), indent=1) + "\n")
-    R.save_params(params, out["weights.safetensors"])
-    save_npy(out["x.npy"], x)
+    with writing_set(args.dir) as into:  # a new DIR appears with its three files or not at all
+        write_text(into / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
+        R.save_params(params, into / "weights.safetensors")
+        save_npy(into / "x.npy", x)
     fields = ", ".join(f"{k}={v!r}" for k, v in config.to_dict().items() if k in (
         "hidden_size", "num_heads", "ode_solver", "ode_steps", "mode", "norm_type", "use_bitnet"))
     print(f"wrote {out['config.json']}: {fields}")

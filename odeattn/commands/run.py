@@ -17,7 +17,7 @@ from odeattn.commands.inputs import load_x
 
 def register(sub) -> None:
     r = sub.add_parser("run", help="run an exported model in onnxruntime (a decode-step model: generating "
-                                   "--seq tokens from an empty cache)")
+                                   "--seq tokens from an empty cache)", description=__doc__)
     r.add_argument("model", type=Path, help="an .onnx file written by odeattn export: a block, a prefill or a "
                                             "decode-step model")
     r.add_argument("--x", type=Path, help=".npy float32 [batch, seq, d_model] (a half model's dtype too, or float32 "

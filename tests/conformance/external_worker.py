@@ -4,7 +4,10 @@ spec: a native port (consumes params) over ode_ref that speaks the protocol corr
 of f(0, x) included; with ODEATTN_TEST_RECORD set, it appends every request's JSON to that file.
 half: the same in bfloat16 and float16, under the half-precision policy (ode_ref.precision).
 planted: the spec with a bug planted at the stage v (every value 1% off), in its outputs and its
-stages alike. The other modes break the protocol one way each."""
+stages alike. narrow: the spec, speaking protocol version 2: its hello declares that it runs
+layer_norm without BitLinear (NARROW), and it refuses any other config it is sent. The other modes
+break the protocol one way each. Every mode but narrow speaks version 1, as a worker written
+before version 2 does."""
 
 import json
 import os
@@ -20,6 +23,7 @@ MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
 HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"],
          "kinds": ["block", "trajectory", "decode", "encoder", "stages"], "consumes": "params"}
+NARROW = {"norm_type": ["layer_norm"], "use_bitnet": [False]}
 
 
 class VOff(R.SelfAttention):
@@ -86,8 +90,12 @@ while True:
             os.write(OUT, b"starting up...\nready\n")
         elif MODE == "silent":
             time.sleep(60)
-        elif MODE == "version2":
-            send({**HELLO, "protocol": 2})
+        elif MODE == "version9":
+            send({**HELLO, "protocol": 9})
+        elif MODE == "narrow":
+            send({**HELLO, "protocol": 2, "supports": {"config": NARROW}})
+        elif MODE == "undeclarable":  # version 2 with a field ODEConfig lacks
+            send({**HELLO, "protocol": 2, "supports": {"config": {"kernel": ["tiled"]}}})
         elif MODE == "malformed":
             send({**HELLO, "dtypes": ["float8"]})
         elif MODE == "half":
@@ -103,5 +111,8 @@ while True:
         os._exit(3)
     if MODE == "refuses" and message["config"].get("use_bitnet"):
         send({"status": "unsupported", "message": "use_bitnet (this port has float projections only)"})
+        continue
+    if MODE == "narrow" and any(message["config"].get(k, v[0]) not in v for k, v in NARROW.items()):
+        send({"status": "unsupported", "message": f"a config outside its declaration: {message['config']}"})
         continue
     send({"status": "ran"}, run(message, arrays))

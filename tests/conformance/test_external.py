@@ -59,7 +59,9 @@ def test_a_refusal_is_not_supported_with_the_workers_reason():
 @pytest.mark.parametrize("mode, message", [
     ("garbage", "announced a frame of 1918989427 + 1735289204 bytes, over the limits (1048576 and 1073741824) to the "
                 "hello request; its stdout began 'starting up...\\nready\\n' (a worker's logs go to its stderr)"),
-    ("version2", "speaks protocol version 2; this odeattn speaks 1"),
+    ("version9", "speaks protocol version 9; this odeattn speaks 1 or 2"),
+    ("undeclarable", "sent a malformed hello_reply to the hello request: hello_reply: supports: config: expected fields "
+                     "of ode_ref.ODEConfig or head_dim; got 'kernel'"),
     ("malformed", "sent a malformed hello_reply to the hello request: hello_reply: dtypes/0: 'float8' is not one of "
                   "['float32', 'float64', 'bfloat16', 'float16']"),
     ("oversized", "announced a frame of 1048576 + 2147483648 bytes, over the limits"),
@@ -213,9 +215,11 @@ def test_the_plain_javascript_port_passes_what_it_supports_and_names_the_rest():
                                      c.config.ode_solver in ("euler", "rk4") and not c.config.use_bitnet
                                      and c.config.position_encoding == "none"}
     reasons = {r.message for r in report.results if r.status == "skipped"}
-    assert "not supported: norm_type rms_norm (this port has layer_norm)" in reasons
-    assert "not supported: use_bitnet (this port has float projections only)" in reasons
-    assert "not supported: cached decoding (the backend has no run_decode)" in reasons
+    # its hello (protocol version 2) declares what it runs: the host refuses the rest without sending it
+    assert "not supported: norm_type rms_norm (declared: layer_norm)" in reasons
+    assert "not supported: use_bitnet True (declared: False)" in reasons
+    # every decode case lies outside its declaration too, which is asked first
+    assert all(r.status == "skipped" for r in report.results if r.case.startswith("decode_"))
     assert "not supported: gradients (the backend has no run_vjp)" in reasons
 
 

@@ -106,6 +106,20 @@ def _finding(port):
     return explain(Finding(d, case, result, outputs, first=d), port, "float32")
 
 
+def test_the_minimal_example_says_whether_shrinking_changed_its_sizes():
+    """An example shrinking left at its sizes is said so, not "shrunk from seq 17 to seq 17"."""
+    import dataclasses
+
+    from odeattn.conformance.fuzzing.fuzz_report import format_finding
+
+    f = _finding(planted.TileBoundary())
+    assert format_finding(f).splitlines()[0] == (
+        "  minimal example (a block forward), batch 2, seq 17, d_model 8, 2 steps, not shrunk further in size:")
+    f.first = dataclasses.replace(f.draw, seq=33)
+    assert format_finding(f).splitlines()[0] == ("  minimal example (a block forward), shrunk from batch 2, seq 33, "
+                                                 "d_model 8, 2 steps to batch 2, seq 17, d_model 8, 2 steps:")
+
+
 def test_a_repro_folder_replays_its_example(tmp_path):
     port = planted.TileBoundary()
     f = _finding(port)
@@ -140,6 +154,12 @@ def _repro(tmp_path, spoil=None):
     (["--replay", "{r}", "--backend", "spec"], lambda d: (d / "x.npy").unlink(), "is missing x.npy"),
     (["--replay", "{r}", "--backend", "spec"],
      lambda d: np.save(d / "padding_mask.npy", np.array([{}], dtype=object), allow_pickle=True), "padding_mask.npy holds a pickle"),
+    *[(["--replay", "{r}", "--backend", "spec", option, value], None,
+       f"{option}: not taken with --replay (it reruns one example, drawing nothing)")
+      for option, value in (("--examples", "5"), ("--seed", "1"), ("--time-budget", "5"))],
+    *[(["--replay", "{r}", "--backend", "spec", option, value], None,
+       f"{option}: not taken with --replay (it prints the one example's result and writes no file)")
+      for option, value in (("--json", "{r}/f.json"), ("--junit", "{r}/f.xml"), ("--repro", "{r}/again"))],
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, spoil, message):
     r = _repro(tmp_path, spoil) if "{r}" in argv else ""
@@ -148,6 +168,147 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, spoil, message):
         raise SystemExit(code)
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+ZEROS = """
+import numpy as np
+
+from odeattn.conformance.adapters import SpecAdapter
+
+
+class Zeros(SpecAdapter):
+    name, dtypes = "zeros", ("float32", "float64")
+    run_func = run_trajectory = run_stages = None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        return np.zeros_like(x)
+"""
+
+
+def _scaled(folder, at=None, by=1.0):
+    x = np.load(folder / "x.npy")
+    if at is not None:
+        x[at] = np.inf
+    np.save(folder / "x.npy", x * by)
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda d: _scaled(d, at=(0, 1, 2)), "--replay: x.npy holds inf at [0, 1, 2]; expected finite values: nothing can be "
+                                         "judged on it, which is not a pass"),
+    (lambda d: _scaled(d, by=1e39), "--replay: the spec's own float32 error on f0 is nan on this input (x.npy's values "
+                                    "reach"),
+], ids=["inf", "overflowing-float32"])
+def test_a_replayed_input_with_no_finite_reference_or_tolerance_is_refused(tmp_path, capsys, monkeypatch, spoil, message):
+    """A port answering zeros fails the folder's example; once its input is not finite, or
+    overflows float32 (whose error sets the tolerance), error > tolerance is False for any answer:
+    the replay refuses it in one line, exit 2, as the golden set refuses a non-finite golden."""
+    (tmp_path / "zeros_port.py").write_text(ZEROS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    folder = _repro(tmp_path)
+    argv = ["conformance", "fuzz", "--replay", folder, "--backend", "zeros_port:Zeros"]
+    assert main(argv) == 1
+    capsys.readouterr()
+    spoil(tmp_path / "r")
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith(f"odeattn conformance fuzz: {message}"), captured
+
+
+def _cut(path, keep):
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize("spoil, message", [
+    pytest.param(lambda d: _cut(d / "weights.safetensors", 100), "--replay: weights.safetensors: not a readable "
+                 "safetensors file (Error while deserializing header", id="weights-truncated"),
+    pytest.param(lambda d: _cut(d / "weights.safetensors", 0), "--replay: weights.safetensors: not a readable "
+                 "safetensors file", id="weights-empty"),
+    pytest.param(lambda d: (d / "weights.safetensors").write_bytes(__import__("pickle").dumps({"w": [1.0]})),
+                 "--replay: weights.safetensors: not a readable safetensors file", id="weights-a-pickle"),
+    pytest.param(lambda d: _cut(d / "x.npy", 0), "--replay: x.npy: expected a .npy array; the file is empty", id="x-empty"),
+    pytest.param(lambda d: _cut(d / "x.npy", 150), "--replay: x.npy: a damaged .npy file (Failed to read all data",
+                 id="x-truncated"),
+    pytest.param(lambda d: (d / "case.json").write_text("[" * 200_000 + "]" * 200_000),
+                 "--replay: case.json: not valid JSON (nested too deep to parse)", id="case-nested-200000-deep"),
+    pytest.param(lambda d: (d / "config.json").write_text("{\"a\":" * 200_000 + "1" + "}" * 200_000),
+                 "--replay: config.json: not valid JSON (nested too deep to parse)", id="config-nested-200000-deep"),
+    pytest.param(lambda d: (d / "case.json").write_bytes(b"\xff\xfe{"), "--replay: case.json: not valid JSON ('utf-8' codec",
+                 id="case-not-utf8"),
+    pytest.param(lambda d: (d / "config.json").write_text("[]"), "--replay: config.json: hidden_size: required",
+                 id="config-a-list"),
+    pytest.param(lambda d: (d / "case.json").write_text(json.dumps({**json.loads((d / "case.json").read_text()), "decoded": "2"})),
+                 "--replay: case.json: expected decoded an integer in [0, 16] (tokens after the prompt, of seq 17); got '2'",
+                 id="decoded-a-string"),
+])
+def test_a_damaged_repro_folder_is_one_line_naming_the_file(tmp_path, capsys, spoil, message):
+    """Each damaged file of a repro folder is refused in one line naming it, exit 2, where a
+    dependency's exception (SafetensorError, EOFError, RecursionError, ...) would end the replay."""
+    code = main(["conformance", "fuzz", "--replay", _repro(tmp_path, spoil), "--backend", "spec", "--dtype", "float64"])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and captured.out == "", captured
+    assert lines[0].startswith(f"odeattn conformance fuzz: {message}"), lines
+
+
+def _damaged_model(kind, tmp_path):
+    """(the .onnx path, --config, --weights) of a block file spoilt as kind says, written under tmp_path."""
+    import onnx
+    from onnx import helper
+    from safetensors.numpy import save_file
+
+    from odeattn.export.block import export_model
+
+    fields = dict(hidden_size=8, num_heads=2, mode="decoder")
+    config = R.ODEConfig(**fields)
+    params = R.init_params(config, seed=3)
+    (tmp_path / "c.json").write_text(json.dumps(fields) if kind != "config-nested-200000-deep" else "[" * 200_000 + "]" * 200_000)
+    save_file(params, str(tmp_path / "w.safetensors"))
+    model, path = export_model(config, params), tmp_path / "m.onnx"
+    if kind == "custom-op-domain":  # z passed through an operator of a domain ONNX Runtime does not have
+        z = next(n for n in model.graph.node if "z" in n.output)
+        z.output[:] = ["z_before"]
+        model.graph.node.append(helper.make_node("Rescale", ["z_before"], ["z"], domain="com.example.ops"))
+        model.opset_import.append(helper.make_opsetid("com.example.ops", 1))
+    if kind == "external-data-outside-its-folder":  # the weights saved beside, then pointed one folder up
+        (tmp_path / "sub").mkdir()
+        path = tmp_path / "sub" / "m.onnx"
+        onnx.save_model(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+        model = onnx.load(str(path), load_external_data=False)
+        for t in model.graph.initializer:
+            for entry in t.external_data:
+                entry.value = "../w.bin" if entry.key == "location" else entry.value
+        (tmp_path / "w.bin").write_bytes((tmp_path / "sub" / "w.bin").read_bytes())
+    data = model.SerializeToString()
+    path.write_bytes({"truncated": data[:len(data) // 2], "not-onnx": b"\x89PNG\r\n\x1a\n"}.get(kind, data))
+    return [str(path), str(tmp_path / "c.json"), str(tmp_path / "w.safetensors")]
+
+
+DAMAGED_MODEL = {
+    "truncated": "--model: model '{m}': not an ONNX model (it does not parse as one",
+    "not-onnx": "--model: model '{m}': not an ONNX model (it does not parse as one",
+    "custom-op-domain": "--model: model '{m}': uses the operator com.example.ops:Rescale of a custom-op domain, "
+                        "which ONNX Runtime runs only with that domain's library registered",
+    "external-data-outside-its-folder": "--model: model '{m}': its external data is refused (Data of TensorProto",
+    "config-nested-200000-deep": "--config '{c}': not valid JSON (nested too deep to parse)",
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED_MODEL)
+def test_a_damaged_model_file_or_config_is_one_line_naming_it(tmp_path, capsys, kind):
+    """fuzz --model on a file cut short, not ONNX, calling a custom-op domain or reading external
+    data outside its folder, or with a --config nested 200,000 deep: one line naming the file,
+    exit 2, before any example is drawn (where protobuf's DecodeError, ONNX Runtime's Fail or a
+    RecursionError would end it)."""
+    pytest.importorskip("onnxruntime")
+    model, config, weights = _damaged_model(kind, tmp_path)
+    code = main(["conformance", "fuzz", "--model", model, "--config", config, "--weights", weights,
+                 "--examples", "2", "--repro", str(tmp_path / "repro")])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and captured.out == "", captured
+    assert lines[0].startswith("odeattn conformance fuzz: " + DAMAGED_MODEL[kind].format(m=model, c=config)), lines
+    assert not (tmp_path / "repro").exists()
 
 
 NOTHING_RUNS = """
@@ -200,6 +361,59 @@ def test_a_model_file_is_judged_on_drawn_inputs_and_a_wrong_one_caught(tmp_path,
     command = json.loads((folder / "case.json").read_text())["command"].split()
     assert command[:5] == ["odeattn", "conformance", "fuzz", "--replay", str(folder)] and "--model" in command
     assert main(command[1:]) == 1  # the file against the spec on other weights: still off
+
+
+def _not_a_block(kind, tmp_path):
+    """(the .onnx file, --config, --weights) of a file fuzz --model does not judge, as a user has them."""
+    from safetensors.numpy import save_file
+
+    from odeattn.export import block, deploy, genai
+
+    fields = dict(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True)
+    config = R.ODEConfig(**fields)
+    params = R.init_params(config, seed=3)
+    if kind == "genai":  # the GenAI folder's model and its LMConfig, whose keys no block config has
+        config = R.LMConfig(vocab_size=16, num_layers=1, hidden_size=8, num_heads=2, ode_steps=1)
+        params = R.init_lm_params(config, seed=0)
+        model, fields = genai.export_genai_model(config, params), config.to_dict()
+    elif kind == "int8-without-its-metadata":  # quantize_dynamic's file as a user writes it: only the ops tell
+        model = deploy.quantize_int8(block.export_model(config, params))
+        del model.metadata_props[:]
+    else:
+        model = {"prefill": block.export_prefill_model, "decode-step": block.export_decode_model,
+                 "int8": lambda c, p: deploy.quantize_int8(block.export_model(c, p))}[kind](config, params)
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    (tmp_path / "c.json").write_text(json.dumps(fields))
+    save_file(params, str(tmp_path / "w.safetensors"))
+    return [str(tmp_path / n) for n in ("m.onnx", "c.json", "w.safetensors")]
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("prefill", "is not a block model (the prefill model of cached decoding, which the suite's --backend onnxruntime "
+                "judges on its decode cases): expected the inputs x and, where exported with them, padding_mask and "
+                "steps; found max_len, padding_mask, x"),
+    ("decode-step", "is not a block model (the decode-step model of cached decoding, which the suite's --backend "
+                    "onnxruntime judges on its decode cases): expected the inputs x and, where exported with them, "
+                    "padding_mask and steps; found index, padding_mask, past_key_0,"),
+    ("genai", "is an ONNX Runtime GenAI model (inputs attention_mask, input_ids, past_key_values.0.key, "
+              "past_key_values.0.value, past_key_values.1.key, past_key_values.1.value, ... (10 in all)), not a block "
+              "model; GenAI's folder is checked against the spec by odeattn.conformance.genai.check_genai"),
+    ("int8", "is int8-quantised (DynamicQuantizeLinear): lossy, so not judged at float32's tolerance; its error "
+             "against the spec is bounded by odeattn.export.deploy.int8_error_bound only for reduce_range files"),
+    ("int8-without-its-metadata", "is int8-quantised (DynamicQuantizeLinear): lossy"),
+])
+def test_a_file_that_is_no_float_block_model_is_refused_in_one_line_before_any_draw(tmp_path, capsys, kind, message):
+    """A prefill, decode-step, GenAI or int8 file is a usage error (exit 2) naming what the file is,
+    before its config is read (a GenAI one's is an LMConfig) and before any example or repro folder."""
+    pytest.importorskip("onnxruntime")
+    model, config, weights = _not_a_block(kind, tmp_path)
+    code = main(["conformance", "fuzz", "--model", model, "--config", config, "--weights", weights,
+                 "--examples", "4", "--repro", str(tmp_path / "repro")])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and captured.out == "", captured
+    assert lines[0].startswith(f"odeattn conformance fuzz: --model: {model!r} {message}"), lines
+    assert not (tmp_path / "repro").exists()
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web"])

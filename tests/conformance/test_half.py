@@ -15,7 +15,8 @@ from odeattn.conformance.adapters import BUILTIN, BackendRef, check_adapter
 from odeattn.conformance.cases import half_fields
 from odeattn.conformance.golden import load_cases
 from odeattn.conformance.cases.half import DTYPES, OTHERWISE, cast, check_dtypes, policy_otherwise
-from odeattn.conformance.running.runner import format_report, run_case, run_suite, select, summary, write_json
+from odeattn.conformance.running.runner import run_case, run_suite, select
+from odeattn.conformance.running.reports import format_report, summary, write_json
 from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF, half_tolerance, relative_error
 
 CASES = load_cases()

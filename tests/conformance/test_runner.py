@@ -13,7 +13,8 @@ import pytest
 import ode_ref as R
 from odeattn.conformance.adapters import BUILTIN, BackendRef
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import format_report, run_case, run_suite, select, write_json, write_junit
+from odeattn.conformance.running.runner import run_case, run_suite, select
+from odeattn.conformance.running.reports import format_report, write_json, write_junit
 
 CASES = load_cases()
 SOME = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8$"])
@@ -394,7 +395,8 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     """A backend off by 1e-3 everywhere after z(0): the report prints a group per (backend, dtype,
     first divergent quantity), the first few of each and how many more; the JSON holds every one."""
     from odeattn.conformance.adapters import SpecAdapter
-    from odeattn.conformance.running.runner import SHOWN_PER_GROUP, Report
+    from odeattn.conformance.running.runner import Report
+    from odeattn.conformance.running.reports import SHOWN_PER_GROUP
 
     off = np.float64(1 + 1e-3)
 
@@ -429,8 +431,10 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     write_json(report, tmp_path / "r.json", {})
     payload = json.loads((tmp_path / "r.json").read_text())
     assert payload["failure_groups"] == [
-        {"backend": "off", "dtype": "float64", "divergence": "f0", "cases": [c.name for c in blocks]},
-        {"backend": "off", "dtype": "float64", "divergence": "x_bar", "cases": [c.name for c in grads]}]
+        {"backend": "off", "dtype": "float64", "divergence": "f0", "cases": [c.name for c in blocks], "shared_settings": [],
+         "stage": None},
+        {"backend": "off", "dtype": "float64", "divergence": "x_bar", "cases": [c.name for c in grads], "shared_settings": [],
+         "stage": None}]  # no triage: run_suite's command asks for it (test_port_ci)
     assert sum(r["status"] == "failed" for r in payload["results"]) == len(blocks) + len(grads)
 
 
@@ -443,7 +447,8 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     ("xpassed", "unexpected pass: the case matches an xfail pattern but passed", "unexpected pass"),
 ])
 def test_a_failure_that_is_no_divergence_is_grouped_by_its_check(status, message, divergence):
-    from odeattn.conformance.running.runner import CaseResult, divergence as divergence_of
+    from odeattn.conformance.running.runner import CaseResult
+    from odeattn.conformance.running.reports import divergence as divergence_of
 
     assert divergence_of(CaseResult("b", "float32", "c", status, message)) == divergence
 

@@ -138,6 +138,9 @@ def test_export_genai_refuses_block_model_options(tmp_path, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err == ("odeattn export: --genai: writes its folder's model.onnx and genai_config.json "
                                        "(float32), which no block-model option shapes; got -o, --opset\n")
+    assert main([*argv[:7], "--functions"]) == 2  # taken by the block model only, not ignored
+    assert capsys.readouterr().err.startswith("odeattn export: --genai: writes its folder's model.onnx and "
+                                              "genai_config.json (float32), which no block-model option shapes; got --functions\n")
     assert main(argv[:5] + ["-o", str(tmp_path / "m.onnx"), "--shared-buffer"]) == 2
     assert capsys.readouterr().err.startswith("odeattn export: --shared-buffer: applies to --genai DIR")
 
@@ -167,3 +170,72 @@ def test_init_lm_then_export_genai_writes_the_folder_genai_runs(tmp_path, capsys
         assert "4 cache layers (2 blocks x 2 evaluations of f)" in capsys.readouterr().out
         report = check_genai(tmp_path / folder, config, params, PROMPTS, 1)  # eos is the pad token 0 here: one token
         assert report.passed, report
+
+
+SMALL = R.LMConfig(vocab_size=32, num_layers=1, hidden_size=16, num_heads=2, ode_steps=1)
+
+
+@pytest.mark.parametrize("search, message", [
+    *[pytest.param({"max_length": v}, f"max_length: expected an integer in [1, 2147483647] (the prompt and the generated "
+                   f"tokens; GenAI reads a 32-bit int); got {v!r}", id=f"max_length-{v!r}")
+      for v in (0, -1, 10**12, 1.5, "256", True, None)],
+    *[pytest.param({name: v}, f"{name}: expected an integer token id in [0, 32) (vocab_size); got {v!r}", id=f"{name}-{v!r}")
+      for name in ("pad_token_id", "eos_token_id") for v in (True, 1.5, -1, 32, "3")],
+    *[pytest.param({"shared_buffer": v}, f"shared_buffer: expected True or False (GenAI's past_present_share_buffer); "
+                   f"got {v!r}", id=f"shared_buffer-{v!r}") for v in ("no", 1, None)],
+])
+def test_write_genai_refuses_a_bad_search_option_by_name_and_writes_nothing(search, message, tmp_path):
+    """Each search option is checked, type and range (a bool is no integer, "no" no bool), in one
+    line naming it, before the model is built: the folder is not made."""
+    params = R.init_lm_params(SMALL, seed=0)
+    for call in (lambda: genai_config(SMALL, **search), lambda: write_genai(SMALL, params, tmp_path / "out", **search)):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_search_options_are_written_as_plain_json_values(tmp_path):
+    """NumPy integers and np.bool_ are taken, and written as JSON's int and bool."""
+    import numpy as np
+
+    params = R.init_lm_params(SMALL, seed=0)
+    _, gen = write_genai(SMALL, params, tmp_path / "out", max_length=np.int64(40), pad_token_id=np.int32(2),
+                         eos_token_id=np.uint8(5), shared_buffer=np.bool_(True))
+    written = json.loads(gen.read_text())
+    assert (written["search"]["max_length"], written["model"]["pad_token_id"], written["model"]["eos_token_id"],
+            written["search"]["past_present_share_buffer"]) == (40, 2, 5, True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left beside it
+
+
+@pytest.mark.parametrize("prompts, message", [
+    pytest.param([[3, -1, 4]], "prompts[0]: expected integer token ids in [0, 32) (vocab_size); got -1", id="negative"),
+    pytest.param([[3, 4], [5, 32]], "prompts[1]: expected integer token ids in [0, 32) (vocab_size); got 32",
+                 id="past-the-vocabulary"),
+    pytest.param([[3, True]], "prompts[0]: expected integer token ids in [0, 32) (vocab_size); got True", id="a-bool"),
+    pytest.param([[3, 4.0]], "prompts[0]: expected integer token ids in [0, 32) (vocab_size); got 4.0", id="a-float"),
+    pytest.param([[0, 0, 0]], "prompts[0]: ends in the pad token 0, which GenAI reads as padding at a prompt's end (a "
+                 "prompt of pad tokens alone would have no real token)", id="pads-alone"),
+    pytest.param([[3, 4], []], "prompts[1]: expected a non-empty list of token ids; got []", id="an-empty-prompt"),
+    pytest.param([], "prompts: expected a non-empty list of prompts", id="no-prompt"),
+])
+def test_what_feeds_the_genai_model_refuses_the_ids_the_spec_refuses(prompts, message, tmp_path):
+    """The exported model would take a negative id as one counted from the vocabulary's end, and a
+    prompt of pads alone as one with no real token (an attention_mask of zeros): genai_greedy,
+    check_genai and unfair refuse them first, by name, as the spec's check_ids does."""
+    params = R.init_lm_params(SMALL, seed=0)
+    write_genai(SMALL, params, tmp_path)
+    for call in (lambda: genai_greedy(tmp_path, prompts, 2), lambda: check_genai(tmp_path, SMALL, params, prompts, 2),
+                 lambda: unfair(SMALL, params, prompts, 2)):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value).startswith(message), err.value
+
+
+def test_genai_greedy_refuses_a_pad_token_other_than_the_folder_s(tmp_path):
+    write_genai(SMALL, R.init_lm_params(SMALL, seed=0), tmp_path, pad_token_id=2)
+    with pytest.raises(ValueError, match=r"^pad_token_id: the folder's genai_config.json pads with 2; got 0$"):
+        genai_greedy(tmp_path, [[3, 4]], 2)
+    with pytest.raises(ValueError, match=r"^new_tokens: expected an integer >= 1; got 0$"):
+        genai_greedy(tmp_path, [[3, 4]], 0, pad_token_id=2)
+    assert genai_greedy(tmp_path, [[3, 4]], 2, pad_token_id=2)[0].shape == (1, 2)

@@ -167,6 +167,43 @@ def test_an_unsupported_dtype_is_refused_by_name(kwargs, message):
         assert message in str(err.value)
 
 
+RANGE = "float16 holds magnitudes up to 65504; got a finite value of magnitude 7e+04 (it would round to Inf)"
+
+
+def test_a_float16_export_refuses_weights_beyond_float16_s_range_as_the_policy_does():
+    """A float32 weight of 7e4 rounds to Inf in float16, and the file would give NaN: export_model
+    refuses it in the policy's words, as check_export and half_block do; bfloat16 takes it."""
+    cfg, params, x, _ = block()
+    params["ode_func.qkv.weight"][0, 0] = 7e4
+    for call in (export_model, check_export, lambda c, p, dtype: half_block(p, x, c, dtype=dtype)):
+        with pytest.raises(ValueError) as err:
+            call(cfg, params, dtype="float16")
+        assert str(err.value) == "params['ode_func.qkv.weight']: " + RANGE + "; scale it down, or use bfloat16 or float32"
+    export_model(cfg, params, dtype="bfloat16")
+
+
+def test_a_float16_export_refuses_the_runs_the_ports_refuse_in_their_words():
+    """The file cannot refuse itself (ONNX Runtime fed directly gives NaN), so odeattn's feed does,
+    before ONNX Runtime runs it, in the ports' words: hope over 13 or 40 tokens (its factor r cosh(a)
+    passes 65504 at position 12, then falls as its damping wins: the last position alone would pass
+    40), and with keep_io_types a float32 x beyond float16's range. 12 tokens run, finite."""
+    cfg, params, _, _ = block(mode="decoder", ode_use_pe=True, positional_encoding="hope")
+    model = export_model(cfg, params, dtype="float16")
+    sess = session(model)
+    x = np.random.default_rng(0).normal(size=(1, 40, 16))
+    assert np.isfinite(run(model, sess, x[:, :12].astype(np.float16))["z"].astype(np.float32)).all()
+    for seq in (13, 40):
+        with pytest.raises(ValueError) as spec:
+            half_block(params, x[:, :seq], cfg, dtype="float16")
+        with pytest.raises(ValueError) as exported:
+            run(model, sess, x[:, :seq].astype(np.float16))
+        assert str(exported.value) == str(spec.value) and "at position 12, beyond float16's 65504" in str(spec.value)
+        assert str(spec.value).endswith(f"at most 12 tokens here (layer_idx 0); got {seq}; use bfloat16 or float32")
+    plain = export_model(*block()[:2], dtype="float16", keep_io_types=True)
+    with pytest.raises(ValueError, match=r"^x: float16 holds magnitudes up to 65504; got a finite value of magnitude 7e\+04"):
+        run(plain, session(plain), np.full((1, 4, 16), 7e4, np.float32))
+
+
 @pytest.mark.parametrize("kind", ["prefill", "decode_step"])
 def test_the_cached_models_refuse_a_half_dtype(kind):
     cfg, params, _, _ = block(mode="decoder")

@@ -163,6 +163,13 @@ def test_the_cached_models_keep_a_fixed_step_count(kind):
         check_export(cfg, R.init_params(cfg), kind=kind, steps_input=True)
 
 
+def test_the_library_refuses_functions_with_the_loop_form():
+    """export_model(functions=True, steps_input=True) is refused by name, not answered with the Loop form."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    with pytest.raises(ValueError, match=r"^functions: the Loop form \(steps_input=True\) has no local functions"):
+        export_model(cfg, R.init_params(cfg), functions=True, steps_input=True)
+
+
 @pytest.mark.parametrize("fed", [0, -5])
 def test_the_graph_clamps_a_step_count_below_one_to_one_step(fed):
     """A feed that skips the project's checks (ONNX Runtime called directly) still does not return x:

@@ -28,3 +28,19 @@ def test_torch_lm_equals_the_spec_and_loads_its_params(kw):
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-12
     back = lm_params_from_state_dict(model.state_dict())
     assert sorted(back) == sorted(params) and all((back[k] == params[k]).all() for k in params)
+
+
+def test_ids_and_a_mask_that_are_no_tensors_are_refused_by_name():
+    """NumPy ids (or a list, or a NumPy mask) are a TypeError naming the argument, as every entry
+    point of the port refuses a non-tensor, not an AttributeError from inside forward; ids outside
+    the vocabulary are the spec's ValueError."""
+    cfg = R.LMConfig(vocab_size=16, num_layers=1, hidden_size=8, num_heads=2, ode_steps=1)
+    model = ODELanguageModel.from_params(cfg, R.init_lm_params(cfg, seed=0))
+    ids = np.array([[1, 2, 3]])
+    for args, name, got in (((ids,), "ids", "ndarray"), (([[1, 2, 3]],), "ids", "list"),
+                            ((torch.as_tensor(ids), np.ones((1, 3), bool)), "attention_mask", "ndarray")):
+        with pytest.raises(TypeError) as err:
+            model(*args)
+        assert str(err.value) == f"{name}: expected a torch.Tensor (torch.as_tensor converts a NumPy array); got {got}"
+    with pytest.raises(ValueError, match=r"^ids: expected ids in \[0, 16\) \(vocab_size\); got -1 \.\. 3"):
+        model(torch.tensor([[-1, 2, 3]]))

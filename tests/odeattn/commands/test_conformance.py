@@ -46,9 +46,10 @@ from odeattn.cli import main
     pytest.param(["--backend", "mylib_odeattn.py"], "--backend: expected one of spec, ",
                  id="backend-a-file"),
     pytest.param(["--backend", "mylib_odeattn"], "--backend: expected one of spec, ", id="backend-a-module"),
-    pytest.param(["--backend", "mylib_odeattn:MyBackend"], "--backend mylib_odeattn:MyBackend: cannot be loaded "
-                 "(ModuleNotFoundError: No module named 'mylib_odeattn'; run from the folder that holds mylib_odeattn.py, "
-                 "or add that folder to PYTHONPATH)", id="backend-from-another-folder"),
+    # not the README's mylib_odeattn: a user following the README saves that file in the clone
+    pytest.param(["--backend", "port_not_in_this_folder:MyBackend"], "--backend port_not_in_this_folder:MyBackend: cannot "
+                 "be loaded (ModuleNotFoundError: No module named 'port_not_in_this_folder'; run from the folder that holds "
+                 "port_not_in_this_folder.py, or add that folder to PYTHONPATH)", id="backend-from-another-folder"),
 ])
 def test_usage_errors_are_refused_in_one_line_with_exit_2(argv, message, tmp_path, capsys):
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -64,6 +65,32 @@ def test_a_module_given_as_a_backend_is_shown_the_reference_form(name, capsys):
     assert main(["conformance", "--backend", name]) == 2
     assert capsys.readouterr().err.strip().endswith(
         f"got {name!r}; a module's backend is named with its object, e.g. 'mylib_odeattn:MyBackend'")
+
+
+CALLED_SPEC = '''
+from odeattn.conformance.adapters import SpecAdapter
+
+
+class CalledSpec(SpecAdapter):
+    name = "spec"
+'''
+
+
+@pytest.mark.parametrize("with_spec", [False, True])
+def test_a_plugin_named_as_a_builtin_backend_is_a_usage_error(tmp_path, monkeypatch, capsys, with_spec):
+    """A plug-in whose name is the built-in spec's is known once its worker has built it: the run
+    stops there, exit 2 (not a failed run, exit 1), no table and no report, its last line naming
+    --backend; alone, that is the one line (beside spec, spec's own line may come first)."""
+    (tmp_path / "odeattn_test_called_spec.py").write_text(CALLED_SPEC)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers get this process's sys.path
+    code = main(["conformance", *(["--backend", "spec"] if with_spec else []), "--backend",
+                 "odeattn_test_called_spec:CalledSpec", "-k", "derf", "--json", str(tmp_path / "r.json")])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and lines[-1] == ("odeattn conformance: --backend odeattn_test_called_spec:CalledSpec: reports the "
+                                       "name 'spec', which another backend has taken; give it a name of its own"), lines
+    assert len(lines) == 1 or (with_spec and len(lines) == 2 and lines[0].startswith("spec: ")), lines
+    assert "backend errors" not in captured.out and not (tmp_path / "r.json").exists()
 
 
 def test_a_builtin_backend_without_its_package_names_the_extra(capsys, monkeypatch):
@@ -85,6 +112,22 @@ def test_the_actions_have_their_own_help(capsys):
     with pytest.raises(SystemExit):
         main(["conformance", "--help"])
     assert "--backend" in capsys.readouterr().out  # the whole command's, without an action
+
+
+def test_the_help_shows_the_fuzz_options_apart_and_what_generate_needs(capsys):
+    """The main help lists fuzz's options in a group of their own after the run's, --backend's
+    placeholder has every form (exec: too), and generate's help says --golden or --packaged is needed."""
+    with pytest.raises(SystemExit):
+        main(["conformance", "--help"])
+    out = capsys.readouterr().out
+    run_part, _, fuzz_part = out.partition("\noptions:\n")[2].partition("\nfuzz options:\n")  # after the usage lines
+    assert "--backend NAME|module:object|exec:CMD" in run_part and "--fail-fast" in run_part
+    assert "--examples N" in fuzz_part and "--model FILE.onnx" in fuzz_part and "--examples" not in run_part
+    with pytest.raises(SystemExit):
+        main(["conformance", "generate", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: odeattn conformance generate [--golden GOLDEN] [--packaged]")
+    assert "one of the two is required" in out and "default: the packaged set" not in out
 
 
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
@@ -323,6 +366,20 @@ def test_generate_writes_the_packaged_set_only_when_asked(tmp_path, argv, messag
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("odeattn conformance generate: ") and message in err[0], err
     assert (golden.GOLDEN_DIR / golden.MANIFEST).stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("argv, named", [
+    pytest.param(["-k", "derf"], "-k", id="k"),
+    pytest.param(["--exclude", "grad", "--dtype", "float32"], "--dtype, --exclude", id="exclude-dtype"),
+    pytest.param(["--backend", "spec", "--json", "{tmp}/r.json"], "--backend, --json", id="backend-json"),
+])
+def test_generate_refuses_the_options_it_would_ignore(tmp_path, argv, named, capsys):
+    """generate writes the whole set from the spec: a case selection or a run's option is refused
+    by name, not ignored, before anything is written."""
+    assert main(["conformance", "generate", "--golden", str(tmp_path / "set"), *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    assert capsys.readouterr().err == (f"odeattn conformance generate: {named}: not taken by generate (only --golden DIR "
+                                       "or --packaged)\n")
+    assert not (tmp_path / "set").exists()
 
 
 def test_packaged_is_generate_s_option_only(capsys):

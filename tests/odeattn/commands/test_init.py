@@ -59,6 +59,12 @@ def test_existing_files_are_kept_unless_forced(tmp_path, capsys):
                  "an estimated 1.4 TiB (x drawn, (2, 1000000000, 64) float64: 953.7 GiB; x in float32", id="a-long-x"),
     pytest.param(["init", "{d}/new", "--hidden-size", str(10**6), "--num-heads", "1"], "odeattn init: --hidden-size 1000000, "
                  "--batch 2, --seq 8: needs an estimated 58.2 TiB (the parameters drawn, (", id="a-wide-block"),
+    pytest.param(["init", "{d}/new", "--lm", "--vocab-size", str(10**11)], "odeattn init: --vocab-size 100000000000, "
+                 "--num-layers 2, --hidden-size 64: needs an estimated 186.3 TiB (the parameters drawn, (", id="lm-a-vast-vocabulary"),
+    pytest.param(["init", "{d}/new", "--lm", "--num-layers", str(10**9)], "odeattn init: --vocab-size 64, --num-layers "
+                 "1000000000, --hidden-size 64: needs an estimated 240.3 TiB", id="lm-a-billion-layers"),
+    pytest.param(["init", "{d}/new", "--lm", "--hidden-size", str(10**6), "--num-heads", "1"], "odeattn init: --vocab-size 64, "
+                 "--num-layers 2, --hidden-size 1000000: needs an estimated 116.4 TiB", id="lm-a-wide-block"),
     pytest.param(["init", "{d}/new", "--lm", "--mode", "encoder", "--seq", "5"],
                  "--mode, --seq: --lm writes a decoder language model (always mode decoder) and no x.npy", id="lm-with-mode-seq"),
     pytest.param(["init", "{d}/new", "--lm", "--batch", "3"], "--batch: --lm writes", id="lm-with-batch"),

@@ -14,6 +14,26 @@ def test_help_lists_the_commands_in_order(capsys):
     assert "{info,init,conformance,export,run,bench,diagnose,demo}" in out
 
 
+def test_every_command_has_a_description_and_every_option_its_help():
+    """`odeattn CMD --help` says what the command does and what each option is (info, run and
+    bench's --solver, --steps and --json had none)."""
+    import argparse
+
+    missing = []
+
+    def walk(parser, name):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, p in a.choices.items():
+                    missing.extend([] if p.description else [f"{name} {sub}: no description"])
+                    walk(p, f"{name} {sub}")
+            elif not a.help:
+                missing.append(f"{name} {'/'.join(a.option_strings) or a.dest}: no help")
+
+    walk(build_parser(), "odeattn")
+    assert not missing, missing
+
+
 def test_python_dash_m_odeattn_runs_the_command_and_version_prints_the_version():
     import subprocess
     import sys

@@ -128,3 +128,35 @@ def test_a_failed_write_leaves_the_output_as_it_was(folder, monkeypatch, capsys)
         main([*RUN, "-o", "z.npy", "--force"])
     monkeypatch.setattr(ode_ref.files.os, "replace", real)
     assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("argv, files", [
+    (["init", "new", "--hidden-size", "8", "--num-heads", "2"], 3),
+    (["init", "new", "--lm", "--hidden-size", "8", "--num-heads", "2", "--vocab-size", "16"], 2),
+    (["export", "--config", "lm/config.json", "--weights", "lm/weights.safetensors", "--genai", "new"], 2),
+], ids=["init", "init-lm", "export-genai"])
+def test_a_new_set_of_files_appears_whole_or_not_at_all(folder, monkeypatch, argv, files):
+    """A new folder's set (init's files, a GenAI folder) is written into a hidden sibling folder,
+    renamed onto the folder at the end: a write failing at the set's last file leaves none of the
+    set and nothing hidden behind; the same command then leaves the whole set and nothing else."""
+    import os
+
+    import ode_ref.files
+
+    real, calls = ode_ref.files.os.replace, []
+
+    def fails_last(src, dst):
+        calls.append(dst)
+        if len(calls) == files:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(ode_ref.files.os, "replace", fails_last)
+    before, names = snapshot(folder), sorted(os.listdir(folder))
+    with pytest.raises(OSError):
+        main(argv)
+    assert snapshot(folder) == before and sorted(n for n in os.listdir(folder) if n != "new") == names
+    assert not (folder / "new").exists() or not any((folder / "new").iterdir())  # the set's folder: empty, if made
+    monkeypatch.setattr(ode_ref.files.os, "replace", real)
+    assert main(argv) == 0
+    assert sorted(os.listdir(folder)) == sorted({*names, "new"}) and len(os.listdir(folder / "new")) == files

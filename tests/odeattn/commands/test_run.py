@@ -240,8 +240,9 @@ def test_help_describes_every_argument(capsys):
 
 def test_a_float16_model_refuses_x_beyond_its_range_and_fails_on_its_own_overflow(tmp_path, capsys):
     """x beyond 65504 would round to Inf: refused, exit 2. hope over 16 tokens overflows float16
-    inside the model (its factor r cosh(a) passes 65504 at position 12) on a finite x: exit 1, one
-    line, where `run` said `finite False` and exited 0."""
+    (its factor r cosh(a) passes 65504 at position 12): refused as the ports refuse it, in their
+    words, exit 2. Weights within float16 whose q overflows it inside the model on a finite x:
+    exit 1, one line, where `run` said `finite False` and exited 0."""
     pytest.importorskip("onnxruntime")
     c = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding="hope")
     (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
@@ -251,7 +252,19 @@ def test_a_float16_model_refuses_x_beyond_its_range_and_fails_on_its_own_overflo
     x = np.random.default_rng(0).normal(size=(1, 16, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     capsys.readouterr()
-    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 1
+    assert main(["run", str(tmp_path / "h.onnx"), "--x", str(tmp_path / "x.npy")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "odeattn run: positional_encoding: hope in float16 multiplies q and k by r cosh(a) = 7e+04 at position 15, "
+        "beyond float16's 65504, so they overflow to NaN; float16 runs hope on sequences (and caches) of at most 12 "
+        "tokens here (layer_idx 0); got 16; use bfloat16 or float32"]
+    from odeattn.export.block import export_model
+
+    plain = R.ODEConfig(hidden_size=8, num_heads=2)  # weights within float16, but q = h W passes 65504
+    loud = {k: v * 6e4 / np.abs(v).max() if k == "ode_func.qkv.weight" else v for k, v in R.init_params(plain).items()}
+    (tmp_path / "loud.onnx").write_bytes(export_model(plain, loud, dtype="float16").SerializeToString())
+    np.save(tmp_path / "x4.npy", x[:, :4])
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "loud.onnx"), "--x", str(tmp_path / "x4.npy")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "odeattn run: z: the float16 model gave NaN or Inf on a finite x: float16 overflowed (float16 holds magnitudes "
         "up to 65504); run the float32 or bfloat16 export"]
