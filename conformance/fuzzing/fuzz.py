@@ -22,6 +22,8 @@ folder (database.py), the failing examples of earlier runs are judged first.
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -47,6 +49,7 @@ from ..running.worker import unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
+NO_FINITE_REFERENCE = "no finite reference: the spec's output or its float32 error is not finite with these weights"
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
 
 
@@ -116,8 +119,9 @@ class FuzzRun:
         return self.finding is None and not self.unrun and self.examples < self.minimum
 
     def refuse(self, reason: str) -> None:
-        """Count a draw that is not an example, under its reason (NO_FAIR_INPUT, or why not supported)."""
-        if reason == NO_FAIR_INPUT:
+        """Count a draw that is not an example, under its reason (NO_FAIR_INPUT, NO_FINITE_REFERENCE:
+        its input; or why not supported)."""
+        if reason in (NO_FAIR_INPUT, NO_FINITE_REFERENCE):
             self.unfair += 1
         else:
             self.skipped += 1
@@ -252,9 +256,12 @@ class Probe:
         skip = self.expectations.skip(run.backend, run.dtype, kind=d.kind, config=d.config)
         if skip is not None:
             self.refuse(f"not run: {skip.label}")
-        case = build(d, run.dtype, name=f"fuzz_{d.kind}", params=self.params)
+        with np.errstate(over="ignore", invalid="ignore") if self.params is not None else contextlib.nullcontext():
+            case = build(d, run.dtype, name=f"fuzz_{d.kind}", params=self.params)  # a file's weights may overflow: refused below
         if case is None:
             self.refuse(NO_FAIR_INPUT)
+        if self.params is not None and unjudgeable(case, run.dtype) is not None:
+            self.refuse(NO_FINITE_REFERENCE)  # a model file's weights beyond what the block holds: nothing to judge
         result, outputs = run_one(self.adapter, case, run.dtype, fault)
         lost = getattr(self.adapter, "lost", "")
         if result.status in ("skipped", "untestable"):

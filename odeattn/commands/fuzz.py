@@ -177,7 +177,13 @@ def model_file(args):
         raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
     with user_input("--model"):  # before the config: a GenAI file's config is no block's
         model = load_block_file(args.model)
+    import numpy as np
+
     config, params = load_block(args.config, args.weights)
+    big, top = max(float(np.abs(v).max(initial=0.0)) for v in params.values()), float(np.finfo(np.float32).max)
+    if big > top:  # the file runs float32: no input could be judged against these
+        raise UsageError(f"--weights: the model file runs in float32, which holds magnitudes up to {top:.4g}; "
+                         f"got a weight of magnitude {big:.4g}")
     adapter = ModelFile(args.model, config, params, runtime, model=model).adapt()
     strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
     return str(args.model), adapter, strategy, params

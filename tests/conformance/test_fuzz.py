@@ -361,6 +361,11 @@ def test_a_model_file_is_judged_on_drawn_inputs_and_a_wrong_one_caught(tmp_path,
     command = json.loads((folder / "case.json").read_text())["command"].split()
     assert command[:5] == ["odeattn", "conformance", "fuzz", "--replay", str(folder)] and "--model" in command
     assert main(command[1:]) == 1  # the file against the spec on other weights: still off
+    capsys.readouterr()
+    save_file({k: v * 1e200 for k, v in params.items()}, str(tmp_path / "huge.safetensors"))  # beyond what the file holds
+    assert main([*argv, "--weights", str(tmp_path / "huge.safetensors"), "--repro", str(tmp_path / "r2")]) == 2
+    assert capsys.readouterr().err == ("odeattn conformance fuzz: --weights: the model file runs in float32, which holds "
+                                       "magnitudes up to 3.403e+38; got a weight of magnitude 1.489e+200\n")
 
 
 def _not_a_block(kind, tmp_path):
@@ -550,3 +555,23 @@ def test_a_stage_bug_in_an_onnx_backend_is_named_at_its_stage_from_the_diagnosti
     f = explain(Finding(d, build(d, "float32"), *run_one(port, build(d, "float32"), "float32"), first=d), port, "float32")
     assert f.quantity == "f0" and f.stage["stage"] == "v" and f.stage["agree"] == ["norm", "q", "k"], f.stage
     assert f.stage["localisation"]["heads"] == "every head"
+
+
+@pytest.mark.filterwarnings("ignore:Using `assume` outside")  # the probe called directly, as hypothesis would
+def test_a_model_file_s_draw_whose_reference_overflows_is_refused_not_judged():
+    """Weights in float32's range whose block still overflows on an input: the spec's reference is
+    not finite, so nothing can be judged on it (error > tolerance would be False whatever the file
+    gives); the draw is refused under its reason, and a run of such draws only is not a pass."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    from odeattn.conformance.adapters import SpecAdapter
+    from odeattn.conformance.fuzzing.draw import Draw
+    from odeattn.conformance.fuzzing.fuzz import NO_FINITE_REFERENCE, FuzzRun, Probe
+
+    config = R.ODEConfig(hidden_size=8, num_heads=2)
+    huge = {k: v * 1e30 + 1e30 for k, v in R.init_params(config, seed=3).items()}
+    run = FuzzRun("spec", "float32")
+    probe = Probe(run, SpecAdapter(), params=huge, time_budget=None, shrink_seconds=60.0, database=None)
+    with pytest.raises(UnsatisfiedAssumption):
+        probe(Draw("block", config, 1, 3, None, 1.0, 0.0, 1, 2))
+    assert run.refusals == {NO_FINITE_REFERENCE: 1} and run.examples == 0 and run.unfair == 1
