@@ -26,7 +26,6 @@ item, never the session.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -133,8 +132,13 @@ def check_options(config) -> int:
     if least is not None and not 1 <= least <= examples:
         raise pytest.UsageError(f"--odeattn-min-examples: expected an integer from 1 to the budget ({examples}); got {least}")
     database = config.getoption("odeattn_database")
-    if database is not None and os.path.exists(database) and not os.path.isdir(database):
-        raise pytest.UsageError(f"--odeattn-database: expected a folder; got the file {database!r}")
+    if database is not None:
+        from .fuzzing.repro import check_writable_folder
+
+        try:
+            check_writable_folder("--odeattn-database", database, "a failing example would not be kept")
+        except ValueError as err:
+            raise pytest.UsageError(str(err)) from None
     timeout = config.getoption("odeattn_timeout")
     if not timeout > 0 or timeout == float("inf"):
         raise pytest.UsageError(f"--odeattn-timeout: expected a finite number of seconds > 0; got {timeout}")
@@ -176,36 +180,70 @@ def pytest_unconfigure(config):
         adapter.close()
 
 
+SHARD = pytest.StashKey[tuple]()  # (I, N) of --odeattn-shard, for the hook that splits after -k
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they then apply to these items too
 def pytest_collection_modifyitems(session, config, items):
     references = config.getoption("odeattn_backend")
     if not references:
         return
     from .golden import load_cases
-    from .running.shards import shard
 
     examples = check_options(config)
     index, count, expected = check_ci_options(config)
     cases = load_cases()
-    if count > 1:
-        cases = shard(cases, index, count)
     only = config.getoption("odeattn_dtype")
     fuzz_options = (config.getoption("odeattn_min_examples"), config.getoption("odeattn_database"), expected)
     adapters = load_adapters(config, references, config.getoption("odeattn_timeout"))
     if not any(d in only for _, adapter in adapters for d in adapter.dtypes) and only:
         raise pytest.UsageError(f"--odeattn-dtype: no backend runs any of the dtypes asked for ({', '.join(only)})")
-    fuzzed = 0
+    added = []
     for reference, adapter in adapters:
         for dtype in [d for d in adapter.dtypes if not only or d in only]:
             label = f"{adapter.name}/{dtype}"
             for c in cases:
                 item = GoldenItem.from_parent(session, name=f"odeattn[{label}/{c.name}]", adapter=adapter, case=c, dtype=dtype)
                 mark_expected(item, expected, adapter.name, dtype, c)
-                items.append(item)
-            if examples > 0 and fuzzed % count == index - 1:
+                added.append(item)
+            if examples > 0:
                 test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference, *fuzz_options)
-                items.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))
-            fuzzed += 1
+                added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))
+    items += added
+    # counted as collected, as a file's items are (the header's "collected N items", -k's "selected")
+    config.hook.pytest_collectreport(report=pytest.CollectReport("odeattn", "passed", None, added))
+    config.stash[SHARD] = (index, count)
+
+
+class ShardSplitter:
+    """A plugin of its own (registered by pytest_configure), as a module holds one implementation
+    of a hook: after -k and -m, the shard keeps its part of the cases selected, as --shard does,
+    and the fuzz items go round the shards in turn."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        index, count = config.stash.get(SHARD, (1, 1))
+        if count == 1:
+            return
+        from .running.shards import shard
+
+        cases = list({item.case.name: item.case for item in items if isinstance(item, GoldenItem)}.values())
+        try:
+            chosen = {c.name for c in shard(cases, index, count)}
+        except ValueError as err:
+            raise pytest.UsageError(str(err).replace("--shard", "--odeattn-shard", 1)) from None
+        fuzz_items = [item for item in items if isinstance(item, FuzzItem)]
+        keep = [item for item in items if not isinstance(item, (GoldenItem, FuzzItem)) or
+                (item.case.name in chosen if isinstance(item, GoldenItem) else fuzz_items.index(item) % count == index - 1)]
+        dropped = [item for item in items if item not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def pytest_configure(config):
+    if config.getoption("odeattn_backend"):
+        config.pluginmanager.register(ShardSplitter(), "odeattn-shards")
 
 
 def check_ci_options(config) -> tuple:

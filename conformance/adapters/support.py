@@ -49,6 +49,15 @@ def value_of(config, field: str):
     return config.position_encoding if field == "positional_encoding" else getattr(config, field)
 
 
+def settings_of(config) -> dict:
+    """A config's fields as support, expectations and triage compare them: positional_encoding as
+    the encoding in effect ('none' with ode_use_pe off), where the config has one (the block's)."""
+    values = config.to_dict()
+    if hasattr(config, "position_encoding"):
+        values["positional_encoding"] = config.position_encoding
+    return values
+
+
 def outside(support: dict, config) -> Optional[str]:
     """Why config lies outside a declared support ('not supported: FIELD VALUE (declared: ...)'),
     or None."""

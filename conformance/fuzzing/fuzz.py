@@ -247,15 +247,15 @@ class Probe:
             raise _Stop  # the budget is spent: hypothesis draws no more
         if self.shrink_start is not None and now - self.shrink_start > self.shrink_seconds:
             raise _Stop  # shrinking has had its time: the smallest failure so far stands
+        skip = self.expectations.skip(run.backend, run.dtype, kind=d.kind, config=d.config)
+        if skip is not None:  # before the backend is asked anything: what must not run may hang its supports() too
+            self.refuse(f"not run: {skip.label}")
         try:
             reason, fault = refusal(self.adapter, d, run.dtype), None
         except Exception as err:  # supports() raised, answered garbage or hung: the backend's error, judged below
             reason, fault = None, fault_reply(err)
         if reason is not None:
             self.refuse(reason)  # asked before the spec builds the case: a refused draw costs nothing
-        skip = self.expectations.skip(run.backend, run.dtype, kind=d.kind, config=d.config)
-        if skip is not None:
-            self.refuse(f"not run: {skip.label}")
         with np.errstate(over="ignore", invalid="ignore") if self.params is not None else contextlib.nullcontext():
             case = build(d, run.dtype, name=f"fuzz_{d.kind}", params=self.params)  # a file's weights may overflow: refused below
         if case is None:

@@ -36,6 +36,22 @@ NPY_MAGIC = b"\x93NUMPY"  # a .npy file's first bytes
 FORMAT = 1
 
 
+def check_writable_folder(option: str, folder, lost: str) -> None:
+    """ValueError naming option unless folder is one (or can be made where it would be) that takes
+    new entries: a folder made and removed there, so a read-only place is found before a run, not
+    after it, when `lost` (what would be lost) is gone."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{option}: expected a folder; got the file {str(folder)!r}")
+    parent = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise ValueError(f"{option}: {str(parent)!r} is not a folder, so {str(folder)!r} cannot be made")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".odeattn-fuzz-check."))
+    except OSError as err:
+        raise ValueError(f"{option}: {str(folder)!r} cannot be written ({err.strerror or err}); {lost}") from None
+
+
 def folder_name(backend: str, dtype: str) -> str:
     """A file name for a backend (a reference may hold ':' or spaces) and dtype."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in backend)

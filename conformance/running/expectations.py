@@ -11,7 +11,8 @@ beside the port and read by the main run, the fuzzer and the pytest plugin alike
 An entry matches a (backend, dtype, case) when each selector it has matches: `backend` and `dtype`
 (a name, a list of names, or "*"; absent: any), `case` (a regex searched in the golden case's
 name), `kind` (block, decode, grad or encoder) and `config` (field -> a value or a list of
-values, compared with the case's config). An entry with a `case` selects golden cases only;
+values, compared with the case's config; positional_encoding is the encoding in effect, "none"
+when ode_use_pe is off). An entry with a `case` selects golden cases only;
 one without selects drawn fuzz examples too: a fuzz region. `skip` wins over `xfail`: a skipped
 case is not run at all. An xfail is strict: a case it matches that passes fails the run.
 """
@@ -19,11 +20,14 @@ case is not run at all. An xfail is strict: a case it matches that passes fails 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from ..adapters.support import settings_of
 
 VERSION = 1
 MODES = ("xfail", "skip")
@@ -58,7 +62,7 @@ class Expectation:
             return False
         if self.kind and kind not in self.kind:
             return False
-        values = config.to_dict() if config is not None else {}
+        values = settings_of(config) if config is not None else {}
         return all(field in values and values[field] in allowed for field, allowed in self.config)
 
 
@@ -86,10 +90,20 @@ class Expectations:
     def xfail(self, backend: str, dtype: str, **what) -> Optional[Expectation]:
         return self._first("xfail", backend, dtype, **what)
 
-    def unused(self, backends=None) -> list[str]:
-        """A note per entry that selected nothing (only entries naming one of backends, if given)."""
-        return [f"{e.label}: selected nothing in this run" for e, hits in zip(self.entries, self.hits)
-                if not hits and (backends is None or not e.backend or set(e.backend) & set(backends))]
+    def unused(self, backends, partial: bool = False) -> list[str]:
+        """A line per entry that selected nothing among the run's backends (those naming none of
+        them are another port's), or that names a backend near one of them (a typo); partial: the
+        run held part of the cases (a shard), where an entry's cases may be in another part."""
+        out = []
+        for e, hits in zip(self.entries, self.hits):
+            typo = [(b, near[0]) for b in e.backend if b not in backends
+                    for near in [difflib.get_close_matches(b, sorted(backends), n=1)] if near]
+            if typo:
+                out.append(f"{e.label}: names the backend {typo[0][0]!r}, which no backend of this run reports; "
+                           f"did you mean {typo[0][1]!r}?")
+            elif not hits and not partial and (not e.backend or set(e.backend) & set(backends)):
+                out.append(f"{e.label}: selected nothing in this run")
+        return out
 
 
 def apply(result, expectation: Optional[Expectation]):
@@ -148,9 +162,9 @@ def _config(where: str, value) -> tuple:
     out = []
     for field, allowed in value.items():
         if field not in fields:
-            near = sorted(fields)
-            raise ValueError(f"{where}.{field}: expected a field of the block's or the encoder's config "
-                             f"({', '.join(near[:6])}, ...); got {field!r}")
+            near = difflib.get_close_matches(field, sorted(fields), n=1)
+            raise ValueError(f"{where}.{field}: expected a field of the block's or the encoder's config; got {field!r}"
+                             + (f"; did you mean {near[0]!r}?" if near else ""))
         values = allowed if isinstance(allowed, list) else [allowed]
         wrong = next((v for v in values if not _fits(v, fields[field])), None) if values else "an empty list"
         if wrong is not None:
@@ -167,7 +181,9 @@ def _entry(where: str, index: int, raw) -> Expectation:
         raise ValueError(f"{where}: expected an object with mode and reason; got {raw!r}")
     extra = sorted(set(raw) - FIELDS)
     if extra:
-        raise ValueError(f"{where}: expected the fields {', '.join(sorted(FIELDS))}; got the unknown {extra[0]!r}")
+        near = difflib.get_close_matches(extra[0], sorted(FIELDS), n=1)
+        raise ValueError(f"{where}: expected the fields {', '.join(sorted(FIELDS))}; got the unknown {extra[0]!r}"
+                         + (f"; did you mean {near[0]!r}?" if near else ""))
     if raw.get("mode") not in MODES:
         raise ValueError(f"{where}.mode: expected one of {', '.join(MODES)}; got {raw.get('mode')!r}")
     reason = raw.get("reason")

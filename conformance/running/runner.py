@@ -401,7 +401,8 @@ class _Run:
         a failure in a first_failure dtype drops the rest of that dtype, a pass in the gate dtype
         that case in the first_failure dtypes, and a failure under fail_fast stops the run."""
         case = self.by_name[r.case]
-        expected = self.expectations.xfail(r.backend, r.dtype, case=r.case, kind=case.kind, config=case.config)
+        judged = r.status in ("passed", "failed", "error")  # a skip is no use of an xfail line: it stays unnamed otherwise
+        expected = self.expectations.xfail(r.backend, r.dtype, case=r.case, kind=case.kind, config=case.config) if judged else None
         self.report.results.append(apply_xfail(apply_expectation(r, expected), self.xfail))
         self.done[i] += 1
         if self.progress:
@@ -453,7 +454,7 @@ class _Run:
         ran = {r.backend for r in report.results if r.status != "skipped"}  # untestable: not refused by supports()
         for i, name in self.names.items():
             if name not in ran and not self.stopped and self.expected[i]:
-                report.errors.append(BackendError(self.refs[i].label, "ran no case: supports() refused every one"))
+                report.errors.append(BackendError(self.refs[i].label, f"ran no case: {_why_none(report.results, name)}"))
         if self.only is not None and not report.results and not report.errors:
             report.errors.append(BackendError("dtypes", f"no backend runs any of the dtypes asked for ({', '.join(self.only)})"))
         order = {n: i for i, n in self.names.items()}
@@ -461,3 +462,15 @@ class _Run:
         dtype_order = {d: i for i, d in enumerate(("float32", "float64", "bfloat16", "float16"))}
         report.results.sort(key=lambda r: (order[r.backend], dtype_order[r.dtype], case_order[r.case]))
         return report
+
+
+def _why_none(results, name: str) -> str:
+    """Why a backend ran no case: its supports(), an expectations file's skips (their results'
+    messages begin 'not run: '), or both."""
+    mine = [r for r in results if r.backend == name]
+    listed = sum(r.message.startswith("not run: ") for r in mine)
+    if not listed:
+        return "supports() refused every one"
+    if listed == len(mine):
+        return "the expectations file skips every selected case"
+    return f"supports() refused {len(mine) - listed} and the expectations file skips the other {listed}"

@@ -12,6 +12,7 @@ the best split.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from functools import lru_cache
@@ -43,14 +44,17 @@ def weights(cases) -> dict:
 
 
 def parts(cases, count: int) -> list[list]:
-    """The cases split into `count` parts of near-equal weight, each in the cases' own order."""
+    """The cases split into `count` parts of near-equal weight, each in the cases' own order;
+    ValueError for more parts than cases (a part would judge nothing)."""
+    if count > len(cases):
+        raise ValueError(f"--shard: expected at most as many parts as the {len(cases)} selected cases; got {count} parts")
     weight = weights(cases)
-    loads = [(0.0, k) for k in range(count)]
+    loads = [(0.0, k) for k in range(count)]  # a heap: the lightest part first
     owner = {}
     for c in sorted(cases, key=lambda c: (-weight[c.name], c.name)):
-        load, k = min(loads)
+        load, k = heapq.heappop(loads)
         owner[c.name] = k
-        loads[k] = (load + weight[c.name], k)
+        heapq.heappush(loads, (load + weight[c.name], k))
     return [[c for c in cases if owner[c.name] == k] for k in range(count)]
 
 

@@ -10,13 +10,15 @@ dtype does not: a setting every case has (the default of a field no case changes
 from __future__ import annotations
 
 from ..cases.half import HALF_DTYPES, cast
+from ..adapters.support import settings_of
 from .frames import encode
 from .reports import failure_groups
 
 
 def settings(case) -> dict:
-    """A case's settings as the triage compares them: its kind and its config's fields."""
-    return {"kind": case.kind, **case.config.to_dict()}
+    """A case's settings as the triage compares them: its kind and its config's fields (the
+    encoding in effect as positional_encoding: support.settings_of)."""
+    return {"kind": case.kind, **settings_of(case.config)}
 
 
 SHOWN_SETTINGS = 3  # the settings named per group, those whose cases fail most often first
@@ -51,12 +53,13 @@ def _stage_request(case, dtype: str) -> bytes:
 def stage_targets(report, cases: dict) -> dict:
     """(backend, dtype, divergence) -> the group's first case, for the groups whose stages are
     asked: a failure measured against a tolerance, not in a half dtype (the stages' half errors
-    are not measured), of a case with one f (not the encoder stack)."""
+    are not measured), of a block case (a decode or grad bug is past f(0, x), whose stages would
+    agree and mislead), as the fuzzer asks."""
     out = {}
     for g in failure_groups(report.results):
         first = g["results"][0]
         case = cases[first.case]
-        if first.status == "failed" and g["dtype"] not in HALF_DTYPES and case.kind != "encoder" and first.quantities:
+        if first.status == "failed" and g["dtype"] not in HALF_DTYPES and case.kind == "block" and first.quantities:
             out[g["backend"], g["dtype"], g["divergence"]] = case
     return out
 

@@ -1,7 +1,8 @@
 """`odeattn conformance`: run the golden cases on every installed backend (the main job);
 `odeattn conformance generate`: regenerate the golden files (and the seal) from ode_ref;
 `odeattn conformance mutants`: run the mutation battery and print its kill table;
-`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn/commands/fuzz.py).
+`odeattn conformance fuzz`: drawn examples judged live against the spec (odeattn/commands/fuzz.py);
+`odeattn conformance matrix REPORT...`: the --json reports of one golden set joined into a compliance matrix.
 
 Exit codes: 0 everything passed; 1 any failure, error or unexpected pass; 2 usage, or a bad
 suite file. Every usage error is found before any case runs.
@@ -30,10 +31,11 @@ ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the optio
              "divergence to a repro folder; exit 1 if one was found, or if fewer examples were judged than "
              "--min-examples (the manual's Fuzzing page)",
              ("--backend", "--dtype", "--json", "--junit", "--examples", "--min-examples", "--seed", "--time-budget",
-              "--database", "--replay", "--repro", "--model", "--config", "--weights", "--runtime", "--timeout")),
+              "--database", "--expectations", "--replay", "--repro", "--model", "--config", "--weights", "--runtime",
+              "--timeout", "--force")),
     "matrix": ("join JSON reports of one golden set (several backends, machines, runtimes or shards) into a compliance "
                "matrix: a verdict per backend and dtype, every case's result, and each report's sha256 as the evidence; "
-               "Markdown on stdout unless --markdown or --html names a file", ("--markdown", "--html", "--force")),
+               "Markdown on stdout unless --markdown or --html names a file", ("reports", "--markdown", "--html", "--force")),
 }
 
 
@@ -50,7 +52,7 @@ class _ActionHelp(argparse.Action):
             what, taken = ACTION_HELP[action]
             sub = argparse.ArgumentParser(prog=f"{parser.prog} {action}", description=what, add_help=False)
             for a in parser._actions:
-                if set(a.option_strings) & set(taken):
+                if set(a.option_strings) & set(taken) or a.dest in taken:  # a positional by its dest
                     sub._add_action(a)
             parser = sub
         parser.print_help()
@@ -65,8 +67,6 @@ def register(sub) -> None:
                    help="run (default) the suite, generate the golden files from ode_ref, run the mutation battery, fuzz: "
                         "drawn cases judged against the spec live, or matrix: join reports into a compliance matrix")
     p.add_argument("reports", nargs="*", type=Path, metavar="REPORT", help="matrix: the --json reports to join")
-    p.add_argument("--markdown", type=Path, default=None, metavar="FILE", help="matrix: write the Markdown here")
-    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="matrix: write an HTML page here")
     p.add_argument("--golden", type=Path, default=None,
                    help="golden directory (default: the packaged, sealed one; generate: the folder to write, required "
                         "but with --packaged)")
@@ -110,6 +110,9 @@ def register(sub) -> None:
                    help="generate: rewrite the packaged golden set (and its seal) in place, as a change to the "
                         "suite does; otherwise generate writes only into --golden DIR")
     fuzz_command.add_options(p)
+    matrix_options = p.add_argument_group("matrix options")
+    matrix_options.add_argument("--markdown", type=Path, default=None, metavar="FILE", help="matrix: write the Markdown here")
+    matrix_options.add_argument("--html", type=Path, default=None, metavar="FILE", help="matrix: write an HTML page here")
 
 
 def title(args) -> str:
@@ -253,6 +256,10 @@ def prepare(args):
             raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}; got {d!r}")
     for option, patterns in (("-k", args.include), ("--exclude", args.exclude), ("--xfail", args.xfail)):
         compile_patterns(option, patterns)
+    ran_only = [o for o, v in (("--json", args.json), ("--junit", args.junit), ("--profile", args.profile),
+                               ("--fail-fast", args.fail_fast)) if v]
+    if args.list and ran_only:  # --list runs nothing: an output or a run's option would be ignored
+        raise UsageError(f"{', '.join(ran_only)}: not taken with --list, which runs nothing")
     directory = args.golden or GOLDEN_DIR
     inputs = {"--external": args.external, "--golden (its manifest.json)": directory / "manifest.json"}
     check_output_path("--json", args.json, force=args.force, others=inputs)
@@ -268,10 +275,9 @@ def prepare(args):
     args.expectations = load_expectations(args.expectations)
     if args.shard is not None:
         index, count = parse_shard(args.shard)
-        print(describe_shard(cases, shard(cases, index, count), index, count), file=sys.stderr)
-        cases = shard(cases, index, count)
-    if args.list:
-        return cases, [], [], [], {}, set()
+        chosen = shard(cases, index, count)
+        print(describe_shard(cases, chosen, index, count), file=sys.stderr)
+        cases, args.shard = chosen, f"{index}/{count}"  # the report's form, whatever spaces it was typed with
     set_digest = digest(directory)
     if args.expect_digest and args.expect_digest.strip().lower() != set_digest:  # hex: either case
         raise UsageError(f"--expect-digest: expected {args.expect_digest}; the golden set's digest is {set_digest}")
@@ -280,6 +286,8 @@ def prepare(args):
         refs, notes, errors = discover(args.backend, timeout=args.timeout, declared=declared)
     except ValueError as err:  # its message begins 'backend'
         raise UsageError(f"--{err}") from None
+    if args.list:
+        return cases, refs, notes, errors, {}, set(BUILTIN)
     header = {"golden": "packaged (sealed)" if args.golden is None else os.fspath(args.golden), "digest": set_digest,
               "cases": len(cases), "suite_cases": len(every), "shard": args.shard, "environment": environment()}
     return cases, refs, notes, errors, header, set(BUILTIN)
@@ -311,7 +319,8 @@ def suite(args) -> int:
         raise UsageError(f"{'--backend' if typed else 'backend'} {refused.backend}: {refused.message}"
                          + ("" if typed else " (an installed plug-in)") + "; give it a name of its own")
     report.notes += notes
-    report.warnings += args.expectations.unused({r.backend for r in report.results})
+    report.warnings += args.expectations.unused({r.backend for r in report.results},
+                                                partial=args.shard is not None)
     if report.exit_code:  # what the failures share, and the stage of f each group's first case diverges at
         triage(report, cases, jobs=args.jobs, timeout=args.timeout)
     report.errors += [BackendError(label, message) for label, message in errors]

@@ -439,3 +439,31 @@ def test_the_plugin_bounds_a_port_s_import_and_its_cases_by_its_timeout(faulty):
                           "-k", "mine or fuzz or block_t1", "--basetemp", str(faulty / "base"), "test_mine.py")
     assert done.returncode == 1 and "2 failed, 1 passed" in done.stdout, done.stdout + done.stderr
     assert done.stdout.count("the worker timed out after 2 s while running this case") >= 2, done.stdout
+
+
+def test_a_backend_that_judges_nothing_does_not_lose_another_s_finding(tmp_path, monkeypatch, capsys):
+    """Two backends, the first diverging, the second refusing every draw: the first's finding is
+    printed, kept in --json and its repro written; the run ends on the second's line, exit 2."""
+    (tmp_path / "refuser.py").write_text("from odeattn.conformance.adapters import SpecAdapter\n\n\n"
+                                         "class Refuser(SpecAdapter):\n    name = 'refuser'\n    dtypes = ('float32',)\n\n"
+                                         "    def supports(self, config, dtype):\n        return 'nothing here'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    code = main(["conformance", "fuzz", "--backend", "odeattn.conformance.mutation.planted:TileBoundary", "--backend",
+                 "refuser:Refuser", "--dtype", "float32", "--examples", "30", "--json", "fz.json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "minimal example" in out and err.strip().splitlines()[-1].startswith(
+        "odeattn conformance fuzz: --backend refuser:Refuser: ran none of the drawn configs in float32"), err
+    runs = json.loads((tmp_path / "fz.json").read_text())["runs"]
+    assert runs[0]["finding"] is not None and runs[1]["examples"] == 0 and any((tmp_path / "fuzz-repro").iterdir())
+
+
+def test_a_database_folder_that_cannot_be_made_is_refused_before_the_run(tmp_path, capsys):
+    """hypothesis drops a failed write to its database silently: the folder is tried first, in the
+    command and the plugin alike."""
+    (tmp_path / "file").write_text("")
+    code = main(["conformance", "fuzz", "--backend", "spec", "--database", str(tmp_path / "file" / "db")])
+    assert code == 2 and capsys.readouterr().err == (f"odeattn conformance fuzz: --database: {str(tmp_path / 'file')!r} is "
+                                                     f"not a folder, so {str(tmp_path / 'file' / 'db')!r} cannot be made\n")
+    done = _pytest_script(tmp_path, "--odeattn-backend", "spec", "--odeattn-database", str(tmp_path / "file" / "db"))
+    assert done.returncode == 4 and "ERROR: --odeattn-database: " in done.stderr, done.stdout + done.stderr

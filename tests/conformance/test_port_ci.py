@@ -44,10 +44,11 @@ class Fixed(Port):
 '''
 
 EXPECTED = {"odeattn_expectations": 1, "expectations": [
-    {"backend": "port", "config": {"ode_use_pe": True, "positional_encoding": "rope"}, "mode": "xfail",
+    {"backend": "port", "config": {"positional_encoding": "rope"}, "mode": "xfail",  # the encoding in effect
      "reason": "RoPE is wrong", "link": "https://example.org/port/issues/1"},
     {"backend": "port", "dtype": "float64", "case": "^decode_", "mode": "skip", "reason": "no cache yet"},
-    {"backend": "port", "kind": "encoder", "mode": "xfail", "reason": "selects nothing here"}]}
+    {"backend": "port", "kind": "encoder", "mode": "xfail", "reason": "selects nothing here"},
+    {"backend": "prot", "mode": "skip", "reason": "a typo"}]}
 
 # Nine rope block cases, a block case without an encoding, and a decode case with RoPE
 SELECTION = ["-k", "_positions-rope$", "-k", "^block_derf_euler_encoder_float_nopad_s1_b2t5h2d8$", "-k", "^decode_rk4_layer_norm_rope_pad$"]
@@ -77,7 +78,14 @@ def test_expectations_xfail_strictly_and_skip_what_must_not_run(port, capsys):
     assert len(xfailed) == 9 and all(c.endswith("_positions-rope") for c in xfailed)
     assert "(expected: expected.json: expectations[0] (RoPE is wrong; https://example.org/port/issues/1))" in statuses[xfailed[0]][1]
     assert statuses["block_derf_euler_encoder_float_nopad_s1_b2t5h2d8"][0] == "passed"
-    assert report["warnings"] == ["expected.json: expectations[2] (selects nothing here): selected nothing in this run"]
+    assert report["warnings"] == ["expected.json: expectations[2] (selects nothing here): selected nothing in this run",
+                                  "expected.json: expectations[3] (a typo): names the backend 'prot', which no backend of "
+                                  "this run reports; did you mean 'port'?"]
+
+    capsys.readouterr()
+    code = main(["conformance", "-j", "1", "--backend", "myport:Port", "--expectations", "expected.json",
+                 "-k", "^decode_rk4_layer_norm_rope_pad$"])  # nothing judged is not a pass, and says why
+    assert code == 1 and "myport:Port: ran no case: the expectations file skips every selected case" in capsys.readouterr().out
 
     code, report = _run("--backend", "myport:Fixed", "--expectations", "expected.json")  # the bug fixed: strict
     xpassed = [r for r in report["results"] if r["status"] == "xpassed"]
@@ -102,9 +110,11 @@ def test_a_failure_group_names_its_shared_settings_and_its_stage(port, capsys):
     ({"mode": "skip"}, "expectations[0].reason: expected a non-empty string"),
     ({"mode": "skip", "reason": "r", "dtype": "float8"}, "expectations[0].dtype: expected one of float32, float64, bfloat16, float16"),
     ({"mode": "skip", "reason": "r", "case": "("}, "expectations[0].case: invalid regular expression '('"),
-    ({"mode": "skip", "reason": "r", "config": {"rope_bse": 1}}, "expectations[0].config.rope_bse: expected a field of"),
+    ({"mode": "skip", "reason": "r", "config": {"rope_bse": 1}}, "expectations[0].config.rope_bse: expected a field of the "
+     "block's or the encoder's config; got 'rope_bse'; did you mean 'rope_base'?"),
     ({"mode": "skip", "reason": "r", "config": {"ode_steps": "2"}}, "expectations[0].config.ode_steps: expected a int"),
-    ({"mode": "skip", "reason": "r", "backends": "x"}, "expectations[0]: expected the fields backend, case, config"),
+    ({"mode": "skip", "reason": "r", "backends": "x"}, "expectations[0]: expected the fields backend, case, config, dtype, "
+     "kind, link, mode, reason; got the unknown 'backends'; did you mean 'backend'?"),
 ])
 def test_a_bad_expectations_file_is_refused_naming_the_field(tmp_path, entry, message):
     path = tmp_path / "e.json"
@@ -142,6 +152,9 @@ def test_list_prints_the_shards_cases_and_runs_nothing(capsys):
         halves.append(out.out.split())
         assert out.err.startswith(f"shard {i}/2: {len(halves[-1])} of {len(every)} cases, ")
     assert sorted(halves[0] + halves[1]) == sorted(every) and not set(halves[0]) & set(halves[1])
+    assert main(["conformance", "--list", "-k", "^block_t1_h1_decoder_bitnet$", "--shard", "1/2"]) == 2
+    assert capsys.readouterr().err == ("odeattn conformance: --shard: expected at most as many parts as the 1 selected "
+                                       "cases; got 2 parts\n")  # a part would judge nothing
     assert main(["conformance", "--list", "--shard", "3/2"]) == 2
     assert capsys.readouterr().err == "odeattn conformance: --shard: expected I/N with 1 <= I <= N (the I-th of N parts, e.g. 1/2); got '3/2'\n"
 
@@ -152,7 +165,7 @@ def test_the_matrix_joins_reports_and_states_what_conforms(port, capsys):
     assert shards_run == [0, 0]
     assert main(["conformance", "-j", "1", "--backend", "myport:Port", *SELECTION, "--json", "port.json"]) == 1
     capsys.readouterr()
-    reports = [load_report(port / f) for f in ("spec1.json", "spec2.json", "port.json")]
+    reports = [load_report(f) for f in ("spec1.json", "spec2.json", "port.json")]  # named as given
     text = markdown(reports)
     digest = reports[0]["digest"]
     spec_cases = len([c for c in load_cases() if c.name.startswith("block_derf")])
@@ -165,6 +178,13 @@ def test_the_matrix_joins_reports_and_states_what_conforms(port, capsys):
     assert main(["conformance", "matrix", "spec1.json", "port.json", "--html", "m.html", "--markdown", "m.md"]) == 0
     assert (port / "m.md").read_text() == markdown(reports[::2])
 
+    assert main(["conformance", "matrix", "spec1.json", "spec1.json"]) == 2
+    assert "reports: spec1.json and spec1.json are the same report; expected each once" in capsys.readouterr().err
+    again = json.loads((port / "spec1.json").read_text())
+    again["results"][0]["status"] = "failed"  # the same shard run again, its answer changed: which one counts?
+    (port / "again.json").write_text(json.dumps(again))
+    assert main(["conformance", "matrix", "spec1.json", "again.json"]) == 2
+    assert f"reports: {again['results'][0]['case']} on spec/float64 is in both spec1.json and again.json" in capsys.readouterr().err
     other = dict(json.loads((port / "spec1.json").read_text()), digest="0" * 64)
     (port / "other.json").write_text(json.dumps(other))
     assert main(["conformance", "matrix", "spec1.json", "other.json"]) == 2
@@ -195,7 +215,7 @@ def test_the_fuzzer_counts_an_xfail_region_and_runs_no_skip_region(tmp_path):
     assert run.finding is None and run.refusals.get(f"not run: {tmp_path / 's.json'}: expectations[0] (RoPE is wrong)", 0) > 0
 
 
-def test_the_plugin_takes_the_expectations_file_and_a_shard(port):
+def test_the_plugin_takes_the_expectations_file_and_a_shard(port, capsys):
     import subprocess
 
     script = __import__("pathlib").Path(sys.executable).with_name("pytest")
@@ -209,6 +229,13 @@ def test_the_plugin_takes_the_expectations_file_and_a_shard(port):
                               capture_output=True, text=True, cwd=port, timeout=300)
         outcomes.append(done.stdout)
         assert done.returncode == 0, done.stdout + done.stderr
+    listed = subprocess.run([str(script), "-p", "no:cacheprovider", "--collect-only", "-q", "--odeattn-backend", "myport:Port",
+                             "--odeattn-shard", "1/2", "--odeattn-examples", "0", "-k", "rope"],
+                            capture_output=True, text=True, cwd=port, timeout=300).stdout
+    collected = sorted(re.findall(r"odeattn\[port/float64/(\S+)\]", listed))
+    assert main(["conformance", "--list", "-k", "rope", "--shard", "1/2"]) == 0  # the plugin splits the cases -k selected
+    assert collected == sorted(capsys.readouterr().out.split()) and len(collected) > 1
+    assert re.search(rf"^{len(collected)}/153 tests collected \(\d+ deselected\)", listed, re.M), listed  # counted
     everything = "".join(outcomes)
     assert len(re.findall(r"^XFAIL \S*odeattn\[port/float64/\S+_positions-rope\]", everything, re.M)) == 9
     assert "SKIPPED [1] " in everything and "not run: expected.json: expectations[1] (no cache yet)" in everything
