@@ -44,7 +44,7 @@ from ..adapters.support import support_of
 from ..cases.half import NO_POLICY
 from .localise import localise
 from ..running.client import BackendFault
-from ..running.runner import CaseResult, _request, attempt_case, judge, reply_limit, untestable
+from ..running.runner import CaseResult, attempt_case, judge, reply_limit, request_frame, untestable
 from ..running.worker import unsupported
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
@@ -171,7 +171,7 @@ def run_one(adapter, case: Case, dtype: str, fault: Optional[dict] = None) -> tu
     elif getattr(adapter, "remote", False):
         # a grad case's reply holds every parameter's gradient too, beyond what reply_limit counts
         limit = reply_limit(case) + 2 * 8 * sum(p.size for p in case.params.values())
-        reply, raw = adapter.run_request(_request(case, dtype), limit)
+        reply, raw = adapter.run_request(request_frame(case, dtype), limit)
     else:
         reply, raw = attempt_case(adapter, case, dtype)
     judge(result, case, reply, raw)

@@ -8,7 +8,7 @@ worker that outlives it, dies (a signal, os._exit) or announces a reply larger t
 produce is killed: the request's answer is an error reply saying so (RemoteAdapter.lost holds
 why), and the next request starts a fresh worker. It has an adapter's attributes (name, dtypes,
 its declared support, which optional methods it has), read from the init reply; supports() and
-run_stages() ask the worker, and run_request() sends a case's run request (runner._request's).
+run_stages() ask the worker, and run_request() sends a case's run request (runner.request_frame's).
 """
 
 from __future__ import annotations

@@ -220,11 +220,14 @@ def apply_xfail(result: CaseResult, patterns) -> CaseResult:
     return result
 
 
-def _request(case: Case, dtype: str) -> bytes:
-    """The run request for a case in a dtype, encoded (frames.encode): the same for every backend."""
+def request_frame(case: Case, dtype: str, stages: bool = False) -> bytes:
+    """The run request for a case in a dtype, encoded (frames.encode): the same for every backend.
+    stages: the request for f(0, x)'s stage values instead (triage.py), its inputs alone."""
     arrays = {"x": cast(case.x, dtype), **{f"param/{k}": cast(v, dtype) for k, v in case.params.items()}}
     if case.padding_mask is not None:
         arrays["padding_mask"] = case.padding_mask
+    if stages:
+        return encode({"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "stages": True}, arrays)
     inputs = case.inputs(dtype)
     if inputs["z1_bar"] is not None:
         arrays["z1_bar"] = inputs["z1_bar"]
@@ -365,7 +368,7 @@ class _Run:
                     self.record(None, i, skipped)  # reported, not run
                 else:
                     if (id(c), d) not in self.requests:
-                        self.requests[id(c), d] = _request(c, d)
+                        self.requests[id(c), d] = request_frame(c, d)
                     out.append(((d, judged[c.name]), self.requests[id(c), d], reply_limit(judged[c.name])))
         return out
 

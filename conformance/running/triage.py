@@ -9,9 +9,8 @@ dtype does not: a setting every case has (the default of a field no case changes
 
 from __future__ import annotations
 
-from ..cases.half import HALF_DTYPES, cast
+from ..cases.half import HALF_DTYPES
 from ..adapters.support import settings_of
-from .frames import encode
 from .reports import failure_groups
 
 
@@ -43,13 +42,6 @@ def shared_settings(group: list, ran: list, cases: dict) -> list[str]:
     return [text for *_, text in sorted(found)[:SHOWN_SETTINGS]]
 
 
-def _stage_request(case, dtype: str) -> bytes:
-    arrays = {"x": cast(case.x, dtype), **{f"param/{k}": cast(v, dtype) for k, v in case.params.items()}}
-    if case.padding_mask is not None:
-        arrays["padding_mask"] = case.padding_mask
-    return encode({"op": "run", "case": case.name, "dtype": dtype, "config": case.config.to_dict(), "stages": True}, arrays)
-
-
 def stage_targets(report, cases: dict) -> dict:
     """(backend, dtype, divergence) -> the group's first case, for the groups whose stages are
     asked: a failure measured against a tolerance, not in a half dtype (the stages' half errors
@@ -69,7 +61,7 @@ def name_stages(report, cases: dict, *, jobs: int, timeout: float) -> dict:
     "skipped" when the backend has no run_stages), each backend in a fresh worker."""
     from ..fuzzing.stages import judge_stages, stages_failed
     from .pool import BackendFailed, Constructed, Pool, Result
-    from .runner import reply_limit
+    from .runner import reply_limit, request_frame
 
     targets = stage_targets(report, cases)
     wanted = [report.refs[name] for name in dict.fromkeys(key[0] for key in targets) if name in report.refs]
@@ -80,7 +72,7 @@ def name_stages(report, cases: dict, *, jobs: int, timeout: float) -> dict:
     for event in pool.events():
         if isinstance(event, Constructed):
             mine = [(key, case) for key, case in targets.items() if key[0] == event.name]
-            pool.give(event.backend, [((key, case), _stage_request(case, key[1]), reply_limit(case)) for key, case in mine])
+            pool.give(event.backend, [((key, case), request_frame(case, key[1], stages=True), reply_limit(case)) for key, case in mine])
         elif isinstance(event, Result):
             key, case = event.job
             status = event.reply.get("status")

@@ -131,6 +131,12 @@ def test_a_bad_expectations_file_is_one_line_and_exit_2_before_any_case(tmp_path
     assert err == (f"odeattn conformance: {tmp_path / 'e.json'}: odeattn_expectations: expected the format version 1; got 2\n")
 
 
+def test_the_measured_times_name_the_packaged_cases():
+    """case_seconds.json (benchmarks/case_seconds.py) holds every packaged case and no other: a
+    case added or renamed without a new measurement would weigh the median."""
+    assert set(shards.measured_seconds()) == {c.name for c in load_cases()}
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 7])
 def test_shards_hold_every_case_once_and_near_equal_measured_time(count):
     cases = load_cases()
