@@ -153,25 +153,15 @@ def load_adapters(config, references, timeout: float) -> list:
     `odeattn conformance` finds it: search_path.py) and constructed in a worker process within
     timeout seconds (its import probed first, as the main run does); pytest.UsageError in one line
     for one that cannot be."""
-    from .adapters import discover
     from .adapters.search_path import import_from_working_folder
-    from .running.client import ConstructionFailed, RemoteAdapter
+    from .running.remote import remote_adapters
 
     import_from_working_folder()
     try:
-        refs, _, _ = discover(references, timeout=timeout)
+        config.stash[ADAPTERS] = remote_adapters(references, timeout)
     except (ValueError, ModuleNotFoundError) as err:  # its message begins 'backend'
         raise pytest.UsageError(f"--odeattn-{err}") from None
-    out = config.stash.setdefault(ADAPTERS, [])
-    for typed, ref in zip(references, refs):
-        try:
-            out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=timeout,
-                                             init_timeout=ref.start_timeout)))
-        except ConstructionFailed as err:
-            raise pytest.UsageError(f"--odeattn-backend {typed}: cannot be constructed ({err})") from None
-        except ValueError as err:  # a malformed declared support
-            raise pytest.UsageError(f"--odeattn-backend {typed}: {err}") from None
-    return out
+    return config.stash[ADAPTERS]
 
 
 def pytest_unconfigure(config):

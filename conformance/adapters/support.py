@@ -45,17 +45,16 @@ def support_of(adapter) -> dict:
 
 
 def value_of(config, field: str):
-    """config's value of a declared field: positional_encoding as the encoding in effect."""
-    return config.position_encoding if field == "positional_encoding" else getattr(config, field)
+    """config's value of a field as support, expectations and triage compare it: positional_encoding
+    as the encoding in effect ('none' with ode_use_pe off), where the config has one (the block's)."""
+    if field == "positional_encoding" and hasattr(config, "position_encoding"):
+        return config.position_encoding
+    return getattr(config, field)
 
 
 def settings_of(config) -> dict:
-    """A config's fields as support, expectations and triage compare them: positional_encoding as
-    the encoding in effect ('none' with ode_use_pe off), where the config has one (the block's)."""
-    values = config.to_dict()
-    if hasattr(config, "position_encoding"):
-        values["positional_encoding"] = config.position_encoding
-    return values
+    """A config's fields, each as value_of reads it."""
+    return {field: value_of(config, field) for field in config.to_dict()}
 
 
 def outside(support: dict, config) -> Optional[str]:

@@ -169,9 +169,7 @@ def run_one(adapter, case: Case, dtype: str, fault: Optional[dict] = None) -> tu
     if fault is not None:
         reply, raw = fault, {}
     elif getattr(adapter, "remote", False):
-        # a grad case's reply holds every parameter's gradient too, beyond what reply_limit counts
-        limit = reply_limit(case) + 2 * 8 * sum(p.size for p in case.params.values())
-        reply, raw = adapter.run_request(request_frame(case, dtype), limit)
+        reply, raw = adapter.run_request(request_frame(case, dtype), reply_limit(case))
     else:
         reply, raw = attempt_case(adapter, case, dtype)
     judge(result, case, reply, raw)

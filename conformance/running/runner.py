@@ -236,10 +236,12 @@ def request_frame(case: Case, dtype: str, stages: bool = False) -> bytes:
 
 
 def reply_limit(case: Case) -> int:
-    """The most bytes a correct reply for case can take: f0, the trajectory and z1 in float64,
-    twice over, plus 1 MB for the message (a traceback). A larger announced reply is refused."""
+    """The most bytes a correct reply for case can take: f0, the trajectory and z1 in float64 (a
+    grad case's every parameter gradient too), twice over, plus 1 MB for the message (a
+    traceback). A larger announced reply is refused."""
     b, t, d = case.x.shape
-    return 2 * 8 * b * t * d * (case.reply_states() + 3) + (1 << 20)
+    grads = sum(p.size for p in case.params.values()) if case.kind == "grad" else 0
+    return 2 * 8 * (b * t * d * (case.reply_states() + 3) + grads) + (1 << 20)
 
 
 def busy_note(profile: dict) -> str:

@@ -58,29 +58,14 @@ def _adapters(args):
     """[(reference as typed, adapter)] of the --backend options, each constructed in a worker
     process of its own (client.RemoteAdapter), within --timeout: whatever the port does (raise,
     exit, hang, crash) is its result there, never this command's."""
-    from odeattn.conformance.adapters import discover
-    from odeattn.conformance.running.client import ConstructionFailed, RemoteAdapter
+    from odeattn.conformance.running.remote import remote_adapters
 
     if not args.backend:
         raise UsageError("--backend: fuzz needs a backend to judge (a built-in name, module:object or exec:CMD)")
     try:
-        refs, _, _ = discover(args.backend, timeout=args.timeout)
-    except ValueError as err:
+        return remote_adapters(args.backend, args.timeout)
+    except ValueError as err:  # its message begins 'backend'
         raise UsageError(f"--{err}") from None
-    out = []
-    try:
-        for typed, ref in zip(args.backend, refs):
-            try:
-                out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=args.timeout,
-                                                 init_timeout=ref.start_timeout)))
-            except ConstructionFailed as err:
-                raise UsageError(f"--backend {typed}: cannot be constructed ({err})") from None
-            except ValueError as err:  # a malformed declared support: the draws keep within it
-                raise UsageError(f"--backend {typed}: {err}") from None
-    except BaseException:
-        close_all(out)
-        raise
-    return out
 
 
 def close_all(adapters) -> None:

@@ -302,13 +302,20 @@ def test_a_damaged_model_file_or_config_is_one_line_naming_it(tmp_path, capsys, 
     RecursionError would end it)."""
     pytest.importorskip("onnxruntime")
     model, config, weights = _damaged_model(kind, tmp_path)
+    line = _refused_before_any_draw(tmp_path, capsys, model, config, weights)
+    assert line.startswith("odeattn conformance fuzz: " + DAMAGED_MODEL[kind].format(m=model, c=config)), line
+
+
+def _refused_before_any_draw(tmp_path, capsys, model, config, weights) -> str:
+    """The one line of a fuzz --model refused as a usage error (exit 2), nothing on stdout and no
+    repro folder made."""
     code = main(["conformance", "fuzz", "--model", model, "--config", config, "--weights", weights,
                  "--examples", "2", "--repro", str(tmp_path / "repro")])
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and captured.out == "", captured
-    assert lines[0].startswith("odeattn conformance fuzz: " + DAMAGED_MODEL[kind].format(m=model, c=config)), lines
     assert not (tmp_path / "repro").exists()
+    return lines[0]
 
 
 NOTHING_RUNS = """
@@ -412,13 +419,8 @@ def test_a_file_that_is_no_float_block_model_is_refused_in_one_line_before_any_d
     before its config is read (a GenAI one's is an LMConfig) and before any example or repro folder."""
     pytest.importorskip("onnxruntime")
     model, config, weights = _not_a_block(kind, tmp_path)
-    code = main(["conformance", "fuzz", "--model", model, "--config", config, "--weights", weights,
-                 "--examples", "4", "--repro", str(tmp_path / "repro")])
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and captured.out == "", captured
-    assert lines[0].startswith(f"odeattn conformance fuzz: --model: {model!r} {message}"), lines
-    assert not (tmp_path / "repro").exists()
+    line = _refused_before_any_draw(tmp_path, capsys, model, config, weights)
+    assert line.startswith(f"odeattn conformance fuzz: --model: {model!r} {message}"), line
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web"])
