@@ -1,4 +1,4 @@
-"""The half-precision figures of conformance/tolerance.py and docs/conformance.md, from the
+"""The half-precision figures of conformance/cases/tolerance.py and docs/conformance.md, from the
 packaged golden set: the e16/ebf16 distribution, the untestable counts by reason, and the spread
 of the two other implementations of the policy (half.OTHERWISE) behind HALF_SAFETY.
 

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-DTYPES = ("float32", "float64", "bfloat16")
+from odeattn.conformance.adapters.jax import JaxAdapter
+
+ROWS = JaxAdapter.dtypes  # the JAX adapter's dtypes, each compared
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,9 +37,9 @@ def save_outputs(dtype: str, path: str) -> None:
     """Every golden case's outputs on the JAX adapter in dtype, as run_case computes them: npz
     entries 'case|quantity' (a case the dtype skips or marks untestable has none)."""
     from odeattn.conformance.adapters import BUILTIN, make_adapter
-    from odeattn.conformance.cases.half import HALF_DTYPES
+    from ode_ref.precision import HALF_DTYPES
     from odeattn.conformance.golden import load_cases
-    from odeattn.conformance.running.runner import attempt_case
+    from odeattn.conformance.running.compare import attempt_case
 
     backend = make_adapter(BUILTIN["jax"].reference)
     saved = {}
@@ -77,12 +79,12 @@ def main() -> None:
         return save_outputs(*args.outputs)
     flags = suite_flags()
     with tempfile.TemporaryDirectory() as out, concurrent.futures.ThreadPoolExecutor(2) as pool:
-        paths = {(which, d): f"{out}/{which}-{d}.npz" for which in ("suite", "defaults") for d in DTYPES}
+        paths = {(which, d): f"{out}/{which}-{d}.npz" for which in ("suite", "defaults") for d in ROWS}
         runs = [pool.submit(_run, flags if which == "suite" else "", d, p) for (which, d), p in paths.items()]
         for run in runs:
             run.result()
         print("CHANGED = {")
-        for d in DTYPES:
+        for d in ROWS:
             suite = np.load(paths["suite", d])
             cases, outputs, rel = changed(suite, np.load(paths["defaults", d]))
             total = len(suite.files)

@@ -14,7 +14,7 @@ appends one column of 1 per generated token. The spec decodes the same right-pad
 the exact cache; each token's position counts the real tokens before it, so both equal the
 unpadded prompts' decoding.
 
-The tolerance, derived as the conformance suite derives every float32 tolerance (tolerance.py):
+The tolerance, by the conformance suite's one rule (tolerance.py's quantity_tolerance):
 e32 is the spec's own float32 error on these logits, lm_logits in float32 against float64 on the
 same tokens (prompt and generated), the largest over the steps relative to the largest logit;
 the allowed error is tolerance(e32, "float32") = 32 max(e32, 2^-24). GenAI runs the same
@@ -37,7 +37,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.lm import LMConfig
 
-from .cases.tolerance import relative_error, tolerance
+from .cases.tolerance import quantity_tolerance, relative_error
 
 
 def check_prompts(prompts, vocab_size: int, pad_token_id: int) -> list:
@@ -154,9 +154,9 @@ def unfair(config, params, prompts, new_tokens: int, pad_token_id: int = 0) -> s
     cfg = LMConfig.from_any(config)
     ids, mask = padded(check_prompts(prompts, cfg.vocab_size, pad_token_id), pad_token_id)
     _, want, e32 = spec_greedy(params, cfg, ids, mask, new_tokens)
-    margin = top_margin(want)
-    if margin <= 2 * tolerance(e32, "float32"):
-        return f"greedy choice near a tie: top-1 margin {margin:.1e}, tolerance {tolerance(e32, 'float32'):.1e}"
+    margin, tol = top_margin(want), quantity_tolerance("float32", e32)
+    if margin <= 2 * tol:
+        return f"greedy choice near a tie: top-1 margin {margin:.1e}, tolerance {tol:.1e}"
     return None
 
 
@@ -176,4 +176,4 @@ def check_genai(folder, config, params, prompts, new_tokens: int, pad_token_id: 
     got_tokens, got = genai_greedy(folder, prompts, new_tokens, pad_token_id)
     differ = np.argwhere(got_tokens != want_tokens)
     return GenaiReport(not differ.size, tuple(int(i) for i in differ[0]) if differ.size else None,
-                       relative_error(got, want), tolerance(e32, "float32"), e32, top_margin(want))
+                       relative_error(got, want), quantity_tolerance("float32", e32), e32, top_margin(want))

@@ -44,11 +44,14 @@ import numpy as np
 
 import ode_ref as R
 
+from ode_ref.config import stored_fields
 from ode_ref.files import replacing
 from ode_ref.precision import HALF_DTYPES
 
-from .cases import CASES_VERSION, Case, build_all, float32_errors, half_fields, quantity_names, same_case, with_half
+from .cases import CASES_VERSION, Case, build_all, half_fields, same_case, with_half
 from .cases.half import HALF_FIELDS
+from .cases.case import names_text
+from .cases.kinds import BLOCK, KINDS, kind_of_entry
 from .cases.target import MANIFEST, check_names, check_writable, owned_files
 from .cases.tolerance import UNIT_ROUNDOFF
 
@@ -73,7 +76,7 @@ E32_FACTOR = 256.0
 # another CPU allows (tests/conformance/test_golden.py). Not 256: with a floor of u = 2^-8,
 # bfloat16's bound would reach 1.0, a tolerance that passes anything.
 E_HALF_FACTOR = 8.0
-ENCODER_SIZES = ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim", "encoder_layers")
+_FLAGGED = [k for k in KINDS.values() if k.flag is not None]  # the kinds a manifest entry marks: decoded, vjp, encoder
 SCHEMA = {
     "type": "object",
     "required": ["format", "cases_version", "spec_version", "cases"],
@@ -89,19 +92,16 @@ SCHEMA = {
                 "type": "object",
                 "required": ["name", "config", "shape", "padding", "file", "sha256", "e32"],
                 "additionalProperties": False,
-                "if": {"required": ["encoder"]},
-                "then": {"properties": {"config": {"type": "object", "required": list(ENCODER_SIZES[:3]),
-                                                   "properties": {k: _SIZE for k in ENCODER_SIZES}}}},
-                "else": {"properties": {"config": {"type": "object", "required": ["hidden_size", "num_heads"],
-                                                   "properties": {"hidden_size": _SIZE, "num_heads": _SIZE, "ode_steps": _SIZE}}}},
+                # each kind's config schema (cases/kinds.py), chosen by its flag; none: the block kind's
+                "allOf": [{"if": {"required": [k.flag]}, "then": {"properties": {"config": k.config_schema(_SIZE)}}} for k in _FLAGGED]
+                + [{"if": {"not": {"anyOf": [{"required": [k.flag]} for k in _FLAGGED]}},
+                    "then": {"properties": {"config": BLOCK.config_schema(_SIZE)}}}],
                 "properties": {
                     "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
                     "config": {"type": "object"},
                     "shape": {"type": "array", "items": _SIZE, "minItems": 3, "maxItems": 3},
                     "padding": {"type": "boolean"},
-                    "decoded": _SIZE,
-                    "vjp": {"const": True},
-                    "encoder": {"const": True},
+                    **{k.flag: k.flag_schema(_SIZE) for k in _FLAGGED},
                     "file": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+\\.safetensors$"},
                     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "e32": {"type": "object", "additionalProperties": _NUMBER},
@@ -132,19 +132,8 @@ def entry_digest(entry: dict) -> str:
     return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def config_fields(config: R.ODEConfig) -> dict:
-    """The config as stored: the required fields and those that differ from the defaults, so
-    that a field added to ODEConfig later (with a default) leaves existing entries unchanged."""
-    out = {}
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.default is dataclasses.MISSING or value != f.default:
-            out[f.name] = value
-    return out
-
-
 def _tensors(case: Case) -> dict:
-    t = {"x": case.x, **case.stored_outputs()}
+    t = {"x": case.x, **case.kind.stored_outputs(case)}
     if case.padding_mask is not None:
         t["padding_mask"] = case.padding_mask
     t.update(case.params)
@@ -154,10 +143,10 @@ def _tensors(case: Case) -> dict:
 def _entry(case: Case, file: str, sha: str) -> dict:
     return {
         "name": case.name,
-        "config": config_fields(case.config),
+        "config": stored_fields(case.config),
         "shape": list(case.x.shape),
         "padding": case.padding_mask is not None,
-        **case.manifest_flags(),
+        **case.kind.flags(case),
         "file": file,
         "sha256": sha,
         "e32": dict(case.e32),
@@ -289,6 +278,11 @@ def validate_manifest(manifest, directory: Path) -> list[str]:
         names.add(e["name"])
         files.add(e["file"])
         try:
+            kind_of_entry(e)
+        except ValueError as err:  # two kinds' flags
+            defects.append(f"{field}: {err}")
+            continue
+        try:
             config = config_of_entry(e)
         except (TypeError, ValueError) as err:
             defects.append(f"{field}.config: {err}")
@@ -306,34 +300,20 @@ def _check_half(entry: dict, field: str) -> list:
         if name in entry and dtype in reasons:
             return [f"{field}.{name}: expected either {name} or half_untestable.{dtype}, not both"]
         if name in entry and set(entry[name]) != set(entry["e32"]):
-            return [f"{field}.{name}: expected the quantities of e32 ({_names(sorted(entry['e32']))}); "
-                    f"got [{_names(repr(q) for q in sorted(entry[name]))}]"]
+            return [f"{field}.{name}: expected the quantities of e32 ({names_text(sorted(entry['e32']))}); "
+                    f"got [{names_text(repr(q) for q in sorted(entry[name]))}]"]
     return []
 
 
-def entry_kind(entry: dict) -> str:
-    """The entry's case kind (cases.KINDS), from the manifest's flags (Case.manifest_flags)."""
-    if entry.get("encoder", False):
-        return "encoder"
-    return "grad" if entry.get("vjp", False) else "decode" if entry.get("decoded", 0) else "block"
-
-
 def config_of_entry(entry: dict):
-    """The entry's config: an ODEEncoderConfig for an encoder case, else an ODEConfig."""
-    return (R.ODEEncoderConfig if entry_kind(entry) == "encoder" else R.ODEConfig).from_any(entry["config"])
-
-
-def _param_shapes(entry: dict, config) -> dict:
-    return R.encoder_param_shapes(config) if entry_kind(entry) == "encoder" else R.param_shapes(config)
+    """The entry's config, of its kind's config class (an ODEEncoderConfig for an encoder case)."""
+    return kind_of_entry(entry).config_type.from_any(entry["config"])
 
 
 def _expected_arrays(entry: dict, config) -> dict:
     """name -> shape of every array a (schema-valid) entry's file holds; tuples only, no arrays."""
-    shape = tuple(entry["shape"])
-    outputs = {"encoder": lambda: {"z": shape}, "decode": lambda: {"decode": shape},
-               "grad": lambda: {"z1_bar": shape, "x_bar": shape, **{f"grad.{k}": s for k, s in R.param_shapes(config).items()}},
-               "block": lambda: {"f0": shape, "trajectory": (config.ode_steps + 1, *shape)}}[entry_kind(entry)]()
-    expected = {"x": shape, **outputs, **_param_shapes(entry, config)}
+    kind, shape = kind_of_entry(entry), tuple(entry["shape"])
+    expected = {"x": shape, **kind.file_arrays(shape, config), **kind.param_shapes(config)}
     if entry["padding"]:
         expected["padding_mask"] = shape[:2]
     return expected
@@ -343,56 +323,22 @@ def _itemsize(name: str) -> int:
     return 1 if name == "padding_mask" else 8  # bool; every other array float64
 
 
-def _names(names) -> str:
-    names = list(names)
-    return ", ".join(names) if len(names) <= 8 else f"{', '.join(names[:3])}, ..., {names[-1]} ({len(names)} quantities)"
-
-
 def _check_sizes(entry: dict, config, directory: Path, field: str) -> list:
-    """The entry's sizes against each other, against its e32 (counted before any name is built)
-    and against the bytes of its file (a stat, no read): a manifest that declares more than it or
-    its file holds is refused before anything is built from its sizes. One line at most."""
-    shape, decoded, vjp = entry["shape"], entry.get("decoded", 0), entry_kind(entry) == "grad"
-    if entry_kind(entry) == "encoder":
-        return _check_encoder_sizes(entry, config, directory, field)
-    if shape[2] != config.hidden_size:
-        return [f"{field}.shape: expected d_model {config.hidden_size} last; got {shape}"]
-    if decoded and (decoded >= shape[1] or config.mode != "decoder"):
-        return [f"{field}.decoded: expected fewer than seq = {shape[1]} tokens of a decoder-mode "
-                f"config; got {decoded} ({config.mode})"]
-    count = 1 + (len(R.param_shapes(config)) if vjp else decoded or config.ode_steps)
-    stored = entry["e32"]
-    if len(stored) != count or set(stored) != set(quantity_names(config, decoded, vjp)):  # names: as many as stored
-        if count > 8 and not vjp:
-            first, name = ("prefill", "decode") if decoded else ("f0", "step")
-            wanted = f"{first}, {name}_1, ..., {name}_{count - 1} ({count} quantities)"
-        else:
-            wanted = _names(quantity_names(config, decoded, vjp))
-        return [f"{field}.e32: expected the quantities {wanted}; got [{_names(repr(q) for q in sorted(stored))}]"]
+    """The entry's sizes against each other, against its e32 (its kind's check_entry) and against
+    the bytes of its file (a stat, no read): a manifest that declares more than it or its file
+    holds is refused before anything is built from its sizes. One line at most."""
+    kind = kind_of_entry(entry)
+    defect = kind.check_entry(entry, config)
+    if defect is not None:
+        return [f"{field}.{defect[0]}: {defect[1]}"]
     path = directory / entry["file"]
     if not path.is_file():
         return []  # reported by name when the case is loaded
     need = sum(_itemsize(k) * math.prod(s) for k, s in _expected_arrays(entry, config).items())
     have = path.stat().st_size
     if need > have:
-        return [f"{field}: its sizes (shape {shape}, ode_steps {config.ode_steps}"
-                f"{f', decoded {decoded}' if decoded else ''}) need at least {need} bytes of arrays; "
+        return [f"{field}: its sizes ({kind.sizes_text(entry, config)}) need at least {need} bytes of arrays; "
                 f"{os.fspath(path)} holds {have}"]
-    return []
-
-
-def _check_encoder_sizes(entry: dict, config, directory: Path, field: str) -> list:
-    """_check_sizes for an encoder case: width, the one quantity z, and the file's bytes."""
-    shape = entry["shape"]
-    if shape[2] != config.encoder_embed_dim:
-        return [f"{field}.shape: expected encoder_embed_dim {config.encoder_embed_dim} last; got {shape}"]
-    if set(entry["e32"]) != {"z"}:
-        return [f"{field}.e32: expected the quantities z; got [{_names(repr(q) for q in sorted(entry['e32']))}]"]
-    path = directory / entry["file"]
-    need = sum(_itemsize(k) * math.prod(s) for k, s in _expected_arrays(entry, config).items())
-    if path.is_file() and need > path.stat().st_size:
-        return [f"{field}: its sizes (shape {shape}, encoder_layers {config.encoder_layers}) need at least {need} "
-                f"bytes of arrays; {os.fspath(path)} holds {path.stat().st_size}"]
     return []
 
 
@@ -469,20 +415,17 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     except Exception as err:  # a file that matches its checksum but is not safetensors
         raise GoldenError(f"{os.fspath(path)}: not a readable safetensors file ({err})") from err
     config = config_of_entry(entry)
-    kind = entry_kind(entry)
+    kind = kind_of_entry(entry)
     expected = _expected_arrays(entry, config)
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
         got = {k: list(v.shape) for k, v in t.items()}
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
-    _check_arrays(t, path)
+    _check_arrays(t, path, kind, _roles(kind, entry, config))
     case = Case(
-        name=entry["name"], config=config, params={k: t[k] for k in _param_shapes(entry, config)}, x=t["x"],
-        padding_mask=t.get("padding_mask"), f0=t.get("f0"), trajectory=t.get("trajectory"), e32=dict(entry["e32"]),
-        kind=kind, decoded=entry.get("decoded", 0), decode=t.get("decode"), z1_bar=t.get("z1_bar"),
-        grads={q: t[q] for q in quantity_names(config, vjp=True)} if kind == "grad" else None,
-        encoder_outputs={"z": t["z"]} if kind == "encoder" else None,
+        name=entry["name"], config=config, params={k: t[k] for k in kind.param_shapes(config)}, x=t["x"],
+        padding_mask=t.get("padding_mask"), e32=dict(entry["e32"]), kind=kind,
         e16=entry.get("e16"), ebf16=entry.get("ebf16"), half_untestable=dict(entry.get("half_untestable", {})),
-    )
+        **{"f0": None, "trajectory": None, **kind.from_file(t, config, entry)})
     if Path(directory).resolve() != GOLDEN_DIR.resolve():  # the packaged set's e32 are sealed
         defects = check_e32(case, Path(directory)) or check_e_half(case, Path(directory))
         if defects:
@@ -490,28 +433,29 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     return case
 
 
-def _role(name: str) -> str:
-    if name in ("x", "padding_mask", "z1_bar"):
-        return "input"
-    return "quantity" if name in ("f0", "trajectory", "decode", "x_bar", "z") or name.startswith("grad.") else "parameter"
+def _roles(kind, entry: dict, config) -> dict:
+    """name -> what each array of the entry's file is: an input, a (stored) quantity or a parameter."""
+    inputs = ("x", "padding_mask", *kind.inputs)
+    outputs = kind.output_shapes(tuple(entry["shape"]), config)
+    return {name: "input" if name in inputs else "quantity" if name in outputs else "parameter"
+            for name in _expected_arrays(entry, config)}
 
 
-def _check_arrays(t: dict, path: Path) -> None:
+def _check_arrays(t: dict, path: Path, kind, roles: dict) -> None:
     """GoldenError naming the file and the array unless every array is float64 (the padding mask
-    bool) and finite, and a trajectory's first state is x (z(0) = x, checked by the runner)."""
+    bool) and finite, and the kind's own check of its arrays passes (a block's trajectory starts at x)."""
     for name, value in t.items():
         want = np.bool_ if name == "padding_mask" else np.float64
         if value.dtype != want:
             raise GoldenError(f"{os.fspath(path)}: array {name!r}: expected dtype {np.dtype(want)}; got {value.dtype}")
         if want is np.float64 and not np.isfinite(value).all():
             at = np.argwhere(~np.isfinite(value))[0]
-            raise GoldenError(f"{os.fspath(path)}: array {name!r}, a stored {_role(name)}, holds {value[tuple(at)]} at "
+            raise GoldenError(f"{os.fspath(path)}: array {name!r}, a stored {roles[name]}, holds {value[tuple(at)]} at "
                               f"{at.tolist()}; expected finite values (a non-finite golden value passes or fails "
                               "any backend alike)")
-    if "trajectory" in t and not np.array_equal(t["trajectory"][0], t["x"]):
-        at = np.argwhere(t["trajectory"][0] != t["x"])[0]
-        raise GoldenError(f"{os.fspath(path)}: array 'trajectory': expected its first state z(0) to be 'x' bit for "
-                          f"bit; they differ at {at.tolist()}")
+    defect = kind.check_file(t)
+    if defect is not None:
+        raise GoldenError(f"{os.fspath(path)}: {defect}")
 
 
 def check_e32(case: Case, directory: Path) -> list:
@@ -521,8 +465,8 @@ def check_e32(case: Case, directory: Path) -> list:
     golden = {q: a for q, a in case.quantities().items() if q in case.e32}
     try:
         with np.errstate(all="ignore"):  # a float32 overflow gives a non-finite error, refused below
-            recomputed = float32_errors(case.config, case.params, case.x, case.padding_mask, golden,
-                                        decoded=case.decoded, z1_bar=case.z1_bar)
+            recomputed = case.kind.float32_errors(case.config, case.params, case.x, case.padding_mask, golden,
+                                                  decoded=case.decoded, inputs=case.inputs)
     except (ValueError, TypeError, ArithmeticError) as err:
         return [f"{os.fspath(directory / MANIFEST)}: case {case.name!r}: the spec cannot run it in float32 to bound its "
                 f"e32 ({err})"]

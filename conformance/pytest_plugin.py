@@ -69,9 +69,9 @@ class GoldenItem(_Item):
         self.adapter, self.case, self.dtype = adapter, case, dtype
 
     def runtest(self):
-        from .fuzzing.fuzz import run_one
+        from .running.compare import run_case
 
-        result, _ = run_one(self.adapter, self.case, self.dtype)
+        result = run_case(self.adapter, self.case, self.dtype)
         if result.status == "skipped":
             pytest.skip(result.message)
         if result.status == "untestable":
@@ -119,7 +119,8 @@ class FuzzItem(pytest.Function):
 def check_options(config) -> int:
     """The fuzz budget, once --odeattn-dtype, --odeattn-examples, --odeattn-min-examples and
     --odeattn-database are checked; pytest.UsageError naming the option otherwise."""
-    from .cases.half import DTYPES
+    from ode_ref.precision import DTYPES
+
     from .fuzzing.fuzz import DEFAULT_EXAMPLES
 
     bad = [d for d in config.getoption("odeattn_dtype") if d not in DTYPES]

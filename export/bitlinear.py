@@ -30,16 +30,14 @@ from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, weight_scale
 from .graph import Value
 from .norms import layer_norm
 
-FORMS = ("float", "integer")
 ZERO_POINT = 128  # int8 levels -128..127 as uint8 0..255
 MAX_INTEGER_WIDTH = 2**24 // 128  # |levels @ ternary^T| <= 128 * width: exact in int32 and in float32 below 2^24
 
 
 def check_form(bitlinear, config) -> None:
-    """ValueError naming `bitlinear` unless it is one of FORMS, and 'integer' only for a BitLinear
-    block (use_bitnet) whose products stay exact in float32 (width <= MAX_INTEGER_WIDTH)."""
-    if bitlinear not in FORMS:
-        raise ValueError(f"bitlinear: expected one of {', '.join(map(repr, FORMS))}; got {bitlinear!r}")
+    """ValueError naming `bitlinear` unless its form applies to this config: 'integer' only for a
+    BitLinear block (use_bitnet) whose products stay exact in float32 (width <= MAX_INTEGER_WIDTH).
+    Which forms there are is export.options' BITLINEAR_FORMS, checked when the options are built."""
     if bitlinear == "integer" and not config.use_bitnet:
         raise ValueError("bitlinear: 'integer' runs BitLinear's projections as integer kernels; expected a config "
                          "with use_bitnet=true; got use_bitnet=false")

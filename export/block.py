@@ -16,6 +16,9 @@ bytes), nothing that grows with the width.
 export_model(..., steps_input=True) writes the Loop form instead (export.loop): an int64 input
 `steps` (default ode_steps) and one Loop node whose body is one step, stages written out.
 
+Every export function here takes the model's form as one ExportOptions (export.options: its
+fields, their rules and their errors), or that object's fields as keywords.
+
 export_prefill_model: the prompt through a decoder-mode block, returning the cache, opset 17:
 
     inputs:  x float32 [batch, seq, d_model]; padding_mask bool [batch, seq] (unless omitted);
@@ -47,7 +50,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ode_ref as R
 from ode_ref.attention import Prepared
 from ode_ref.bitlinear import ternarize_weight
-from ode_ref.block import attention_for, check_flag
+from ode_ref.block import attention_for
 from ode_ref.cache import KVCache, check_mode, evaluations
 from ode_ref.norms import NORM_PARAMS
 from ode_ref.precision import check_float16_range
@@ -62,9 +65,7 @@ from .bitlinear import check_form, product_scale
 from .graph import Body, Function, Value, inline, ir_version
 from .half import HalfIO, as_storage, half_export_attention, stored_params
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
-
-OPSETS = (17, 23)
-DEFAULT_OPSET = 17
+from .options import ExportOptions
 
 
 BLOCKS = ("q", "k", "v")  # W_qkv's row blocks, in the spec's order
@@ -187,16 +188,19 @@ def _step_arguments(main: Body, prepared: Prepared, weights: dict) -> list:
     return out
 
 
-def _checked(config, params, opset: int, attention, bitlinear: str = "float"):
-    """(config, the export's attention) after the checks every export runs: parameters, opset,
-    the BitLinear form, and a variant that can be exported (export_attention)."""
+def _checked(config, params, options: ExportOptions, attention):
+    """(config, the export's attention) after the checks every export runs once its options are
+    built: parameters, the BitLinear form for this config, a variant that can be exported
+    (export_attention), and with float16 every parameter within its range (the policy refuses
+    what it would round to Inf)."""
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
-    if opset not in OPSETS:
-        raise ValueError(f"opset: expected one of {OPSETS}; got {opset!r}")
-    check_form(bitlinear, cfg)
+    check_form(options.bitlinear, cfg)
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
-    return cfg, export_attention(attention, opset, bitlinear)
+    att = export_attention(attention, options.opset, options.bitlinear)
+    for name, value in params.items():
+        check_float16_range(f"params[{name!r}]", value, options.dtype)
+    return cfg, att
 
 
 class VariantExportError(NotImplementedError):
@@ -236,9 +240,10 @@ def export_attention(attention, opset: int, bitlinear: str = "float") -> SelfAtt
     return att
 
 
-def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitlinear: str = "float",
-           extra_initializers=(), value_info=(), io: HalfIO = HalfIO(), **props) -> onnx.ModelProto:
-    initializers, _ = _typed_initializers(cfg, params, bitlinear, io.dtype)
+def _model(cfg, params, main: Body, inputs, outputs, functions, options: ExportOptions,
+           extra_initializers=(), value_info=(), **props) -> onnx.ModelProto:
+    opset, bitlinear = options.opset, options.bitlinear
+    initializers, _ = _typed_initializers(cfg, params, bitlinear, options.dtype)
     graph = helper.make_graph(
         main.nodes, "ode_attention_block", inputs, outputs,
         initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()]
@@ -254,17 +259,18 @@ def _model(cfg, params, main: Body, inputs, outputs, functions, opset: int, bitl
         "ode_steps": str(cfg.ode_steps),
         "opset": str(opset),
         **({"bitlinear": bitlinear} if bitlinear != "float" else {}),  # a float file stays as it was
-        **({"dtype": io.dtype, "keep_io_types": str(io.keep_io_types).lower()} if io.half else {}),  # a float32 one too
+        **({"dtype": options.dtype, "keep_io_types": str(options.keep_io_types).lower()} if options.half else {}),  # a float32 one too
         **props,
     })
     return model
 
 
-def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True, attention=None,
-                 diagnostics: bool = False, bitlinear: str = "float", steps_input: bool = False,
-                 dtype: str = "float32", keep_io_types: bool = False, functions: bool = False,
-                 stages: bool = False) -> onnx.ModelProto:
-    """The block for (config, params) as an onnx.ModelProto (float32, or the half dtype given).
+def export_model(config, params, options: ExportOptions | None = None, *, attention=None, **form) -> onnx.ModelProto:
+    """The model `options` names for (config, params) as an onnx.ModelProto: by default the block
+    (float32, or the half dtype given); graph="prefill" or "decode_step", export_prefill_model's or
+    export_decode_model's. options: an ExportOptions, or form, its fields as keywords (opset=23,
+    steps_input=True, ...; with options, they replace those fields). attention: a variant of the
+    spec's SelfAttention exported in its place (opset 17).
 
     functions=False (default): every step and stage written out in the main graph, the graph
     ONNX Runtime runs; what its quantize_dynamic and transformers optimizer read (metadata
@@ -286,15 +292,12 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     x and the outputs typed S (keep_io_types=True: float32, holding S values), float32 between
     the policy's rounding points; the metadata says dtype and keep_io_types.
     """
-    padding_mask, diagnostics, steps_input, stages = (check_flag(name, value) for name, value in (
-        ("padding_mask", padding_mask), ("diagnostics", diagnostics), ("steps_input", steps_input), ("stages", stages)))
-    if functions and steps_input:  # before any work: the Loop form would otherwise be returned without a word
-        raise ValueError("functions: the Loop form (steps_input=True) has no local functions; its step is written "
-                         "out once, in the Loop's body; expected functions=False")
-    io = HalfIO(dtype, keep_io_types)
-    cfg, att = _checked(config, params, opset, attention, bitlinear)
-    for name, value in params.items():  # the float16 policy refuses what it would round to Inf, as check_export
-        check_float16_range(f"params[{name!r}]", value, io.dtype)
+    options = ExportOptions.of(options, **form)  # every rule of the form checked, before any work
+    if options.graph != "block":
+        return _cached(config, params, options, attention)
+    opset, bitlinear, padding_mask = options.opset, options.bitlinear, options.padding_mask
+    io = HalfIO(options.dtype, options.keep_io_types)
+    cfg, att = _checked(config, params, options, attention)
     att = _half(cfg, params, att, io, bitlinear)
     main = Body("", opset)
     x = io.entry(main, Value(main, "x"))
@@ -305,14 +308,14 @@ def export_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bo
     inputs = [helper.make_tensor_value_info("x", io.elem, ["batch", "seq", d])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
-    extra = stage_outputs(cfg, att, main, x, prepared, io) if stages else []
-    if steps_input:
-        outputs, shapes = _looped(cfg, att, main, x, prepared, diagnostics, io)
-        return _model(cfg, params, main, inputs + [steps_info()], outputs + extra, [], opset, bitlinear,
-                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, io=io, form="loop")
-    outputs, local = _unrolled(cfg, att, main, x, prepared, weights, diagnostics, io)
-    model = _model(cfg, params, main, inputs, outputs + extra, local, opset, bitlinear, io=io)
-    return model if functions else inline(model)
+    extra = stage_outputs(cfg, att, main, x, prepared, io) if options.stages else []
+    if options.steps_input:
+        outputs, shapes = _looped(cfg, att, main, x, prepared, options.diagnostics, io)
+        return _model(cfg, params, main, inputs + [steps_info()], outputs + extra, [], options,
+                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, form="loop")
+    outputs, local = _unrolled(cfg, att, main, x, prepared, weights, options.diagnostics, io)
+    model = _model(cfg, params, main, inputs, outputs + extra, local, options)
+    return model if options.functions else inline(model)
 
 
 def _state_info(name: str, d: int, *leading, elem=TensorProto.FLOAT):
@@ -404,91 +407,79 @@ def decode_names(config) -> tuple[list[str], list[str]]:
     return past, present
 
 
-def _cached_model(cfg, params, opset, main, z, cache, inputs, kind: str) -> onnx.ModelProto:
+def _cached_model(cfg, params, options: ExportOptions, main, z, cache, inputs) -> onnx.ModelProto:
     """The model whose outputs are z and the cache's present arrays, named as decode_names says."""
     _, present = decode_names(cfg)
     for value, name in zip([z, *cache.k, *cache.v, cache.padding_mask], ["z", *present]):
         main.nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
     kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
-    outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq" if kind == "prefill" else 1, cfg.hidden_size])]
+    seq = "seq" if options.graph == "prefill" else 1
+    outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", seq, cfg.hidden_size])]
     outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, kv) for name in present[:-1]]
     outputs.append(helper.make_tensor_value_info(present[-1], TensorProto.BOOL, ["batch", "max_len"]))
-    return _model(cfg, params, main, inputs, outputs, [], opset, kind=kind)
+    return _model(cfg, params, main, inputs, outputs, [], options, kind=options.graph)  # metadata "kind": the file format's key
 
 
-def _check_cached(config, params, opset, attention):
+def _check_cached(config, params, options: ExportOptions, attention):
+    """(config, the export's attention) of a prefill or decode-step model: a decoder block, then _checked."""
     cfg = R.ODEConfig.from_any(config)
     check_mode(cfg)
-    if opset != 17:
-        raise ValueError(f"opset: the prefill and decode-step models are exported at opset 17; got {opset!r}")
-    return _checked(cfg, params, opset, attention)
+    return _checked(cfg, params, options, attention)
 
 
-KINDS = ("block", "prefill", "decode_step")  # export_model, export_prefill_model, export_decode_model
+def check_export(config, params, options: ExportOptions | None = None, *, attention=None, **form) -> ExportOptions:
+    """The checks the export of `options` (or of form, its fields as keywords, as export_model
+    takes them) runs before building anything: every rule of the form (ExportOptions), then the
+    parameters, the mode, the BitLinear form for this config, a variant that can be exported and
+    float16's range. ValueError or TypeError naming what it refuses, so a caller can check its
+    input before the work; the options, once they pass."""
+    options = ExportOptions.of(options, **form)
+    (_checked if options.graph == "block" else _check_cached)(config, params, options, attention)
+    return options
 
 
-def check_export(config, params, *, kind: str = "block", opset: int = DEFAULT_OPSET, bitlinear: str = "float",
-                 attention=None, steps_input: bool = False, dtype: str = "float32", keep_io_types: bool = False) -> None:
-    """The checks the export of `kind` runs before building anything (parameters, opset, mode,
-    the BitLinear form, a variant that can be exported, the Loop form for the block only, the
-    dtype: a half one for the block only): ValueError or TypeError naming what it refuses, so a
-    caller can check its input before the work."""
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(KINDS)}; got {kind!r}")
-    steps_input = check_flag("steps_input", steps_input)
-    io = HalfIO(dtype, keep_io_types)
-    if io.half and kind != "block":
-        raise ValueError(f"dtype: the {kind} model is exported in float32 only (its cache arrays are float32 inputs "
-                         f"and outputs); got {dtype!r}")
-    if steps_input and kind != "block":
-        raise ValueError(f"steps_input: the {kind} model keeps a fixed step count (its cache holds one slot per "
-                         "evaluation, ode_steps x stages); expected steps_input=False")
-    if kind == "block":
-        _checked(config, params, opset, attention, bitlinear)
-        for name, value in params.items():  # the float16 policy refuses what it would round to Inf
-            check_float16_range(f"params[{name!r}]", value, dtype)
-    elif bitlinear != "float":
-        raise ValueError(f"bitlinear: the {kind} model has the float form only; got {bitlinear!r}")
-    else:
-        _check_cached(config, params, opset, attention)
-
-
-def export_prefill_model(config, params, *, opset: int = DEFAULT_OPSET, padding_mask: bool = True,
-                         attention=None) -> onnx.ModelProto:
-    """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto
-    (float32); see the module's docstring for its inputs and outputs. padding_mask=False: a model
-    without that input, for prompts whose every token is real (the cache's present_padding_mask
-    is then True for the prompt's slots, as the spec's prefill without a mask gives)."""
-    padding_mask = check_flag("padding_mask", padding_mask)
-    cfg, att = _check_cached(config, params, opset, attention)
-    main = Body("", opset)
-    x, mask = Value(main, "x"), Value(main, "padding_mask") if padding_mask else None
-    max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
-    z, cache = att.prefill(block_weights(cfg, main), x, mask, max_len)
-    d = cfg.hidden_size
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
-    if padding_mask:
-        inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
-    inputs.append(helper.make_tensor_value_info("max_len", TensorProto.INT64, []))
-    return _cached_model(cfg, params, opset, main, z, cache, inputs, "prefill")
-
-
-def export_decode_model(config, params, *, opset: int = DEFAULT_OPSET, attention=None) -> onnx.ModelProto:
-    """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32); see
-    the module's docstring for its inputs and outputs."""
-    cfg, att = _check_cached(config, params, opset, attention)
-    main = Body("", opset)
+def _cached(config, params, options: ExportOptions, attention) -> onnx.ModelProto:
+    """The prefill or decode-step model (options.graph) for export_model."""
+    cfg, att = _check_cached(config, params, options, attention)
+    main = Body("", options.opset)
+    weights = block_weights(cfg, main)
+    if options.graph == "prefill":
+        x, mask = Value(main, "x"), Value(main, "padding_mask") if options.padding_mask else None
+        max_len = main.op("Reshape", Value(main, "max_len"), main.ints(1))
+        z, cache = att.prefill(weights, x, mask, max_len)
+        d = cfg.hidden_size
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
+        if options.padding_mask:
+            inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
+        inputs.append(helper.make_tensor_value_info("max_len", TensorProto.INT64, []))
+        return _cached_model(cfg, params, options, main, z, cache, inputs)
     n = evaluations(cfg)
     past, _ = decode_names(cfg)
     cache = KVCache(cfg, tuple(Value(main, name) for name in past[:n]), tuple(Value(main, name) for name in past[n:2 * n]),
                     Value(main, "padding_mask"), Value(main, "index"))
-    z, new = att.decode(block_weights(cfg, main), Value(main, "x_t"), cache)
+    z, new = att.decode(weights, Value(main, "x_t"), cache)
     kv = ["batch", "max_len", cfg.num_heads, cfg.head_dim]
     inputs = [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 1, cfg.hidden_size]),
               helper.make_tensor_value_info("index", TensorProto.INT64, [])]
     inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, kv) for name in past[:2 * n]]
     inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "max_len"]))
-    return _cached_model(cfg, params, opset, main, z, new, inputs, "decode_step")
+    return _cached_model(cfg, params, options, main, z, new, inputs)
+
+
+def export_prefill_model(config, params, *, attention=None, **form) -> onnx.ModelProto:
+    """The prompt through the block (decoder mode), with the cache it leaves, as an onnx.ModelProto
+    (float32): export_model with graph="prefill"; see the module's docstring for its inputs and
+    outputs. form: opset (17 only), padding_mask (False: a model without that input, for prompts
+    whose every token is real; the cache's present_padding_mask is then True for the prompt's
+    slots, as the spec's prefill without a mask gives)."""
+    return export_model(config, params, ExportOptions(graph="prefill", **form), attention=attention)
+
+
+def export_decode_model(config, params, *, attention=None, **form) -> onnx.ModelProto:
+    """One cached decoding step of the block (decoder mode) as an onnx.ModelProto (float32):
+    export_model with graph="decode_step"; see the module's docstring for its inputs and outputs.
+    form: opset (17 only)."""
+    return export_model(config, params, ExportOptions(graph="decode_step", **form), attention=attention)
 
 
 def check(model: onnx.ModelProto) -> None:

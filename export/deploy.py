@@ -227,11 +227,11 @@ def check_against_spec(model: onnx.ModelProto, config, params) -> float:
     from .runtime import run, session
 
     cfg = R.ODEConfig.from_any(config)
-    kind = _props(model).get("kind", "block")
+    graph = _props(model).get("kind", "block")  # the metadata key "kind" names the graph (ExportOptions.graph)
     x = np.random.default_rng(0).normal(size=(2, 8, cfg.hidden_size))
     x32, mask = x.astype(np.float32), None
     dtype = _props(model).get("dtype", "float32")  # a half export (export.half): against the spec's policy
-    if kind == "block":
+    if graph == "block":
         if "padding_mask" in {i.name for i in model.graph.input}:
             mask = np.array([[True] * 8, [True] * 5 + [False] * 3])
         fed = x32 if dtype == "float32" or _props(model).get("keep_io_types") == "true" else x32.astype(numpy_dtype(dtype))
@@ -239,7 +239,7 @@ def check_against_spec(model: onnx.ModelProto, config, params) -> float:
         if dtype != "float32":
             want = half_block(params, x, cfg, mask, dtype=dtype)
             return float(np.abs(z - want).max() / np.abs(want).max())
-    elif kind == "prefill":
+    elif graph == "prefill":
         z = OnnxDecoder(cfg, prefill_run=session_runner(model)).prefill(x32, None, x32.shape[1])[0]
     else:
         z = OnnxDecoder(cfg, decode_run=session_runner(model)).generate(x32)

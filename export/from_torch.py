@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
+TORCH_OPSETS = (18, 23)  # torch.onnx.export's opsets this route writes; the first is its default
 
-def export_torch(block, path, *, opset: int = 18, seq: int = 8) -> None:
+
+def export_torch(block, path, *, opset: int = TORCH_OPSETS[0], seq: int = 8) -> None:
     """Write `block` (backends.torch.ODEAttentionBlock, float32) to path with dynamic batch and seq."""
     import torch
 

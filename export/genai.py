@@ -19,7 +19,7 @@ hidden, the query at slot i sees keys j <= i, and a padded query is zeroed as in
 prefill. Each block is the export's own stages (export/attention.py) run by the spec's
 Stages.integrate on main-graph Values (block 'layer': the encoder's stages, LayerStages), with a
 kv hook that concatenates each evaluation's past (ConcatCache), or in the shared-buffer form
-writes it in place (export.genai_shared).
+writes it in place (export.genai_shared_buffer).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ode_ref.lm import EMBED, HEAD, NORM_B, NORM_W, LMConfig, block_params, bloc
 from .attention import SelfAttention
 from .block import block_initializers, block_weights
 from .encoder import OnnxEncoderStages
-from .genai_shared import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
+from .genai_shared_buffer import OPSET as SHARED_OPSET, SharedCache, SharedSelfAttention, key_mask, write_indices
 from .graph import Body, Value, ir_version
 from .norms import layer_norm
 
@@ -80,7 +80,7 @@ def cache_layers(config) -> int:
 class LayerStages(OnnxEncoderStages):
     """Block 'layer' (ode_ref/lm_layer.py): the encoder's stages on graph Values, each evaluation's
     k, v (heads-first, GenAI's layout already) stored by the cache (ConcatCache or, in the shared
-    form, genai_shared.SharedCache) as present.<layer>; the layer attends to what it returns."""
+    form, genai_shared_buffer.SharedCache) as present.<layer>; the layer attends to what it returns."""
 
     def __init__(self, config, cache):
         super().__init__(config)
@@ -166,7 +166,7 @@ def _initializer_arrays(cfg: LMConfig, params: dict) -> dict:
 
 def export_genai_model(config, params, *, shared_buffer: bool = False) -> onnx.ModelProto:
     """model.onnx of the folder (module docstring) for (config, params), an onnx.ModelProto;
-    shared_buffer=True: the in-place form of export.genai_shared (opset 24)."""
+    shared_buffer=True: the in-place form of export.genai_shared_buffer (opset 24)."""
     cfg = check_genai_config(config)
     check_lm_params(params, cfg)
     shared_buffer = check_shared_buffer(shared_buffer)

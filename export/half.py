@@ -12,20 +12,12 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ode_ref.block import check_flag
-from ode_ref.precision import HALF_DTYPES, MixedPrecision, round_to
+from ode_ref.precision import MixedPrecision, round_to
 
 from .graph import Body, Value
+from .options import check_export_dtype
 
-DTYPES = ("float32", *HALF_DTYPES)
 ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
-
-
-def check_export_dtype(dtype, *, name: str = "dtype") -> str:
-    """dtype, if the export has it (float32, float16, bfloat16); ValueError naming the field otherwise."""
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ValueError(f"{name}: expected one of {', '.join(DTYPES)}; got {dtype!r}")
-    return dtype
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -53,14 +45,11 @@ def as_storage(initializers: dict, dtype: str, exact) -> dict:
 class HalfIO:
     """How a block model meets its caller in `dtype`: the io element type, x on entry (a float32
     Value holding dtype values) and a state on exit (rounded to dtype, in the io type). float32:
-    the export as it was, no node added."""
+    the export as it was, no node added. dtype and keep_io_types: an ExportOptions's, which
+    checked them (export.options)."""
 
     def __init__(self, dtype: str = "float32", keep_io_types: bool = False):
-        self.dtype = check_export_dtype(dtype)
-        keep_io_types = check_flag("keep_io_types", keep_io_types)
-        if keep_io_types and self.dtype == "float32":
-            raise ValueError("keep_io_types: applies to a half dtype (float16, bfloat16); got dtype='float32'")
-        self.keep_io_types = keep_io_types
+        self.dtype, self.keep_io_types = dtype, keep_io_types
         self.half = self.dtype != "float32"
         self.elem = ONNX_TYPES["float32" if keep_io_types else self.dtype]
 

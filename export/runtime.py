@@ -212,9 +212,9 @@ def check_stored_steps(model: onnx.ModelProto) -> None:
 def fixed_steps(model: onnx.ModelProto) -> str:
     """Why a model without a steps input takes none, naming its step count (for the refusal)."""
     props = {p.key: p.value for p in model.metadata_props}
-    steps, kind = props.get("ode_steps", "?"), props.get("kind", "block")
-    if kind != "block":
-        return (f"steps: the {kind} model keeps a fixed step count (ode_steps={steps}: its cache layout depends on "
+    steps, graph = props.get("ode_steps", "?"), props.get("kind", "block")  # the metadata key "kind" names the graph
+    if graph != "block":
+        return (f"steps: the {graph} model keeps a fixed step count (ode_steps={steps}: its cache layout depends on "
                 "it); expected no steps")
     return (f"steps: this model runs a fixed step count (ode_steps={steps}, unrolled in the graph); export it with "
             "steps_input=True (odeattn export --steps-input) to choose the steps at run time")

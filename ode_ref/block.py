@@ -21,13 +21,12 @@ from .config import ODEConfig, dtype_name
 from .memory import cache_need, check_memory, scores_needs, subject
 from .params import check_params
 
-# Input dtypes, decided here once for every path: float32 and float64 everywhere; float16 and
-# bfloat16 in the ports (torch, JAX), which run them under the half-precision policy
-# (ode_ref/precision.py: stored in the half dtype, computed in float32 between its rounding points).
+# Input dtypes: float32 and float64 everywhere; float16 and bfloat16 too in the ports (torch, JAX),
+# which run them under the half-precision policy (precision.DTYPES, declared there with the policy:
+# stored in the half dtype, computed in float32 between its rounding points).
 # The spec's own ode_block takes float32 and float64 only (NumPy has no bfloat16); its policy run
 # is ode_ref.half_block, which a half input to ode_block is told to use. Any other dtype (an
 # integer, float8, complex) is refused everywhere by check_dtype, in one message shape.
-INPUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 SPEC_DTYPES = ("float32", "float64")
 HALF_HINT = "; for float16 or bfloat16 use ode_ref.half_block (the spec under the half-precision policy)"
 
@@ -53,7 +52,7 @@ def check_input(x, config, padding_mask=None, *, array_type=np.ndarray, float_dt
                 bool_dtype=np.bool_, name: str = "x"):
     """Raise TypeError/ValueError unless x is (batch, seq, d_model) float and the mask fits it.
 
-    array_type, float_dtypes (names, a subset of INPUT_DTYPES) and bool_dtype let a backend run the
+    array_type, float_dtypes (names, a subset of precision.DTYPES) and bool_dtype let a backend run the
     same checks on its own arrays.
     """
     cfg = ODEConfig.from_any(config)  # an ODEConfig passes through unchanged

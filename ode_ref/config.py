@@ -38,6 +38,13 @@ def dtype_name(dtype) -> str:
     return str(dtype).rpartition(".")[2]
 
 
+def stored_fields(config) -> dict[str, Any]:
+    """A config (ODEConfig, ODEEncoderConfig) as stored and sent: its required fields and those that
+    differ from the defaults, so that a field added later with a default leaves what was stored unchanged."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.default is dataclasses.MISSING or getattr(config, f.name) != f.default}
+
+
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{field}: expected one of {', '.join(map(repr, choices))}; got {value!r}")

@@ -35,10 +35,14 @@ import functools
 import numpy as np
 
 from .attention import SelfAttention
-from .block import check_dtype, ode_block, ode_func
+from .block import SPEC_DTYPES, check_dtype, ode_block, ode_func
 from .positions import hope_angles, hope_damping
 
+# The half pair: the storage dtypes S of the policy above.
 HALF_DTYPES = ("float16", "bfloat16")
+# The dtypes a case or a backend may run: float32 and float64 everywhere, and the half pair in the
+# ports, under this policy (the spec's own ode_block takes block.SPEC_DTYPES; half_block is its run).
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 def check_half_dtype(dtype: str, *, name: str = "dtype") -> str:
@@ -210,7 +214,7 @@ def half_block(params, x, config, padding_mask=None, *, dtype: str, attention=No
     """ode_block under the policy in dtype: x (batch, seq, d_model) and params are rounded to
     dtype on the way in, z(1) (and each state of the trajectory) on the way out. Returns float32
     arrays holding dtype values. attention: a spec variant to run under the policy, or None."""
-    check_dtype("x", np.asarray(x).dtype, ("float16", "bfloat16", "float32", "float64"))  # rounded to dtype below
+    check_dtype("x", np.asarray(x).dtype, (*HALF_DTYPES, *SPEC_DTYPES))  # rounded to dtype below
     for name, a in (("x", x), *((f"params[{k!r}]", v) for k, v in params.items())):
         check_float16_range(name, a, dtype)
     attention = half_attention(config, dtype, attention)

@@ -5,7 +5,7 @@
                  that keeps each stage's first value
 
 The conformance suite reads a port's stages of f(0, x) this way to name the first stage that
-diverges (conformance/fuzzing/stages.py), and the ONNX export the same way to add them to a
+diverges (conformance/cases/stages.py), and the ONNX export the same way to add them to a
 diagnostic graph as outputs (export.block.stage_outputs).
 """
 

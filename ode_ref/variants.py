@@ -14,9 +14,9 @@ A variant subclasses SelfAttention and overrides stages. Written with operators 
 comparisons, & |), `self.xp` (the port's array namespace: numpy here, torch, jax.numpy, or the
 ONNX export's; sqrt, exp, log, tanh, abs, where, and sum and mean with axis= and keepdims= are
 called alike in all four), `self.asarray` and `self.slot_indices`, the same class runs in every port:
-`port_variant(cls, PortSelfAttention)` rebuilds it over a port's stages (backends/*/variants.py
-and the export do, for any such variant, a user's too). Every variant is cache-aware: build_mask
-gets the cache index when decoding.
+`port_variant(cls, PortSelfAttention)` rebuilds it over a port's stages (port_variants does it
+for the torch and JAX packages, the export for any such variant, a user's too). Every variant is
+cache-aware: build_mask gets the cache index when decoding.
 """
 
 from __future__ import annotations
@@ -179,3 +179,9 @@ def port_variant(variant: type, base: type, module: str | None = None) -> type:
             setattr(ported, name, _rebound(value, ported))
         ported.__module__, ported.__qualname__ = module or cls.__module__, cls.__qualname__
     return ported
+
+
+def port_variants(base: type, module: str) -> dict[str, type]:
+    """Every example variant (VARIANTS) rebuilt over a port's SelfAttention `base` by port_variant,
+    by name, their __module__ `module`: what a port's package adds to its namespace."""
+    return {v.__name__: port_variant(v, base, module) for v in VARIANTS}

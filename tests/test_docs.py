@@ -55,7 +55,7 @@ def _golden_case(name):
 def check_readme(ns, tmp_path):
     """The tour's four implementations agree; the adapter passes a case, skips BitLinear, and the
     README's command runs it from the adapter's folder."""
-    from odeattn.conformance.running.runner import run_case
+    from odeattn.conformance.running.compare import run_case
     import onnx
 
     assert ns["z1"].shape == ns["z_torch"].shape == ns["z_jax"].shape == ns["z_onnx"].shape == (2, 10, 64)
@@ -90,7 +90,7 @@ def check_specification(ns, tmp_path):
 
 def check_conformance(ns, tmp_path):
     """The full adapter passes a block, a decode and a grad case in both precisions."""
-    from odeattn.conformance.running.runner import run_case
+    from odeattn.conformance.running.compare import run_case
 
     backend = ns["MyFullBackend"]()
     for name in ("block_rope_decoder_bitnet_pad", "decode_heun_dynamic_tanh_pad",
@@ -164,7 +164,13 @@ def check_generation(ns, tmp_path):
     assert (tmp_path / "lm" / "genai_config.json").exists()
 
 
-CHECKS = {"README.md": check_readme, "generation.md": check_generation, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
+def check_development(ns, tmp_path):
+    """A kind written in one class runs: the spec passes it, a last step off by 1e-3 fails at step_3."""
+    assert ns["passed"].status == "passed" and [q.quantity for q in ns["passed"].quantities] == ["step_1", "step_2", "step_3"]
+    assert ns["failed"].status == "failed" and ns["failed"].message.startswith("diverges first at step_3: relative error 1.00e-03")
+
+
+CHECKS = {"README.md": check_readme, "development.md": check_development, "generation.md": check_generation, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
           "diagnose.md": check_diagnose, "positions.md": check_positions}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]

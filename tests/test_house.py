@@ -153,7 +153,7 @@ def _relative(name: str) -> str:
 def test_the_scan_finds_every_package_under_its_installed_name():
     assert {"ode_ref.block", "odeattn.backends.torch.block", "odeattn.conformance.adapters", "odeattn.export.block",
             "odeattn.cli", "odeattn.commands.args"} <= set(MODULES)
-    assert "odeattn.conformance.cases" in GRAPH["odeattn.conformance.adapters"]  # `from .cases import ...`
+    assert "odeattn.conformance.cases" in GRAPH["odeattn.conformance.adapters.spec"]  # `from ..cases import ...`
 
 
 def test_no_import_cycle_among_the_project_modules():
@@ -247,6 +247,53 @@ def test_no_function_in_the_conformance_suite_over_60_lines():
     assert not wrong, wrong
 
 
+SUITE = "odeattn.conformance"
+# The suite's layers, lowest first, by a module's first part below odeattn.conformance ("": the
+# package's own __init__.py, which re-exports the adapter protocol). A module imports from its own
+# layer and those below it, never from one above: the cases and their judging (with the golden
+# set, its seal and the GenAI check, which read cases only); the wire (frames, lifetimes, the
+# compilation counters); the adapters; the runner; the mutation battery and the fuzzer; the
+# pytest plug-in.
+SUITE_LAYERS = (("cases", "golden", "seal", "genai"), ("wire",), ("adapters",), ("running",), ("mutation", "fuzzing"),
+                ("pytest_plugin", ""))
+
+
+def _suite_layer(name: str) -> int:
+    """The index in SUITE_LAYERS of a module of the suite; LookupError for one no layer names."""
+    part = name[len(SUITE):].lstrip(".").partition(".")[0]
+    found = [i for i, layer in enumerate(SUITE_LAYERS) if part in layer]
+    if not found:
+        raise LookupError(f"{name}: in no layer of SUITE_LAYERS (tests/test_house.py); add {part!r} to one")
+    return found[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """'A (layer) imports B (a higher layer)' for every import inside the suite that runs up."""
+    def named(module):
+        return f"{module} ({'/'.join(SUITE_LAYERS[_suite_layer(module)]) or 'the package'})"
+
+    return sorted(f"{named(name)} imports {named(target)}" for name, targets in graph.items() if _within(name, (SUITE,))
+                  for target in targets if _within(target, (SUITE,)) and _suite_layer(target) > _suite_layer(name))
+
+
+def test_every_module_of_the_suite_is_in_a_layer():
+    for name in MODULES:
+        if _within(name, (SUITE,)):
+            _suite_layer(name)
+
+
+def test_the_layer_check_finds_an_import_that_runs_up():
+    graph = {f"{SUITE}.cases.x": {f"{SUITE}.running.y", "ode_ref"}, f"{SUITE}.running.y": {f"{SUITE}.wire.z"},
+             f"{SUITE}.wire.z": set()}
+    assert _upward(graph) == [f"{SUITE}.cases.x (cases/golden/seal/genai) imports {SUITE}.running.y (running)"]
+
+
+def test_no_import_inside_the_conformance_suite_runs_up():
+    """Inside functions too: the graph holds every import of a module's file."""
+    wrong = _upward(GRAPH)
+    assert not wrong, "imports that run up a layer (SUITE_LAYERS):\n" + "\n".join(wrong)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -314,3 +361,34 @@ def test_the_suite_s_xdist_groups_share_one_process(tmp_path):
                            str(tmp_path / "test_grouped.py")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len({(tmp_path / f"w{i}").read_text() for i in range(6)}) == 1
+
+
+CASE_KINDS = {"block", "decode", "grad", "encoder"}
+
+
+def _kind_name_tests(tree) -> list:
+    """Comparisons of a `.kind` (or a name `kind`) with a case kind's name: `case.kind == "grad"`,
+    `kind in ("block", "decode")`."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        kinds = any(isinstance(n, ast.Attribute) and n.attr == "kind" or isinstance(n, ast.Name) and n.id == "kind" for n in sides)
+        names = {c.value for n in sides for c in ([n] if isinstance(n, ast.Constant) else getattr(n, "elts", []))
+                 if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if kinds and names & CASE_KINDS:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_suite_module_branches_on_a_case_kind_s_name():
+    """A case's kind is one object (conformance/cases/kinds.py): the suite asks it, never tests its name."""
+    found = [f"{file.relative_to(ROOT)}:{line}" for name, file in MODULES.items() if name.startswith("odeattn.")
+             for line in _kind_name_tests(ast.parse(file.read_text()))]
+    assert not found, found
+
+
+def test_the_kind_name_check_finds_a_name_test():
+    assert _kind_name_tests(ast.parse('if case.kind == "grad" or kind in ("block", "decode"): pass')) == [1, 1]
+

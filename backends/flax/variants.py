@@ -1,7 +1,8 @@
 """The staged attention API's seven example variants (eight classes: LocalWindow came first) as
 Flax modules. Each is the spec's class of the same name (ode_ref/variants.py), ported over the JAX
-port by port_variant (backends/jax/variants.py): the Flax SelfAttention whose stages are that
-class's, with the settings of its __init__ as module fields (checked by the spec's own checks).
+port by port_variant (the JAX package's own, odeattn.backends.jax.LocalWindowAttention and the
+rest): the Flax SelfAttention whose stages are that class's, with the settings of its __init__ as
+module fields (checked by the spec's own checks).
 A user's variant of the spec's SelfAttention becomes a module the same way: flax_variant(
 port_variant(MyVariant, odeattn.backends.jax.SelfAttention)).
 """
@@ -12,7 +13,7 @@ import inspect
 
 from ode_ref.variants import VARIANTS
 
-from ..jax import variants as ported
+from .. import jax as ported
 from .attention import SelfAttention
 
 

@@ -5,4 +5,6 @@ from .attention import SelfAttention as SelfAttention
 from .block import decode_step as decode_step, ode_block as ode_block, ode_block_jit as ode_block_jit
 from .encoder import ode_encoder as ode_encoder
 from .block import ode_func as ode_func, prefill as prefill
-from .variants import *  # noqa: F403  (the spec's variants, ported: variants.__all__)
+from ode_ref.variants import port_variants as _port_variants
+
+globals().update(_port_variants(SelfAttention, __name__))  # the spec's example variants, ported, by name

@@ -49,11 +49,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_flag, check_input
+from ode_ref.block import attention_for, check_dtype, check_flag, check_input
 from ode_ref.cache import CachePort, KVCache, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import cache_need, check_memory, scores_needs, subject
 from ode_ref.params import check_params
+from ode_ref.precision import DTYPES
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
@@ -77,8 +78,8 @@ def _as_jax(x, name: str, allowed=None):
 
 
 def _float_dtypes():
-    """INPUT_DTYPES, less float64 while JAX's x64 mode is off."""
-    return tuple(d for d in INPUT_DTYPES if d != "float64" or jax.config.jax_enable_x64)
+    """DTYPES, less float64 while JAX's x64 mode is off."""
+    return tuple(d for d in DTYPES if d != "float64" or jax.config.jax_enable_x64)
 
 
 def _checked(params, x, config, padding_mask, attention):

@@ -7,4 +7,6 @@ from .encoder import load_encoder_params as load_encoder_params
 from .lm import ODELanguageModel as ODELanguageModel, lm_params_from_state_dict as lm_params_from_state_dict
 from .params import load_params as load_params, params_to_state_dict as params_to_state_dict
 from .params import state_dict_to_params as state_dict_to_params
-from .variants import *  # noqa: F403  (the spec's variants, ported: variants.__all__)
+from ode_ref.variants import port_variants as _port_variants
+
+globals().update(_port_variants(SelfAttention, __name__))  # the spec's example variants, ported, by name

@@ -42,9 +42,10 @@ from torch import nn
 
 from ode_ref import attention as spec
 from ode_ref.attention import Prepared, Stages, causal_mask
-from ode_ref.block import INPUT_DTYPES, check_dtype, check_input
+from ode_ref.block import check_dtype, check_input
 from ode_ref.config import ODEConfig, dtype_name
 from ode_ref.memory import Need, cache_need, check_memory, subject
+from ode_ref.precision import DTYPES
 from ode_ref.config import BIAS_ENCODINGS, PAPE_ENCODINGS
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, encoder_shapes
 
@@ -125,9 +126,9 @@ class SelfAttention(spec.SelfAttention, nn.Module):
         return Stages.prepare(self, None, x, padding_mask, layer_idx)
 
     def check(self, x, padding_mask=None, *, name: str = "x") -> None:
-        """The spec's input checks, and x in the parameters' dtype (one of INPUT_DTYPES)."""
-        check_dtype("parameters", self.qkv.weight.dtype, INPUT_DTYPES)
-        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=INPUT_DTYPES, bool_dtype=torch.bool,
+        """The spec's input checks, and x in the parameters' dtype (one of DTYPES)."""
+        check_dtype("parameters", self.qkv.weight.dtype, DTYPES)
+        check_input(x, self.config, padding_mask, array_type=torch.Tensor, float_dtypes=DTYPES, bool_dtype=torch.bool,
                     name=name)
         if x.dtype != self.qkv.weight.dtype:
             raise TypeError(

@@ -32,10 +32,11 @@ import torch.utils.checkpoint
 from torch import nn
 
 from ode_ref.attention import Stages
-from ode_ref.block import INPUT_DTYPES, attention_for, check_dtype, check_flag
+from ode_ref.block import attention_for, check_dtype, check_flag
 from ode_ref.cache import CachePort, check_decode_input, check_max_len, check_mode
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
+from ode_ref.precision import DTYPES
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, check_seed_arguments, check_torch_memory
@@ -88,7 +89,7 @@ class ODEAttentionBlock(nn.Module):
     def from_params(cls, config, params: dict, *, dtype=torch.float32, ode_func: SelfAttention | None = None,
                     checkpoint: bool = False):
         """A block in evaluation mode with the spec's parameters loaded (checked, strict names)."""
-        check_dtype("dtype", dtype, INPUT_DTYPES)
+        check_dtype("dtype", dtype, DTYPES)
         block = cls(config, ode_func=ode_func, checkpoint=checkpoint).to(dtype).eval()
         load_params(block, params)
         return block

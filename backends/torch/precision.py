@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from ode_ref.precision import MixedPrecision, policy_view
+from ode_ref.precision import HALF_DTYPES, MixedPrecision, policy_view
 
-HALF = {torch.float16: "float16", torch.bfloat16: "bfloat16"}  # the storage dtypes, by spec name
+HALF = {getattr(torch, d): d for d in HALF_DTYPES}  # the storage dtypes, by spec name
 COMPUTE = torch.float32  # what the policy computes in between its rounding points
 
 

@@ -2,6 +2,11 @@
 reference evaluator. Each exports a case's block (odeattn.export) once per case config and runs
 it; a subclass supplies _build, the runnable of a model (external.py's runs it in another
 process, in another language).
+
+A form has the methods of the models it has: every form the block model's (_ExportedAdapter);
+those with the prefill and decode-step models run_decode too (_ExportedWithDecode), and those
+with the encoder stack's run_encoder (_ExportedWithEncoder). A form without them has no such
+method, so its decode or encoder cases are reported "not supported".
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import os
 
 import numpy as np
 
+from ode_ref.encoder import check_encoder_input
+from ode_ref.precision import HALF_DTYPES
+from odeattn.export.options import ExportOptions  # no onnx: the options name a form before any export
+
 from ..cases import decode_loop
-from .encoder_adapters import OnnxEncoder
-from ..running.profile import compiling
+from ..wire.counters import compiling
 from .protocol import NotSupported
 
-HALF = ("float16", "bfloat16")  # the half exports (export.half): x, params and outputs of that dtype
 FLOAT32_ONLY = "not supported: the {what} is exported in float32 only (export.half covers the block model)"
 
 
@@ -27,12 +34,13 @@ def _threads():
 
 class _ExportedAdapter:
     """The block exported in the case's dtype: float32, or for an adapter that lists them a half
-    dtype (export_model's dtype; run_* then receive and return arrays of it)."""
+    dtype (export_model's dtype; run_* then receive and return arrays of it). options names the
+    form (export.options): its opset, BitLinear's products, the Loop form (its steps fed at run
+    time, fed_steps); each case's model is options.for_case, the prefill and decode-step models
+    options with their graph."""
 
     dtypes = ("float32",)
-    opset = 17
-    bitlinear = "float"  # export_model's form of BitLinear's products
-    steps_input = False  # export_model's Loop form: the steps fed at run time (fed_steps)
+    options = ExportOptions()
     variant = None  # a variant of the spec's SelfAttention (ode_ref.variants) exported in the spec's place
     _built = (None, None)  # (key, runnable): the last exported block model
 
@@ -53,11 +61,9 @@ class _ExportedAdapter:
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
+            options = self.options.for_case(padding_mask=padding_mask is not None, dtype=dtype, stages=stages)
             with compiling("exports"):
-                model = export_model(config, params, opset=self.opset, padding_mask=padding_mask is not None,
-                                     diagnostics=True, bitlinear=self.bitlinear, steps_input=self.steps_input,
-                                     dtype=dtype if dtype in HALF else "float32", stages=stages,
-                                     attention=self._attention(config))
+                model = export_model(config, params, options, attention=self._attention(config))
             self._built = (key, (model, self._session(model)))
         return self._built[1]
 
@@ -65,7 +71,7 @@ class _ExportedAdapter:
         return None if self.variant is None else self.variant(config)
 
     def _session(self, model):
-        """_build(model), timed and counted as a session built (conformance.running.profile)."""
+        """_build(model), timed and counted as a session built (conformance.wire.counters)."""
         with compiling("sessions"):
             return self._build(model)
 
@@ -73,10 +79,10 @@ class _ExportedAdapter:
         from odeattn.export.runtime import make_feed
 
         model, runnable = self._runnable(config, params, padding_mask, dtype, stages)
-        return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.steps_input else None))
+        return runnable(make_feed(model, x, padding_mask, self.fed_steps(config) if self.options.steps_input else None))
 
     def run_stages(self, config, params, x, padding_mask, dtype):
-        """f(0, x)'s stage values (conformance.fuzzing.stages) from the diagnostic export's stage outputs
+        """f(0, x)'s stage values (conformance.cases.stages) from the diagnostic export's stage outputs
         (export_model(..., stages=True): the export's own attention, recording)."""
         out = self._outputs(config, params, x, padding_mask, dtype, stages=True)
         return {k.removeprefix("stage_"): v for k, v in out.items() if k.startswith("stage_")}
@@ -92,42 +98,58 @@ class _ExportedAdapter:
         """x, then the state after each step: the unrolled form's outputs step_k, or the Loop
         form's scan output `trajectory`."""
         out = self._outputs(config, params, x, padding_mask, dtype)
-        if self.steps_input:
+        if self.options.steps_input:
             return np.concatenate([x[None], out["trajectory"]])
         return np.stack([x] + [out[f"step_{k}"] for k in range(1, config.ode_steps + 1)])
 
     def run_block(self, config, params, x, padding_mask, dtype):
         return self._outputs(config, params, x, padding_mask, dtype)["z"]
 
+
+class _ExportedWithDecode(_ExportedAdapter):
+    """The block model, and the prefill and decode-step models for the decode cases."""
+
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         """The exported prefill model on the prompt, then the decode-step model per token, each
         step's present cache fed back as the next past (export.decode.OnnxDecoder)."""
-        from odeattn.export.block import export_decode_model, export_prefill_model
+        from odeattn.export.block import export_model
         from odeattn.export.decode import OnnxDecoder
 
-        if dtype in HALF:
+        if dtype in HALF_DTYPES:
             raise NotSupported(FLOAT32_ONLY.format(what="prefill and decode-step models"))
 
         with compiling("exports"):
-            prefill = export_prefill_model(config, params, opset=self.opset, attention=self._attention(config))
+            prefill = export_model(config, params, self._cached("prefill"), attention=self._attention(config))
         with compiling("exports"):
-            step = export_decode_model(config, params, opset=self.opset, attention=self._attention(config))
+            step = export_model(config, params, self._cached("decode_step"), attention=self._attention(config))
         decoder = OnnxDecoder(config, self._session(prefill), self._session(step))
         return decode_loop(decoder.prefill, decoder.decode_step, x, padding_mask, prompt)
 
+    def _cached(self, graph: str) -> ExportOptions:
+        """The prefill or decode-step model's options: the form's opset, every other field the cached
+        models' own, as they have one form (a Loop-form runtime of external.py runs them unrolled)."""
+        return ExportOptions(graph=graph, opset=self.options.opset)
 
-class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
-    name = "onnxruntime"
-    # ONNX Runtime's CPU kernels run both half exports (their Casts; float32 between): run_* take
-    # and return HALF arrays. The other ONNX Runtime rows run float32 only (half_rows: what they can
-    # run), so the main job exports each half case once, here.
-    dtypes = ("float32", *HALF)
-    half_rows = HALF
+
+class _ExportedWithEncoder(_ExportedWithDecode):
+    """Those models, and the encoder stack for the encoder cases."""
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
-        if dtype in HALF:
-            raise NotSupported(FLOAT32_ONLY.format(what="encoder stack"))
-        return super().run_encoder(config, params, x, padding_mask, dtype)
+        """The stack exported (export.encoder) and run by this adapter's runnable, after the spec's
+        input checks (as export.encoder.run_encoder_model)."""
+        from odeattn.export.encoder import export_encoder_model
+        from odeattn.export.runtime import make_feed
+
+        check_encoder_input(x, config, padding_mask)
+        with compiling("exports"):
+            model = export_encoder_model(config, params, padding_mask=padding_mask is not None)
+        return self._session(model)(make_feed(model, x, padding_mask))["z"]
+
+
+class _OnnxRuntimeSessions(_ExportedAdapter):
+    """Each model run by an ONNX Runtime session on the worker's share of the cores."""
+
+    half_rows = HALF_DTYPES  # what a form can run: ONNX Runtime's CPU kernels run both half exports
 
     def _build(self, model):
         from odeattn.export.decode import session_runner
@@ -135,35 +157,51 @@ class OnnxRuntimeAdapter(OnnxEncoder, _ExportedAdapter):
         return session_runner(model, threads=_threads())
 
 
-class OnnxRuntimeOpset23Adapter(OnnxRuntimeAdapter):
+class OnnxRuntimeAdapter(_ExportedWithEncoder, _OnnxRuntimeSessions):
+    name = "onnxruntime"
+    # ONNX Runtime's CPU kernels run both half exports (their Casts; float32 between): run_* take
+    # and return HALF_DTYPES arrays. The other ONNX Runtime rows run float32 only (half_rows: what they can
+    # run), so the main job exports each half case once, here.
+    dtypes = ("float32", *HALF_DTYPES)
+
+    def run_encoder(self, config, params, x, padding_mask, dtype):
+        if dtype in HALF_DTYPES:
+            raise NotSupported(FLOAT32_ONLY.format(what="encoder stack"))
+        return super().run_encoder(config, params, x, padding_mask, dtype)
+
+
+class OnnxRuntimeOpset23Adapter(_OnnxRuntimeSessions):
+    """The block model at opset 23; no decode or encoder cases: the prefill and decode-step
+    models, and the encoder's, are opset 17."""
+
     name = "onnxruntime-opset23"
     dtypes = ("float32",)
-    opset = 23
-    run_decode = run_encoder = None  # the prefill and decode-step models, and the encoder's, are opset 17
+    options = ExportOptions(opset=23)
 
 
-class OnnxRuntimeIntegerAdapter(OnnxRuntimeAdapter):
+class OnnxRuntimeIntegerAdapter(_OnnxRuntimeSessions):
     """BitLinear blocks exported with bitlinear="integer": every projection an exact integer product
-    (MatMulInteger) times one float scale per token. A float block has no such products: skipped."""
+    (MatMulInteger) times one float scale per token. A float block has no such products: skipped.
+    No decode or encoder cases: the prefill and decode-step models have the float form only, and
+    the encoder has no BitLinear."""
 
     name = "onnxruntime-integer"
     dtypes = ("float32",)
-    bitlinear = "integer"
-    run_decode = run_encoder = None  # the prefill and decode-step models have the float form only; the encoder has no BitLinear
+    options = ExportOptions(bitlinear="integer")
 
     def supports(self, config, dtype):
         return None if config.use_bitnet else "not supported: a float block (integer BitLinear applies to use_bitnet)"
 
 
-class OnnxRuntimeLoopAdapter(OnnxRuntimeAdapter):
+class OnnxRuntimeLoopAdapter(_OnnxRuntimeSessions):
     """The Loop form (export_model(..., steps_input=True)): each block case's file, its steps
     passed as the runtime input `steps`; the state after each step is the Loop's scan output
-    `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases."""
+    `trajectory`. The prefill and decode-step models keep a fixed step count: no decode cases;
+    the encoder's blocks step once: no encoder cases."""
 
     name = "onnxruntime-loop"
     dtypes = ("float32",)
-    steps_input = True
-    run_decode = run_encoder = None  # the encoder's blocks step once: no Loop form
+    options = ExportOptions(steps_input=True)
 
 
 def other_steps(steps: int) -> int:
@@ -187,7 +225,7 @@ class OnnxRuntimeLoopOtherStepsAdapter(OnnxRuntimeLoopAdapter):
         return other_steps(config.ode_steps)
 
 
-class OnnxReferenceAdapter(_ExportedAdapter):
+class OnnxReferenceAdapter(_ExportedWithDecode):
     name = "onnx-reference"
 
     def _build(self, model):

@@ -28,7 +28,7 @@ class Adapter(Protocol):
     name: str
     """Shown in reports, e.g. "mylib"; not a built-in backend's name."""
     dtypes: tuple[str, ...]
-    """The precisions it runs: any of "float32", "float64", "bfloat16", "float16" (half.DTYPES)."""
+    """The precisions it runs: any of "float32", "float64", "bfloat16", "float16" (ode_ref.precision.DTYPES)."""
 
     def supports(self, config: ODEConfig, dtype: str) -> Optional[str]:
         """None if it runs this config in this dtype, else the reason it does not (reported as
@@ -81,7 +81,7 @@ class OptionalMethods(Protocol):
                    dtype: str) -> dict:
         """The first evaluation f(0, x)'s intermediate values under the spec's stage names (any
         subset): norm (h), q, k, v after preprocess_qkv, attn (after postprocess_attn) and
-        output_proj (stages.py). Used by fuzz to name the first stage of f that diverges; without
+        output_proj (cases/stages.py). Used by fuzz to name the first stage of f that diverges; without
         it, a divergence is localised at its quantity alone."""
 
 

@@ -1,17 +1,11 @@
-"""The conformance cases: a parameter table of seeded block cases, each computed by ode_ref.
+"""The conformance cases: a parameter table of seeded cases, each computed by ode_ref.
 
-A case is named `block_<variant>` or `decode_<variant>`; the names are unique (a duplicate
-raises), and a case's seeds derive from its name alone (name_seed), so adding cases never changes
-an existing one. build_case runs the spec in float64 and records, per quantity, the spec's own
-float32 error (e32), from which every backend's tolerance is derived (tolerance.py).
-
-Quantities, in the order they are computed:
-  block cases:  step_0 = z(0), which is x; f0 = f(0, x); step_1 .. step_n = the state after each
-                step; z1 = the state at t = 1
-  decode cases: prefill = z(1) of the prompt (the first seq - decoded tokens, by ode_ref.prefill),
-                decode_1 .. decode_k = z(1) of each token decoded after it (ode_ref.decode_step)
-  grad cases:   x_bar, then grad.<parameter> for every parameter: the block's vector-Jacobian
-                product for a seeded cotangent z1_bar (ode_ref.ode_block_vjp)
+A case is named for its kind and variant (`block_...`, `decode_...`, `grad_...`, `encoder_...`);
+the names are unique (a duplicate raises), and a case's seeds derive from its name alone
+(name_seed), so adding cases never changes an existing one. build_case has the case's kind
+(kinds.py, which also says what each kind's quantities are) run the spec in float64 and record,
+per quantity, the spec's own float32 error (e32), from which every backend's tolerance is
+derived (tolerance.py).
 """
 
 from __future__ import annotations
@@ -20,18 +14,19 @@ import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 import ode_ref as R
 
-from .decoding import decode_loop, run_decode, split_decoded  # noqa: F401 (re-exported: the adapters use them from here)
-from .encoder_cases import ENCODER_ROWS, e32_of, encoder_inputs, row_name as encoder_row_name, spec_z
-from ode_ref.precision import HALF_DTYPES, check_half_dtype
+from .decoding import decode_loop, run_decode, split_decoded  # noqa: F401 (re-exported: the adapters and tests take them from here)
+from .encoder_cases import ENCODER_ROWS, encoder_inputs, row_name as encoder_row_name
+from ode_ref.precision import HALF_DTYPES
 
 from .fair import make_inputs
-from .half import HALF_FIELDS, cast, half_errors
+from .half import HALF_FIELDS
+from .case import Case
+from .kinds import BLOCK, DECODE, ENCODER, GRAD, KINDS, Kind  # noqa: F401 (re-exported: the suite's names for them)
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error, tolerance
 
@@ -45,7 +40,7 @@ def name_seed(name: str, purpose: str) -> int:
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """How to build one case: a config, the seeds, the input shape and scale."""
+    """How to build one case: a config, the seeds, the input shape and scale, its kind."""
 
     name: str
     config: R.ODEConfig
@@ -56,172 +51,8 @@ class CaseSpec:
     input_seed: int
     scale: float = 1.0  # standard deviation of x
     decoded: int = 0  # a decode case: the last `decoded` tokens are decoded one by one after a prefill
-    vjp: bool = False  # a grad case: the block's backward pass for a seeded cotangent
+    kind: Kind = BLOCK  # what it checks (kinds.KINDS)
     offset: float = 0.0  # x = scale * (offset + N(0, 1)): an input centred far from zero
-
-    @property
-    def kind(self) -> str:
-        return "decode" if self.decoded else "grad" if self.vjp else "block"
-
-
-# A case's kinds: what it checks, and the field that holds its golden outputs.
-KINDS = {"block": "trajectory", "decode": "decode", "grad": "grads", "encoder": "encoder_outputs"}
-
-
-@dataclass(frozen=True)
-class Case:
-    """A built case: inputs, parameters and the spec's float64 outputs.
-
-    kind says what it checks (KINDS): block, the block's f0 and trajectory; decode, cached decoding
-    of its last `decoded` tokens; grad, the block's backward pass for the cotangent z1_bar; encoder,
-    the ODE Transformer encoder stack's output. Every behaviour that depends on the kind is a method
-    here, so the rest of the suite asks the case rather than reading its optional fields."""
-
-    name: str
-    config: R.ODEConfig
-    params: dict  # name -> float64 array
-    x: np.ndarray  # float64 (batch, seq, d_model)
-    padding_mask: Optional[np.ndarray]  # bool (batch, seq)
-    f0: Optional[np.ndarray]  # f(0, x), float64 (block cases)
-    trajectory: Optional[np.ndarray]  # (steps + 1, batch, seq, d_model); [0] = x, [-1] = z1 (block cases)
-    e32: dict  # quantity -> the spec's own float32 relative error (z1: that of the last step)
-    kind: str = "block"  # one of KINDS
-    input_seed: int = 0  # the seed of the fair draw actually used
-    param_seed: int = 0
-    decoded: int = 0  # decode cases: tokens decoded after the prompt
-    decode: Optional[np.ndarray] = None  # decode cases: (batch, seq, d_model), the prompt's z then each token's
-    z1_bar: Optional[np.ndarray] = None  # grad cases: the cotangent of z(1), (batch, seq, d_model)
-    grads: Optional[dict] = None  # grad cases: x_bar and grad.<parameter>, float64
-    encoder_outputs: Optional[dict] = None  # encoder cases (encoder_cases.py): {"z": the stack's output}; config an ODEEncoderConfig
-    e16: Optional[dict] = None  # quantity -> the spec's error under the half policy in float16 (half.py); None: untestable or not stored
-    ebf16: Optional[dict] = None  # the same in bfloat16
-    half_untestable: Optional[dict] = None  # dtype -> why the case has no meaning in it (half.py); None or {}: none
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"case {self.name!r}: kind: expected one of {', '.join(KINDS)}; got {self.kind!r}")
-        if getattr(self, KINDS[self.kind]) is None or (self.kind == "grad" and self.z1_bar is None):
-            raise ValueError(f"case {self.name!r}: a {self.kind} case needs its {KINDS[self.kind]}; got None")
-
-    @property
-    def z1(self) -> np.ndarray:
-        return self.trajectory[-1]
-
-    @property
-    def prompt(self) -> int:
-        return self.x.shape[1] - self.decoded
-
-    def quantities(self) -> dict:
-        """name -> float64 golden array, in the order computed; step_0 is z(0) (the stored
-        trajectory's first state, which is x), z1 the last step's state."""
-        if self.kind == "encoder":
-            return dict(self.encoder_outputs)
-        if self.kind == "decode":
-            return split_decoded(self.decode, self.prompt)
-        if self.kind == "grad":
-            return dict(self.grads)
-        out = {"step_0": self.trajectory[0], "f0": self.f0}
-        out.update({f"step_{k}": self.trajectory[k] for k in range(1, len(self.trajectory))})
-        out["z1"] = self.z1
-        return out
-
-    def e32_of(self, quantity: str) -> float:
-        """The spec's own float32 error of a quantity (z1 is the last step's state). z(0) is x, the
-        input itself, computed by nothing: no e32 is stored for it and its tolerance is the floor,
-        a few roundings of x to the backend's dtype."""
-        if quantity == "step_0":
-            return 0.0
-        return self.e32[f"step_{self.config.ode_steps}" if quantity == "z1" else quantity]
-
-    def untestable(self, dtype: str) -> Optional[str]:
-        """Why the case has no meaning in dtype (float16 or bfloat16), or None: the stored reason
-        (half.py's rules), or that the golden set stores no error for dtype (a team's own set)."""
-        check_half_dtype(dtype)
-        reason = (self.half_untestable or {}).get(dtype)
-        if reason is None and getattr(self, HALF_FIELDS[dtype]) is None:
-            return f"no {HALF_FIELDS[dtype]} in this golden set"
-        return reason
-
-    def e_half(self, dtype: str) -> dict:
-        """quantity -> the spec's own error under the half policy in dtype, for every quantity of
-        quantities() (z1: the last step's; step_0, x itself: 0, the tolerance's floor).
-        ValueError if the case is untestable in dtype (untestable says why)."""
-        reason = self.untestable(dtype)
-        if reason is not None:
-            raise ValueError(f"case {self.name!r} has no {HALF_FIELDS[dtype]}: {reason}")
-        stored = dict(getattr(self, HALF_FIELDS[dtype]))
-        if self.kind == "block":
-            stored.update(step_0=0.0, z1=stored[f"step_{self.config.ode_steps}"])
-        return stored
-
-    def inputs(self, dtype: str) -> dict:
-        """The backend's call arguments besides config, params, x and the mask (worker.attempt's
-        decoded, z1_bar and encoder), z1_bar cast to dtype."""
-        return {"decoded": self.decoded, "z1_bar": cast(self.z1_bar, dtype) if self.kind == "grad" else None,
-                "encoder": self.kind == "encoder"}
-
-    def stored_outputs(self) -> dict:
-        """The arrays of its golden file besides the inputs and parameters (golden.py)."""
-        if self.kind == "decode":
-            return {"decode": self.decode}
-        if self.kind == "grad":
-            return {"z1_bar": self.z1_bar, **self.grads}
-        if self.kind == "encoder":
-            return dict(self.encoder_outputs)
-        return {"f0": self.f0, "trajectory": self.trajectory}
-
-    def manifest_flags(self) -> dict:
-        """Its kind as the manifest records it: decoded, vjp or encoder, absent for a block case."""
-        return {"decode": {"decoded": self.decoded}, "grad": {"vjp": True}, "encoder": {"encoder": True}}.get(self.kind, {})
-
-    def reply_states(self) -> int:
-        """How many (batch, seq, d_model) states its outputs hold, at most, besides f0, x and z1:
-        the trajectory's steps; an encoder case's z alone."""
-        return 1 if self.kind == "encoder" else self.config.ode_steps
-
-    def split_outputs(self, outputs: dict) -> dict:
-        """A backend's raw outputs (f0, trajectory or z1; a decode run; x_bar and grad.<parameter>;
-        z) as quantity -> array, in the order computed; ValueError for a decode run or a trajectory
-        of the wrong shape."""
-        if self.kind in ("grad", "encoder"):
-            return dict(outputs)  # checked against the golden set by runner.compare
-        if self.kind == "decode":
-            z = np.asarray(outputs["decode"])
-            if z.shape != self.x.shape:
-                raise ValueError(f"run_decode: expected shape {self.x.shape} (the prompt's z, then each token's); got {z.shape}")
-            return split_decoded(z, self.prompt)
-        out = {}
-        traj = None
-        if "trajectory" in outputs:
-            traj = np.asarray(outputs["trajectory"])
-            if traj.shape[:1] != (self.config.ode_steps + 1,):
-                raise ValueError(f"run_trajectory: expected {self.config.ode_steps + 1} states; got shape {traj.shape}")
-            out["step_0"] = traj[0]  # every state is checked, the first too: z(0) is x, and a wrong one fails
-        if "f0" in outputs:
-            out["f0"] = outputs["f0"]
-        if traj is not None:
-            out.update({f"step_{k}": traj[k] for k in range(1, len(traj))})
-            out["z1"] = traj[-1]
-        elif "z1" in outputs:
-            out["z1"] = outputs["z1"]
-        return out
-
-
-def quantity_names(config, decoded: int = 0, vjp: bool = False) -> list:
-    """The quantities with a stored e32: a block case's, a decode case's or a grad case's."""
-    if vjp:
-        return ["x_bar"] + [f"grad.{name}" for name in R.param_shapes(config)]
-    if decoded:
-        return ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)]
-    return ["f0"] + [f"step_{k}" for k in range(1, config.ode_steps + 1)]
-
-
-def vjp_quantities(config, params, x, padding_mask, z1_bar) -> dict:
-    """The spec's backward pass as quantities: x_bar, then grad.<parameter> in parameter order
-    (the parameters cast to x's dtype, as a backend receives them)."""
-    params = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
-    x_bar, params_bar = R.ode_block_vjp(params, x, config, z1_bar, padding_mask)
-    return {"x_bar": x_bar, **{f"grad.{name}": params_bar[name] for name in R.param_shapes(config)}}
 
 
 # Chosen edge cases beside the pairwise matrix: (name, config fields, batch, seq, padding, scale)
@@ -239,7 +70,7 @@ EDGE_CASES = [
 ]
 
 # Cached decoding (decoder mode): (name, config fields, batch, prompt + decoded tokens, padding of
-# the prompt, decoded tokens). A backend runs them through run_decode (adapters.py).
+# the prompt, decoded tokens). A backend runs them through run_decode (adapters/protocol.py).
 _DEC = dict(mode="decoder")
 DECODE_CASES = [
     ("decode_rk4_layer_norm_rope_pad", dict(hidden_size=12, num_heads=3, **_DEC, ode_use_pe=True), 3, 7, True, 3),
@@ -389,15 +220,15 @@ def case_specs() -> list[CaseSpec]:
 
     specs = [spec(row_name(row), config_of(row), row["shape"][0], row["shape"][1], row["padding"]) for row in rows()]
     specs += [spec(name, R.ODEConfig(**fields), b, t, padding, scale) for name, fields, b, t, padding, scale in EDGE_CASES]
-    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k, kind=DECODE)
               for name, fields, b, t, padding, k in DECODE_CASES]
-    specs += [dataclasses.replace(spec(name, config, b, t, padding), vjp=True) for name, config, b, t, padding in grad_specs()]
+    specs += [dataclasses.replace(spec(name, config, b, t, padding), kind=GRAD) for name, config, b, t, padding in grad_specs()]
     specs += [spec(name, config, b, t, padding) for name, config, b, t, padding in position_specs()]
-    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k)
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), decoded=k, kind=DECODE)
               for name, fields, b, t, padding, k in POSITION_DECODE_CASES]
-    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), vjp=True)
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), kind=GRAD)
               for name, fields, b, t, padding in POSITION_GRAD_CASES]
-    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), offset=offset, decoded=k)
+    specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), offset=offset, decoded=k, kind=DECODE if k else BLOCK)
               for name, fields, b, t, padding, offset, k in TIER_CASES]
     seen = set()
     for s in specs:
@@ -407,53 +238,15 @@ def case_specs() -> list[CaseSpec]:
     return specs
 
 
-def float32_errors(config, params, x, padding_mask, golden: dict, *, decoded: int = 0, z1_bar=None, trajectory32=None) -> dict:
-    """The spec's own float32 error of each quantity, e32 = relative_error(spec32, golden), from
-    float64 inputs and the float64 quantities golden (quantity -> array, those of
-    Case.quantities() that carry an e32): what the generator stores, and what loading a team's
-    set recomputes to bound the e32 it stores (golden.py). trajectory32: the spec's float32
-    trajectory of a block case where the caller has it (fair.fair_forwards'), not run again."""
-    x32 = x.astype(np.float32)
-    if isinstance(config, R.ODEEncoderConfig):  # an encoder case (encoder_cases.py): its one quantity z
-        return {"z": relative_error(R.ode_encoder(params, x32, config, padding_mask), golden["z"])}
-    if decoded:
-        prompt = x.shape[1] - decoded
-        z32 = split_decoded(run_decode(config, params, x32, padding_mask, prompt), prompt)
-    elif z1_bar is not None:
-        z32 = vjp_quantities(config, params, x32, padding_mask, z1_bar.astype(np.float32))
-    else:
-        z32 = {"f0": R.ode_func(params, 0.0, x32, config, padding_mask)}
-        traj32 = R.ode_block(params, x32, config, padding_mask, return_trajectory=True)[1] if trajectory32 is None else trajectory32
-        z32.update({f"step_{k}": traj32[k] for k in range(1, len(traj32))})
-    return {q: relative_error(z32[q], golden[q]) for q in quantity_names(config, decoded, z1_bar is not None)}
-
-
 def build_case(spec: CaseSpec) -> Case:
-    """The case of spec, from the spec in float64, with its e32 and its half fields (half_fields)."""
-    return with_half(_build_case(spec))
-
-
-def _build_case(spec: CaseSpec) -> Case:
+    """The case of spec, from the spec in float64 (its kind's case), with its half fields (half_fields)."""
     cfg = spec.config
     params = R.init_params(cfg, seed=spec.param_seed, perturb_norms=True)
     x, mask, used = make_inputs(cfg, params, spec.batch, spec.seq, seed=spec.input_seed, padding=spec.padding,
                                 scale=spec.scale, offset=spec.offset, decoded=spec.decoded)
-    if spec.kind == "decode":
-        prompt = spec.seq - spec.decoded
-        z = run_decode(cfg, params, x, mask, prompt)
-        e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=spec.decoded)
-        return Case(spec.name, cfg, params, x, mask, None, None, e32, "decode", input_seed=used, param_seed=spec.param_seed,
-                    decoded=spec.decoded, decode=z)
-    if spec.kind == "grad":
-        z1_bar = np.random.default_rng(name_seed(spec.name, "cotangent")).normal(size=x.shape)
-        grads = vjp_quantities(cfg, params, x, mask, z1_bar)
-        e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
-        return Case(spec.name, cfg, params, x, mask, None, None, e32, "grad", input_seed=used, param_seed=spec.param_seed,
-                    z1_bar=z1_bar, grads=grads)
-    f0 = R.ode_func(params, 0.0, x, cfg, mask)
-    _, traj = R.ode_block(params, x, cfg, mask, return_trajectory=True)
-    e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}})
-    return Case(spec.name, cfg, params, x, mask, f0, traj, e32, input_seed=used, param_seed=spec.param_seed)
+    inputs = spec.kind.draw_inputs(name_seed(spec.name, "cotangent"), x.shape)
+    return with_half(spec.kind.case(spec.name, cfg, params, x, mask, decoded=spec.decoded, inputs=inputs, input_seed=used,
+                                    param_seed=spec.param_seed))
 
 
 def at_steps(case: Case, steps: int) -> Case:
@@ -464,7 +257,7 @@ def at_steps(case: Case, steps: int) -> Case:
     _, traj = R.ode_block(case.params, case.x, cfg, case.padding_mask, return_trajectory=True)
     golden = {"f0": case.f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}}
     return with_half(dataclasses.replace(case, config=cfg, trajectory=traj,
-                                         e32=float32_errors(cfg, case.params, case.x, case.padding_mask, golden)))
+                                         e32=BLOCK.float32_errors(cfg, case.params, case.x, case.padding_mask, golden)))
 
 
 def same_case(built: Case, stored: Case) -> bool:
@@ -472,7 +265,10 @@ def same_case(built: Case, stored: Case) -> bool:
     quantity within tolerance(e32, "float64") of the built one."""
     if built.config != stored.config or (built.kind, built.decoded) != (stored.kind, stored.decoded) or built.params.keys() != stored.params.keys():
         return False
-    for a, b in [(built.x, stored.x), (built.padding_mask, stored.padding_mask), (built.z1_bar, stored.z1_bar),
+    if built.inputs.keys() != stored.inputs.keys():
+        return False
+    for a, b in [(built.x, stored.x), (built.padding_mask, stored.padding_mask),
+                 *((built.inputs[k], stored.inputs[k]) for k in built.inputs),
                  *((built.params[k], stored.params[k]) for k in built.params)]:
         if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
             return False
@@ -487,8 +283,7 @@ def half_fields(case: Case, dtypes=HALF_DTYPES) -> dict:
     golden = {q: a for q, a in case.quantities().items() if q in case.e32}
     out, untestable = {}, {}
     for dtype in dtypes:
-        errors, reason = half_errors(case.config, case.params, case.x, case.padding_mask, golden, dtype=dtype,
-                                     decoded=case.decoded, vjp=case.kind == "grad", encoder=case.kind == "encoder")
+        errors, reason = case.kind.half_errors(case, golden, dtype)
         out[HALF_FIELDS[dtype]] = errors
         if reason is not None:
             untestable[dtype] = reason
@@ -511,6 +306,4 @@ def build_encoder_case(row) -> Case:
     name = encoder_row_name(row)
     param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
     cfg, params, x, mask = encoder_inputs(row, param_seed, input_seed)
-    z = spec_z(cfg, params, x, mask)
-    return Case(name, cfg, params, x, mask, None, None, {"z": e32_of(cfg, params, x, mask, z)}, "encoder",
-                input_seed=input_seed, param_seed=param_seed, encoder_outputs={"z": z})
+    return ENCODER.case(name, cfg, params, x, mask, input_seed=input_seed, param_seed=param_seed)

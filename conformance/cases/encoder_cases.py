@@ -5,11 +5,10 @@ every valid pair of two factors' values appears in some row (euler has no releas
 that pair is not valid), twelve rows in all, each a JAX compilation. A case's seeds derive from
 its name (cases.name_seed), as for every case; cases.build_encoder_case builds it. Its one quantity, z, is the stack's output (after
 the final layer_norm when pre-norm), which a backend returns from its optional run_encoder
-(protocol.py); its e32 is the spec's own float32 error of z.
+(protocol.py); its e32 is the spec's own float32 error of z (kinds.ENCODER.float32_errors).
 
-Also here, for the ports' tests: the spec's float32 error of an output (e32_of, from which the
-suite's rule derives the tolerance) and the spec's central difference of <z_bar, ode_encoder>
-along a direction (central_difference), the reference of every port's gradients.
+Also here, for the ports' tests: the spec's central difference of <z_bar, ode_encoder> along a
+direction (central_difference), the reference of every port's gradients.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ import numpy as np
 
 import ode_ref as R
 from ode_ref.encoder_config import RELEASED_FAMILIES
-
-from .tolerance import relative_error
 
 FAMILY_PROFILES = [(f, p) for f in R.FAMILIES for p in R.PROFILES if p == "paper" or f in RELEASED_FAMILIES]
 
@@ -52,16 +49,6 @@ def row_name(row) -> str:
     family, profile, pre, padding, layers, (b, t, h, c, ff) = row
     return (f"encoder_{family}_{profile}_{'pre' if pre else 'post'}_{'pad' if padding else 'nopad'}_l{layers}"
             f"_b{b}t{t}h{h}c{c}f{ff}")
-
-
-def spec_z(config, params, x, padding_mask):
-    """The spec's stack output in x's dtype (what run_encoder returns)."""
-    return R.ode_encoder(params, x, config, padding_mask)
-
-
-def e32_of(config, params, x, padding_mask, golden) -> float:
-    """The spec's own float32 error of the stack's output against golden (its float64 output)."""
-    return relative_error(spec_z(config, params, x.astype(np.float32), padding_mask), golden)
 
 
 def padding_of(batch: int, seq: int):

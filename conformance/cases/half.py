@@ -7,7 +7,8 @@ half precision has no meaning is untestable in that dtype, with the reason, deci
 the run itself (half_errors), in this order:
 
     grad, encoder   the policy covers the attention block's forward and its cached decoding,
-                    not the backward pass nor the encoder layer: untestable in both dtypes
+                    not the backward pass nor the encoder layer: untestable in both dtypes, as
+                    those kinds say themselves (kinds.Kind.no_policy), before half_errors runs
     range           float16: an input or parameter beyond float16's range (65504), or hope over
                     more positions than float16 holds its factor r cosh(a) for (the spec refuses
                     the run, precision.check_hope_range, as every port does)
@@ -38,12 +39,11 @@ import numpy as np
 
 import ode_ref as R
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS, layer_norm, quantize_activation
-from ode_ref.precision import HALF_DTYPES, HalfPrecisionAttention, check_half_dtype, check_hope_range, half_attention, round_to
+from ode_ref.precision import DTYPES, HALF_DTYPES, HalfPrecisionAttention, check_half_dtype, check_hope_range, half_attention, round_to
 
 from .decoding import run_decode, split_decoded
 from .tolerance import UNIT_ROUNDOFF, relative_error
 
-DTYPES = ("float32", "float64", "bfloat16", "float16")  # what a backend may declare it runs
 HALF_FIELDS = {"float16": "e16", "bfloat16": "ebf16"}  # dtype -> the manifest's field
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 # A case whose spec error under the policy is over this many units u of the dtype's rounding is
@@ -53,10 +53,6 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 # 6.2 in bfloat16), and the BitLinear ones whose levels flip against float64 at 9 to 447 u; every
 # other case is at most 7.7 u (at most 3.1 u without BitLinear).
 ILL_CONDITIONED_ULPS = 8.0
-NO_POLICY = {
-    "grad": "a grad case: the half-precision policy covers the block's forward and its cached decoding, not the backward pass",
-    "encoder": "an encoder case: the half-precision policy covers the attention block, not the encoder layer",
-}
 
 
 def check_dtypes(dtypes, *, name: str = "dtypes") -> tuple:
@@ -184,14 +180,12 @@ def _flips(config, params, x, padding_mask, *, dtype: str, decoded: int) -> tupl
     return max(map(differ, others)), differ(exact.levels), sum(a.size for a in spec.levels)
 
 
-def half_errors(config, params, x, padding_mask, golden: dict, *, dtype: str, decoded: int = 0,
-                vjp: bool = False, encoder: bool = False) -> tuple:
+def half_errors(config, params, x, padding_mask, golden: dict, *, dtype: str, decoded: int = 0) -> tuple:
     """(errors, reason): errors = quantity -> relative_error(spec under the policy in dtype, golden)
     for the quantities of golden (those with an e32), reason None; or (None, the reason the case is
-    untestable in dtype), by the rules of this module's docstring."""
+    untestable in dtype), by the rules of this module's docstring. A block or decode case: the
+    kinds the policy has no meaning on say so themselves (kinds.Kind.no_policy)."""
     check_half_dtype(dtype)
-    if encoder or vjp:
-        return None, NO_POLICY["encoder" if encoder else "grad"]
     if dtype == "float16":
         big = max([float(np.abs(x).max())] + [float(np.abs(v).max()) for v in params.values() if v.size])
         if big > FLOAT16_MAX:

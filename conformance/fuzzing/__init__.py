@@ -1,1 +1,1 @@
-"""Drawn cases judged live against the spec: draws, shrinking, localisation, repro folders."""
+"""Drawn cases judged live against the spec: draws, shrinking, repro folders (the localisation: cases/localise.py)."""

@@ -25,8 +25,12 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 import ode_ref as R
+from ode_ref.config import stored_fields
 
-from ..cases import Case, float32_errors, run_decode, split_decoded, vjp_quantities, with_half
+from ode_ref.precision import HALF_DTYPES
+
+from ..cases import Case, with_half
+from ..cases.kinds import BLOCK, DECODE, GRAD, Kind, kind_of
 from ..cases.fair import fair_forwards, weight_tie
 
 SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)  # kernel tiles 16..128 and their neighbours
@@ -39,7 +43,7 @@ ROW_PADDING = ("none", "right", "left", "holes", "all_but_one", "full")  # per r
 SCALES = (1.0, 1e-2, 1e2, 1e-4, 1e4)
 OFFSETS = (0.0, 100.0, -30.0)  # in units of the scale: farther, float32 cannot hold x (fair.MAX_CONDITION)
 POSITIONS = ("none", "rope", "alibi", "sinusoidal_rotary", "hope", "bam", "pape", "pape_efficient", "pape_ri")
-KINDS = ("block", "decode", "grad")
+DRAWN_KINDS = (BLOCK, DECODE, GRAD)  # the case kinds drawn (cases/kinds.py), where the adapter has their method
 # A draw's focus narrows one dimension to where kernels switch paths (hypothesis's own choices are
 # far from uniform: unfocused, 100 draws held 2 RoPE configs and none past 32 positions)
 FOCI = ("any", "tiles", "batch", "width", "positions", "offset")
@@ -56,7 +60,7 @@ class Draw:
     """One drawn example: what the spec and the backend are run on. rows: the padding kind and
     count of each batch row (None: no padding mask)."""
 
-    kind: str  # block, decode or grad
+    kind: Kind  # one of DRAWN_KINDS (or its name)
     config: R.ODEConfig
     batch: int
     seq: int
@@ -67,11 +71,15 @@ class Draw:
     input_seed: int
     decoded: int = 0
 
+    def __post_init__(self):
+        object.__setattr__(self, "kind", kind_of(self.kind, "Draw.kind", DRAWN_KINDS))
+
     def fields(self) -> dict:
-        """The config's fields that differ from the defaults (what a report shows)."""
-        default = R.ODEConfig(hidden_size=self.config.hidden_size, num_heads=self.config.num_heads)
-        return {k: v for k, v in self.config.to_dict().items() if getattr(default, k) != v or k in ("hidden_size", "num_heads")
-                or (k == "positional_encoding" and self.config.ode_use_pe)}
+        """The config as stored (ode_ref.config.stored_fields), with the encoding in effect named
+        even where it is the default (what a report shows)."""
+        stored = stored_fields(self.config)
+        return {k: v for k, v in self.config.to_dict().items()
+                if k in stored or (k == "positional_encoding" and self.config.ode_use_pe)}
 
     def size(self) -> tuple:
         """What 'smaller' means between two draws, as hypothesis shrinks: elements, steps, the
@@ -145,7 +153,7 @@ def _encodings(support: dict, focus: str) -> list:
 
 
 @st.composite
-def positions(draw, kind: str, focus: str, support: Optional[dict] = None) -> dict:
+def positions(draw, kind, focus: str, support: Optional[dict] = None) -> dict:
     """The positional fields: an encoding (none first; a positions focus: one with a table) and its
     options, within the declared support (pick)."""
     support = support or {}
@@ -172,7 +180,7 @@ def positions(draw, kind: str, focus: str, support: Optional[dict] = None) -> di
             out.update(pape_num_positions=pick(draw, support, "pape_num_positions", [1, 2]))
     if pick(draw, support, "use_ssmax", [False, True], st.booleans()):
         out.update(use_ssmax=True)
-        if kind != "decode":  # decoding refuses the seed's padded rule
+        if "ssmax_length" not in kind.fixed_fields:  # decoding refuses the seed's padded rule
             out.update(ssmax_length=pick(draw, support, "ssmax_length", ["visible", "padded"]))
     return out
 
@@ -184,7 +192,7 @@ def _fitting(values, limit, at_least=()):
 
 
 @st.composite
-def shape(draw, kind: str, focus: str, support: Optional[dict] = None) -> tuple:
+def shape(draw, kind, focus: str, support: Optional[dict] = None) -> tuple:
     """(heads, head_dim, seq, batch) within MAX_WIDTH and MAX_ELEMENTS, narrowed to the focus's
     boundary and to the declared num_heads, head_dim and hidden_size (pick)."""
     support = support or {}
@@ -201,7 +209,7 @@ def shape(draw, kind: str, focus: str, support: Optional[dict] = None) -> tuple:
     head_dim = draw(st.sampled_from(kept or fits))
     width = heads * head_dim
     smallest_batch = 5 if focus == "batch" else 1
-    seqs = [t for t in SEQS if t * width * smallest_batch <= MAX_ELEMENTS and (t > 1 or kind != "decode")] or [2]
+    seqs = [t for t in SEQS if t * width * smallest_batch <= MAX_ELEMENTS and (t > kind.min_decoded)] or [2]
     narrow = {"tiles": TILE_SEQS, "positions": [t for t in TILE_SEQS if t > TABLE_REACH]}.get(focus, ())
     seq = draw(st.sampled_from([t for t in narrow if t in seqs] or seqs))
     most = max(1, min(MAX_BATCH, MAX_ELEMENTS // (seq * width)))
@@ -210,26 +218,26 @@ def shape(draw, kind: str, focus: str, support: Optional[dict] = None) -> tuple:
 
 
 @st.composite
-def draws(draw, kinds=KINDS, support: Optional[dict] = None) -> Draw:
+def draws(draw, kinds=DRAWN_KINDS, support: Optional[dict] = None) -> Draw:
     """A Draw, each choice ordered from simple to complex (see the module docstring). The focus
     (FOCI) narrows one dimension to its kernel boundaries, so that each is drawn often by design.
     support: the backend's declared support (adapters/support.py), which every choice keeps within
     where it can (pick); without one, the draws are those of every earlier version."""
     support = support or {}
     focus = draw(st.sampled_from(FOCI))
-    kind = draw(st.sampled_from([k for k in kinds if k != "decode" or "decoder" in support.get("mode", ["decoder"])]
+    kind = draw(st.sampled_from([k for k in kinds if all(v in support.get(f, [v]) for f, v in k.fixed_fields.items())]
                                 or kinds))
     heads, head_dim, seq, batch = draw(shape(kind, focus, support))
     width = heads * head_dim
     norms = [n for n in R.NORM_TYPES if width >= 2 or n != "dynamic_tanh"]
-    steps = range(1, (2 if kind == "grad" else 4) + 1)
+    steps = range(1, kind.most_steps + 1)
     fields = dict(hidden_size=width, num_heads=heads, norm_type=pick(draw, support, "norm_type", norms),
                   ode_solver=pick(draw, support, "ode_solver", R.SOLVERS),
                   ode_steps=pick(draw, support, "ode_steps", steps, st.integers(1, steps[-1])),
-                  mode="decoder" if kind == "decode" else pick(draw, support, "mode", R.MODES),
+                  mode=kind.fixed_fields["mode"] if "mode" in kind.fixed_fields else pick(draw, support, "mode", R.MODES),
                   use_bitnet=pick(draw, support, "use_bitnet", [False, True], st.booleans()))
     fields.update(draw(positions(kind, focus, support)))
-    decoded = draw(st.integers(1, min(MAX_DECODED, seq - 1))) if kind == "decode" else 0
+    decoded = draw(st.integers(kind.min_decoded, min(MAX_DECODED, seq - 1))) if kind.min_decoded else 0
     rows = None
     if draw(st.booleans()):
         rows = tuple((draw(st.sampled_from(ROW_PADDING)), draw(st.integers(1, max(1, seq - decoded - 1))))
@@ -303,35 +311,22 @@ def build(d: Draw, dtype: str, name: str = "fuzz", params: Optional[dict] = None
             return None
         x, mask, attempt, trajectories = found
     return case_of(d.config, params, x, mask, kind=d.kind, decoded=d.decoded, name=name, dtype=dtype,
-                   z1_bar_seed=d.input_seed + attempt, input_seed=d.input_seed + attempt, param_seed=d.param_seed,
+                   input_seed=d.input_seed + attempt, param_seed=d.param_seed,
                    trajectories=trajectories)
 
 
-def case_of(cfg, params, x, mask, *, kind: str, decoded: int = 0, name: str = "fuzz", dtype: str = "float32",
-            z1_bar=None, z1_bar_seed: int = 0, input_seed: int = 0, param_seed: int = 0, trajectories=None) -> Case:
-    """The spec's case for given inputs: its float64 quantities and float32 errors (the half
-    fields too when dtype is a half one). Replaying a repro folder builds its case here.
-    trajectories: the spec's float64 and float32 trajectories of (x, mask) where the caller has
-    them (the fair check ran them), reused by a block case."""
-    common = dict(input_seed=input_seed, param_seed=param_seed)
-    if kind == "decode":
-        prompt = x.shape[1] - decoded
-        z = run_decode(cfg, params, x, mask, prompt)
-        e32 = float32_errors(cfg, params, x, mask, split_decoded(z, prompt), decoded=decoded)
-        case = Case(name, cfg, params, x, mask, None, None, e32, "decode", decoded=decoded, decode=z, **common)
-    elif kind == "grad":
-        if z1_bar is None:
-            z1_bar = np.random.default_rng(z1_bar_seed).normal(size=x.shape)
-        grads = vjp_quantities(cfg, params, x, mask, z1_bar)
-        e32 = float32_errors(cfg, params, x, mask, grads, z1_bar=z1_bar)
-        case = Case(name, cfg, params, x, mask, None, None, e32, "grad", z1_bar=z1_bar, grads=grads, **common)
-    else:
-        f0 = R.ode_func(params, 0.0, x, cfg, mask)
-        traj, traj32 = trajectories or (R.ode_block(params, x, cfg, mask, return_trajectory=True)[1], None)
-        e32 = float32_errors(cfg, params, x, mask, {"f0": f0, **{f"step_{k}": traj[k] for k in range(1, len(traj))}},
-                             trajectory32=traj32)
-        case = Case(name, cfg, params, x, mask, f0, traj, e32, **common)
-    return with_half(case, (dtype,)) if dtype in ("float16", "bfloat16") else case  # the run's dtype's fields alone
+def case_of(cfg, params, x, mask, *, kind, decoded: int = 0, name: str = "fuzz", dtype: str = "float32",
+            inputs: Optional[dict] = None, input_seed: int = 0, param_seed: int = 0, trajectories=None) -> Case:
+    """The spec's case for given inputs, built by its kind (cases/kinds.py): its float64 quantities
+    and float32 errors (the half fields too when dtype is a half one). Replaying a repro folder
+    builds its case here. inputs: the kind's inputs beside x (a grad case's z1_bar), else drawn
+    from input_seed. trajectories: the spec's float64 and float32 trajectories of (x, mask) where
+    the caller has them (the fair check ran them), reused by a block case."""
+    kind = kind_of(kind)
+    inputs = kind.draw_inputs(input_seed, x.shape) if inputs is None else inputs
+    case = kind.case(name, cfg, params, x, mask, decoded=decoded, inputs=inputs, input_seed=input_seed, param_seed=param_seed,
+                     trajectories=trajectories)
+    return with_half(case, (dtype,)) if dtype in HALF_DTYPES else case  # the run's dtype's fields alone
 
 
 def reject(case: Optional[Case]) -> Case:

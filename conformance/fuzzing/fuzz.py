@@ -2,10 +2,10 @@
 
 For a backend and a dtype, hypothesis draws examples from draw.draws (configs, shapes, padding,
 inputs); the spec computes each one's quantities and its own float32 error in the run
-(draw.build), and the backend is judged by the golden set's comparison (runner.judge: f0, the
+(draw.build), and the backend is judged by the golden set's comparison (compare.judge: f0, the
 trajectory and z1, the decode steps, the gradient, whatever the adapter offers). The first
 divergent example is shrunk by hypothesis toward the simplest one that still diverges; the
-smallest is the finding, localised (localise.py) at its first divergent quantity and, where the
+smallest is the finding, localised (cases/localise.py) at its first divergent quantity and, where the
 adapter returns the stage values of f (stages.py), at the first divergent stage.
 
 The command and the pytest plugin run the backend in a worker process of its own
@@ -38,14 +38,16 @@ from threadpoolctl import threadpool_limits
 from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case
+from ..cases.kinds import kind_of
 from .database import CountingDatabase, scratch_home
-from .draw import KINDS, Draw, build, draws, reject
+from .draw import DRAWN_KINDS, Draw, build, draws, reject
 from ..adapters.support import support_of
-from ..cases.half import NO_POLICY
-from .localise import localise
+from ..cases.localise import localise
 from ..running.client import BackendFault
-from ..running.runner import CaseResult, attempt_case, judge, reply_limit, request_frame, untestable
+from ..running.compare import CaseResult, run_case
 from ..running.worker import unsupported
+from .stages import first_divergent_stage
+from ..running.expectations import Expectations
 
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
@@ -129,19 +131,17 @@ class FuzzRun:
 
 
 def kinds_of(adapter) -> tuple:
-    """The kinds of example an adapter can run: block always; decode and grad where it has the method."""
-    have = {"block": True, "decode": getattr(adapter, "run_decode", None) is not None,
-            "grad": getattr(adapter, "run_vjp", None) is not None}
-    return tuple(k for k in KINDS if have[k])
+    """The kinds of example an adapter can run: those of DRAWN_KINDS whose method it has (block: always)."""
+    return tuple(k for k in DRAWN_KINDS if k.missing(adapter) is None)
 
 
 def refusal(adapter, d: Draw, dtype: str) -> Optional[str]:
     """Why a draw is not run, known before its case is built, or None: the adapter does not support
     it (worker.unsupported: its declared support first), or it is a grad draw in a half dtype, which
-    has no meaning there whatever its input (half.NO_POLICY)."""
-    reason = unsupported(adapter, d.config, dtype, d.decoded, d.kind == "grad")
-    if reason is None and dtype in HALF_DTYPES and d.kind in NO_POLICY:
-        reason = f"no meaning in {dtype}: {NO_POLICY[d.kind]}"
+    has no meaning there whatever its input (its kind's no_policy)."""
+    reason = unsupported(adapter, d.config, dtype, d.kind)
+    if reason is None and dtype in HALF_DTYPES and d.kind.no_policy is not None:
+        reason = f"no meaning in {dtype}: {d.kind.no_policy}"
     return reason
 
 
@@ -155,30 +155,6 @@ def fault_reply(err: Exception) -> dict:
     return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
 
 
-def run_one(adapter, case: Case, dtype: str, fault: Optional[dict] = None) -> tuple[CaseResult, dict]:
-    """(result, quantity -> the backend's array) of one case on an adapter: in its worker (a
-    client.RemoteAdapter), else in this process; the backend's exception is its error result, as
-    in runner.run_case. fault: an error reply the backend gave already (its supports() failed),
-    judged instead of running it. A draw with no meaning in a half dtype (the half policy's
-    rules, runner.untestable) is not run: status 'untestable'."""
-    result = CaseResult(adapter.name, dtype, case.name, "passed")
-    outputs = {}
-    if untestable(result, case) is not None:
-        return result, outputs
-    start = time.perf_counter()
-    if fault is not None:
-        reply, raw = fault, {}
-    elif getattr(adapter, "remote", False):
-        reply, raw = adapter.run_request(request_frame(case, dtype), reply_limit(case))
-    else:
-        reply, raw = attempt_case(adapter, case, dtype)
-    judge(result, case, reply, raw)
-    if result.status in ("passed", "failed"):
-        outputs = case.split_outputs(raw)
-    result.seconds = time.perf_counter() - start
-    return result, outputs
-
-
 def first_divergent(result: CaseResult) -> str:
     """The first quantity over its tolerance, or '' (an error, a wrong dtype or shape)."""
     return next((q.quantity for q in result.quantities if q.error > q.tolerance), "")
@@ -189,7 +165,7 @@ def unjudgeable(case: Case, dtype: str) -> Optional[str]:
     finite, or a reference or tolerance of the spec's that is not (an input overflowing float64,
     or float32, whose error sets the tolerance). error > tolerance is then False, or True, whatever
     the backend gives, as a non-finite golden value would be (golden.py refuses those)."""
-    inputs = {"x.npy": case.x, "z1_bar.npy": case.z1_bar,
+    inputs = {"x.npy": case.x, **{f"{k}.npy": v for k, v in case.inputs.items()},
               **{f"weights.safetensors ({k})": v for k, v in case.params.items()}}
     for name, a in inputs.items():
         if a is not None and not np.isfinite(a).all():
@@ -211,7 +187,6 @@ def unjudgeable(case: Case, dtype: str) -> Optional[str]:
 def explain(finding: Finding, adapter, dtype: str) -> Finding:
     """finding with its quantity, its localisation and, where the adapter has run_stages, the
     first divergent stage of f (stages.py)."""
-    from .stages import first_divergent_stage
 
     q = first_divergent(finding.result)
     finding.quantity = q
@@ -219,7 +194,7 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
         want = finding.case.quantities()[q]
         tol = next(r.tolerance for r in finding.result.quantities if r.quantity == q)
         finding.localisation = localise(q, finding.outputs[q], want, tol, prompt=finding.case.prompt)
-    if finding.case.kind == "block" and getattr(adapter, "run_stages", None) is not None and not finding.lost:
+    if finding.case.kind.stages and getattr(adapter, "run_stages", None) is not None and not finding.lost:
         finding.stage = first_divergent_stage(adapter, finding.case, dtype)
     return finding
 
@@ -229,8 +204,6 @@ class Probe:
     divergence for hypothesis to shrink. database: the CountingDatabase the run replays, or None."""
 
     def __init__(self, run: FuzzRun, adapter, *, params, time_budget, shrink_seconds, database, expectations=None):
-        from ..running.expectations import Expectations
-
         self.run, self.adapter, self.params, self.database = run, adapter, params, database
         self.expectations = expectations if expectations is not None else Expectations()
         self.time_budget, self.shrink_seconds = time_budget, shrink_seconds
@@ -260,7 +233,8 @@ class Probe:
             self.refuse(NO_FAIR_INPUT)
         if self.params is not None and unjudgeable(case, run.dtype) is not None:
             self.refuse(NO_FINITE_REFERENCE)  # a model file's weights beyond what the block holds: nothing to judge
-        result, outputs = run_one(self.adapter, case, run.dtype, fault)
+        outputs = {}
+        result = run_case(self.adapter, case, run.dtype, fault=fault, outputs=outputs)
         lost = getattr(self.adapter, "lost", "")
         if result.status in ("skipped", "untestable"):
             self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
@@ -302,7 +276,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     (running/expectations.py): a draw in a skip region is not run, one in an xfail region is
     counted (FuzzRun.expected), never a finding. ValueError for a malformed support."""
     run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
-    kinds = kinds or kinds_of(adapter)
+    kinds = tuple(kind_of(k, "kinds", DRAWN_KINDS) for k in kinds) if kinds else kinds_of(adapter)
     support = support_of(adapter)
     db = None if database is None else CountingDatabase(database, adapter.name, dtype)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,

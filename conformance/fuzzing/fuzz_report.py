@@ -7,7 +7,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from .draw import describe_input, describe_padding
-from .stages import format_stage
+from ..cases.stages import format_stage
 
 
 SHOWN_REASONS = 4  # the most frequent reasons a report names for refused draws
@@ -56,8 +56,7 @@ def format_finding(f) -> str:
     d, case = f.draw, f.case
     bad = next((q for q in f.result.quantities if q.quantity == f.quantity), None)
     shape = f"batch {case.x.shape[0]}, seq {case.x.shape[1]}, d_model {case.x.shape[2]} (heads {case.config.num_heads}, head_dim {case.config.head_dim})"
-    kind = {"block": "a block forward", "decode": f"cached decoding, {case.decoded} tokens after a prompt of {case.prompt}",
-            "grad": "the backward pass"}[d.kind]
+    kind = case.kind.describe(case)
     first, last = (f"batch {b.batch}, seq {b.seq}, d_model {b.config.hidden_size}, {b.config.ode_steps} steps" for b in (f.first, d))
     # sizes that shrinking left as they were are said so, not "shrunk from X to X"
     sizes = f"shrunk from {first} to {last}" if first != last else f"{last}, not shrunk further in size"
@@ -83,7 +82,7 @@ def format_finding(f) -> str:
 
 def _finding_dict(f) -> dict:
     bad = next((q for q in f.result.quantities if q.quantity == f.quantity), None)
-    return {"config": f.case.config.to_dict(), "kind": f.draw.kind, "shape": list(f.case.x.shape), "decoded": f.case.decoded,
+    return {"config": f.case.config.to_dict(), "kind": f.draw.kind.name, "shape": list(f.case.x.shape), "decoded": f.case.decoded,
             "padding": describe_padding(f.draw), "input": describe_input(f.draw), "quantity": f.quantity,
             "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
             "message": f.result.message, "traceback": f.result.traceback, "lost": f.lost, "localisation": f.localisation, "stage": f.stage, "repro": f.repro,

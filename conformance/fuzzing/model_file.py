@@ -9,7 +9,7 @@ with the stage outputs (export_model(..., stages=True): stage_norm ... stage_out
 the first stage of f that diverges (stages.py).
 
 The runtime is ONNX Runtime in this process, or one of its JavaScript builds on Node.js
-(onnxruntime-node, onnxruntime-web): the reference workers of external.py, sent the file once.
+(onnxruntime-node, onnxruntime-web): the reference workers of adapters/external.py, sent the file once.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -22,6 +22,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..adapters import external, missing_requirements
+
 RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web")  # built-in backend names (adapters.BUILTIN)
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
@@ -31,8 +33,6 @@ INT8_DYNAMIC_OPS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul", 
 
 def check_runtime(runtime: str) -> str:
     """runtime, if it is one of RUNTIMES and installed; ValueError naming --runtime otherwise."""
-    from ..adapters import missing_requirements
-
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime: expected one of {', '.join(RUNTIMES)}; got {runtime!r}")
     missing = missing_requirements(runtime)
@@ -69,9 +69,9 @@ def check_block(model, shown: str) -> None:
                          "GenAI's folder is checked against the spec by odeattn.conformance.genai.check_genai "
                          "(docs/generation.md)")
     if "x" not in declared or set(declared) - set(BLOCK_INPUTS):
-        kind = props.get("kind", "")
-        what = (f" (the {kind.replace('_', '-')} model of cached decoding, which the suite's --backend onnxruntime "
-                "judges on its decode cases)" if kind in ("prefill", "decode_step") else "")
+        graph = props.get("kind", "")  # the metadata key "kind" names the graph (ExportOptions.graph)
+        what = (f" (the {graph.replace('_', '-')} model of cached decoding, which the suite's --backend onnxruntime "
+                "judges on its decode cases)" if graph in ("prefill", "decode_step") else "")
         raise ValueError(f"--model: {shown!r} is not a block model{what}: expected the inputs x and, where exported "
                          f"with them, padding_mask and steps; found {found}")
     int8 = sorted(_op_types(model.graph) & INT8_DYNAMIC_OPS)
@@ -130,8 +130,6 @@ class ModelFile:
 
             sess = session(self.model)
             return lambda feed: dict(zip(self.outputs, sess.run(self.outputs, feed)))
-        from .. import external
-
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

@@ -29,7 +29,8 @@ from safetensors.numpy import load_file, save_file
 
 import ode_ref as R
 
-from .draw import case_of, describe_input, describe_padding
+from .draw import DRAWN_KINDS, case_of, describe_input, describe_padding
+from ..cases.kinds import kind_of
 
 REQUIRED = ("case.json", "config.json", "weights.safetensors", "x.npy", "padding_mask.npy")
 NPY_MAGIC = b"\x93NUMPY"  # a .npy file's first bytes
@@ -100,13 +101,13 @@ def _write_files(directory: Path, named: Path, finding, backend: str, dtype: str
     np.save(directory / "x.npy", case.x)
     mask = case.padding_mask if case.padding_mask is not None else np.ones(case.x.shape[:2], dtype=bool)
     np.save(directory / "padding_mask.npy", mask)
-    if case.kind == "grad":
-        np.save(directory / "z1_bar.npy", case.z1_bar)
+    for name, a in case.kind.request_arrays(case).items():  # a grad example's cotangent, z1_bar.npy
+        np.save(directory / f"{name}.npy", a)
     save_file({k: np.ascontiguousarray(v, np.float64) for k, v in case.quantities().items()}, str(directory / "expected.safetensors"))
     save_file({k: np.ascontiguousarray(np.asarray(v, np.float32) if v.dtype.itemsize < 4 else v, np.float64)
                for k, v in finding.outputs.items()}, str(directory / "got.safetensors"))
     bad = next((q for q in finding.result.quantities if q.quantity == finding.quantity), None)
-    meta = {"format": FORMAT, "backend": backend, "dtype": dtype, "kind": d.kind, "decoded": case.decoded,
+    meta = {"format": FORMAT, "backend": backend, "dtype": dtype, "kind": d.kind.name, "decoded": case.decoded,
             "has_padding_mask": case.padding_mask is not None, "shape": list(case.x.shape),
             "heads": case.config.num_heads, "head_dim": case.config.head_dim, "padding": describe_padding(d),
             "input": describe_input(d), "quantity": finding.quantity, "message": finding.result.message,
@@ -169,8 +170,9 @@ def load_repro(directory: Path, dtype: str = ""):
     if missing:
         raise ValueError(f"--replay: {str(directory)!r} is missing {', '.join(missing)}")
     meta = _json(directory, "case.json")
-    if not isinstance(meta, dict) or meta.get("kind") not in ("block", "decode", "grad"):
-        raise ValueError(f"--replay: case.json: expected kind block, decode or grad; got {meta.get('kind') if isinstance(meta, dict) else meta!r}")
+    if not isinstance(meta, dict):
+        raise ValueError(f"--replay: case.json: expected a JSON object; got {meta!r}")
+    kind = kind_of(meta.get("kind"), "--replay: case.json: kind", DRAWN_KINDS)
     try:
         config = R.ODEConfig.from_any(_json(directory, "config.json"))
     except (ValueError, TypeError) as err:
@@ -184,19 +186,19 @@ def load_repro(directory: Path, dtype: str = ""):
     want = R.param_shapes(config)
     if set(params) != set(want) or any(tuple(params[k].shape) != tuple(s) for k, s in want.items()):
         raise ValueError(f"--replay: weights.safetensors: expected the parameters {sorted(want)} of config.json's shapes")
-    z1_bar = None
-    if meta["kind"] == "grad":
-        if not (directory / "z1_bar.npy").is_file():
-            raise ValueError(f"--replay: {str(directory)!r} is missing z1_bar.npy (a grad example's cotangent)")
-        z1_bar = _array(directory, "z1_bar.npy")
-        if z1_bar.dtype != np.float64 or z1_bar.shape != x.shape:
-            raise ValueError(f"--replay: z1_bar.npy: expected float64 {x.shape}; got {z1_bar.dtype} {z1_bar.shape}")
+    inputs = {}
+    for name in kind.inputs:  # a grad example's cotangent of z(1)
+        if not (directory / f"{name}.npy").is_file():
+            raise ValueError(f"--replay: {str(directory)!r} is missing {name}.npy (an input of a {kind} example)")
+        inputs[name] = _array(directory, f"{name}.npy")
+        if inputs[name].dtype != np.float64 or inputs[name].shape != x.shape:
+            raise ValueError(f"--replay: {name}.npy: expected float64 {x.shape}; got {inputs[name].dtype} {inputs[name].shape}")
     decoded = meta.get("decoded", 0)
-    low = 1 if meta["kind"] == "decode" else 0  # a decode example decodes at least one token after its prompt
+    low = kind.min_decoded  # a decode example decodes at least one token after its prompt
     if isinstance(decoded, bool) or not isinstance(decoded, int) or not low <= decoded < max(x.shape[1], 1):
         raise ValueError(f"--replay: case.json: expected decoded an integer in [{low}, {x.shape[1] - 1}] (tokens "
                          f"after the prompt, of seq {x.shape[1]}); got {decoded!r}")
     case = case_of(config, {k: np.asarray(v, np.float64) for k, v in params.items()}, x,
-                   mask if meta.get("has_padding_mask", True) else None, kind=meta["kind"], decoded=decoded,
-                   name="fuzz_replay", dtype=dtype or meta.get("dtype", "float32"), z1_bar=z1_bar)
+                   mask if meta.get("has_padding_mask", True) else None, kind=kind, decoded=decoded,
+                   name="fuzz_replay", dtype=dtype or meta.get("dtype", "float32"), inputs=inputs)
     return case, meta

@@ -1,7 +1,7 @@
 // The golden set checked from JavaScript's own test runner, without odeattn: `node --test` here.
 // It reads the manifest and the safetensors files (docs/protocol.md describes both field by field),
 // runs the plain JavaScript port (native.mjs) on every block case it supports, in float64 and in
-// float32, and holds each step's state to the suite's tolerance (conformance/tolerance.py).
+// float32, and holds each step's state to the suite's tolerance (conformance/cases/tolerance.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

@@ -40,6 +40,8 @@ from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
 from ..adapters import SpecAdapter
+from ..adapters import BackendRef
+from ..running.runner import run_suite
 
 
 @dataclass(frozen=True)
@@ -421,6 +423,8 @@ def applied(mutant: Mutant):
 class MutantAdapter(SpecAdapter):
     """The spec with one mutant, in the dtypes the mutant has meaning in."""
 
+    shares_process = True  # a mutant leaves nothing behind in its worker: the next one may run there
+
     def __init__(self, mutant: Mutant):
         self.mutant, self.name, self.dtypes = mutant, f"mutant:{mutant.name}", mutant.dtypes
 
@@ -458,12 +462,10 @@ def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
     backward pass, which these bugs are not written for) in float32 and float64, and in bfloat16
     and float16 on the cases float64 kills, up to each one's first kill (a policy mutant: in those
     two only, on every case): one row a mutant."""
-    from ..adapters import BackendRef
-    from ..running.runner import run_suite
 
-    cases = [c for c in cases if c.kind != "grad"]
-    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes, shares_process=True)
-            for m in MUTANTS]
+    cases = [c for c in cases if not c.kind.backward]
+    refs = [BackendRef(f"mutant:{m.name}", f"{__name__}:battery.{m.name}", dtypes=m.dtypes,
+                       shares_process=MutantAdapter.shares_process) for m in MUTANTS]
     report = run_suite(refs, cases, jobs=jobs, progress=progress, first_failure=HALF_DTYPES, gate="float64")
     return [_row(m, [r for r in report.results if r.backend == f"mutant:{m.name}"],
                  [e.message for e in report.errors if e.backend == f"mutant:{m.name}"], len(cases)) for m in MUTANTS]

@@ -1,1 +1,1 @@
-"""Running the cases: the runner, its worker processes and their frames, the profile."""
+"""Running the cases: the runner, its worker processes (their frames: wire/), the profile."""

@@ -3,12 +3,12 @@ replay and the pytest plugin run a port, so that a port that hangs, crashes its 
 gives a result with a deadline, never the command's hang, exit or traceback.
 
 RemoteAdapter starts `python -m odeattn.conformance.running.worker` (pool.Worker, worker.py),
-sends it init, and then a frame per request (frames.py), each answered within the timeout. A
+sends it init, and then a frame per request (wire/frames.py), each answered within the timeout. A
 worker that outlives it, dies (a signal, os._exit) or announces a reply larger than its case can
 produce is killed: the request's answer is an error reply saying so (RemoteAdapter.lost holds
 why), and the next request starts a fresh worker. It has an adapter's attributes (name, dtypes,
 its declared support, which optional methods it has), read from the init reply; supports() and
-run_stages() ask the worker, and run_request() sends a case's run request (runner.request_frame's).
+run_stages() ask the worker, and run_request() sends a case's run request (requests.request_frame's).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import selectors
 import time
 from typing import Optional
 
-from .frames import encode
-from .pool import INIT_REPLY_LIMIT, Worker, describe_exit
+from ..wire.frames import encode
+from ..wire.lifetime import describe_exit
+from .pool import INIT_REPLY_LIMIT, Worker
+from .requests import stages_frame
 
 OPTIONAL = ("run_func", "run_trajectory", "run_decode", "run_vjp", "run_stages")  # an init reply's "methods"
 REPLY_LIMIT = 1 << 20  # bytes: a supports() answer, or an error's traceback
@@ -38,7 +40,7 @@ class BackendFault(Exception):
 
 
 class Lost(Exception):
-    """The worker timed out, died or oversent: why (pool.describe_exit's words)."""
+    """The worker timed out, died or oversent: why (wire.lifetime.describe_exit's words)."""
 
 
 class RemoteAdapter:
@@ -144,19 +146,15 @@ class RemoteAdapter:
 
     def run_request(self, frame: bytes, limit: int) -> tuple[dict, dict]:
         """(reply, outputs) of a case's run request (an encoded frame) whose reply may take limit
-        bytes, as worker.attempt gives them (runner.attempt_case's)."""
+        bytes, as worker.attempt gives them (compare.attempt_case's)."""
         reply, arrays = self.request({}, frame=frame, limit=limit)
         reply.pop("profile", None)
         return reply, arrays
 
     def run_stages_in_worker(self, config, params, x, padding_mask, dtype) -> dict:
         """The backend's run_stages (stage -> array), run in the worker; BackendFault if it failed."""
-        arrays = {"x": x, **{f"param/{k}": v for k, v in params.items()}}
-        if padding_mask is not None:
-            arrays["padding_mask"] = padding_mask
-        b, t, d = x.shape
-        reply, out = self.request({"op": "run", "case": "stages", "dtype": dtype, "config": config.to_dict(), "stages": True},
-                                  arrays, limit=8 * 8 * b * t * d + REPLY_LIMIT)
+        reply, out = self.request({}, frame=stages_frame(config, params, x, padding_mask, dtype),
+                                  limit=8 * 8 * x.size + REPLY_LIMIT)
         if reply.get("status") != "ran":
             raise BackendFault(reply)
         return out

@@ -26,22 +26,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .frames import HEADER, decode, encode
-from .lifetime import PARENT_VARIABLE
+from ..wire.frames import HEADER, decode, encode
+from ..wire.lifetime import PARENT_VARIABLE, describe_exit
 
 MIN_SHARE = 4  # cases left before another worker for the same backend pays for its start-up
 INIT_REPLY_LIMIT = 1 << 20  # bytes: an init reply is a name, dtypes and maybe a traceback
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is still running"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
 
 
 def _stderr_fd() -> int:

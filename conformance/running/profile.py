@@ -23,75 +23,16 @@ what the cache saves; tracing and lowering happen warm too).
 The counters, per backend: programs (JAX programs lowered and handed to XLA), cache_hits (those
 read from the persistent cache instead of compiled), xla_compilations (programs - cache_hits),
 exports and sessions. A backend that imports JAX only inside a call has its first call's
-compilations counted as run time.
+compilations counted as run time. A worker counts them (wire/counters.py) and reports each case's
+share; this module sums them per backend.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import time
-
 PHASES = ("start", "import", "construction", "compilation", "run", "transfer", "comparison")
 COUNTERS = ("programs", "cache_hits", "xla_compilations", "exports", "sessions")
-
-# this process's totals (a worker's): the seconds spent compiling and the counts, read before and
-# after each call to report the call's share
-TOTALS = {"compilation": 0.0, "jax_trace": 0.0, "jax_lower": 0.0, "jax_xla": 0.0, "programs": 0, "cache_hits": 0,
-          "exports": 0, "sessions": 0}
 CASE_KEYS = ("compilation", "jax_trace", "jax_lower", "jax_xla", "run", "transfer", "comparison", "programs", "cache_hits",
              "exports", "sessions")  # what a case's profile holds, summed into its backend's row
-
-_JAX_COMPILE = {"/jax/core/compile/jaxpr_trace_duration": "jax_trace",
-                "/jax/core/compile/jaxpr_to_mlir_module_duration": "jax_lower",
-                "/jax/core/compile/backend_compile_duration": "jax_xla"}
-_JAX_PROGRAM = "/jax/core/compile/backend_compile_duration"  # one per program compiled or read from the cache
-_JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
-_watching_jax = [False]
-
-
-@contextlib.contextmanager
-def compiling(counter: str):
-    """Count one `counter` ("exports", "sessions") and add the block's seconds to compilation."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        TOTALS["compilation"] += time.perf_counter() - start
-        TOTALS[counter] += 1
-
-
-def _on_duration(event: str, seconds: float, **_) -> None:
-    if event in _JAX_COMPILE:
-        TOTALS["compilation"] += seconds
-        TOTALS[_JAX_COMPILE[event]] += seconds
-    if event == _JAX_PROGRAM:
-        TOTALS["programs"] += 1
-
-
-def _on_event(event: str, **_) -> None:
-    if event == _JAX_CACHE_HIT:
-        TOTALS["cache_hits"] += 1
-
-
-def watch_jax() -> None:
-    """Count JAX's compilations from now on, if this process has imported JAX (never imports it)."""
-    if _watching_jax[0] or "jax" not in sys.modules:
-        return
-    from jax import monitoring
-
-    monitoring.register_event_duration_secs_listener(_on_duration)
-    monitoring.register_event_listener(_on_event)
-    _watching_jax[0] = True
-
-
-def snapshot() -> dict:
-    return dict(TOTALS)
-
-
-def since(before: dict) -> dict:
-    """What TOTALS gained since `before` (a snapshot)."""
-    return {k: TOTALS[k] - before[k] for k in TOTALS}
 
 
 def empty() -> dict:

@@ -4,6 +4,7 @@ own (client.RemoteAdapter): here, not in client.py, which the adapters' own modu
 from __future__ import annotations
 
 from .client import ConstructionFailed, RemoteAdapter
+from ..adapters import discover
 
 
 def remote_adapters(references, timeout: float) -> list:
@@ -11,7 +12,6 @@ def remote_adapters(references, timeout: float) -> list:
     throwaway process) and constructed in a worker of its own within timeout seconds; on a
     failure the workers started are stopped and ValueError (beginning 'backend', for a command to
     name its option) or discover's ModuleNotFoundError is raised."""
-    from ..adapters import discover
 
     refs, _, _ = discover(references, timeout=timeout)
     out = []

@@ -8,7 +8,9 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
-from .runner import CaseResult, Report
+from .compare import CaseResult, Report
+from ..cases.stages import format_stage
+import ode_ref
 
 
 def summary(results) -> list[dict]:
@@ -97,7 +99,6 @@ def format_report(report: Report) -> str:
 
 def _triage_lines(found, first_case: str) -> list[str]:
     """A group's triage (triage.py) as the table's lines: its shared settings and its stage."""
-    from ..fuzzing.stages import format_stage
 
     if not found:
         return []
@@ -120,7 +121,6 @@ def environment() -> dict:
     import importlib.metadata
     import platform
 
-    import ode_ref
 
     packages = {}
     for name in RUNTIMES:

@@ -1,7 +1,7 @@
 """What a run's failures have in common, said after the table: for each failure group, the
 config settings that every failing case of the group shares (and how many of the cases run with
 that setting fail), and the first divergent stage of f(0, x) on the group's first case, asked of
-the backend's optional run_stages in a worker of its own (fuzzing/stages.py judges the values).
+the backend's optional run_stages in a worker of its own (cases/stages.py judges the values).
 
 A setting is named when every case of the group has it and some case run on that backend and
 dtype does not: a setting every case has (the default of a field no case changes) says nothing.
@@ -9,15 +9,19 @@ dtype does not: a setting every case has (the default of a field no case changes
 
 from __future__ import annotations
 
-from ..cases.half import HALF_DTYPES
+from ode_ref.precision import HALF_DTYPES
+
 from ..adapters.support import settings_of
 from .reports import failure_groups
+from ..cases.stages import judge_stages, stages_failed
+from .pool import BackendFailed, Constructed, Pool, Result
+from .requests import reply_limit, request_frame
 
 
 def settings(case) -> dict:
     """A case's settings as the triage compares them: its kind and its config's fields (the
     encoding in effect as positional_encoding: support.settings_of)."""
-    return {"kind": case.kind, **settings_of(case.config)}
+    return {"kind": case.kind.name, **settings_of(case.config)}
 
 
 SHOWN_SETTINGS = 3  # the settings named per group, those whose cases fail most often first
@@ -51,17 +55,14 @@ def stage_targets(report, cases: dict) -> dict:
     for g in failure_groups(report.results):
         first = g["results"][0]
         case = cases[first.case]
-        if first.status == "failed" and g["dtype"] not in HALF_DTYPES and case.kind == "block" and first.quantities:
+        if first.status == "failed" and g["dtype"] not in HALF_DTYPES and case.kind.stages and first.quantities:
             out[g["backend"], g["dtype"], g["divergence"]] = case
     return out
 
 
 def name_stages(report, cases: dict, *, jobs: int, timeout: float) -> dict:
-    """(backend, dtype, divergence) -> fuzzing.stages' answer for the group's first case (a dict;
+    """(backend, dtype, divergence) -> cases.stages' judgement for the group's first case (a dict;
     "skipped" when the backend has no run_stages), each backend in a fresh worker."""
-    from ..fuzzing.stages import judge_stages, stages_failed
-    from .pool import BackendFailed, Constructed, Pool, Result
-    from .runner import reply_limit, request_frame
 
     targets = stage_targets(report, cases)
     wanted = [report.refs[name] for name in dict.fromkeys(key[0] for key in targets) if name in report.refs]

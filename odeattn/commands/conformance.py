@@ -243,11 +243,11 @@ def prepare(args):
     options, the golden set (a GoldenError: a line per defect) and the backends are checked; run
     inside user_input, before any case runs."""
     from odeattn.conformance.adapters import BUILTIN, discover
-    from odeattn.conformance.external import load_backends_file
+    from odeattn.conformance.adapters.external import load_backends_file
     from odeattn.conformance.golden import GOLDEN_DIR, digest, load_cases
-    from odeattn.conformance.cases.half import DTYPES
+    from ode_ref.precision import DTYPES
     from odeattn.conformance.running.expectations import load as load_expectations
-    from odeattn.conformance.running.runner import compile_patterns, select
+    from odeattn.conformance.running.selection import compile_patterns, select
     from odeattn.conformance.running.reports import environment
     from odeattn.conformance.running.shards import describe as describe_shard, parse_shard, shard
 
@@ -297,7 +297,8 @@ def suite(args) -> int:
     import time
 
     from odeattn.conformance.running.profile import format_profile
-    from odeattn.conformance.running.runner import BackendError, UsageRefusal, run_suite
+    from odeattn.conformance.running.compare import BackendError, UsageRefusal
+    from odeattn.conformance.running.runner import run_suite
     from odeattn.conformance.running.reports import format_report, write_json, write_junit
     from odeattn.conformance.running.triage import triage
 

@@ -10,14 +10,14 @@ import warnings
 from pathlib import Path
 
 from ode_ref.cache import evaluations
-from ode_ref.precision import HALF_DTYPES
 
 from ode_ref.files import replacing
 from odeattn.commands.args import CommandFailed, UsageError, add_force, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block, unused_encoding
+from odeattn.export.from_torch import TORCH_OPSETS
+from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
 
-DEPLOY_OPTIONS = ("functions", "quantize", "optimize")
-DTYPES = ("float32", *HALF_DTYPES)  # export.half.DTYPES (not imported: registering a command imports no onnx)
+DEPLOY_OPTIONS = ("quantize", "optimize")  # ONNX Runtime's tools on the written block model, not its form
 
 
 def register(sub) -> None:
@@ -28,20 +28,20 @@ def register(sub) -> None:
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path, help="the .onnx file to write (required but with --genai)")
     add_force(p)
-    p.add_argument("--opset", type=int, default=None, choices=[17, 18, 23],
+    p.add_argument("--opset", type=int, default=None, choices=sorted({*OPSETS, *TORCH_OPSETS}),
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
     p.add_argument("--no-padding-mask", action="store_true",
                    help="omit the padding_mask input (block and prefill models: every token real); "
                         "not with --decode, whose padding_mask is the cache's")
     p.add_argument("--route", choices=["direct", "torch"], default="direct",
                    help="direct: built from the spec with onnx's helpers (default); torch: torch.onnx.export")
-    kind = p.add_mutually_exclusive_group()
-    kind.add_argument("--prefill", action="store_true",
+    graph = p.add_mutually_exclusive_group()  # which graph: the block (none given), or one of these
+    graph.add_argument("--prefill", action="store_true",
                       help="the prefill model: the prompt's z and the KV cache it leaves (decoder mode, opset 17)")
-    kind.add_argument("--decode", action="store_true",
+    graph.add_argument("--decode", action="store_true",
                       help="the decode-step model: one token and the cache in, its z and the new cache out "
                            "(decoder mode, opset 17)")
-    kind.add_argument("--genai", type=Path, metavar="DIR",
+    graph.add_argument("--genai", type=Path, metavar="DIR",
                       help="a language model (an LMConfig, `odeattn init --lm`) as DIR/model.onnx and "
                            "DIR/genai_config.json, the folder ONNX Runtime GenAI generates from (docs/generation.md)")
     p.add_argument("--shared-buffer", action="store_true",
@@ -54,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("--steps-input", action="store_true",
                    help="the Loop form: one file for any number of steps, an int64 input 'steps' (default: the "
                         "config's ode_steps) that odeattn run --steps sets (block model of the direct route)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32",
+    p.add_argument("--dtype", choices=EXPORT_DTYPES, default="float32",
                    help="float32 (default); float16 or bfloat16: ode_ref.precision's half-precision policy, weights "
                         "stored in that dtype, x and z typed in it, float32 between its rounding points "
                         "(block model of the direct route)")
@@ -78,46 +78,71 @@ def inputs_of(args) -> dict:
 
 
 def check_options(args):
-    """(config, params, opset) once the inputs are read and every option applies; UsageError naming
-    what is refused, before any work. The direct route's rules are check_export's, its errors
-    named by this command's options (as_option)."""
+    """(config, params, opset, the ExportOptions of the direct route or None for the torch route)
+    once the inputs are read and every option applies; UsageError naming the option that is
+    refused, before any work. The form's rules are ExportOptions' and check_export's, their
+    errors named by this command's options (as_option)."""
     check_output_path("-o", args.output, ".onnx", force=args.force, others=inputs_of(args))
-    config, params = load_block(args.config, args.weights)
-    allowed = {"direct": (17, 23), "torch": (18, 23)}[args.route]
+    allowed = {"direct": OPSETS, "torch": TORCH_OPSETS}[args.route]
     opset = args.opset or allowed[0]
     if opset not in allowed:
         raise UsageError(f"--opset: the {args.route} route exports opset {' or '.join(map(str, allowed))}; got {opset}")
-    check_deploy_options(args, config)
-    if args.prefill or args.decode:
-        flag = "--prefill" if args.prefill else "--decode"
-        if args.route != "direct":
-            raise UsageError(f"{flag}: the direct route only; got --route {args.route}")
-        if args.no_padding_mask and args.decode:
-            raise UsageError("--no-padding-mask: expected the block or prefill model; the decode-step model's padding_mask "
-                             "is the cache's record of which slots hold real tokens, not an input to omit; got --decode")
+    form = form_of(args)
+    options = None
     if args.route == "torch":
-        check_torch_route(args)
+        check_torch_route(form)
+    else:
+        options = checked(lambda: ExportOptions(opset=opset, **form), form)
+    config, params = load_block(args.config, args.weights)
+    check_deploy_options(args, config)
+    if options is None:
         require("torch")  # main() names the extra that installs it
     else:
         from odeattn.export.block import check_export
 
-        kind = "prefill" if args.prefill else "decode_step" if args.decode else "block"
-        try:
-            check_export(config, params, kind=kind, opset=opset, bitlinear=args.bitlinear, steps_input=args.steps_input,
-                         dtype=args.dtype, keep_io_types=args.keep_io_types)
-        except (ValueError, TypeError) as err:
-            raise as_option(err) from None
-    check_combinations(args)
-    return config, params, opset
+        checked(lambda: check_export(config, params, options), form)
+    return config, params, opset, options
 
 
-# check_export's parameters, as this command's options
-OPTIONS = {"opset": "--opset", "bitlinear": "--bitlinear", "steps_input": "--steps-input", "dtype": "--dtype",
-           "keep_io_types": "--keep-io-types"}
+def form_of(args) -> dict:
+    """ExportOptions' fields as this command's options set them, but the opset (the route's)."""
+    return {"graph": "prefill" if args.prefill else "decode_step" if args.decode else "block",
+            "padding_mask": not args.no_padding_mask, "steps_input": args.steps_input, "functions": args.functions,
+            "bitlinear": args.bitlinear, "dtype": args.dtype, "keep_io_types": args.keep_io_types}
 
 
-def as_option(err: Exception) -> UsageError:
-    """A library's error ("parameter: ...") as a usage error naming the option that sets it."""
+# ExportOptions' fields, as this command's options
+OPTIONS = {"opset": "--opset", "padding_mask": "--no-padding-mask", "steps_input": "--steps-input",
+           "functions": "--functions", "bitlinear": "--bitlinear", "dtype": "--dtype", "keep_io_types": "--keep-io-types"}
+GRAPH_OPTIONS = {"prefill": "--prefill", "decode_step": "--decode"}
+
+
+def option_of(field: str, value) -> str:
+    """The option that sets field: for the graph, the one that picks its model."""
+    return GRAPH_OPTIONS.get(value, "the block model") if field == "graph" else OPTIONS.get(field, field)
+
+
+def typed(field: str, value) -> str:
+    """field = value as the options a user types: --steps-input, --no-padding-mask, --decode, --dtype float16."""
+    if field == "graph" or isinstance(value, bool):
+        return option_of(field, value)
+    return f"{option_of(field, value)} {value}"
+
+
+def checked(call, form: dict):
+    """call(), its ValueError or TypeError as a usage error naming this command's options."""
+    try:
+        return call()
+    except (ValueError, TypeError) as err:
+        raise as_option(err, form) from None
+
+
+def as_option(err: Exception, form: dict) -> UsageError:
+    """A library's error ("field: ...") as a usage error naming the option that sets the field;
+    an OptionError's conflicting fields named as typed (--steps-input, --decode)."""
+    if isinstance(err, OptionError):
+        got = err.received(other=typed, sep=" ")
+        return UsageError(f"{option_of(err.field, form.get(err.field))}: {err.expected}; got {got}")
     name, sep, rest = str(err).partition(": ")
     return UsageError(f"{OPTIONS[name]}: {rest}" if sep and name in OPTIONS else str(err))
 
@@ -136,13 +161,13 @@ def run(args) -> int:
     if args.output is None:
         raise UsageError("-o/--output: required (the .onnx file to write), except with --genai DIR")
     with user_input():
-        config, params, opset = check_options(args)
+        config, params, opset, options = check_options(args)
     warning = unused_encoding(config)
     if warning:
         print(f"odeattn export: {warning}", file=sys.stderr)
     if args.prefill or args.decode:
-        return export_cached(args, config, params, opset)
-    notes = write_block(args, config, params, opset)
+        return export_cached(args, config, params, options)
+    notes = write_block(args, config, params, opset, options)
     model = onnx.load(str(args.output))
     err = check_against_spec(model, config, params)
     stored, executed = node_counts(model)
@@ -161,8 +186,9 @@ def run(args) -> int:
     return 0
 
 
-def write_block(args, config, params, opset: int) -> list[str]:
-    """Write the block model to --output, by its route and in its form; the notes to print."""
+def write_block(args, config, params, opset: int, options) -> list[str]:
+    """Write the block model to --output, by its route (options None: the torch route, at opset)
+    and in its form; the notes to print."""
     if args.route == "torch":
         from odeattn.backends.torch import ODEAttentionBlock
         from odeattn.export.from_torch import export_torch
@@ -175,28 +201,26 @@ def write_block(args, config, params, opset: int) -> list[str]:
         return []
     from odeattn.export.block import check, export_model
 
-    model = export_model(config, params, opset=opset, padding_mask=not args.no_padding_mask, bitlinear=args.bitlinear,
-                         steps_input=args.steps_input, dtype=args.dtype, keep_io_types=args.keep_io_types,
-                         functions=args.functions)
+    model = export_model(config, params, options)
     check(model)
     try:
         model, notes = deploy_form(model, args)
     except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
         raise CommandFailed(str(err)) from None
     write_model(model, args.output)
-    if args.bitlinear == "integer":
+    if options.bitlinear == "integer":
         from odeattn.export.deploy import PROJECTIONS
 
         notes.append(f"integer BitLinear: {PROJECTIONS} projections x {evaluations(config)} evaluations as exact MatMulInteger "
                      "(uint8 levels, int8 ternary weights) times one float scale per token; weights stored as int8 only")
-    if args.dtype != "float32":
-        io = "float32 (holding its values)" if args.keep_io_types else args.dtype
-        notes.append(f"{args.dtype}: weights stored in {args.dtype}, x and z typed {io}; float32 between the policy's "
-                     "rounding points (ode_ref.precision)")
-    if args.steps_input:
+    if options.half:
+        io = "float32 (holding its values)" if options.keep_io_types else options.dtype
+        notes.append(f"{options.dtype}: weights stored in {options.dtype}, x and z typed {io}; float32 between the "
+                     "policy's rounding points (ode_ref.precision)")
+    if options.steps_input:
         notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
-    elif args.functions:
+    elif options.functions:
         notes.append(LOCAL_FUNCTIONS_NOTE)
     return notes
 
@@ -248,8 +272,9 @@ def _other_form(args) -> str | None:
 
 
 def check_deploy_options(args, config) -> None:
-    """UsageError naming the option unless --functions, --quantize and --optimize apply: the direct
-    route's block model, float weights for int8, a writable path for the optimised model."""
+    """UsageError naming the option unless --quantize and --optimize apply: the direct route's
+    block model; for int8, float weights stored in float32 and no local functions; a writable
+    path for the optimised model."""
     from odeattn.export.deploy import check_quantizable, optimized_path
 
     given = [f"--{o}" for o in DEPLOY_OPTIONS if getattr(args, o)]
@@ -263,33 +288,29 @@ def check_deploy_options(args, config) -> None:
         if args.functions:
             raise UsageError("--functions: --quantize int8 quantises the written-out graph, which has no local "
                              "functions; got --functions --quantize int8")
+        if args.dtype != "float32":
+            raise UsageError(f"--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); "
+                             f"got --dtype {args.dtype}")
     if args.optimize:
         check_output_path("--optimize", optimized_path(args.output), ".onnx", force=args.force,
                           others={**inputs_of(args), "-o": args.output})
 
 
-def check_torch_route(args) -> None:
-    """UsageError naming the first option that applies to the direct route's block model only (the
-    torch route exports a float32 block with a padding_mask input and every step written out)."""
-    if args.no_padding_mask:
-        raise UsageError("--no-padding-mask: the torch route always has a padding_mask input")
-    direct = [("--steps-input", args.steps_input), (f"--bitlinear {args.bitlinear}", args.bitlinear != "float"),
-              (f"--dtype {args.dtype}", args.dtype != "float32"), ("--keep-io-types", args.keep_io_types)]
-    for option, given in direct:
-        if given:
-            why = " (the prefill and decode-step models, and the torch route, export float32 only)" if "dtype" in option else ""
-            raise UsageError(f"{option}: expected the block model of the direct route{why}; got --route torch")
+# Why the torch route refuses a field (default: it is the direct route's block model's)
+TORCH_ROUTE = {"graph": "the direct route only", "padding_mask": "the torch route always has a padding_mask input",
+               "dtype": "expected the block model of the direct route (the prefill and decode-step models, and the "
+                        "torch route, export float32 only)"}
 
 
-def check_combinations(args) -> None:
-    """UsageError for options that each apply but not together: the Loop form has no local
-    functions, and int8 quantises float32 weights."""
-    if args.steps_input and args.functions:
-        raise UsageError("--functions: the Loop form (--steps-input) has no local functions; its step is "
-                         "written out once, in the Loop's body; got --steps-input --functions")
-    if args.quantize and args.dtype != "float32":
-        raise UsageError(f"--quantize int8: expected --dtype float32 (it quantises float32 MatMul weights); "
-                         f"got --dtype {args.dtype}")
+def check_torch_route(form: dict) -> None:
+    """UsageError naming the first option that sets a field of form away from the default form
+    (ExportOptions()): the torch route exports the float32 block with a padding_mask input and
+    every step written out, only its opset chosen."""
+    default = ExportOptions()
+    for field, value in form.items():
+        if value != getattr(default, field):
+            why = TORCH_ROUTE.get(field, "expected the block model of the direct route")
+            raise UsageError(f"{typed(field, value)}: {why}; got --route torch")
 
 
 def deploy_form(model, args):
@@ -307,22 +328,19 @@ def deploy_form(model, args):
     return model, []
 
 
-def export_cached(args, config, params, opset: int) -> int:
+def export_cached(args, config, params, options) -> int:
     """--prefill or --decode: write the model, then run it as `odeattn run` does on a random batch
     of 8 tokens (the decode-step model generating them from an empty cache) and compare with
     ode_block on the whole sequence."""
-    from odeattn.export.block import check, decode_names, export_decode_model, export_prefill_model
+    from odeattn.export.block import check, decode_names, export_model
     from odeattn.export.deploy import check_against_spec
 
-    if args.prefill:
-        model = export_prefill_model(config, params, opset=opset, padding_mask=not args.no_padding_mask)
-    else:
-        model = export_decode_model(config, params, opset=opset)
+    model = export_model(config, params, options)
     check(model)
     write_model(model, args.output)
     err = check_against_spec(model, config, params)
     what = "the prefill of 8 tokens" if args.prefill else "8 tokens decoded one by one from an empty cache"
-    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {opset}, {len(model.graph.node)} nodes, "
+    print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {options.opset}, {len(model.graph.node)} nodes, "
           f"{len(decode_names(config)[0]) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} "
           f"(batch 2): {err:.2e}")
     return 0

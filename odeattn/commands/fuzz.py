@@ -76,7 +76,7 @@ def close_all(adapters) -> None:
 
 
 def fuzz(args) -> int:
-    from odeattn.conformance.cases.half import DTYPES
+    from ode_ref.precision import DTYPES
     from odeattn.conformance.running.expectations import load as load_expectations
 
     unused = [o for a, o in RUN_ONLY.items() if getattr(args, a, None) not in (None, [], False)]
@@ -281,11 +281,14 @@ def replay(args) -> int:
 def replay_on(args, typed: str, adapter, case, dtype: str) -> int:
     """replay's run and its lines: the result, where it is off and the stage, or the backend's
     own traceback where it raised (its error, not this command's)."""
-    from odeattn.conformance.fuzzing.fuzz import first_divergent, run_one
-    from odeattn.conformance.fuzzing.localise import localise
-    from odeattn.conformance.fuzzing.stages import first_divergent_stage, format_stage
+    from odeattn.conformance.fuzzing.fuzz import first_divergent
+    from odeattn.conformance.running.compare import run_case
+    from odeattn.conformance.cases.localise import localise
+    from odeattn.conformance.cases.stages import format_stage
+    from odeattn.conformance.fuzzing.stages import first_divergent_stage
 
-    result, outputs = run_one(adapter, case, dtype)
+    outputs = {}
+    result = run_case(adapter, case, dtype, outputs=outputs)
     print(f"replay of {args.replay} on {typed}/{dtype}: {result.status}{': ' + result.message if result.message else ''}")
     if result.traceback:
         print("  the backend's traceback:\n" + "\n".join("    " + line for line in result.traceback.rstrip().splitlines()))
@@ -293,7 +296,7 @@ def replay_on(args, typed: str, adapter, case, dtype: str) -> int:
     if q:
         tol = next(r.tolerance for r in result.quantities if r.quantity == q)
         print(f"  where: {localise(q, outputs[q], case.quantities()[q], tol, prompt=case.prompt)['summary']}")
-        if case.kind == "block" and getattr(adapter, "run_stages", None) is not None:
+        if case.kind.stages and getattr(adapter, "run_stages", None) is not None:
             print(f"  stage: {format_stage(first_divergent_stage(adapter, case, dtype))}")
     if result.status in ("skipped", "untestable"):
         raise CommandFailed(f"--backend {typed}: does not run this example ({result.message}): that is not a pass", code=2)

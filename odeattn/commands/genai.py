@@ -33,16 +33,16 @@ def load_lm(config_path, weights_path, check=None):
     return config, params
 
 
-# `odeattn export`'s options that shape a block model, none of which the GenAI folder takes
+# `odeattn export`'s options that shape a block model, none of which the GenAI folder takes: (flag, dest, default)
 BLOCK_OPTIONS = (("-o", "output", None), ("--opset", "opset", None), ("--no-padding-mask", "no_padding_mask", False),
                  ("--route", "route", "direct"), ("--bitlinear", "bitlinear", "float"), ("--steps-input", "steps_input", False),
-                 ("--dtype", "dtype", "float32"), ("--keep-io-types", "keep_io_types", False), ("--inline", "inline", False),
+                 ("--dtype", "dtype", "float32"), ("--keep-io-types", "keep_io_types", False),
                  ("--quantize", "quantize", None), ("--optimize", "optimize", False), ("--functions", "functions", False))
 
 
 def export_genai(args) -> int:
     """`odeattn export --genai DIR --config C --weights W`: DIR/model.onnx and DIR/genai_config.json."""
-    given = [flag for flag, name, default in BLOCK_OPTIONS if getattr(args, name, default) != default]
+    given = [flag for flag, name, default in BLOCK_OPTIONS if getattr(args, name) != default]
     if given:
         raise UsageError(f"--genai: writes its folder's model.onnx and genai_config.json (float32), "
                          f"which no block-model option shapes; got {', '.join(given)}")

@@ -38,7 +38,7 @@ def register(sub) -> None:
 
 
 def check_inputs(args, threads: int):
-    """(the model's kind, x, its forward, the start of its session: the seconds that took), once
+    """(the model's graph (block, prefill or decode_step), x, its forward, the start of its session: the seconds that took), once
     the model is read and its inputs are checked against it, before any session is built."""
     import time
 
@@ -54,9 +54,9 @@ def check_inputs(args, threads: int):
                          f"np.save({str(args.x)!r}, x.astype(np.float32)))")
     mask = load_npy("--padding-mask", args.padding_mask) if args.padding_mask else None
     meta = {p.key: p.value for p in model.metadata_props}
-    kind = meta.get("kind", "block")
+    graph = meta.get("kind", "block")  # the metadata key "kind" names the graph (ExportOptions.graph)
     check_steps_option(model, args.steps)
-    if kind == "block":
+    if graph == "block":
         feed = make_feed(model, as_model_dtype(model, x), mask, args.steps)
         built = {}
 
@@ -65,18 +65,18 @@ def check_inputs(args, threads: int):
             built["session"] = session(model, threads=threads)
             return time.perf_counter() - begun
 
-        return kind, x, (lambda: run_session(built["session"], ["z"], feed)[0]), start
+        return graph, x, (lambda: run_session(built["session"], ["z"], feed)[0]), start
     runner = SessionRun(model, threads=threads)  # the feeds are checked before the session is built
     config = json.loads(meta["config"])
-    if kind == "prefill":
+    if graph == "prefill":
         decoder = OnnxDecoder(config, prefill_run=runner)
         decoder.prefill_feed(x, mask)  # max_len: the prompt's length
-        return kind, x, (lambda: decoder.prefill(x, mask)[0]), runner.start
+        return graph, x, (lambda: decoder.prefill(x, mask)[0]), runner.start
     if mask is not None:
         raise UsageError("--padding-mask: a decode-step model decodes real tokens only; got a mask")
     decoder = OnnxDecoder(config, decode_run=runner)
     decoder.check_generate(x)
-    return kind, x, (lambda: decoder.generate(x)), runner.start
+    return graph, x, (lambda: decoder.generate(x)), runner.start
 
 
 def as_model_dtype(model, x):
@@ -113,7 +113,7 @@ def run(args) -> int:
 
     threads = args.threads or os.cpu_count() or 1
     with user_input():
-        kind, x, forward, start = check_inputs(args, threads)
+        graph, x, forward, start = check_inputs(args, threads)
         created = start()  # a model with an operator the CPU provider has no kernel for is refused here
     z = forward()  # also the warm-up of --repeats
     if z.dtype.name in HALF_DTYPES and np.isfinite(x).all() and not np.isfinite(np.asarray(z, np.float32)).all():
@@ -126,11 +126,11 @@ def run(args) -> int:
         summary += f", saved to {args.output}" + ("" if saved is z else f" as float32 (holding its {z.dtype} values)")
     print(summary)
     if args.repeats:
-        print(latency(forward, args.repeats, created, threads, kind, x.shape))
+        print(latency(forward, args.repeats, created, threads, graph, x.shape))
     return 0
 
 
-def latency(forward, repeats: int, created: float, threads: int, kind: str, shape) -> str:
+def latency(forward, repeats: int, created: float, threads: int, graph: str, shape) -> str:
     """One line: the median and min..max of `repeats` timed forwards (after the warm-up the caller
     ran), the thread count and the session's creation time."""
     import statistics
@@ -138,7 +138,7 @@ def latency(forward, repeats: int, created: float, threads: int, kind: str, shap
     from odeattn.bench import measure
 
     times = measure(forward, warmup=0, repeats=repeats)
-    what = "a forward" if kind == "block" else "the prefill" if kind == "prefill" else f"decoding {shape[1]} tokens"
+    what = "a forward" if graph == "block" else "the prefill" if graph == "prefill" else f"decoding {shape[1]} tokens"
     return (f"latency of {what} (batch {shape[0]}, seq {shape[1]}), {repeats} runs after 1 warm-up, threads {threads}: "
             f"median {statistics.median(times) * 1e3:.2f} ms, min..max {min(times) * 1e3:.2f}..{max(times) * 1e3:.2f} ms; "
             f"session created in {created * 1e3:.0f} ms")

@@ -11,7 +11,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance.adapters import missing_requirements
-from odeattn.conformance.running.worker import collect_outputs
+from odeattn.conformance.cases.kinds import BLOCK, DECODE
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and Inf through NumPy, by design
 
@@ -114,8 +114,8 @@ def test_later_non_finite_tokens_never_reach_earlier_ones(path, config, builtin_
     cfg, backend = CONFIGS[config], adapter(path, builtin_adapter)
     dtype = dtype_of(backend)
     params, x, dirty, where = inputs(cfg, dtype)
-    got = collect_outputs(backend, cfg, params, dirty, None, dtype)
-    want = collect_outputs(backend, cfg, params, x, None, dtype)
+    got = BLOCK.call(backend, cfg, params, dirty, None, dtype, {}, {})
+    want = BLOCK.call(backend, cfg, params, x, None, dtype, {}, {})
     for quantity in got:
         check_causal(got[quantity], want[quantity], where)
 
@@ -139,8 +139,8 @@ def test_cached_decoding_keeps_causality(path, builtin_adapter):
     pad_dirty, pad_clean = padded(rng.normal(size=(2, 6, cfg.hidden_size)).astype(dtype), pad[-2:])
     dirty = np.concatenate([np.concatenate([dirty, decoded], axis=1), pad_dirty])
     x = np.concatenate([np.concatenate([prompt, decoded], axis=1), pad_clean])
-    got = collect_outputs(backend, cfg, params, dirty, pad, dtype, decoded=2)["decode"]
-    want = collect_outputs(backend, cfg, params, x, pad, dtype, decoded=2)["decode"]
+    got = DECODE.call(backend, cfg, params, dirty, pad, dtype, {'prompt': dirty.shape[1] - 2}, {})["decode"]
+    want = DECODE.call(backend, cfg, params, x, pad, dtype, {'prompt': x.shape[1] - 2}, {})["decode"]
     for r, s in enumerate(where):
         np.testing.assert_array_equal(got[r, :s], want[r, :s], err_msg=f"row {r}, token {s}")
         assert not np.isfinite(got[r, s:]).all(axis=-1).any(), (r, s)

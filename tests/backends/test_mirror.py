@@ -18,6 +18,9 @@ MODULES = ["norms", "bitlinear", "positions", "attention", "variants"]
 PORTS = {"torch": "odeattn.backends.torch", "jax": "odeattn.backends.jax", "export": "odeattn.export"}
 # Ports whose SelfAttention subclasses the spec's: the modules in which they write only what differs.
 INHERITS = {"jax": ("attention", "positions"), "torch": ("attention", "positions")}
+# Spec modules a port holds in its package, not in a file of its own: the variants, which
+# ode_ref.variants.port_variants ports into the package under their names.
+IN_PACKAGE = {("jax", "variants"), ("torch", "variants")}
 _FLOAT64 = "JAX has no float64 at run time (x64 off): gathers rows of the spec's float64 table, made at trace time"
 _OWNED = "the module owns its parameters: prepare(x, padding_mask), the weights its own"
 _TORCH64 = "float64 in torch ops on the positions' device (the spec's in NumPy)"
@@ -83,7 +86,7 @@ REPLACED = {
     ("export", "bitlinear", "ternarize_weight"): "done at export time by the spec's own function",
     ("export", "variants", "*"): "a variant exports through block.export_attention, which ports the spec's class (port_variant)",
     **{(port, "variants", name): "the spec's own check, run by the ported class's __init__"
-       for port in ("torch", "jax") for name in ("check_window", "check_factor", "port_variant")},
+       for port in ("torch", "jax") for name in ("check_window", "check_factor", "port_variant", "port_variants")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
        for port in ("export",) for name in ("rope_frequencies", "rope_angles", "alibi_slopes")},
     **{(port, "positions", name): "the spec's float64 constants, imported by the port"
@@ -167,12 +170,17 @@ def parameters(obj) -> list:
     return [p for p in inspect.signature(fn).parameters if p not in ("self", "xp")]
 
 
+def port_module(port: str, module: str):
+    """The port's module that mirrors ode_ref.<module>: the port's package itself for IN_PACKAGE."""
+    return importlib.import_module(PORTS[port] if (port, module) in IN_PACKAGE else f"{PORTS[port]}.{module}")
+
+
 def pairs(port: str, module: str):
     """(qualified name, spec object, port object or None) for everything the port must mirror."""
     if (port, module, "*") in REPLACED or module in INHERITS.get(port, ()):
         return
     spec = importlib.import_module(f"ode_ref.{module}")
-    mirror = importlib.import_module(f"{PORTS[port]}.{module}")
+    mirror = port_module(port, module)
     for name, obj in own_public(spec).items():
         if (module, name) in SHARED or (port, module, name) in REPLACED or name.endswith("_vjp"):
             continue  # a *_vjp is the spec's hand-written backward pass: a port differentiates itself
@@ -249,7 +257,7 @@ def test_every_listed_difference_still_exists():
     for port, module, name in REPLACED:
         if name == "*" or importlib.util.find_spec("onnx" if port == "export" else port) is None:
             continue
-        assert name not in own_public(importlib.import_module(f"{PORTS[port]}.{module}")), f"{port}.{module}.{name} exists now"
+        assert name not in own_public(port_module(port, module)), f"{port}.{module}.{name} exists now"
     for (port, stage), lists in ((k, "DIFFERENT_STAGES") for k in DIFFERENT_STAGES):
         spec = getattr(importlib.import_module("ode_ref.attention").SelfAttention, stage)
         mine = getattr(importlib.import_module(f"{PORTS[port]}.attention").SelfAttention, stage)
@@ -298,7 +306,7 @@ def test_the_flax_port_names_the_spec_s_stages_and_variants():
     assert sorted(F.variants.__all__) == sorted(v.__name__ for v in R.VARIANTS)
     for variant in R.VARIANTS:  # each is the spec's class ported over the JAX port, writing no stage of its own
         flax_variant = getattr(F, variant.__name__)
-        assert flax_variant.stages is getattr(J.variants, variant.__name__), variant.__name__
+        assert flax_variant.stages is getattr(J, variant.__name__), variant.__name__
         assert not {s for s in FLAX_STAGES if s in vars(flax_variant)}, variant.__name__
         assert {s for s in vars(flax_variant.stages) if not s.startswith("__")} == \
             {s for s in vars(variant) if not s.startswith("__")}, variant.__name__

@@ -6,7 +6,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance.adapters import missing_requirements
-from odeattn.conformance.running.worker import collect_outputs
+from odeattn.conformance.cases.kinds import BLOCK
 
 PATHS = [n for n in ("spec", "torch", "jax", "onnxruntime", "onnxruntime-opset23") if not missing_requirements(n)]
 BITNET_PATHS = [n for n in ("onnxruntime-integer",) if not missing_requirements(n)]  # use_bitnet blocks only
@@ -31,8 +31,8 @@ def test_non_finite_padded_tokens_stay_in_their_rows(path, mode, encoding, built
     dirty = x.copy()
     dirty[0, 2], dirty[0, 3, :4], dirty[1, 0] = np.nan, np.inf, -np.inf
     clean = np.where(mask[:, :, None], x, 0).astype(dtype)
-    got = collect_outputs(backend, cfg, params, dirty, mask, dtype)
-    want = collect_outputs(backend, cfg, params, clean, mask, dtype)
+    got = BLOCK.call(backend, cfg, params, dirty, mask, dtype, {}, {})
+    want = BLOCK.call(backend, cfg, params, clean, mask, dtype, {}, {})
     for quantity in got:
         real_got, real_want = got[quantity][..., mask, :], want[quantity][..., mask, :]
         assert np.isfinite(real_got).all(), (path, quantity)
@@ -55,8 +55,8 @@ def test_huge_finite_float32_inputs_give_exact_norms(path, builtin_adapter):
         x[1, 3, :2] = np.finfo(np.float32).max, 1.5 * 2.0**127  # the top of the float32 range
         want = R.ode_func(params, 0.0, x, cfg)
         e32 = relative_error(R.ode_func({k: v.astype(np.float32) for k, v in params.items()}, 0.0, x.astype(np.float32), cfg), want)
-        got = collect_outputs(backend, cfg, {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32), None,
-                              "float32" if "float32" in backend.dtypes else "float64")["f0"]
+        got = BLOCK.call(backend, cfg, {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32), None,
+                         "float32" if "float32" in backend.dtypes else "float64", {}, {})["f0"]
         assert np.isfinite(got).all(), (path, norm)
         assert relative_error(got, want) <= tolerance(e32, "float32"), (path, norm, relative_error(got, want), e32)
 
@@ -88,17 +88,19 @@ def test_non_finite_padded_tokens_stay_in_their_rows_in_the_encoder(path, pre, b
 @pytest.mark.parametrize("path", ENCODER_PATHS)
 def test_subnormal_inputs_follow_the_declared_flush(path, builtin_adapter):
     """An input made only of float32 subnormals: torch and ONNX Runtime keep them and equal the spec
-    on it; JAX and Flax (XLA flushes subnormals to zero, tolerance.FLUSHES_SUBNORMALS) equal the spec
-    on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
-    from odeattn.conformance.cases.tolerance import FLUSHES_SUBNORMALS, flush_subnormals, relative_error, tolerance
+    on it; JAX and Flax (XLA flushes subnormals to zero: their adapters' flushes_subnormals) equal the
+    spec on the flushed input, the zero input, and are 1.0 off the spec on the input itself."""
+    from odeattn.conformance.cases.tolerance import flush_subnormals, relative_error, tolerance
 
     backend = builtin_adapter(path)
+    flushes = getattr(backend, "flushes_subnormals", False)  # an adapter without the attribute keeps subnormals
+    assert flushes == (path in ("jax", "flax"))
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, norm_type="rms_norm", ode_steps=2)
     params = R.init_params(cfg, 1, perturb_norms=True, dtype=np.float32)
     x = (np.random.default_rng(3).normal(size=(2, 4, 8)) * 1e-39).astype(np.float32)
     assert (np.abs(x) < np.finfo(np.float32).tiny).all() and (x != 0).all()
     got = np.asarray(backend.run_block(cfg, params, x, None, "float32"))
     e32 = relative_error(R.ode_block(params, x, cfg), R.ode_block(params, x.astype(np.float64), cfg))
-    reference = flush_subnormals(x) if path in FLUSHES_SUBNORMALS else x
+    reference = flush_subnormals(x) if flushes else x
     assert relative_error(got, R.ode_block(params, reference.astype(np.float64), cfg)) <= tolerance(e32, "float32")
-    assert (relative_error(got, R.ode_block(params, x.astype(np.float64), cfg)) == 1.0) == (path in FLUSHES_SUBNORMALS)
+    assert (relative_error(got, R.ode_block(params, x.astype(np.float64), cfg)) == 1.0) == flushes

@@ -231,7 +231,7 @@ def test_the_adapters_half_rows_take_and_return_arrays_of_the_row(adapter):
     backend = getattr(adapters, adapter)()
     cfg, params, x, mask, _ = inputs("rope-padded")
     assert "bfloat16" in backend.dtypes
-    for dtype in adapters.HALF_ROWS:  # float16 too: the JAX adapter runs it, though not by default
+    for dtype in HALF_DTYPES:  # float16 too: the JAX adapter runs it, though not by default
         half = numpy_dtype(dtype)
         params_h, x_h = {k: v.astype(np.float32).astype(half) for k, v in params.items()}, x.astype(np.float32).astype(half)
         got = {"z": backend.run_block(cfg, params_h, x_h, mask, dtype), "f": backend.run_func(cfg, params_h, 0.25, x_h, mask, dtype),

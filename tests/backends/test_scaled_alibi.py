@@ -10,7 +10,7 @@ import pytest
 
 import ode_ref as R
 from ode_ref import positions as P
-from odeattn.conformance.tolerance import relative_error, tolerance
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
 FLOAT64 = 1e-12  # a port in float64 runs the spec's arithmetic in another library
 CFG = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_solver="heun", ode_steps=2, ode_use_pe=True,

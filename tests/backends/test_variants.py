@@ -17,7 +17,7 @@ jax = pytest.importorskip("jax")
 from odeattn.backends import jax as J  # noqa: E402
 from odeattn.backends import torch as T  # noqa: E402
 
-CASES = [c for c in load_cases() if c.kind == "block"][:6]  # encoder and decoder, padded and not, RoPE, BitLinear
+CASES = [c for c in load_cases() if c.kind.name == "block"][:6]  # encoder and decoder, padded and not, RoPE, BitLinear
 VARIANTS = pytest.mark.parametrize("variant", R.VARIANTS, ids=lambda v: v.__name__)
 # float64 ports run the spec's arithmetic in another library: they agree to ~1e-15
 FLOAT64 = 1e-12
@@ -155,7 +155,7 @@ WRONG_VARIANTS = {
     "spec-given-a-torch-variant": ("spec", lambda cfg: T.LocalWindowAttention(cfg),
                                    "attention: expected an instance of the spec's SelfAttention or a variant of it, e.g. "
                                    "ode_ref.LocalWindowAttention(config, ...); got an instance of "
-                                   "odeattn.backends.torch.variants.LocalWindowAttention"),
+                                   "odeattn.backends.torch.LocalWindowAttention"),
     "spec-given-a-users-ported-variant": ("spec", lambda cfg: R.port_variant(Shifted, J.SelfAttention)(cfg),
                                           "attention: expected an instance of the spec's SelfAttention or a variant of "
                                           "it, e.g. Shifted(config, ...) of the spec's class, not the port's; got an "
@@ -163,7 +163,7 @@ WRONG_VARIANTS = {
     "torch-given-a-class": ("torch", lambda cfg: T.LocalWindowAttention,
                             "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch.SelfAttention "
                             "or a variant ported to it), e.g. LocalWindowAttention(config, ...); got the class "
-                            "odeattn.backends.torch.variants.LocalWindowAttention"),
+                            "odeattn.backends.torch.LocalWindowAttention"),
     "torch-given-the-spec-class": ("torch", lambda cfg: R.LocalWindowAttention,
                                    "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch."
                                    "SelfAttention or a variant ported to it), e.g. odeattn.backends.torch."
@@ -183,7 +183,7 @@ WRONG_VARIANTS = {
                                   "ode_func: expected an instance of a torch SelfAttention (odeattn.backends.torch."
                                   "SelfAttention or a variant ported to it), e.g. odeattn.backends.torch."
                                   "LocalWindowAttention(config, ...); got an instance of "
-                                  "odeattn.backends.jax.variants.LocalWindowAttention"),
+                                  "odeattn.backends.jax.LocalWindowAttention"),
     "jax-given-a-spec-variant": ("jax", lambda cfg: R.LocalWindowAttention(cfg, window=2),
                                  "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax."
                                  "SelfAttention or a variant ported to it), e.g. odeattn.backends.jax."
@@ -197,7 +197,7 @@ WRONG_VARIANTS = {
     "jax-given-a-class": ("jax", lambda cfg: J.LocalWindowAttention,
                           "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax.SelfAttention "
                           "or a variant ported to it), e.g. LocalWindowAttention(config, ...); got the class "
-                          "odeattn.backends.jax.variants.LocalWindowAttention"),
+                          "odeattn.backends.jax.LocalWindowAttention"),
     "jax-given-something-else": ("jax", lambda cfg: "local",
                                  "attention: expected an instance of a JAX SelfAttention (odeattn.backends.jax."
                                  "SelfAttention or a variant ported to it), e.g. odeattn.backends.jax.SelfAttention"

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import ode_ref as R
-from odeattn.conformance.running.frames import encode, read_frame
+from odeattn.conformance.wire.frames import encode, read_frame
 
 MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
@@ -65,7 +65,7 @@ def run(message, arrays):
         return {"z": R.ode_encoder(params, x, R.ODEEncoderConfig.from_any(message["config"]), mask)}
     config = R.ODEConfig.from_any(message["config"])
     if message["kind"] == "stages":
-        from odeattn.conformance.fuzzing.stages import spec_stages
+        from odeattn.conformance.cases.stages import spec_stages
         return {f"stage/{k}": v.astype(x.dtype) for k, v in spec_stages(config, params, x, mask, ATTENTION).items()}
     if message["kind"] == "decode":
         from odeattn.conformance.cases import run_decode

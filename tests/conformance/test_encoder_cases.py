@@ -1,4 +1,4 @@
-"""The encoder cases (conformance/encoder_cases.py): a pairwise cover of the valid pairs, twelve
+"""The encoder cases (conformance/cases/encoder_cases.py): a pairwise cover of the valid pairs, twelve
 rows named once, and the golden files of every one loaded with its kind."""
 
 import itertools
@@ -25,10 +25,10 @@ def test_twelve_rows_each_named_once():
 
 
 def test_the_golden_encoder_cases_load_with_their_config():
-    cases = [c for c in load_cases() if c.kind == "encoder"]
+    cases = [c for c in load_cases() if c.kind.name == "encoder"]
     assert [c.name for c in cases] == [row_name(r) for r in ENCODER_ROWS]
     for case, row in zip(cases, ENCODER_ROWS):
         assert isinstance(case.config, R.ODEEncoderConfig) and case.config.family == row[0]
         assert list(case.quantities()) == ["z"] and set(case.e32) == {"z"}
-        assert (case.padding_mask is not None) == row[3] and case.kind != "block"
+        assert (case.padding_mask is not None) == row[3] and case.kind.name != "block"
         assert list(case.params) == list(R.encoder_param_shapes(case.config))

@@ -1,4 +1,4 @@
-"""External backends (conformance/external.py): the protocol, its faults, and the JavaScript
+"""External backends (conformance/adapters/external.py): the protocol, its faults, and the JavaScript
 reference workers (conformance/js/), each a program in another process speaking the frames."""
 
 import dataclasses
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from odeattn.conformance import external as E
+from odeattn.conformance.adapters import external as E
 from odeattn.conformance.adapters import BUILTIN, BackendRef, discover, make_adapter, missing_requirements
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import run_suite, select
+from odeattn.conformance.running.runner import run_suite
+from odeattn.conformance.running.selection import select
 
 CASES = load_cases()
 BY_NAME = {c.name: c for c in CASES}
@@ -32,9 +33,9 @@ def test_an_external_port_passes_and_every_request_it_gets_is_a_schema_message(t
     report = run_suite([exec_ref("spec")], FEW, jobs=1)
     assert {r.status for r in report.results} == {"passed"} and len(report.results) == 2 * len(FEW)
     messages = [json.loads(line) for line in record.read_text().splitlines()]
-    kinds = {"hello": "hello", "run": "run", "exit": "exit"}
+    definitions = {"hello": "hello", "run": "run", "exit": "exit"}  # the schema's $defs, by op
     for message in messages:
-        E.check_message(message, kinds[message["op"]])
+        E.check_message(message, definitions[message["op"]])
     assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode", "encoder"}
     # the config as the golden manifest stores it: the required fields and the non-defaults
     assert all("dropout" not in m["config"] for m in messages if m["op"] == "run")
@@ -76,6 +77,43 @@ def test_a_handshake_fault_is_one_error_naming_the_backend(mode, message, monkey
     with pytest.raises(E.ExternalError) as err:
         exe()
     assert str(err.value).startswith(f"backend exec:{exe.argv[0]} ") and message in str(err.value)
+
+
+class _Unstarted(E.Channel):
+    """A channel with no process: what an adapter's constructor reads of it, its label."""
+
+    def __init__(self, label: str):
+        self.label, self.broken = label, ""
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_onnx_runtime_s_form_is_export_options_and_one_the_export_does_not_make_is_a_handshake_error():
+    hello = {"protocol": 2, "name": "js-onnx", "dtypes": ["float32"], "kinds": ["block", "trajectory"], "consumes": "onnx"}
+    adapter = E.OnnxAdapter(_Unstarted("js-onnx"), {**hello, "onnx": {"opset": 23, "form": "loop"}})
+    assert adapter.options == E.ExportOptions(opset=23, steps_input=True) and adapter.calls == ("block", "trajectory")
+    # the schema admits the opsets the export makes; a hello past it (a newer worker's) is refused by the export's rule
+    with pytest.raises(E.ExternalError) as err:
+        E.OnnxAdapter(_Unstarted("js-onnx"), {**hello, "onnx": {"opset": 19, "form": "unrolled"}})
+    assert str(err.value) == ("backend js-onnx: sent a hello_reply to the hello request whose onnx form the export does "
+                              "not make: opset: expected one of (17, 23); got 19")
+
+
+def test_a_loop_form_runtime_runs_the_cached_models_unrolled_at_its_opset():
+    """The prefill and decode-step models have one form: an onnx worker of the Loop form that lists
+    decode is sent them as the unrolled one's (OnnxAdapter's run_decode is exported.py's)."""
+    from odeattn.conformance.adapters import exported as X
+
+    class LoopWithDecode(X._ExportedWithDecode, X._OnnxRuntimeSessions):
+        options = E.ExportOptions(steps_input=True)
+
+    case = BY_NAME["decode_rk4_layer_norm_rope_pad"]
+    x, params = case.x.astype("float32"), {k: v.astype("float32") for k, v in case.params.items()}
+    prompt = x.shape[1] - case.decoded
+    got, want = (a.run_decode(case.config, params, x, case.padding_mask, prompt, "float32")
+                 for a in (LoopWithDecode(), X.OnnxRuntimeAdapter()))
+    assert (got == want).all()
 
 
 def test_a_faulty_worker_is_an_error_for_itself_only():
@@ -156,7 +194,7 @@ def test_onnx_runtimes_in_javascript_pass_block_trajectory_and_decode_cases(name
 
 
 @pytest.mark.parametrize("reference, first", [
-    (exec_ref("spec").reference, None), (exec_ref("planted").reference, "v"), ("odeattn.conformance.external:onnxruntime_node", None),
+    (exec_ref("spec").reference, None), (exec_ref("planted").reference, "v"), ("odeattn.conformance.adapters.external:onnxruntime_node", None),
 ], ids=["spec", "planted", "onnxruntime-node"])
 def test_an_external_backend_provides_the_stages_and_a_planted_stage_bug_is_named_there(reference, first):
     """A native port answers the run kind "stages" (its handshake lists it); a runtime runs the
@@ -164,8 +202,9 @@ def test_an_external_backend_provides_the_stages_and_a_planted_stage_bug_is_name
     import numpy as np
 
     import ode_ref as R
+    from ode_ref.recording import STAGES
     from odeattn.conformance.fuzzing.draw import case_of
-    from odeattn.conformance.fuzzing.stages import STAGES, first_divergent_stage
+    from odeattn.conformance.fuzzing.stages import first_divergent_stage
 
     if "onnxruntime_node" in reference:
         js_ref("onnxruntime-node")  # skips without Node.js or the package
@@ -246,7 +285,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_kill_9_of_the_run_takes_its_worker_and_the_exec_program_with_it(tmp_path):
     """`kill -9` of `odeattn conformance` while an exec: program hangs (it never answers hello):
-    the worker (the program's parent) and the program die with the run (conformance/lifetime.py).
+    the worker (the program's parent) and the program die with the run (conformance/wire/lifetime.py).
     Every wait is bounded by polling; nothing waits on the handshake's own timeout."""
     import os
     import signal

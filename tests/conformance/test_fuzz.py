@@ -12,8 +12,9 @@ from odeattn.cli import main
 from odeattn.conformance.mutation import planted
 from odeattn.conformance.adapters import SpecAdapter
 from odeattn.conformance.fuzzing.draw import Draw, build
-from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, Finding, explain, fuzz, run_one
-from odeattn.conformance.fuzzing.localise import describe, off_elements
+from odeattn.conformance.running.compare import run_case
+from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, Finding, explain, fuzz
+from odeattn.conformance.cases.localise import describe, off_elements
 from odeattn.conformance.fuzzing.repro import load_repro, write_repro
 
 
@@ -74,7 +75,7 @@ def test_a_planted_kernel_bug_is_caught_shrunk_and_localised(port, region, shrun
 @pytest.mark.parametrize("port", planted.PLANTED, ids=lambda p: p.__name__)
 def test_a_planted_port_is_exact_inside_the_golden_shapes(port, golden_block_sample):
     for case in golden_block_sample:
-        assert run_one(port(), case, "float64")[0].status == "passed", case.name
+        assert run_case(port(), case, "float64").status == "passed", case.name
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +103,8 @@ def test_the_spec_against_itself_raises_no_false_alarm(seed):
 def _finding(port):
     d = Draw("block", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder"), 2, 17, (("right", 3), ("none", 1)), 1.0, 0.0, 1, 2)
     case = build(d, "float32")
-    result, outputs = run_one(port, case, "float32")
+    outputs = {}
+    result = run_case(port, case, "float32", outputs=outputs)
     return explain(Finding(d, case, result, outputs, first=d), port, "float32")
 
 
@@ -129,7 +131,7 @@ def test_a_repro_folder_replays_its_example(tmp_path):
     assert meta["command"].startswith("odeattn conformance fuzz --replay ") and meta["quantity"] == "f0"
     case, _ = load_repro(tmp_path / "r")
     np.testing.assert_array_equal(case.x, f.case.x)
-    assert run_one(port, case, "float32")[0].status == "failed"
+    assert run_case(port, case, "float32").status == "failed"
     assert main(["conformance", "fuzz", "--replay", str(tmp_path / "r"), "--backend", "odeattn.conformance.mutation.planted:TileBoundary"]) == 1
     assert main(["conformance", "fuzz", "--replay", str(tmp_path / "r"), "--backend", "spec", "--dtype", "float64"]) == 0
 
@@ -470,9 +472,10 @@ def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
 @pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax", "onnxruntime", "onnxruntime-opset23", "onnxruntime-loop",
                                   "onnx-reference"])
 def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_attn(name, builtin_adapter):
+    from ode_ref.recording import STAGES
     from odeattn.conformance.adapters import missing_requirements
     from odeattn.conformance.fuzzing.draw import case_of
-    from odeattn.conformance.fuzzing.stages import STAGES, first_divergent_stage
+    from odeattn.conformance.fuzzing.stages import first_divergent_stage
 
     if missing_requirements(name):
         pytest.skip(f"{name} is not installed")
@@ -486,7 +489,7 @@ def test_each_port_s_stages_agree_with_the_spec_s_and_a_planted_bug_is_named_at_
 
 
 def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence(monkeypatch):
-    """A grad draw in bfloat16 has no meaning under the half policy (half.py's rules): run_one
+    """A grad draw in bfloat16 has no meaning under the half policy (half.py's rules): run_case
     marks it untestable without running the backend, as the golden runner does, and a fuzz run
     in bfloat16 counts such draws as skipped, never as a counterexample, without the spec
     building their cases (a grad draw is untestable in a half dtype whatever its input)."""
@@ -495,10 +498,11 @@ def test_a_draw_with_no_meaning_in_a_half_dtype_is_not_run_and_not_a_divergence(
     d = Draw("grad", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder"), 1, 5, None, 1.0, 0.0, 1, 2)
     case = build(d, "bfloat16")
     assert case.untestable("bfloat16") is not None
-    result, outputs = run_one(SpecAdapter(), case, "bfloat16")
+    outputs = {}
+    result = run_case(SpecAdapter(), case, "bfloat16", outputs=outputs)
     assert (result.status, outputs) == ("untestable", {})
     built = []
-    monkeypatch.setattr(fuzzing, "build", lambda d, *a, **kw: built.append(d.kind) or build(d, *a, **kw))
+    monkeypatch.setattr(fuzzing, "build", lambda d, *a, **kw: built.append(d.kind.name) or build(d, *a, **kw))
     run = fuzz(SpecAdapter(), "bfloat16", examples=15, seed=0)
     assert run.finding is None, run.finding.result.message
     assert run.skipped and built and "grad" not in built, (run.skipped, built)
@@ -554,7 +558,7 @@ def test_a_stage_bug_in_an_onnx_backend_is_named_at_its_stage_from_the_diagnosti
     port = type("Planted", ({"unrolled": X.OnnxRuntimeAdapter, "loop": X.OnnxRuntimeLoopAdapter}[form],), {"variant": _VOff})()
     d = Draw("block", R.ODEConfig(hidden_size=16, num_heads=2, mode="decoder", ode_use_pe=True), 2, 5, (("right", 2), ("none", 1)),
              1.0, 0.0, 1, 2)
-    f = explain(Finding(d, build(d, "float32"), *run_one(port, build(d, "float32"), "float32"), first=d), port, "float32")
+    f = explain(Finding(d, build(d, "float32"), run_case(port, build(d, "float32"), "float32", outputs=(outputs := {})), outputs, first=d), port, "float32")
     assert f.quantity == "f0" and f.stage["stage"] == "v" and f.stage["agree"] == ["norm", "q", "k"], f.stage
     assert f.stage["localisation"]["heads"] == "every head"
 

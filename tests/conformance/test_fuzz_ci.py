@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from odeattn.cli import main
-from odeattn.conformance import external as E
+from odeattn.conformance.adapters import external as E
 from odeattn.conformance.adapters import make_adapter
 from odeattn.conformance.fuzzing.fuzz import fuzz
 from odeattn.conformance.mutation import planted
@@ -311,9 +311,9 @@ def faulty(tmp_path, monkeypatch):
 @pytest.mark.parametrize("port, message, in_traceback", [
     ("SupportsRaises", "RuntimeError: supports() broke", "faulty_ports.py"),
     ("SupportsOne", "TypeError: supports() must return None or a reason string; got 1", "check_supports"),
-    ("ReturnsStr", "TypeError: run_block: expected an array of numbers; got str", "collect_outputs"),
-    ("ReturnsDict", "TypeError: run_block: expected an array of numbers; got dict", "collect_outputs"),
-    ("ReturnsGenerator", "TypeError: run_block: expected an array of numbers; got generator", "collect_outputs"),
+    ("ReturnsStr", "TypeError: run_block: expected an array of numbers; got str", "in numbers"),
+    ("ReturnsDict", "TypeError: run_block: expected an array of numbers; got dict", "in numbers"),
+    ("ReturnsGenerator", "TypeError: run_block: expected an array of numbers; got generator", "in numbers"),
     ("Exits", "SystemExit: 0", "faulty_ports.py"),
 ])
 def test_a_port_s_fault_is_its_error_finding_with_its_traceback_in_the_report(faulty, capsys, port, message, in_traceback):
@@ -416,12 +416,13 @@ def test_a_port_s_garbage_stages_are_said_so_in_the_replay(faulty, capsys):
     the divergence it still has), where the comparison would raise."""
     import ode_ref as R
     from odeattn.conformance.fuzzing.draw import Draw, build
-    from odeattn.conformance.fuzzing.fuzz import Finding, run_one
+    from odeattn.conformance.fuzzing.fuzz import Finding
+    from odeattn.conformance.running.compare import run_case
     from odeattn.conformance.fuzzing.repro import write_repro
 
     d = Draw("block", R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder"), 2, 17, None, 1.0, 0.0, 1, 2)
     case = build(d, "float32")
-    write_repro(faulty / "r", Finding(d, case, *run_one(planted.TileBoundary(), case, "float32"), first=d), "spec", "float32")
+    write_repro(faulty / "r", Finding(d, case, run_case(planted.TileBoundary(), case, "float32", outputs=(outputs := {})), outputs, first=d), "spec", "float32")
     assert main(["conformance", "fuzz", "--replay", "r", "--backend", "faulty_ports:StagesGarbage"]) == 1
     assert "  stage: run_stages: stage attn: expected shape (2, 17, 2, 4); got (3,)" in capsys.readouterr().out
 

@@ -42,8 +42,10 @@ def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_pa
             assert s.get(e, {}).keys() == f.get(e, {}).keys() and all(
                 s[e][q] / E32_SPREAD <= f[e][q] <= s[e][q] * E32_SPREAD for q in s.get(e, {})), (s["name"], e)
     for want, got in zip(golden.load_cases(), golden.load_cases(regenerated), strict=True):
-        for name in ("x", "padding_mask", "z1_bar"):
+        for name in ("x", "padding_mask"):
             assert np.array_equal(getattr(want, name), getattr(got, name)), (want.name, name)
+        assert want.inputs.keys() == got.inputs.keys() and all(  # a grad case's z1_bar
+            np.array_equal(want.inputs[k], got.inputs[k]) for k in want.inputs), want.name
         assert want.params.keys() == got.params.keys()
         assert all(np.array_equal(want.params[k], got.params[k]) for k in want.params), want.name
         for q, arr in want.quantities().items():
@@ -119,10 +121,10 @@ def test_the_tier_reaches_every_kernel_boundary(tier):
 def test_each_planted_kernel_bug_fails_a_case_of_the_tier(port, tier):
     """The ports of planted.py are exact inside the shapes before the tier (test_fuzz); each fails
     at least one tier case in float32 and in float64, so the main job sees every such bug."""
-    from odeattn.conformance.fuzzing.fuzz import run_one
+    from odeattn.conformance.running.compare import run_case
 
     for dtype in ("float32", "float64"):
-        assert any(run_one(port(), c, dtype)[0].status == "failed" for c in tier), dtype
+        assert any(run_case(port(), c, dtype).status == "failed" for c in tier), dtype
 
 
 # ---- a copy of the packaged set, sealed as if it were the packaged one ------------------------------
@@ -191,6 +193,8 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][93].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][107].pop("vjp"), "$.cases[107].e32: expected the quantities f0, step_1"),
     (lambda m: m["cases"][107].update(vjp=False), "$.cases[107].vjp: True was expected"),
+    (lambda m: m["cases"][107].update(decoded=2), "$.cases[107]: expected at most one of the flags decoded, vjp, encoder; "
+     "got decoded, vjp"),
     (lambda m: m["cases"][-1]["config"].pop("encoder_ffn_embed_dim"), "$.cases[152].config: 'encoder_ffn_embed_dim' is a required property"),
     (lambda m: m["cases"][-1].pop("encoder"), "$.cases[152].config: 'hidden_size' is a required property"),
     (lambda m: m["cases"][-1]["config"].update(family="rk5"), "$.cases[152].config: family: expected one of 'euler'"),
@@ -455,9 +459,9 @@ PLANTED = [_Planted("2z", lambda z: 2 * z), _Planted("z+1e-3", lambda z: z + np.
 
 
 def _verdicts(cases, backend):
-    from odeattn.conformance.running.runner import run_case
+    from odeattn.conformance.running.compare import run_case
 
-    return [run_case(backend, c, "float32").status for c in cases if c.kind == "block"]
+    return [run_case(backend, c, "float32").status for c in cases if c.kind.name == "block"]
 
 
 def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_passes(team):
@@ -467,7 +471,6 @@ def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_
     fail the run."""
     import dataclasses
 
-    from odeattn.conformance.cases import float32_errors
     from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF
 
     honest = golden.load_cases(team)
@@ -485,7 +488,7 @@ def test_an_inflated_e32_is_refused_by_name_and_within_the_bound_no_planted_bug_
 
     for e, c in zip(m["cases"], honest, strict=True):
         golden_q = {q: a for q, a in c.quantities().items() if q in c.e32}
-        recomputed = float32_errors(c.config, c.params, c.x, c.padding_mask, golden_q, decoded=c.decoded, z1_bar=c.z1_bar)
+        recomputed = c.kind.float32_errors(c.config, c.params, c.x, c.padding_mask, golden_q, decoded=c.decoded, inputs=c.inputs)
         e["e32"] = {q: golden.E32_FACTOR * max(r, UNIT_ROUNDOFF["float32"]) for q, r in recomputed.items()}
     _write(team, m)
     most = golden.load_cases(team)  # the bound admits it

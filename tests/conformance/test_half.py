@@ -9,13 +9,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from odeattn.conformance.running import frames
+from ode_ref.precision import DTYPES, HALF_DTYPES
+from odeattn.conformance.wire import frames
 from odeattn.conformance import golden
 from odeattn.conformance.adapters import BUILTIN, BackendRef, check_adapter
 from odeattn.conformance.cases import half_fields
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.cases.half import DTYPES, OTHERWISE, cast, check_dtypes, policy_otherwise
-from odeattn.conformance.running.runner import run_case, run_suite, select
+from odeattn.conformance.cases.half import OTHERWISE, cast, check_dtypes, policy_otherwise
+from odeattn.conformance.running.compare import run_case
+from odeattn.conformance.running.runner import run_suite
+from odeattn.conformance.running.selection import select
 from odeattn.conformance.running.reports import format_report, summary, write_json
 from odeattn.conformance.cases.tolerance import UNIT_ROUNDOFF, half_tolerance, relative_error
 
@@ -24,7 +27,6 @@ BY_NAME = {c.name: c for c in CASES}
 # A few cases of each kind that stay testable in both dtypes: a block, a decode, positions, BitLinear.
 TESTABLE = ["block_derf_euler_encoder_float_nopad_s1_b2t5h2d8", "decode_heun_dynamic_tanh_pad",
             "block_pos_hope_encoder_ssmax_pad_layer_norm_midpoint_b2t5h2d8", "block_dynamic_tanh_ralston_decoder_bitnet_nopad_s4_b2t5h2d8"]
-HALF = ("bfloat16", "float16")
 # How far a recomputed e16 or ebf16 may move from the stored one: test_golden.py's E32_SPREAD, for
 # the same reason (one rounding pattern's largest error); on the machine that generated the set,
 # regenerated from the stored goldens, they move by at most 1 + 5e-13.
@@ -35,7 +37,7 @@ SPREAD = 8.0
 def test_every_case_has_its_half_errors_or_the_reason_it_has_none_and_they_are_counted():
     reasons = collections.Counter()
     for c in CASES:
-        for dtype in HALF:
+        for dtype in HALF_DTYPES:
             why = c.untestable(dtype)
             if why is None:
                 assert c.e_half(dtype).keys() == c.quantities().keys(), c.name  # every quantity a backend returns
@@ -43,9 +45,9 @@ def test_every_case_has_its_half_errors_or_the_reason_it_has_none_and_they_are_c
                 reasons[(dtype, why.split(":")[0].split(";")[0])] += 1
                 with pytest.raises(ValueError, match="has no e"):
                     c.e_half(dtype)
-    grads = sum(c.kind == "grad" for c in CASES)
-    encoders = sum(c.kind == "encoder" for c in CASES)
-    for dtype in HALF:  # measured on the packaged set (docs/conformance.md gives the counts)
+    grads = sum(c.kind.name == "grad" for c in CASES)
+    encoders = sum(c.kind.name == "encoder" for c in CASES)
+    for dtype in HALF_DTYPES:  # measured on the packaged set (docs/conformance.md gives the counts)
         assert reasons[(dtype, "a grad case")] == grads == 20 and reasons[(dtype, "an encoder case")] == encoders == 12
         assert reasons[(dtype, "ill-conditioned")] == 8  # the prms_norm cases over near-zero channels, the tier's offset
     assert reasons[("bfloat16", "BitLinear rounding ties")] == 1 and reasons[("float16", "BitLinear levels")] == 9
@@ -100,7 +102,7 @@ def test_other_implementations_of_the_policy_pass_within_the_half_tolerance_and_
     for name in TESTABLE:
         case = BY_NAME[name]
         golden_q = {q: a for q, a in case.quantities().items() if q in case.e32}
-        for dtype in HALF:
+        for dtype in HALF_DTYPES:
             e = case.e_half(dtype)
             for how in OTHERWISE:
                 out = policy_otherwise(case.config, case.params, case.x, case.padding_mask, dtype=dtype, how=how,
@@ -188,7 +190,7 @@ def ports(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", TESTABLE)
 def test_a_port_that_follows_the_policy_passes_and_one_that_breaks_it_fails(ports, name):
     case = BY_NAME[name]
-    for dtype in HALF:
+    for dtype in HALF_DTYPES:
         r = run_case(ports.PolicyPort(), case, dtype)
         assert r.status == "passed" and 0 < r.worst_ratio <= 1.0, (dtype, r.message)
     broken = run_case(ports.Bfloat16AsFloat16(), case, "float16")
@@ -209,13 +211,13 @@ def test_worker_processes_carry_half_arrays_and_the_report_counts_untestable(por
     report = run_suite([BackendRef("policy", "odeattn_half_ports:PolicyPort")], cases, jobs=1)
     rows = {r["dtype"]: r for r in summary(report.results)}
     assert list(rows) == ["bfloat16", "float16"] and not report.errors
-    for dtype in HALF:
+    for dtype in HALF_DTYPES:
         assert rows[dtype]["passed"] == 2 and rows[dtype]["failed"] == 0 and rows[dtype]["untestable"] == 2
     table = format_report(report)
     assert "untestable" in table.splitlines()[0] and any(line.split()[1] == "bfloat16" for line in table.splitlines()[1:])
     write_json(report, tmp_path / "r.json", {})
     listed = json.loads((tmp_path / "r.json").read_text())["untestable"]
-    assert {(u["dtype"], u["case"]) for u in listed} == {(d, c) for d in HALF for c in (
+    assert {(u["dtype"], u["case"]) for u in listed} == {(d, c) for d in HALF_DTYPES for c in (
         "grad_pos_hope_encoder", "block_prms_norm_ralston_encoder_float_nopad_s6_b2t4h1d10")}
     assert all(u["reason"] for u in listed)
 

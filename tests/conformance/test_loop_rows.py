@@ -1,4 +1,4 @@
-"""The Loop form's two rows (conformance/adapters.py): onnxruntime-loop runs each block case's
+"""The Loop form's two rows (conformance/adapters/exported.py): onnxruntime-loop runs each block case's
 file at its steps fed as the runtime input; onnxruntime-loop-other-steps feeds the same file
 another count and is judged against the spec at that count, built in the run (cases.at_steps)."""
 
@@ -13,8 +13,9 @@ pytest.importorskip("onnxruntime")
 from odeattn.conformance.adapters import BUILTIN, BackendRef, make_adapter, other_steps, reference_steps
 from odeattn.conformance.cases import at_steps, build_case, case_specs
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import CaseResult, judge, select
-from odeattn.conformance.running.worker import collect_outputs
+from odeattn.conformance.running.compare import CaseResult, judge
+from odeattn.conformance.running.selection import select
+from odeattn.conformance.cases.kinds import BLOCK
 
 CASES = load_cases()
 # a gated solver with padding, and 8 steps with BitLinear, padding and a decoder (fed 4 steps)
@@ -45,7 +46,7 @@ def test_the_other_count_is_judged_at_that_count_and_fails_against_the_golden_on
     assert [other_steps(n) for n in (1, 4, 5, 8)] == [2, 5, 2, 4]
     for case in SOME:
         params = {k: v.astype(np.float32) for k, v in case.params.items()}
-        outputs = collect_outputs(other, case.config, params, case.x.astype(np.float32), case.padding_mask, "float32")
+        outputs = BLOCK.call(other, case.config, params, case.x.astype(np.float32), case.padding_mask, "float32", {}, {})
         judged = judge(CaseResult(other.name, "float32", case.name, "passed"), at_steps(case, other_steps(case.config.ode_steps)),
                        {"status": "ran"}, outputs)
         assert judged.status == "passed", (case.name, judged.message)

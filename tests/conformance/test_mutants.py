@@ -88,7 +88,7 @@ def test_the_spec_runs_half_rows_under_the_policy_and_refuses_what_has_none():
     import ml_dtypes
 
     cases = load_cases()
-    case = next(c for c in cases if c.kind == "block")
+    case = next(c for c in cases if c.kind.name == "block")
     spec = SpecAdapter()
     assert spec.dtypes == ("float64",)  # the half rows are the half goldens' own run: no default row
     params = {k: np.asarray(v).astype(np.float32).astype(ml_dtypes.bfloat16) for k, v in case.params.items()}
@@ -110,7 +110,7 @@ def test_the_half_rows_run_only_where_float64_kills_and_stop_at_the_first_kill()
     from odeattn.conformance.adapters import BackendRef
     from odeattn.conformance.running.runner import run_suite
 
-    cases = [c for c in load_cases() if c.kind in ("block", "decode") and not c.config.use_bitnet]
+    cases = [c for c in load_cases() if c.kind.name in ("block", "decode") and not c.config.use_bitnet]
     cases = [c for c in cases if c.config.mode == "encoder"][:2] + [c for c in cases if c.config.mode == "decoder"][:3]
     ref = BackendRef("mutant:causal_off_by_one", "odeattn.conformance.mutation.mutants:battery.causal_off_by_one")
     results = run_suite([ref], cases, jobs=1, first_failure=("float16", "bfloat16"), gate="float64").results

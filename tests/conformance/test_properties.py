@@ -1,5 +1,5 @@
 """Property-based: on generated configs, shapes, masks and inputs, every installed backend agrees
-with ode_ref (conformance.running.runner.run_case). Derandomized (the `ci` hypothesis profile): the same
+with ode_ref (conformance.running.compare.run_case). Derandomized (the `ci` hypothesis profile): the same
 examples on every run."""
 
 import importlib.util
@@ -12,7 +12,7 @@ import ode_ref as R
 from ode_ref.precision import HALF_DTYPES
 from odeattn.conformance.adapters import missing_requirements
 from odeattn.conformance.cases import CaseSpec, build_case
-from odeattn.conformance.running.runner import run_case
+from odeattn.conformance.running.compare import run_case
 
 
 # spec, torch, jax, onnxruntime, onnxruntime-integer: each whose packages are installed, in float32

@@ -13,7 +13,9 @@ import pytest
 import ode_ref as R
 from odeattn.conformance.adapters import BUILTIN, BackendRef
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import run_case, run_suite, select
+from odeattn.conformance.running.compare import run_case
+from odeattn.conformance.running.runner import run_suite
+from odeattn.conformance.running.selection import select
 from odeattn.conformance.running.reports import format_report, write_json, write_junit
 
 CASES = load_cases()
@@ -339,7 +341,7 @@ def test_a_wrong_gradient_is_named_by_its_parameter():
     """A backend whose run_vjp gets one parameter's gradient wrong fails at that parameter; one
     without run_vjp is reported 'not supported' on the grad cases."""
     from odeattn.conformance.adapters import SpecAdapter
-    from odeattn.conformance.running.runner import run_case
+    from odeattn.conformance.running.compare import run_case
 
     class WrongNormGradient(SpecAdapter):
         name = "wrong-norm-gradient"
@@ -353,7 +355,7 @@ def test_a_wrong_gradient_is_named_by_its_parameter():
         name = "no-gradients"
         run_vjp = None
 
-    case = next(c for c in load_cases() if c.kind == "grad")
+    case = next(c for c in load_cases() if c.kind.name == "grad")
     result = run_case(WrongNormGradient(), case, "float64")
     assert result.status == "failed" and result.message.startswith(
         "diverges first at grad.ode_func.out_proj.weight (the gradient of the parameter ode_func.out_proj.weight)")
@@ -382,7 +384,7 @@ def test_a_wrong_first_state_fails(first_state, reported, dtype):
             traj[0] = first_state(x)
             return traj
 
-    cases = [c for c in SOME if c.kind == "block"]
+    cases = [c for c in SOME if c.kind.name == "block"]
     for case in cases:
         result = run_case(WrongAtTimeZero(), case, dtype)
         assert result.status == "failed" and result.message.startswith(reported), (case.name, result.message)
@@ -395,7 +397,7 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     """A backend off by 1e-3 everywhere after z(0): the report prints a group per (backend, dtype,
     first divergent quantity), the first few of each and how many more; the JSON holds every one."""
     from odeattn.conformance.adapters import SpecAdapter
-    from odeattn.conformance.running.runner import Report
+    from odeattn.conformance.running.compare import Report
     from odeattn.conformance.running.reports import SHOWN_PER_GROUP
 
     off = np.float64(1 + 1e-3)
@@ -447,7 +449,7 @@ def test_failures_are_grouped_by_where_they_diverge_first_and_capped(tmp_path):
     ("xpassed", "unexpected pass: the case matches an xfail pattern but passed", "unexpected pass"),
 ])
 def test_a_failure_that_is_no_divergence_is_grouped_by_its_check(status, message, divergence):
-    from odeattn.conformance.running.runner import CaseResult
+    from odeattn.conformance.running.compare import CaseResult
     from odeattn.conformance.running.reports import divergence as divergence_of
 
     assert divergence_of(CaseResult("b", "float32", "c", status, message)) == divergence
@@ -464,7 +466,7 @@ def test_a_block_only_port_off_at_z1_is_told_what_would_locate_the_step():
             traj[-1] *= 1.01
             return traj
 
-    case = next(c for c in CASES if not c.config.use_bitnet and c.kind == "block")
+    case = next(c for c in CASES if not c.config.use_bitnet and c.kind.name == "block")
     r = run_case(BlockOnly(lambda x: (case.z1 * 1.01).astype(np.float32)), case, "float32")
     assert r.status == "failed" and r.message.startswith(
         "diverges first at z1 (only z(1) was compared: an adapter's optional run_func and run_trajectory would show "
@@ -481,9 +483,9 @@ def test_a_block_only_port_off_at_z1_is_told_what_would_locate_the_step():
 def test_a_row_whose_failures_were_never_measured_shows_their_kind_not_a_headroom(output, shown):
     """A row whose cases all fail before any error is measured has no headroom: not `0` and `-`
     beside its failures, but what they failed on."""
-    from odeattn.conformance.running.runner import Report
+    from odeattn.conformance.running.compare import Report
 
-    cases = [c for c in CASES if c.kind == "block" and not c.config.use_bitnet][:3]
+    cases = [c for c in CASES if c.kind.name == "block" and not c.config.use_bitnet][:3]
     report = Report(results=[run_case(BlockOnly(output), c, "float32") for c in cases])
     row = format_report(report).splitlines()[1].split()
     assert row[:4] == ["block-only", "float32", "0", "3"] and row[7:] == ["-", *shown.split()]

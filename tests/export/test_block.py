@@ -164,7 +164,7 @@ def test_export_refuses_an_unknown_opset_or_a_variant_of_another_config(kwargs, 
         export_model(c, R.init_params(c), **kwargs)
 
 
-@pytest.mark.parametrize("kind, fields, kwargs, message", [
+@pytest.mark.parametrize("graph, fields, kwargs, message", [
     pytest.param("block", {}, dict(opset=19), "^opset: expected one of \\(17, 23\\); got 19", id="block-at-an-unknown-opset"),
     pytest.param("block", {}, dict(bitlinear="integer"), "^bitlinear: 'integer' runs BitLinear's projections",
                  id="integer-form-of-a-float-block"),
@@ -173,17 +173,17 @@ def test_export_refuses_an_unknown_opset_or_a_variant_of_another_config(kwargs, 
                  id="decode-step-at-opset-23"),
     pytest.param("decode_step", dict(use_bitnet=True), dict(bitlinear="integer"),
                  "^bitlinear: the decode_step model has the float form only", id="integer-form-of-the-decode-step-model"),
-    pytest.param("graph", {}, {}, "^kind: expected one of block, prefill, decode_step; got 'graph'", id="unknown-kind"),
+    pytest.param("encoder", {}, {}, "^graph: expected one of block, prefill, decode_step; got 'encoder'", id="unknown-graph"),
 ])
-def test_check_export_refuses_before_building_what_the_export_refuses(kind, fields, kwargs, message):
+def test_check_export_refuses_before_building_what_the_export_refuses(graph, fields, kwargs, message):
     c = cfg(**fields)
     with pytest.raises(ValueError, match=message):
-        check_export(c, R.init_params(c), kind=kind, **kwargs)
+        check_export(c, R.init_params(c), graph=graph, **kwargs)
 
 
-@pytest.mark.parametrize("kind", ["block", "prefill", "decode_step"])
-def test_check_export_passes_what_the_export_builds(kind):
-    check_export(cfg(), R.init_params(cfg()), kind=kind)
+@pytest.mark.parametrize("graph", ["block", "prefill", "decode_step"])
+def test_check_export_passes_what_the_export_builds(graph):
+    check_export(cfg(), R.init_params(cfg()), graph=graph)
 
 
 def test_weight_work_is_outside_the_steps():

@@ -34,7 +34,7 @@ def test_the_default_inlined_graph_equals_the_functions_form_on_the_conformance_
     """ONNX Runtime inlines the local functions itself, so both forms run the same nodes: equal z,
     bit for bit (float32), on golden block cases covering every solver, norm, mode, BitLinear,
     position encoding, width and padding of the set."""
-    cases = _covering([c for c in load_cases() if c.kind == "block"])
+    cases = _covering([c for c in load_cases() if c.kind.name == "block"])
     assert 10 <= len(cases) < 40, len(cases)
     for case in cases:
         params = {k: v.astype(np.float32) for k, v in case.params.items()}
@@ -86,8 +86,8 @@ def test_a_projection_left_in_float_is_an_error_not_a_float_file(monkeypatch):
         quantize_int8(export_model(c, R.init_params(c)))
 
 
-@pytest.mark.parametrize("kind", ["block", "block-without-a-padding-mask", "prefill", "decode_step", "int8"])
-def test_check_against_spec_runs_each_model_as_it_is_meant_to_run(kind):
+@pytest.mark.parametrize("which", ["block", "block-without-a-padding-mask", "prefill", "decode_step", "int8"])
+def test_check_against_spec_runs_each_model_as_it_is_meant_to_run(which):
     """The error `odeattn export` prints: small for every exact model, the int8 one's lossy."""
     from odeattn.export.block import export_decode_model, export_prefill_model
 
@@ -97,6 +97,6 @@ def test_check_against_spec_runs_each_model_as_it_is_meant_to_run(kind):
              "block-without-a-padding-mask": lambda: export_model(c, params, padding_mask=False),
              "prefill": lambda: export_prefill_model(c, params),
              "decode_step": lambda: export_decode_model(c, params),
-             "int8": lambda: quantize_int8(export_model(c, params))}[kind]()
+             "int8": lambda: quantize_int8(export_model(c, params))}[which]()
     err = check_against_spec(model, c, params)
-    assert (1e-5 < err < 1e-2) if kind == "int8" else err < 1e-5, err
+    assert (1e-5 < err < 1e-2) if which == "int8" else err < 1e-5, err

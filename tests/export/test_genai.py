@@ -145,6 +145,15 @@ def test_export_genai_refuses_block_model_options(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("odeattn export: --shared-buffer: applies to --genai DIR")
 
 
+def test_every_block_model_option_genai_refuses_is_one_of_export_s_with_its_default():
+    """BLOCK_OPTIONS names flags `odeattn export` has: none dead, each default the parser's."""
+    from odeattn.cli import build_parser
+    from odeattn.commands.genai import BLOCK_OPTIONS
+
+    args = build_parser().parse_args(["export", "--config", "c.json", "--weights", "w.safetensors"])
+    assert all(hasattr(args, name) and getattr(args, name) == default for _, name, default in BLOCK_OPTIONS)
+
+
 def test_export_genai_refuses_a_folder_it_cannot_make(tmp_path, capsys):
     """A --genai DIR under a file: one line naming --genai, exit 2, before the model is built."""
     assert main(["init", str(tmp_path), "--lm", "--hidden-size", "16", "--num-heads", "2", "--steps", "1"]) == 0

@@ -204,11 +204,11 @@ def test_a_float16_export_refuses_the_runs_the_ports_refuse_in_their_words():
         run(plain, session(plain), np.full((1, 4, 16), 7e4, np.float32))
 
 
-@pytest.mark.parametrize("kind", ["prefill", "decode_step"])
-def test_the_cached_models_refuse_a_half_dtype(kind):
+@pytest.mark.parametrize("graph", ["prefill", "decode_step"])
+def test_the_cached_models_refuse_a_half_dtype(graph):
     cfg, params, _, _ = block(mode="decoder")
-    with pytest.raises(ValueError, match=f"dtype: the {kind} model is exported in float32 only"):
-        check_export(cfg, params, kind=kind, dtype="float16")
+    with pytest.raises(ValueError, match=f"dtype: the {graph} model is exported in float32 only"):
+        check_export(cfg, params, graph=graph, dtype="float16")
 
 
 def test_the_adapter_runs_half_rows_and_reports_the_float32_only_models():

@@ -156,17 +156,18 @@ def test_a_model_without_a_steps_input_refuses_steps():
         make_feed(model, np.zeros((1, 2, 8), np.float32), steps=3)
 
 
-@pytest.mark.parametrize("kind", ["prefill", "decode_step"])
-def test_the_cached_models_keep_a_fixed_step_count(kind):
+@pytest.mark.parametrize("graph", ["prefill", "decode_step"])
+def test_the_cached_models_keep_a_fixed_step_count(graph):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder")
-    with pytest.raises(ValueError, match=f"^steps_input: the {kind} model keeps a fixed step count"):
-        check_export(cfg, R.init_params(cfg), kind=kind, steps_input=True)
+    with pytest.raises(ValueError, match=f"^steps_input: the {graph} model keeps a fixed step count"):
+        check_export(cfg, R.init_params(cfg), graph=graph, steps_input=True)
 
 
 def test_the_library_refuses_functions_with_the_loop_form():
     """export_model(functions=True, steps_input=True) is refused by name, not answered with the Loop form."""
     cfg = R.ODEConfig(hidden_size=8, num_heads=2)
-    with pytest.raises(ValueError, match=r"^functions: the Loop form \(steps_input=True\) has no local functions"):
+    with pytest.raises(ValueError, match=r"^functions: the Loop form has no local functions; its step is written out once, "
+                                         r"in the Loop's body; got steps_input=True$"):
         export_model(cfg, R.init_params(cfg), functions=True, steps_input=True)
 
 

@@ -22,7 +22,7 @@ def as32(params):
 # formulas on the same numbers either way, but XLA picks its dot kernel by the operands' shapes (a
 # tile's one head against all heads at once), so they may sum in another order: last-bit
 # differences (seen here, up to 2.4e-7 absolute on values of order 1). So the tiled block is held
-# to the conformance suite's own bound for that (conformance/tolerance.py): tolerance(e32,
+# to the conformance suite's own bound for that (conformance/cases/tolerance.py): tolerance(e32,
 # "float32"), with e32 the spec's own float32 error (for the gradients, that of the spec's
 # hand-written backward pass). A wrong tile (a head's mask or bias swapped with another's, a
 # dropped remainder) is an O(1) error. That the tiles never gather an array split by batch rows

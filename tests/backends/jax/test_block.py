@@ -246,7 +246,7 @@ def test_checkpoint_same_forward_and_gradients_within_roundings(name):
     does not stop it: XLA CPU expands barriers before fusion).
 
     So the checkpointed gradient is the same float computation summed in another order, and it is
-    held to the conformance suite's bound for exactly that (conformance/tolerance.py): each
+    held to the conformance suite's bound for exactly that (conformance/cases/tolerance.py): each
     gradient's own float32 error e32 (the plain float32 gradient against the plain float64 one),
     times SAFETY, in float32 and rescaled to float64; the largest difference seen is 2.97 e32
     against the bound's 32. A bound of a few epsilon of the largest entry is not one: the gate

@@ -13,7 +13,7 @@ from odeattn.conformance.golden import load_cases  # noqa: E402
 from odeattn.conformance.cases.tolerance import relative_error, tolerance  # noqa: E402
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-CASES = [c for c in load_cases() if c.kind == "block"]  # block cases (decode cases: tests/backends/test_cache.py)
+CASES = [c for c in load_cases() if c.kind.name == "block"]  # block cases (decode cases: tests/backends/test_cache.py)
 
 
 def build(cfg, params, dtype=torch.float64, cls=ODEAttentionBlock):

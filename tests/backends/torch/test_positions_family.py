@@ -133,7 +133,7 @@ def test_hopes_gradient_is_the_specs_where_sdpa_takes_its_fused_kernel(dtype):
     carried into x_bar: 38 (float64) and 9 (float32) times the golden rule's tolerance at this
     smallest case (one head of width 4, Euler, one step). Written out: 0.02 times."""
     from ode_ref.backward import ode_block_vjp
-    from odeattn.conformance.tolerance import relative_error, tolerance
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
     c = R.ODEConfig(hidden_size=4, num_heads=1, ode_solver="euler", ode_steps=1, positional_encoding="hope",
                     ode_use_pe=True)

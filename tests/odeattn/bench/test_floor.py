@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("jax")
 
 from odeattn.bench.floor import FloorJax, floor_rows
-from odeattn.conformance.running import profile
+from odeattn.conformance.wire import counters
 from odeattn.conformance.golden import GOLDEN_DIR, load_case, read_manifest
 from odeattn.conformance.adapters.protocol import NotSupported
 from odeattn.conformance.cases.tolerance import relative_error
@@ -28,14 +28,14 @@ pytestmark = pytest.mark.xdist_group("odeattn/bench/test_floor")
 @pytest.fixture(scope="session")
 def floor():
     adapter = FloorJax()
-    profile.watch_jax()
+    counters.watch_jax()
     return adapter
 
 
 def _programs(call):
-    before = profile.snapshot()
+    before = counters.snapshot()
     out = call()
-    return out, profile.since(before)["programs"]
+    return out, counters.since(before)["programs"]
 
 
 def test_a_block_row_is_one_program_of_f_the_specs_f(floor):
@@ -49,7 +49,7 @@ def test_a_block_row_is_one_program_of_f_the_specs_f(floor):
 
 def test_a_grad_row_is_one_program_the_vjp_of_f(floor):
     case = _case("grad_")
-    x_bar, programs = _programs(lambda: floor.run_vjp(case.config, case.params, case.x, case.padding_mask, case.z1_bar,
+    x_bar, programs = _programs(lambda: floor.run_vjp(case.config, case.params, case.x, case.padding_mask, case.inputs["z1_bar"],
                                                       "float64")[0])
     assert programs == 1
     # <z1_bar, f(x + e v) - f(x - e v)> / 2e against <v, x_bar>: central differences in float64 at
@@ -57,7 +57,7 @@ def test_a_grad_row_is_one_program_the_vjp_of_f(floor):
     # (z1 = x + f(x) for this euler x 1 case) gave 2.5e-2
     v, e = np.random.default_rng(0).standard_normal(case.x.shape), 1e-6
     f = [floor.run_func(case.config, case.params, 0.0, case.x + s * e * v, case.padding_mask, "float64") for s in (1, -1)]
-    assert abs(np.sum(case.z1_bar * (f[0] - f[1])) / (2 * e) - np.sum(v * x_bar)) < 1e-6 * np.abs(v * x_bar).sum()
+    assert abs(np.sum(case.inputs["z1_bar"] * (f[0] - f[1])) / (2 * e) - np.sum(v * x_bar)) < 1e-6 * np.abs(v * x_bar).sum()
 
 
 def test_a_decode_row_is_f_on_the_prompt_and_an_encoder_row_is_skipped(floor):

@@ -217,7 +217,7 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(main_job, main_
     cases = load_cases()
     grad, decode, encoder = ({c.name for c in cases if c.name.startswith(kind)} for kind in ("grad_", "decode_", "encoder_"))
     assert len(decode) >= 6 and len(grad) >= 14 and len(encoder) >= 12
-    bitnet_blocks = {c.name for c in cases if c.kind == "block" and c.config.use_bitnet}
+    bitnet_blocks = {c.name for c in cases if c.kind.name == "block" and c.config.use_bitnet}
     assert len(bitnet_blocks) >= 16
     # a half row runs no case the golden set marks untestable in its dtype (the grad and encoder
     # cases among them); ONNX Runtime's half export has no decode models
@@ -274,12 +274,12 @@ def test_a_process_keeps_the_jax_cache_folder_it_has(tmp_path):
     pytest.importorskip("jax")
     code = ("import json, os, sys, jax.numpy as jnp\n"
             "from odeattn.conformance.adapters import jax_with_cache\n"
-            "from odeattn.conformance.running import profile\n"
-            "jax = jax_with_cache(); profile.watch_jax(); before = profile.snapshot()\n"
+            "from odeattn.conformance.wire import counters\n"
+            "jax = jax_with_cache(); counters.watch_jax(); before = counters.snapshot()\n"
             "jnp.sin(jnp.arange(3.0)).block_until_ready()\n"
             "os.environ['XDG_CACHE_HOME'] = sys.argv[1]\n"
             "jax_with_cache(); jnp.cos(jnp.arange(3.0)).block_until_ready()\n"
-            "print(json.dumps([jax.config.jax_compilation_cache_dir, profile.since(before)]))\n")
+            "print(json.dumps([jax.config.jax_compilation_cache_dir, counters.since(before)]))\n")
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"} | {"XDG_CACHE_HOME": str(tmp_path / "first")}
     said = []
     for later in ("later-1", "later-2"):  # another later folder each time, as a test's tmp_path is

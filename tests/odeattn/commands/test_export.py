@@ -81,13 +81,13 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(files, argv, message, caps
                  "ode_steps x stages)", id="loop-form-of-the-decode-step-model"),
     pytest.param(export_argv("c", "--steps-input", "--route", "torch"),
                  "--steps-input: expected the block model of the direct route; got --route torch", id="loop-form-by-the-torch-route"),
-    pytest.param(export_argv("c", "--steps-input", "--functions"), "--functions: the Loop form (--steps-input) has no local "
-                 "functions", id="loop-form-with-functions"),
+    pytest.param(export_argv("c", "--steps-input", "--functions"), "--functions: the Loop form has no local functions; its "
+                 "step is written out once, in the Loop's body; got --steps-input", id="loop-form-with-functions"),
     pytest.param(export_argv("c", "--quantize", "int8", "--optimize", "--route", "torch"),
                  "--quantize/--optimize: expected the block model of the direct route; got --route torch",
                  id="deploy-options-by-the-torch-route"),
     pytest.param(export_argv("c", "--keep-io-types"),
-                 "--keep-io-types: applies to a half dtype (float16, bfloat16); got dtype='float32'",
+                 "--keep-io-types: applies to a half dtype (float16, bfloat16); got --dtype float32",
                  id="keep-io-types-in-float32"),
     pytest.param(export_argv("c", "--dtype", "float16", "--route", "torch"),
                  "--dtype float16: expected the block model of the direct route (the prefill and decode-step models, "

@@ -7,7 +7,8 @@ import io
 from odeattn.commands.progress import Progress
 from odeattn.conformance.adapters import BUILTIN, BackendRef
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.running.runner import run_suite, select
+from odeattn.conformance.running.runner import run_suite
+from odeattn.conformance.running.selection import select
 
 SOME = select(load_cases(), include=["derf_euler"])
 

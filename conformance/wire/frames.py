@@ -3,8 +3,9 @@
 A frame is an 8-byte header (two little-endian uint32: the JSON part's length, then the
 payload's), a UTF-8 JSON object, and a payload: a safetensors file of the message's arrays, or
 nothing. Nothing is pickled. A bfloat16 array (ml_dtypes') travels as safetensors' own BF16:
-its raw 2-byte values under that dtype name, which safetensors.numpy writes but cannot read back. The suite's own workers (worker.py) and external backends
-(external.py, docs/protocol.md) use the same frames.
+its raw 2-byte values under that dtype name, which safetensors.numpy writes but cannot read back.
+The suite's own workers (running/worker.py) and external backends (adapters/external.py,
+docs/protocol.md) use the same frames.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ program gets what a Python backend gets: its own worker process (it is that proc
 its process group: the run's per-case timeout kills both), fresh inputs per call, the same
 reports and exit codes.
 
-The frames are the worker's (worker.py): an 8-byte header (two little-endian uint32: the JSON
-part's length, the payload's), a JSON object, and a safetensors payload or nothing. The messages
-are those of protocol.schema.json, version PROTOCOL (a worker of an older version in PROTOCOLS
-is spoken to in its own), and every reply is checked against it:
+The frames are the suite's own workers' (wire/frames.py): an 8-byte header (two little-endian
+uint32: the JSON part's length, the payload's), a JSON object, and a safetensors payload or
+nothing. The messages are those of conformance/protocol.schema.json, version PROTOCOL (a worker
+of an older version in PROTOCOLS is spoken to in its own), and every reply is checked against it:
 
     hello {"op": "hello", "protocol": 2}  ->  {"protocol", "name", "dtypes", "kinds", "consumes", "onnx"?, "supports"?}
     (the host's newest version; the worker answers its own, 1 or 2; "supports", version 2: the
@@ -48,17 +48,20 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .adapters.encoder_adapters import OnnxEncoder
-from .adapters.exported import _ExportedAdapter
-from .running.frames import HEADER, decode, encode
-from .running.lifetime import die_with_parent
-from .adapters.protocol import NotSupported
-from .adapters.support import check_support
+from ode_ref.recording import STAGES
+from odeattn.export.options import ExportOptions, OptionError
+
+from ode_ref.config import stored_fields
+from ..wire.frames import HEADER, decode, encode
+from ..wire.lifetime import describe_exit, die_with_parent
+from .exported import _ExportedWithEncoder
+from .protocol import NotSupported
+from .support import check_support
 
 PROTOCOL = 2  # the newest version, which the hello offers
 PROTOCOLS = (1, 2)  # the versions a worker may answer with: 2 added the hello reply's "supports"
-SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
-JS_DIR = Path(__file__).with_name("js")  # the reference workers; `npm ci --prefix` it to install them
+SCHEMA_PATH = Path(__file__).parents[1] / "protocol.schema.json"  # in conformance/, where docs/protocol.md names it
+JS_DIR = Path(__file__).parents[1] / "js"  # the reference workers; `npm ci --prefix` it to install them
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the hello reply (ONNX Runtime Web compiles its WebAssembly first)
 JSON_LIMIT = 1 << 20  # bytes: a reply's JSON part is a status and maybe a message
 PAYLOAD_LIMIT = 1 << 30  # bytes: a reply's arrays; more is refused before it is read
@@ -78,15 +81,15 @@ def _validator(message: str):
     return Draft202012Validator({**schema, "$ref": f"#/$defs/{message}"})
 
 
-def check_message(message: dict, kind: str) -> None:
-    """ValueError naming the most telling defect if message is not a valid `kind` (one of the
+def check_message(message: dict, definition: str) -> None:
+    """ValueError naming the most telling defect if message is not a valid `definition` (one of the
     schema's $defs: hello, hello_reply, run, load, infer, drop, exit, reply)."""
     from jsonschema.exceptions import best_match
 
-    error = best_match(_validator(kind).iter_errors(message))
+    error = best_match(_validator(definition).iter_errors(message))
     if error is not None:
         where = "/".join(map(str, error.path)) or "the message"
-        raise ValueError(f"{kind}: {where}: {error.message}")
+        raise ValueError(f"{definition}: {where}: {error.message}")
 
 
 def _preview(data: bytes) -> str:
@@ -111,8 +114,6 @@ class Channel:
         return ExternalError(f"backend {self.label}: {what}")
 
     def _exit_status(self) -> str:
-        from .running.pool import describe_exit
-
         try:
             return describe_exit(self.proc.wait(timeout=5.0))
         except subprocess.TimeoutExpired:
@@ -178,13 +179,13 @@ class Channel:
         except Exception as err:  # malformed JSON or safetensors: the worker's fault, named
             raise self.error(f"sent a malformed frame {during} ({type(err).__name__}: {err}); its stdout began "
                              f"{_preview(self.read_so_far)}") from None
-        kind = "hello_reply" if op == "hello" else "reply"
+        definition = "hello_reply" if op == "hello" else "reply"
         try:
             if not isinstance(reply, dict):
-                raise ValueError(f"{kind}: expected a JSON object; got {type(reply).__name__}")
-            check_message(reply, kind)
+                raise ValueError(f"{definition}: expected a JSON object; got {type(reply).__name__}")
+            check_message(reply, definition)
         except ValueError as err:
-            raise self.error(f"sent a malformed {kind} {during}: {err}") from None
+            raise self.error(f"sent a malformed {definition} {during}: {err}") from None
         return reply, out
 
     def close(self) -> None:
@@ -213,14 +214,16 @@ def _reply_status(channel: Channel, reply: dict, expected: str) -> None:
 
 
 class _External:
-    """What both kinds of external adapter share: the channel, the handshake's facts."""
+    """What both external adapters (ParamsAdapter, OnnxAdapter) share: the channel, the handshake's
+    facts. calls: the protocol's run kinds the worker answers (the hello reply's "kinds"), named
+    calls here since a kind in the suite is a case's (cases/kinds.py)."""
 
     def __init__(self, channel: Channel, hello: dict):
         self.channel, self.hello = channel, hello
-        self.name, self.dtypes, self.kinds = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
+        self.name, self.dtypes, self.calls = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
         self.support = hello.get("supports")  # version 2: what it runs (adapters/support.py), checked at the handshake
-        for kind, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder")):
-            if kind not in self.kinds:
+        for call, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder")):
+            if call not in self.calls:
                 setattr(self, method, None)  # absent: those cases are "not supported" (protocol.py)
 
     def supports(self, config, dtype) -> Optional[str]:
@@ -237,28 +240,26 @@ class _External:
 
 
 class ParamsAdapter(_External):
-    """A native port in another language: it gets the config and the parameters (run). The kind
+    """A native port in another language: it gets the config and the parameters (run). The call
     "stages" (run_stages) is a worker's only if its handshake lists it."""
 
     def __init__(self, channel: Channel, hello: dict):
         super().__init__(channel, hello)
-        if "stages" not in self.kinds:
+        if "stages" not in self.calls:
             self.run_stages = None
 
-    def _run(self, kind: str, array: Optional[str], config, params, x, padding_mask, dtype, **extra):
-        """The reply's array named `array`; with None, all of them."""
-        from .golden import config_fields
-
+    def _run(self, call: str, array: Optional[str], config, params, x, padding_mask, dtype, **extra):
+        """The reply's array named `array` of a run request for call (its JSON "kind"); with None, all of them."""
         arrays = {"x": x, **{f"param/{k}": v for k, v in params.items()}}
         if padding_mask is not None:
             arrays["padding_mask"] = padding_mask
-        message = {"op": "run", "kind": kind, "dtype": dtype, "config": config_fields(config), **extra}
+        message = {"op": "run", "kind": call, "dtype": dtype, "config": stored_fields(config), **extra}
         reply, out = self.channel.request(message, arrays)
         _reply_status(self.channel, reply, "ran")
         if array is None:
             return out
         if array not in out:
-            raise self.channel.error(f"replied 'ran' to a {kind} request without the array {array!r} "
+            raise self.channel.error(f"replied 'ran' to a {call} request without the array {array!r} "
                                      f"(got {sorted(out) or 'no arrays'})")
         return out[array]
 
@@ -276,9 +277,7 @@ class ParamsAdapter(_External):
 
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values: the arrays stage/<name> of a stages run (any subset of the
-        spec's names, conformance.fuzzing.stages); an array of any other name is the worker's fault."""
-        from ode_ref.recording import STAGES
-
+        spec's names, conformance.cases.stages); an array of any other name is the worker's fault."""
         out = self._run("stages", None, config, params, x, padding_mask, dtype)
         stray = sorted(k for k in out if not (k.startswith("stage/") and k.removeprefix("stage/") in STAGES))
         if stray:
@@ -329,15 +328,19 @@ class RemoteRun:
             self.loaded = False
 
 
-class OnnxAdapter(_External, OnnxEncoder, _ExportedAdapter):
+class OnnxAdapter(_External, _ExportedWithEncoder):
     """A runtime that runs the exported models: the ONNX Runtime adapters' export and feeds
-    (exported._ExportedAdapter), every model loaded and run in the worker (RemoteRun), of the
-    opset and form its handshake names. Each model is dropped once no case needs it."""
+    (exported._ExportedWithEncoder), every model loaded and run in the worker (RemoteRun), of the
+    opset and form its handshake names (options). Each model is dropped once no case needs it."""
 
     def __init__(self, channel: Channel, hello: dict):
+        try:  # the form the handshake names, checked by the export's own rules: a refusal is the worker's fault
+            self.options = ExportOptions(opset=hello["onnx"]["opset"], steps_input=hello["onnx"]["form"] == "loop")
+        except OptionError as err:
+            raise channel.error(f"sent a hello_reply to the hello request whose onnx form the export does not make: "
+                                f"{err}") from None
         super().__init__(channel, hello)
-        self.opset, self.steps_input = hello["onnx"]["opset"], hello["onnx"]["form"] == "loop"
-        if "trajectory" not in self.kinds:
+        if "trajectory" not in self.calls:
             self.run_func = None
         self._live: list = []
 
@@ -404,12 +407,13 @@ class Exec:
                 check_support(hello.get("supports"), "hello_reply: supports")
             except ValueError as err:
                 raise channel.error(f"sent a malformed hello_reply to the hello request: {err}") from None
+            adapter = (OnnxAdapter if hello["consumes"] == "onnx" else ParamsAdapter)(channel, hello)
         except BaseException:
             channel.proc.kill()
             channel.proc.wait()
             raise
         channel.label = hello["name"]
-        return (OnnxAdapter if hello["consumes"] == "onnx" else ParamsAdapter)(channel, hello)
+        return adapter
 
 
 def from_reference(reference: str) -> Exec:

@@ -1,14 +1,15 @@
 """Child processes that die with the process that started them.
 
-The run starts a worker per backend (pool.Worker), and a worker starts an exec: backend's program
-(external.Channel). On Linux each asks the kernel (prctl PR_SET_PDEATHSIG) for SIGKILL when its
-parent dies, so a `kill -9` of `odeattn conformance` takes its workers with it, and a worker's
-death takes its program: nothing is left running. A worker arms itself as it starts (arm, with
+The run starts a worker per backend (running.pool.Worker), and a worker starts an exec: backend's
+program (adapters.external.Channel). On Linux each asks the kernel (prctl PR_SET_PDEATHSIG) for
+SIGKILL when its parent dies, so a `kill -9` of `odeattn conformance` takes its workers with it,
+and a worker's death takes its program: nothing is left running. A worker arms itself as it starts (arm, with
 the run's pid from PARENT_VARIABLE), so the run, which may hold threads (a progress bar's, JAX's),
 never forks with a preexec_fn; a worker is one thread, and starts its program with
 die_with_parent() as the preexec_fn, which is what a program it does not control needs.
 Elsewhere there is no such signal; a normal end, Ctrl-C and SIGTERM kill every worker
-(pool.Pool), and a worker's program sees its stdin close.
+(running.pool.Pool), and a worker's program sees its stdin close. describe_exit words how a
+child ended, for the errors of both.
 """
 
 from __future__ import annotations
@@ -49,3 +50,15 @@ def die_with_parent():
     signal against this process before it execs; None off Linux."""
     prctl = _prctl()
     return None if prctl is None else functools.partial(_armed, prctl, os.getpid())
+
+
+def describe_exit(code: int | None) -> str:
+    """How a child process ended, from its return code (None: still running; negative: a signal)."""
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
