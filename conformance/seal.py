@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "27055ca258737a8fd6cda70a1c39dbb5e04db3049b470f8bb585bde02dd25a0e"  # sha256 of golden/manifest.json
+DIGEST = "3137320cd0597629526929c19923481be9270b291c09c04c3c48164363b5e933"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -155,4 +155,12 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "encoder_rk2_gated_released_post_pad_l2_b2t5h2c8f12": "66b119070a396a75338b8f0d3e6f09f8b5f4807f5deebdea9e4c6ced4d7ab405",
     "encoder_rk2_weighted_paper_post_pad_l1_b1t4h1c6f10": "c742f28bdf6826cd5cb19c40b4f070e35c07bf1f6c642d69ed9cc91e16d5f456",
     "encoder_rk2_weighted_released_pre_nopad_l2_b2t5h2c8f12": "b4c71a69095ba9aafd07d6f98f96f2381c421da71881e672e36c345d720f1787",
+    "decode_tier_t33_k17_h2hd4_rope_prompt_pad": "7845770b61e884ab845df78c28dd1d6a3ee64ebea366a2fa6d790eafc6bd9e0f",
+    "decode_tier_rk38_s9_36_evaluations_h2hd4_alibi_pad": "d52eafaca353ef4a2cabe5542e08194b479dbd4920f9772d595c00e62dc23bc2",
+    "block_tier_t513_h2hd4_sinusoidal_table512_pad": "3c0691b91e425129fa118e3001b5b20e9c4dcb90bff69a3448c551ea7b28d0e5",
+    "block_tier_b9_h16hd2_alibi_decoder_pad": "b6d0fe593f5315a38acca1d83e828e8f3b11a518e49cd3175ac2c6cc5f119675",
+    "block_field_alibi_scale_h4_decoder_pad": "762b4389d0b6eff75448efdf93cae55e8af7f8ecce4bf7e6acef2eefacee6c05",
+    "block_field_sinusoidal_base": "1aa9f378f65dd1f39b7a09d85ef2aed871476f8d6817fccb050edf3284e45405",
+    "block_field_hope_base_damping_decoder": "3fa60adf44ad6f5df72fdf27ae961dc35306050358757db8ee1e8e93598d0ba8",
+    "block_field_bam_eps_mu_init_decoder": "47437b3f9d6e5fce1d16a5e9ee87337a21c719e1bb46e649b1e434a4ec7f1906",
 }

@@ -139,11 +139,13 @@ def ode_block_vjp(params, x, config, z1_bar, padding_mask=None):
 
 
 def params_bar(params: dict, grads: dict) -> dict:
-    """The gradients by parameter name, each with its parameter's shape: the quantised weights'
-    gradients are the weights' (the straight-through estimator), the casts are the identity."""
+    """The gradients by parameter name, each with its parameter's shape and dtype: the quantised
+    weights' gradients are the weights' (the straight-through estimator), the casts are the
+    identity (BAM's thetas are worked in float64, as their forward is, and returned as given)."""
     out = {QKV: grads["qkv"], OUT_PROJ: grads["out_proj"]}
     out.update({NORM_PREFIX + name: g for name, g in grads["norm"].items()})
     out.update({POS_PREFIX + name: g for name, g in grads.get("encoder", {}).items()})
     if "gate_weight" in grads:
         out[GATE_WEIGHT], out[GATE_BIAS] = grads["gate_weight"], grads["gate_bias"]
-    return {name: np.asarray(out[name]).reshape(np.shape(params[name])) for name in params}
+    return {name: np.asarray(out[name]).reshape(np.shape(params[name])).astype(np.asarray(params[name]).dtype, copy=False)
+            for name in params}

@@ -195,7 +195,7 @@ def position_specs() -> list:
 # sequence). Boundaries are combined, one step each and the widest head on the shortest tile, so
 # the files stay small and each case costs a JAX port few compilations. Frozen: append, never edit.
 # (name, config fields, batch, seq, padding, offset, decoded)
-TIER_CASES = [
+TIER_BEFORE_ENCODER = [
     ("block_tier_t17_b8_hd16_hope_decoder_pad", dict(hidden_size=16, num_heads=1, mode="decoder", ode_steps=1, ode_use_pe=True,
                                                      positional_encoding="hope", layer_idx=3), 8, 17, True, 0.0, 0),
     ("block_tier_t33_b5_hd16_sinusoidal_table16_pad", dict(hidden_size=16, num_heads=1, norm_type="rms_norm", ode_solver="heun", ode_steps=1,
@@ -212,6 +212,22 @@ TIER_CASES = [
     ("decode_tier_t33_b5_hd16_rope_prompt_pad", dict(hidden_size=16, num_heads=1, mode="decoder", ode_steps=1, ode_use_pe=True),
      5, 33, True, 0.0, 3),
 ]
+TIER_AFTER_ENCODER = [
+    # the axes the fuzzer widened: 17 decoded tokens (past 4, 8 and 16, keys past 32); rk38 x 9 steps,
+    # 36 cached evaluations (past 16 and 32); 513 keys at d_model 8, sinusoidal_rotary's default
+    # 512-position table read past its end; 9 rows x 16 heads, 144 (row, head) pairs (past 64 and
+    # 128), each head with its own ALiBi slope
+    ("decode_tier_t33_k17_h2hd4_rope_prompt_pad", dict(hidden_size=8, num_heads=2, mode="decoder", ode_steps=1, ode_use_pe=True),
+     2, 33, True, 0.0, 17),
+    ("decode_tier_rk38_s9_36_evaluations_h2hd4_alibi_pad", dict(hidden_size=8, num_heads=2, mode="decoder", ode_solver="rk38",
+                                                                ode_steps=9, ode_use_pe=True, positional_encoding="alibi"),
+     2, 7, True, 0.0, 3),
+    ("block_tier_t513_h2hd4_sinusoidal_table512_pad", dict(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=1, ode_use_pe=True,
+                                                           positional_encoding="sinusoidal_rotary"), 2, 513, True, 0.0, 0),
+    ("block_tier_b9_h16hd2_alibi_decoder_pad", dict(hidden_size=32, num_heads=16, mode="decoder", ode_steps=1, ode_use_pe=True,
+                                                    positional_encoding="alibi"), 9, 5, True, 0.0, 0),
+]
+TIER_CASES = TIER_BEFORE_ENCODER + TIER_AFTER_ENCODER  # the whole kernel-boundary tier
 
 
 def case_specs() -> list[CaseSpec]:
@@ -229,7 +245,37 @@ def case_specs() -> list[CaseSpec]:
     specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), kind=GRAD)
               for name, fields, b, t, padding in POSITION_GRAD_CASES]
     specs += [dataclasses.replace(spec(name, R.ODEConfig(**fields), b, t, padding), offset=offset, decoded=k, kind=DECODE if k else BLOCK)
-              for name, fields, b, t, padding, offset, k in TIER_CASES]
+              for name, fields, b, t, padding, offset, k in TIER_BEFORE_ENCODER]
+    return _unique(specs)
+
+
+# Cases that prove a config field every case above leaves at its default (fields.py): the mutant
+# that ignores the field must fail one. Built after the encoder cases (build_all), so that no
+# earlier entry of the manifest moves. Frozen: append, never edit. (name, config fields, batch, seq, padding)
+FIELD_CASES = [
+    ("block_field_alibi_scale_h4_decoder_pad", dict(hidden_size=16, num_heads=4, mode="decoder", ode_use_pe=True,
+                                                    positional_encoding="alibi", alibi_scale=3.0), 2, 7, True),
+    ("block_field_sinusoidal_base", dict(hidden_size=12, num_heads=2, ode_use_pe=True, positional_encoding="sinusoidal_rotary",
+                                         sinusoidal_base=500.0, sinusoidal_scale=0.6), 2, 9, False),
+    ("block_field_hope_base_damping_decoder", dict(hidden_size=12, num_heads=3, mode="decoder", ode_use_pe=True,
+                                                   positional_encoding="hope", hope_base=500.0, hope_damping=0.2), 2, 8, False),
+    ("block_field_bam_eps_mu_init_decoder", dict(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True,
+                                                 positional_encoding="bam", bam_eps=0.5, bam_mu_init=0.5), 2, 6, False),
+]
+
+
+def appended_specs() -> list[CaseSpec]:
+    """The specs built after the encoder cases: those appended since the encoder cases were."""
+    def spec(name, fields, b, t, padding, **more):
+        return CaseSpec(name, R.ODEConfig(**fields), b, t, padding, name_seed(name, "params"), name_seed(name, "input"), **more)
+
+    return ([spec(name, fields, b, t, padding, offset=offset, decoded=k, kind=DECODE if k else BLOCK)
+             for name, fields, b, t, padding, offset, k in TIER_AFTER_ENCODER]
+            + [spec(*row) for row in FIELD_CASES])
+
+
+def _unique(specs: list) -> list:
+    """specs, if no two share a name; ValueError naming the name otherwise."""
     seen = set()
     for s in specs:
         if s.name in seen:
@@ -297,8 +343,11 @@ def with_half(case: Case, dtypes=HALF_DTYPES) -> Case:
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
-    """Every case, built from the spec (kept in memory for the session); the encoder cases last."""
-    return tuple(build_case(s) for s in case_specs()) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
+    """Every case, built from the spec (kept in memory for the session): the table's, the encoder
+    cases, then the appended ones (appended_specs)."""
+    appended = _unique(case_specs() + appended_specs())[len(case_specs()):]
+    return (tuple(build_case(s) for s in case_specs()) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
+            + tuple(build_case(s) for s in appended))
 
 
 def build_encoder_case(row) -> Case:

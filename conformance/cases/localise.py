@@ -8,6 +8,9 @@ holding such elements are described in words a port author can act on: "every to
 A state or an output of f is (batch, seq, d_model): its heads are mixed by the output projection,
 so only the stage values (q, k, v and the attention output, (batch, seq, heads, head_dim)) say
 which heads are off.
+
+A decode or grad case is also named at what it first diverges at (first_at): the decoded token,
+its position and cache slot, or the gradient, the input's or a parameter's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 from typing import Optional
 
 import numpy as np
+
+from ode_ref.tableaus import TABLEAUS
 
 SHOWN = 8  # indices listed before "..."
 
@@ -80,3 +85,58 @@ def localise(quantity: str, got, want, tol: float, *, prompt: int = 0, heads: Op
         heads_text = describe(np.flatnonzero(bad.any(axis=(0, 1, 3))), want.shape[2], "head", "heads")
     parts = [positions, rows_text] + ([heads_text] if heads_text else [])
     return {"rows": rows_text, "positions": positions, "heads": heads_text, "summary": "; ".join(parts)}
+
+
+
+def _agreeing(agree: list) -> str:
+    """'; prefill and decode_1 agree' for the quantities before the divergent one that agree, or ''."""
+    if not agree:
+        return ""
+    names = agree[0] if len(agree) == 1 else ", ".join(agree[:-1]) + f" and {agree[-1]}"
+    return f"; {names} {'agrees' if len(agree) == 1 else 'agree'}"
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def decoded_token(case, quantity: str, agree: list) -> dict:
+    """Where a decode case first diverges: the prefill, or decode_j's token, its position and the
+    cache slot its K and V take in the cache of each of the block's evaluations of f (ode_ref.cache:
+    one per evaluation, steps x stages). A backend's answer holds each token's z(1) alone, so which
+    of those evaluations diverges first cannot be told from it: the finding names them all."""
+    cfg, prompt = case.config, case.prompt
+    stages = len(TABLEAUS[cfg.ode_solver].c)
+    evaluations = cfg.ode_steps * stages
+    cached = (f"{_counted(evaluations, 'cached evaluation')} ({_counted(cfg.ode_steps, 'step')} x "
+              f"{_counted(stages, 'stage')} of {cfg.ode_solver})")
+    out = {"quantity": quantity, "token": 0, "tokens": case.decoded, "position": None, "slot": None,
+           "evaluations": evaluations, "agree": agree}
+    if quantity == "prefill":
+        return {**out, "summary": f"the prefill, before any token is decoded: the prompt's {prompt} tokens, "
+                                  f"cache slots 0..{prompt - 1} of each of {cached}"}
+    j = int(quantity[len("decode_"):])
+    slot = prompt + j - 1
+    return {**out, "token": j, "position": slot, "slot": slot,
+            "summary": f"decoded token {j} of {case.decoded}, at position {slot}: cache slot {slot} of each of {cached}, "
+                       f"its query attending slots 0..{slot}{_agreeing(agree)}"}
+
+
+def gradient(quantity: str, agree: list) -> dict:
+    """Which gradient of a grad case diverges first: x_bar (the input's) or grad.<name> (a parameter's)."""
+    of = f"the parameter {quantity[len('grad.'):]}" if quantity.startswith("grad.") else "the input x"
+    return {"quantity": quantity, "gradient": quantity, "of": of, "agree": agree,
+            "summary": f"{quantity}, the gradient of {of}{_agreeing(agree)}"}
+
+
+def first_at(case, quantity: str, agree: list) -> dict:
+    """What a decode or grad case first diverges at, from its first divergent quantity's name
+    (decoded_token, gradient); {} for a block case's (its stage says more: stages.py). agree: the
+    quantities judged that agree; those before quantity, in the case's order, are named."""
+    names = list(case.quantities())
+    earlier = [q for q in names[:names.index(quantity)] if q in agree] if quantity in names else []
+    if quantity == "prefill" or quantity.startswith("decode_"):
+        return decoded_token(case, quantity, earlier)
+    if quantity == "x_bar" or quantity.startswith("grad."):
+        return gradient(quantity, earlier)
+    return {}

@@ -4,9 +4,11 @@ For a backend and a dtype, hypothesis draws examples from draw.draws (configs, s
 inputs); the spec computes each one's quantities and its own float32 error in the run
 (draw.build), and the backend is judged by the golden set's comparison (compare.judge: f0, the
 trajectory and z1, the decode steps, the gradient, whatever the adapter offers). The first
-divergent example is shrunk by hypothesis toward the simplest one that still diverges; the
-smallest is the finding, localised (cases/localise.py) at its first divergent quantity and, where the
-adapter returns the stage values of f (stages.py), at the first divergent stage.
+divergent example is shrunk by hypothesis toward the simplest one that still diverges, then each
+of its config fields and input choices is reset to its simplest value while it still diverges
+(essence.py); the result is the finding, localised (cases/localise.py) at its first divergent
+quantity (a decode finding at its token and cache slot, a grad finding at its gradient) and, where
+the adapter returns the stage values of f (stages.py), at the first divergent stage.
 
 The command and the pytest plugin run the backend in a worker process of its own
 (running/client.RemoteAdapter), each request within a timeout: a port that raises, exits, hangs or
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 
 import time
+import unittest
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -40,15 +43,18 @@ from ode_ref.precision import HALF_DTYPES
 from ..cases import Case
 from ..cases.kinds import kind_of
 from .database import CountingDatabase, scratch_home
+from .cover import cell, covering_array, levels_of, pairs_of
 from .draw import DRAWN_KINDS, Draw, build, draws, reject
+from .essence import Essence, essential
 from ..adapters.support import support_of
-from ..cases.localise import localise
+from ..cases.localise import first_at, localise
 from ..running.client import BackendFault
 from ..running.compare import CaseResult, run_case
 from ..running.worker import unsupported
 from .stages import first_divergent_stage
 from ..running.expectations import Expectations
 
+CELL_DRAWS = 3  # a covering array cell's draws before it is given up (no fair input, or refused): each up to REDRAWS inputs
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
 NO_FINITE_REFERENCE = "no finite reference: the spec's output or its float32 error is not finite with these weights"
@@ -77,6 +83,8 @@ class Finding:
     quantity: str = ""
     localisation: dict = field(default_factory=dict)
     stage: Optional[dict] = None  # stages.first_divergent_stage's, where the adapter has run_stages
+    first_at: dict = field(default_factory=dict)  # localise.first_at's: a decode finding's token, a grad finding's gradient
+    essence: Optional[Essence] = None  # the resets to the simplest values tried after shrinking (essence.py)
     repro: str = ""  # the folder written (repro.write_repro)
     lost: str = ""  # why the worker was lost on it (timed out, killed by a signal, ...): not shrunk
 
@@ -85,7 +93,7 @@ class Finding:
 class FuzzRun:
     backend: str
     dtype: str
-    examples: int = 0  # examples the backend ran, shrinking included
+    examples: int = 0  # examples the backend ran, shrinking included (the essence's resets not: Finding.essence.tries)
     skipped: int = 0  # draws not supported (its declared support, supports(), a missing method, its refusal)
     unfair: int = 0  # draws with no fair input (fair.py), redrawn by hypothesis
     worst_ratio: float = 0.0  # the largest err/tol of a passing example
@@ -99,6 +107,8 @@ class FuzzRun:
     refusals: dict = field(default_factory=dict)  # reason -> draws refused for it (skipped and unfair, by reason)
     replayed: int = 0  # examples judged first from the database: failures an earlier run kept
     expected: dict = field(default_factory=dict)  # an xfail expectation's label -> [examples failed, examples passed]
+    cells: int = 0  # rows of the covering array searched (cover.py), each for one example
+    held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in
 
     @property
     def failed(self) -> bool:
@@ -185,8 +195,10 @@ def unjudgeable(case: Case, dtype: str) -> Optional[str]:
 
 
 def explain(finding: Finding, adapter, dtype: str) -> Finding:
-    """finding with its quantity, its localisation and, where the adapter has run_stages, the
-    first divergent stage of f (stages.py)."""
+    """finding with its quantity, its localisation, what it first diverges at (a decode finding's
+    token and cache slot, a grad finding's gradient: localise.first_at) and, where the adapter has
+    run_stages, the first divergent stage of f (stages.py). A grad finding is asked the stages too:
+    they say whether the forward pass it differentiates agrees."""
 
     q = first_divergent(finding.result)
     finding.quantity = q
@@ -194,7 +206,10 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
         want = finding.case.quantities()[q]
         tol = next(r.tolerance for r in finding.result.quantities if r.quantity == q)
         finding.localisation = localise(q, finding.outputs[q], want, tol, prompt=finding.case.prompt)
-    if finding.case.kind.stages and getattr(adapter, "run_stages", None) is not None and not finding.lost:
+        agree = [r.quantity for r in finding.result.quantities if r.error <= r.tolerance]
+        finding.first_at = first_at(finding.case, q, agree)
+    kind = finding.case.kind
+    if (kind.stages or kind.backward) and getattr(adapter, "run_stages", None) is not None and not finding.lost:
         finding.stage = first_divergent_stage(adapter, finding.case, dtype)
     return finding
 
@@ -208,11 +223,19 @@ class Probe:
         self.expectations = expectations if expectations is not None else Expectations()
         self.time_budget, self.shrink_seconds = time_budget, shrink_seconds
         self.start, self.shrink_start = time.perf_counter(), None
+        self.limit, self.drawn = None, 0  # a search's most draws before a finding (a cell's: CELL_DRAWS), and its count
+
+    def spent(self) -> bool:
+        """Whether the time budget is spent (no finding yet): no further search starts."""
+        return self.run.finding is None and self.time_budget is not None and time.perf_counter() - self.start > self.time_budget
 
     def __call__(self, d: Draw) -> None:
         run, now = self.run, time.perf_counter()
         replaying = self.database is not None and run.draws < self.database.fetched  # the reuse phase runs them first
         run.draws += 1
+        self.drawn += 1
+        if run.finding is None and self.limit is not None and self.drawn > self.limit:
+            raise _Stop  # a cell none of whose draws was judged: the array goes on to the next
         if run.finding is None and self.time_budget is not None and now - self.start > self.time_budget:
             run.unrun += 1
             raise _Stop  # the budget is spent: hypothesis draws no more
@@ -239,6 +262,7 @@ class Probe:
         if result.status in ("skipped", "untestable"):
             self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
         run.examples += 1
+        run.held |= pairs_of(levels_of(d))
         if replaying and run.finding is None:
             run.replayed += 1
         xfail = self.expectations.xfail(run.backend, run.dtype, kind=d.kind, config=d.config)
@@ -258,6 +282,34 @@ class Probe:
             raise _Stop  # each further try would cost the timeout or a fresh worker: the example stands
         raise Diverged(result.message)
 
+    def retry(self, d: Draw) -> Optional[bool]:
+        """essence.essential's still_fails: d judged as a draw is, True (d then the finding) where it
+        fails as the finding does (a divergence, or an error), False where it passes, None where it
+        is not judged (an expectation's region, a refusal, no fair input) or fails otherwise; _Stop
+        where the worker is lost on it (the finding so far stands)."""
+        run = self.run
+        if any(region(run.backend, run.dtype, kind=d.kind, config=d.config) is not None
+               for region in (self.expectations.skip, self.expectations.xfail)):
+            return None
+        try:
+            if refusal(self.adapter, d, run.dtype) is not None:
+                return None
+        except Exception:  # supports() failing: no verdict on this reset
+            return None
+        with np.errstate(over="ignore", invalid="ignore") if self.params is not None else contextlib.nullcontext():
+            case = build(d, run.dtype, name=f"fuzz_{d.kind}", params=self.params)
+        if case is None or (self.params is not None and unjudgeable(case, run.dtype) is not None):
+            return None
+        outputs = {}
+        result = run_case(self.adapter, case, run.dtype, outputs=outputs)  # counted in the essence's tries, not run.examples
+        if getattr(self.adapter, "lost", ""):
+            raise _Stop
+        if result.status in ("skipped", "untestable") or (result.failed and result.status != run.finding.result.status):
+            return None  # not judged, or another failure than the finding's (an error for a divergence)
+        if result.failed:
+            run.finding = Finding(d, case, result, outputs, first=run.finding.first)
+        return result.failed
+
     def refuse(self, reason: str) -> None:
         """The draw counted under its reason, and hypothesis told to draw another."""
         self.run.refuse(reason)
@@ -266,7 +318,8 @@ class Probe:
 
 def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, time_budget: Optional[float] = None,
          shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None, strategy=None,
-         params: Optional[dict] = None, min_examples: Optional[int] = None, database=None, expectations=None) -> FuzzRun:
+         params: Optional[dict] = None, min_examples: Optional[int] = None, database=None, expectations=None,
+         cover: bool = False) -> FuzzRun:
     """Draw up to `examples` examples (fewer once time_budget seconds have passed) for one adapter
     in one dtype, within its declared support (adapters/support.py); shrink the first divergent
     one. The same seed draws the same examples. strategy and params: a model file's
@@ -274,19 +327,44 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     fewer judged is a shortfall (FuzzRun.short). database: a folder where failing examples are
     kept (database.py): those of earlier runs are judged first. expectations: a port's file
     (running/expectations.py): a draw in a skip region is not run, one in an xfail region is
-    counted (FuzzRun.expected), never a finding. ValueError for a malformed support."""
+    counted (FuzzRun.expected), never a finding. cover: search each cell of the covering array
+    (cover.py) first, one example each, then draw at random for the rest. ValueError for a
+    malformed support."""
     run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
     kinds = tuple(kind_of(k, "kinds", DRAWN_KINDS) for k in kinds) if kinds else kinds_of(adapter)
     support = support_of(adapter)
     db = None if database is None else CountingDatabase(database, adapter.name, dtype)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
-    phases = (Phase.generate, Phase.shrink) if db is None else (Phase.reuse, Phase.generate, Phase.shrink)
+    if db is not None:  # the failures an earlier run kept, first
+        _search(probe, strategy or draws(kinds, support), examples, seed, db, (Phase.reuse,))
+    if cover and run.finding is None and strategy is None and params is None:  # drawn configs: the covering array next
+        for i, row in enumerate(covering_array(seed)[:examples]):
+            region = cell(row, kinds, support)
+            if region is not None and run.finding is None and not probe.spent():
+                run.cells += 1
+                _search(probe, draws((region[0],), *region[1:]), 1, seed * 1000 + i, None, (Phase.generate, Phase.shrink), CELL_DRAWS)
+    if probe.spent() and run.examples < examples:
+        run.unrun = max(run.unrun, 1)  # the budget ran out between two searches
+    # then drawn at random: after a cell's finding too, where a smaller example of it shrinks without the cell's bounds
+    if not probe.spent() and examples > run.examples:
+        _search(probe, strategy or draws(kinds, support), examples - run.examples, seed, db, (Phase.generate, Phase.shrink))
+    if run.finding is not None and not run.finding.lost:
+        reduce_to_essence(run, probe, shrink_seconds, fields=strategy is None and params is None)
+    run.seconds = time.perf_counter() - probe.start
+    if run.finding is not None:
+        explain(run.finding, adapter, dtype)
+    return run
 
+
+def _search(probe: Probe, strategy, examples: int, seed: int, db, phases, limit: Optional[int] = None) -> None:
+    """hypothesis's search for a divergence: up to examples judged, drawn by strategy, shrunk;
+    limit: the most draws before a finding (None: hypothesis's own)."""
+    probe.limit, probe.drawn = limit, 0
     @settings(max_examples=examples, database=db, deadline=None, derandomize=False, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=phases)
     @hypothesis_seed(seed)
-    @given(d=strategy if strategy is not None else draws(kinds, support))
+    @given(d=strategy)
     def test(d):
         probe(d)
 
@@ -296,12 +374,22 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
             test()
     except _Stop:
         pass  # the run ended where it stood: its finding, if any, is recorded
+    except unittest.SkipTest:
+        pass  # a reuse phase with nothing kept: hypothesis ran no example
     except Exception as err:
-        if run.finding is None and not isinstance(err, HypothesisException):
+        if probe.run.finding is None and not isinstance(err, HypothesisException):
             raise  # not the backend's divergence (those are recorded before raising): a bug here
         # with a finding: it is recorded; hypothesis's own report (its final replay) adds nothing.
         # Unsatisfiable (every draw skipped or unfair) leaves run.examples at 0, which the caller reports
-    run.seconds = time.perf_counter() - probe.start
-    if run.finding is not None:
-        explain(run.finding, adapter, dtype)
-    return run
+
+
+def reduce_to_essence(run: FuzzRun, probe: Probe, seconds: float, fields: bool = True) -> None:
+    """run's finding after each of its config fields and input choices is reset to its simplest
+    value while it still diverges (essence.essential, within seconds); fields False (a model
+    file's): its config and weights kept. A worker lost on a reset keeps the finding so far."""
+    essence = Essence()
+    try:
+        essential(run.finding.draw, probe.retry, seconds=seconds, fields=fields, essence=essence)
+    except _Stop:
+        essence.stopped = "the worker was lost"
+    run.finding.essence = essence

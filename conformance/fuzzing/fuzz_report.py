@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import Optional
 
+from .cover import feasible_pairs
 from .draw import describe_input, describe_padding
 from ..cases.stages import format_stage
 
@@ -22,6 +24,8 @@ def format_run(run) -> str:
     lines = [head if run.diverged else head + f", worst err/tol {run.worst_ratio:.3g}"]
     if run.refusals:
         lines.append(f"  refused: {format_refusals(run.refusals)}")
+    if run.held:
+        lines.append(f"  coverage: {format_coverage(run)}")
     for label, (failed, passed) in run.expected.items():
         lines.append(f"  {'unexpected pass' if label in run.unexpected else 'expected failures'}: {label}: "
                      f"{failed} of the {failed + passed} examples it selects failed")
@@ -32,6 +36,15 @@ def format_run(run) -> str:
     if run.diverged:
         lines.append(format_finding(run.finding))
     return "\n".join(lines)
+
+
+def format_coverage(run) -> str:
+    """The pairs of factor levels (cover.py) the judged examples lie in, of those feasible, after
+    the covering array's cells searched."""
+    feasible, infeasible = feasible_pairs()
+    cells = f"{run.cells} covering-array cells searched" if run.cells else "no covering array: --cover searches one"
+    return (f"the examples judged hold {len(run.held & feasible)} of the {len(feasible)} feasible pairs of two factors' "
+            f"levels ({cells}; {len(infeasible)} pairs infeasible: docs/fuzzing.md names them)")
 
 
 def format_refusals(refusals: dict) -> str:
@@ -64,6 +77,7 @@ def format_finding(f) -> str:
         sizes = f"{last}, not shrunk (the worker {f.lost})"
     lines = [f"  {'example' if f.lost else 'minimal example'} ({kind}), {sizes}:",
              f"    config:   {json.dumps(d.fields())}",
+             *([f"    essence:  {format_essence(f.essence)}"] if f.essence is not None and f.essence.tries else []),
              f"    shapes:   {shape}",
              f"    padding:  {describe_padding(d)}",
              f"    input:    {describe_input(d)}"]
@@ -71,6 +85,8 @@ def format_finding(f) -> str:
         lines.append(f"    quantity: {f.quantity}: relative error {bad.error:.2e} > tolerance {bad.tolerance:.2e} "
                      f"(err/tol {bad.ratio:.3g})")
         lines.append(f"    where:    {f.localisation.get('summary', '')}")
+        if f.first_at:  # a decode finding's token and cache slot, a grad finding's gradient
+            lines.append(f"    {'token:   ' if 'token' in f.first_at else 'gradient:'} {f.first_at['summary']}")
     else:
         lines.append(f"    result:   {f.result.status}: {f.result.message}")
     if f.stage is not None:
@@ -80,12 +96,29 @@ def format_finding(f) -> str:
     return "\n".join(lines)
 
 
+def format_essence(essence) -> str:
+    """What resetting each field and input choice to its simplest showed (essence.py): those whose
+    reset still diverges (dropped from the example), and those whose reset passes (they matter)."""
+    parts = [f"needed (with each reset to its simplest the example passes): {', '.join(essence.needed)}"] if essence.needed else []
+    if essence.reset:
+        parts.append(f"reset to the simplest, still diverging: {', '.join(essence.reset)}")
+    stopped = f" (stopped early: {essence.stopped})" if essence.stopped else ""
+    return "; ".join(parts or [f"no reset tried could be judged ({essence.tries} tried)"]) + stopped
+
+
+def _essence_dict(essence) -> Optional[dict]:
+    if essence is None:
+        return None
+    return {"reset": essence.reset, "needed": essence.needed, "tries": essence.tries, "stopped": essence.stopped}
+
+
 def _finding_dict(f) -> dict:
     bad = next((q for q in f.result.quantities if q.quantity == f.quantity), None)
     return {"config": f.case.config.to_dict(), "kind": f.draw.kind.name, "shape": list(f.case.x.shape), "decoded": f.case.decoded,
             "padding": describe_padding(f.draw), "input": describe_input(f.draw), "quantity": f.quantity,
             "error": bad.error if bad else None, "tolerance": bad.tolerance if bad else None,
             "message": f.result.message, "traceback": f.result.traceback, "lost": f.lost, "localisation": f.localisation, "stage": f.stage, "repro": f.repro,
+            "first_at": f.first_at, "essence": _essence_dict(f.essence),
             "first_found": {"batch": f.first.batch, "seq": f.first.seq, "d_model": f.first.config.hidden_size,
                             "steps": f.first.config.ode_steps}}
 
@@ -95,6 +128,7 @@ def write_json(runs, path, header: dict) -> None:
                "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
+                         "cells": r.cells, "pairs_held": len(r.held & feasible_pairs()[0]), "pairs_feasible": len(feasible_pairs()[0]),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
                          "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}

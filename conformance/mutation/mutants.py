@@ -40,6 +40,7 @@ from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
 from ..adapters import SpecAdapter
+from ..cases.fields import CONFIGS as FIELD_CONFIGS, ignoring, proven
 from ..adapters import BackendRef
 from ..running.runner import run_suite
 
@@ -51,6 +52,7 @@ class Mutant:
     bug: str
     stage: Optional[type] = None  # a SelfAttention subclass with the bug in one stage
     patch: Optional[Callable[[], list]] = None  # -> [(namespace, key, value)], dicts or modules
+    ignores: Optional[str] = None  # a config field the mutant runs at its default (cases/fields.py)
 
     @property
     def policy(self) -> bool:
@@ -59,7 +61,10 @@ class Mutant:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
-        """The dtypes it has meaning in: the half ones for a policy mutant, else all four."""
+        """The dtypes it has meaning in: the half ones for a policy mutant, float32 and float64 for a
+        field ignored (the golden set proves the field there), else all four."""
+        if self.ignores:
+            return ("float32", "float64")
         return HALF_DTYPES if self.policy else ("float32", "float64", *HALF_DTYPES)
 
 
@@ -398,6 +403,12 @@ MUTANTS = [
 ]
 
 
+# A mutant per config field the golden set must prove (cases/fields.py): a port that ignores it
+FIELD_MUTANTS = [Mutant(f"ignores_{name}", f"config: {cls.__name__}", f"{name} ignored: the port runs its default, {default!r}",
+                        ignores=name) for cls in FIELD_CONFIGS for name, default in proven(cls).items()]
+MUTANTS += FIELD_MUTANTS
+
+
 @contextlib.contextmanager
 def applied(mutant: Mutant):
     """The mutant's replacements in place, undone on exit."""
@@ -431,25 +442,34 @@ class MutantAdapter(SpecAdapter):
     def _attention(self, config):
         return self.mutant.stage(config) if self.mutant.stage else None
 
+    def supports(self, config, dtype):
+        """A field mutant runs only the cases that set its field: elsewhere it is the spec."""
+        if self.mutant.ignores and ignoring(config, self.mutant.ignores) is None:
+            return f"not supported: {self.mutant.ignores} is at its default in this case (ignoring it changes nothing)"
+        return super().supports(config, dtype)
+
+    def _config(self, config):
+        return (ignoring(config, self.mutant.ignores) or config) if self.mutant.ignores else config
+
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return super().run_trajectory(config, params, x, padding_mask, dtype)
+            return super().run_trajectory(self._config(config), params, x, padding_mask, dtype)
 
     def run_block(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return super().run_block(config, params, x, padding_mask, dtype)
+            return super().run_block(self._config(config), params, x, padding_mask, dtype)
 
     def run_func(self, config, params, t, x, padding_mask, dtype):
         with applied(self.mutant):
-            return super().run_func(config, params, t, x, padding_mask, dtype)
+            return super().run_func(self._config(config), params, t, x, padding_mask, dtype)
 
     def run_decode(self, config, params, x, padding_mask, prompt, dtype):
         with applied(self.mutant):
-            return super().run_decode(config, params, x, padding_mask, prompt, dtype)
+            return super().run_decode(self._config(config), params, x, padding_mask, prompt, dtype)
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
-            return super().run_encoder(config, params, x, padding_mask, dtype)
+            return super().run_encoder(self._config(config), params, x, padding_mask, dtype)
 
 
 # '<this module>:battery.<name>' names each mutant's adapter for a worker
@@ -473,14 +493,18 @@ def kill_table(cases, *, jobs=None, progress=None) -> list[dict]:
 
 def _row(m: Mutant, mine: list, errors: list, cases: int) -> dict:
     """A mutant's kill-table row from its results (every dtype it ran) and its backend errors."""
-    killed = {d: [r for r in mine if r.dtype == d and r.status == "failed"] for d in DTYPE_ORDER}  # not errors
+    # a failure kills; so does a field mutant's error (a port ignoring a field that sets a parameter's
+    # shape cannot run the case's parameters); any other mutant's error is the battery's own fault
+    kills = ("failed", "error") if m.ignores else ("failed",)
+    killed = {d: [r for r in mine if r.dtype == d and r.status in kills] for d in DTYPE_ORDER}
     first = next((killed[d][0] for d in ("float64", "float32", "bfloat16") if killed[d]), None)
     return {
-        "mutant": m.name, "target": m.target, "bug": m.bug, "policy": m.policy,
+        "mutant": m.name, "target": m.target, "bug": m.bug, "policy": m.policy, "ignores": m.ignores,
+        "ran_float64": sum(r.dtype == "float64" and r.status not in ("skipped", "untestable") for r in mine),
         "killed_float32": len(killed["float32"]), "killed_float64": len(killed["float64"]), "cases": cases,
         "smallest_dtype": next((d for d in DTYPE_ORDER if killed[d]), "-"),
         "first_divergence": _quantity(first.message) if first else "-",
-        "errors": [r.message for r in mine if r.status == "error"][:1] + errors,
+        "errors": ([] if m.ignores else [r.message for r in mine if r.status == "error"][:1]) + errors,
     }
 
 
@@ -494,23 +518,37 @@ def _quantity(message: str) -> str:
 def format_table(rows) -> str:
     """The kill table: how many forward cases kill each mutant in float32 / float64 (a policy
     mutant: not run there, it has no meaning there), and the smallest dtype that kills it (none: it
-    survived every dtype)."""
+    survived every dtype). The field mutants have a table of their own (format_field_table)."""
     lines = ["| mutant | breaks | cases killing it (float32 / float64) | smallest dtype killing | first divergence |",
              "|---|---|---|---|---|"]
     for r in rows:
+        if r["ignores"]:
+            continue
         full = "not run (half dtypes only)" if r["policy"] else f"{r['killed_float32']} / {r['killed_float64']} of {r['cases']}"
         smallest = "none: survived" if r["smallest_dtype"] == "-" else r["smallest_dtype"]
         lines.append(f"| `{r['mutant']}`: {r['bug']} | {r['target']} | {full} | {smallest} | {r['first_divergence']} |")
     return "\n".join(lines)
 
 
+def format_field_table(rows) -> str:
+    """The per-field kill table: for each config field a port may ignore (cases/fields.py), the
+    forward cases that set it, and how many of them kill the mutant that runs it at its default."""
+    lines = ["| field ignored (run at its default) | config | cases setting it | killing it (float32 / float64) | first divergence |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        if r["ignores"]:
+            lines.append(f"| `{r['ignores']}`: {r['bug'].split(': ', 1)[1]} | {r['target'].split(': ', 1)[1]} | "
+                         f"{r['ran_float64']} | {r['killed_float32']} / {r['killed_float64']} | {r['first_divergence']} |")
+    return "\n".join(lines)
+
+
 def verdict(rows) -> str:
     """One line under the kill table: every mutant killed where it must be, or which were not."""
     alive = survivors(rows)
-    policy = sum(r["policy"] for r in rows)
+    policy, fields = sum(r["policy"] for r in rows), sum(bool(r["ignores"]) for r in rows)
     if not alive:
-        return (f"verdict: all {len(rows)} mutants killed ({len(rows) - policy} in float32 and float64, "
-                f"{policy} policy mutants in bfloat16)")
+        return (f"verdict: all {len(rows)} mutants killed ({len(rows) - policy} in float32 and float64, {fields} of them a "
+                f"config field ignored; {policy} policy mutants in bfloat16)")
     return (f"verdict: {len(alive)} of {len(rows)} mutants survived in float32 or float64 (a policy mutant: in "
             f"bfloat16), or errored: {', '.join(alive)}")
 

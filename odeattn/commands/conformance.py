@@ -195,7 +195,7 @@ def generate(args) -> int:
 
 def mutants(args) -> int:
     from odeattn.conformance.golden import GOLDEN_DIR, load_cases
-    from odeattn.conformance.mutation.mutants import format_table, kill_table, survivors, verdict
+    from odeattn.conformance.mutation.mutants import format_field_table, format_table, kill_table, survivors, verdict
 
     unused = [o for o, v in (("--backend", args.backend), ("--dtype", args.dtypes), ("-k", args.include), ("--exclude", args.exclude),
                              ("--xfail", args.xfail), ("--json", args.json), ("--junit", args.junit),
@@ -207,6 +207,8 @@ def mutants(args) -> int:
         cases = load_cases(args.golden or GOLDEN_DIR)  # a GoldenError: one line per defect
     rows = kill_table(cases, jobs=args.jobs, progress=Progress())
     print(format_table(rows))
+    print()
+    print(format_field_table(rows))
     print(verdict(rows))
     return 1 if survivors(rows) else 0
 

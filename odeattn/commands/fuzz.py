@@ -14,7 +14,7 @@ from odeattn.commands.args import CommandFailed, UsageError, check_output_path, 
 
 FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
              "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime",
-             "min_examples": "--min-examples", "database": "--database", "repro": "--repro"}
+             "min_examples": "--min-examples", "database": "--database", "repro": "--repro", "cover": "--cover"}
 DEFAULT_REPRO = Path("fuzz-repro")
 RUN_ONLY = {"include": "-k", "exclude": "--exclude", "xfail": "--xfail", "golden": "--golden", "expect_digest": "--expect-digest",
             "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound",
@@ -37,6 +37,9 @@ def add_options(p) -> None:
     p.add_argument("--time-budget", type=positive_float, default=None, metavar="SECONDS",
                    help="fuzz: stop drawing after this long per backend and dtype (a divergence is still shrunk)")
     p.add_argument("--replay", type=Path, default=None, metavar="DIR", help="fuzz: rerun the example of a repro folder")
+    p.add_argument("--cover", action="store_true",
+                   help="fuzz: search every cell of the covering array over the fuzzer's factors first (every feasible pair "
+                        "of two factors' levels), one example each, then draw at random (docs/fuzzing.md)")
     p.add_argument("--repro", type=Path, default=None, metavar="DIR",
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
     p.add_argument("--model", type=Path, default=None, metavar="FILE.onnx",
@@ -117,7 +120,7 @@ def check_draw_options(args) -> None:
 
     given = [o for o, v in (("--min-examples", args.min_examples), ("--database", args.database),
                             ("--expectations", args.expectations or None), ("--examples", args.examples),
-                            ("--seed", args.seed), ("--time-budget", args.time_budget)) if v is not None]
+                            ("--seed", args.seed), ("--time-budget", args.time_budget), ("--cover", args.cover or None)) if v is not None]
     if args.replay is not None and given:
         raise UsageError(f"{', '.join(given)}: not taken with --replay (it reruns one example, drawing nothing)")
     written = [o for o, v in (("--json", args.json), ("--junit", args.junit), ("--repro", args.repro)) if v is not None]
@@ -150,6 +153,8 @@ def model_file(args):
     from odeattn.conformance.fuzzing.model_file import ModelFile, check_runtime, load_block_file
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
+    if args.cover:  # the array's cells are configs; a file has its own
+        raise UsageError("--cover: not taken with --model (the file's config is fixed; the array's cells vary configs)")
     if missing or args.backend:
         raise UsageError(f"--model: takes --config and --weights (no --backend); missing {', '.join(missing) or 'nothing'}"
                          if missing else "--model: judges the file itself; --backend is not taken with it")
@@ -193,7 +198,7 @@ def draw_and_judge(args, adapters) -> int:
         for dtype in dtypes:
             run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
                            strategy=strategy, params=params, min_examples=args.min_examples, database=args.database,
-                           expectations=args.expectations)
+                           expectations=args.expectations, cover=args.cover)
             if run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
                 unjudged.append(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
                                 f"{dtype}: nothing was judged, which is not a pass; give it more time")

@@ -9,7 +9,7 @@ import pytest
 
 import ode_ref as R
 from odeattn.conformance import golden, seal
-from odeattn.conformance.cases import TIER_CASES, build_all, case_specs
+from odeattn.conformance.cases import TIER_CASES, appended_specs, build_all, case_specs
 from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, row_name
 from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.conformance.mutation import planted
@@ -58,7 +58,7 @@ def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_pa
 def test_manifest_describes_every_case_and_nothing_twice():
     manifest = golden.read_manifest()
     encoders = [row_name(r) for r in ENCODER_ROWS]
-    assert [e["name"] for e in manifest["cases"]] == [s.name for s in case_specs()] + encoders
+    assert [e["name"] for e in manifest["cases"]] == [s.name for s in case_specs()] + encoders + [s.name for s in appended_specs()]
     assert sum(p.stat().st_size for p in golden.GOLDEN_DIR.iterdir()) < 4e6  # small enough for a repository
     for e in manifest["cases"]:
         if e.get("encoder"):
@@ -186,7 +186,7 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[153].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[161].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
@@ -195,10 +195,10 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][107].update(vjp=False), "$.cases[107].vjp: True was expected"),
     (lambda m: m["cases"][107].update(decoded=2), "$.cases[107]: expected at most one of the flags decoded, vjp, encoder; "
      "got decoded, vjp"),
-    (lambda m: m["cases"][-1]["config"].pop("encoder_ffn_embed_dim"), "$.cases[152].config: 'encoder_ffn_embed_dim' is a required property"),
-    (lambda m: m["cases"][-1].pop("encoder"), "$.cases[152].config: 'hidden_size' is a required property"),
-    (lambda m: m["cases"][-1]["config"].update(family="rk5"), "$.cases[152].config: family: expected one of 'euler'"),
-    (lambda m: m["cases"][-1].update(e32={"f0": 1e-7}), "$.cases[152].e32: expected the quantities z; got ['f0']"),
+    (lambda m: m["cases"][152]["config"].pop("encoder_ffn_embed_dim"), "$.cases[152].config: 'encoder_ffn_embed_dim' is a required property"),
+    (lambda m: m["cases"][152].pop("encoder"), "$.cases[152].config: 'hidden_size' is a required property"),
+    (lambda m: m["cases"][152]["config"].update(family="rk5"), "$.cases[152].config: family: expected one of 'euler'"),
+    (lambda m: m["cases"][152].update(e32={"f0": 1e-7}), "$.cases[152].e32: expected the quantities z; got ['f0']"),
     (lambda m: m.update(tolerance_model={}), "Additional properties are not allowed ('tolerance_model' was unexpected)"),
 ])
 def test_each_manifest_defect_is_one_line_naming_file_and_field(copy, edit, expected):

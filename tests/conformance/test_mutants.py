@@ -11,11 +11,13 @@ import pytest
 import ode_ref as R
 from odeattn.conformance.adapters import SpecAdapter
 from odeattn.conformance.golden import load_cases
-from odeattn.conformance.mutation.mutants import MUTANTS, format_table, kill_table
+from odeattn.conformance.cases import fields
+from odeattn.conformance.mutation.mutants import FIELD_MUTANTS, MUTANTS, format_field_table, format_table, kill_table
 from odeattn.conformance.mutation.policy_mutants import storage_sum
 from ode_ref.precision import half_block, round_to
 
 CONFORMANCE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
+SPECIFICATION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "specification.md"
 
 
 # the fixtures below once: every test of this file in one test process (pytest-xdist); their scope is
@@ -56,7 +58,8 @@ def test_each_mutant_names_the_smallest_dtype_that_kills_it(rows):
     mutant dies in float32), and those are the ones the manual lists."""
     for r in rows:
         assert r["smallest_dtype"] in ("bfloat16",) if r["policy"] else ("bfloat16", "float16", "float32"), r
-    assert sum(r["smallest_dtype"] == "bfloat16" for r in rows) > len(rows) / 2
+    stages = [r for r in rows if not r["ignores"]]  # a field mutant runs in float32 and float64 only
+    assert sum(r["smallest_dtype"] == "bfloat16" for r in stages) > len(stages) / 2
 
 
 def test_where_a_mutant_is_caught_first(rows):
@@ -67,6 +70,8 @@ def test_where_a_mutant_is_caught_first(rows):
     where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1",
              "encoder block": "z", "encoder layer": "z"}
     for m in MUTANTS:
+        if m.ignores:  # a field ignored: wherever the field enters (the per-field table names it)
+            continue
         if m.name == "policy_state_in_storage":  # f0 is one evaluation on x, already in storage: a later state
             assert first[m.name].startswith("step_"), m.name
         else:
@@ -74,7 +79,33 @@ def test_where_a_mutant_is_caught_first(rows):
 
 
 def test_the_conformance_page_prints_this_kill_table(rows):
-    assert format_table(rows) in CONFORMANCE_PAGE.read_text()
+    page = CONFORMANCE_PAGE.read_text()
+    assert format_table(rows) in page and format_field_table(rows) in page
+
+
+def test_every_config_field_is_proven_by_a_golden_case_or_set_aside_with_its_reason():
+    """Each field with a default of ODEConfig and ODEEncoderConfig: a packaged case sets it away
+    from its default and the battery holds the mutant that ignores it (killed: the test above), or
+    fields.SET_ASIDE says why no output can show it. A new field with neither fails here; so does
+    a field the specification page leaves out."""
+    for (cls, name), reason in fields.SET_ASIDE.items():
+        assert name in fields.defaults(cls) and len(reason) > 20, (cls, name)
+    assert fields.unproven(load_cases()) == []
+    proven = [name for cls in fields.CONFIGS for name in fields.proven(cls)]
+    assert sorted(m.ignores for m in FIELD_MUTANTS) == sorted(proven) and len(proven) >= 25
+    page = SPECIFICATION_PAGE.read_text()
+    assert [n for n in proven if n not in page and n.replace("_", "\\_") not in page] == []
+
+
+def test_a_field_mutant_runs_only_the_cases_that_set_its_field():
+    """Ignoring alibi_scale is the spec wherever the case leaves it at 1: those are refused, not run."""
+    from odeattn.conformance.mutation.mutants import MutantAdapter
+
+    mutant = MutantAdapter(next(m for m in FIELD_MUTANTS if m.ignores == "alibi_scale"))
+    config = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="alibi")
+    assert "alibi_scale is at its default" in mutant.supports(config, "float64")
+    assert mutant.supports(R.ODEConfig(**{**config.to_dict(), "alibi_scale": 3.0}), "float64") is None
+    assert fields.ignoring(R.ODEConfig(**{**config.to_dict(), "alibi_scale": 3.0}), "alibi_scale") == config
 
 
 def test_a_sum_held_in_bfloat16_stops_growing_at_256():

@@ -78,6 +78,17 @@ def test_vjp_refuses_a_cotangent_of_another_shape():
         R.ode_block_vjp(params, x, cfg, np.zeros((1, 3, 7)))
 
 
+@pytest.mark.parametrize("encoding", ["bam", "pape_ri", "rope"])
+def test_each_gradient_has_its_parameter_s_dtype(encoding):
+    """In float32, every gradient is float32, BAM's thetas too (worked in float64, as their forward)."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding=encoding,
+                      bam_learn_mu=encoding == "bam", use_ssmax=True, pape_num_positions=2 if encoding == "pape_ri" else 1)
+    params = {k: v.astype(np.float32) for k, v in R.init_params(cfg, seed=0, perturb_norms=True).items()}
+    x = np.random.default_rng(0).normal(size=(1, 5, 8)).astype(np.float32)
+    x_bar, params_bar = R.ode_block_vjp(params, x, cfg, x.copy())
+    assert x_bar.dtype == np.float32 and {k: v.dtype for k, v in params_bar.items()} == {k: np.dtype(np.float32) for k in params}
+
+
 def test_each_norms_vjp_equals_finite_differences():
     """Every norm's VJP alone, every parameter included (the block test sees them through f)."""
     rng = np.random.default_rng(1)

@@ -1,0 +1,188 @@
+"""The fuzzer's factors as one declared table, and a covering array of strength 2 over it.
+
+Each factor is a dimension a kernel may switch on, its levels bands of the draw space's values
+(draw.py), simplest first. A run starts from a covering array: rows in which every pair of levels
+of two factors appears at least once, where the pair is feasible at all (INFEASIBLE names the
+ones that are not, with the reason), then draws at random for the rest of its budget. A row is a
+region of the draw space, not an example: the draw inside it (the sequence within its band, the
+seeds, the options) is the seed's, so `--seed` still draws other examples for the array's cells.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+from typing import Optional
+
+import ode_ref as R
+
+from . import draw as D
+
+# factor -> level -> the values a draw in that level takes (a kind, a solver: the name itself)
+FACTORS = {
+    "kind": {k.name: (k.name,) for k in D.DRAWN_KINDS},
+    "ode_solver": {s: (s,) for s in R.SOLVERS},
+    "norm_type": {n: (n,) for n in R.NORM_TYPES},
+    "encoding": {e: (e,) for e in D.POSITIONS},
+    "options": {"default": ("",), "other": ("other",)},  # the encoding's options at their defaults, or each away from it
+    "use_bitnet": {"float": (False,), "bitnet": (True,)},
+    "mode": {"encoder": ("encoder",), "decoder": ("decoder",)},
+    "steps": {"1": (1,), "2": (2,), "3-4": (3, 4), "5-9": (5, 8, 9)},
+    "seq": {"1-9": (2, 3, 4, 5, 7, 8, 9), "15-17": (15, 16, 17), "31-33": (31, 32, 33), "63-65": (63, 64, 65),
+            "127-130": (127, 128, 129, 130), "255-257": (255, 256, 257), "511-513": (511, 512, 513)},
+    "head_dim": {"1-9": (1, 2, 3, 4, 5, 6, 7, 8, 9), "12-17": (12, 15, 16, 17), "24-33": (24, 31, 32, 33),
+                 "48-65": (48, 63, 64, 65), "96-128": (96, 128)},
+    "heads": {"1": (1,), "2-4": (2, 3, 4), "5-16": (5, 8, 9, 15, 16)},
+    "batch": {"1": (1,), "2-4": (2, 3, 4), "5-9": (5, 8, 9)},
+    "padding": {"no mask": (None,), **{p: (p,) for p in D.ROW_PADDING}},
+    "decoded": {"none": (0,), "1-3": (1, 2, 3), "4-8": (4, 5, 8), "9-17": (9, 16, 17)},
+    "input": {"N(0, 1)": ((1.0, 0.0),), "small": ((1e-2, 0.0), (1e-4, 0.0)), "large": ((1e2, 0.0), (1e4, 0.0)),
+              "offset": ((1.0, 100.0), (1.0, -30.0))},
+}
+
+
+def _least(factor: str, level: str) -> int:
+    return min(FACTORS[factor][level])
+
+
+def _why_not(row: dict) -> Optional[str]:
+    """Why a (partial) row holds no draw at all, or None: the kinds' own rules (cases/kinds.py) and
+    the draw space's caps (draw.MAX_ELEMENTS, draw.MAX_WORK)."""
+    kinds = {k.name: k for k in D.DRAWN_KINDS}
+    kind = kinds.get(row.get("kind"))
+    if kind is not None and "steps" in row and _least("steps", row["steps"]) > kind.most_steps:
+        return f"a {kind} draw takes at most {kind.most_steps} steps"
+    if kind is not None and "mode" in row and row["mode"] != kind.fixed_fields.get("mode", row["mode"]):
+        return f"a {kind} draw runs in {kind.fixed_fields['mode']} mode"
+    if kind is not None and "decoded" in row and (row["decoded"] == "none") != (kind.min_decoded == 0):
+        return "a decode draw decodes a token or more, the others none"
+    if row.get("encoding") == "none" and row.get("options") == "other":
+        return "no encoding, no options"
+    if "decoded" in row and "seq" in row and _least("decoded", row["decoded"]) >= max(FACTORS["seq"][row["seq"]]):
+        return "the decoded tokens need a prompt before them in the sequence"
+    sizes = [_least(f, row[f]) for f in ("seq", "head_dim", "heads", "batch") if f in row]
+    elements = 1
+    for size in sizes:
+        elements *= size
+    if "seq" in row and elements > D.MAX_ELEMENTS:
+        return f"batch x seq x d_model over the memory cap ({D.MAX_ELEMENTS})"
+    return None
+
+
+def complete(row: dict) -> Optional[dict]:
+    """A whole feasible row holding row's levels (the first, depth first), or None: two levels
+    may each fit a pair and still no row hold both (a decoder's decoded tokens need its kind)."""
+    if _why_not(row) is not None:
+        return None
+    missing = [name for name in FACTORS if name not in row]
+    if not missing:
+        return row
+    for level in FACTORS[missing[0]]:
+        found = complete({**row, missing[0]: level})
+        if found is not None:
+            return found
+    return None
+
+
+def _no_third(row: dict) -> str:
+    """Why no row holds a pair that no single rule refuses: the first factor none of whose levels fits."""
+    for name in FACTORS:
+        if name not in row and all(complete({**row, name: lv}) is None for lv in FACTORS[name]):
+            why = sorted({_why_not({**row, name: lv}) or "" for lv in FACTORS[name]} - {""})
+            return f"no {name} fits both ({'; '.join(why)})"
+    return "no draw holds both"
+
+
+@functools.lru_cache(maxsize=None)
+def feasible_pairs() -> tuple[frozenset, dict]:
+    """(the pairs of levels of two factors some feasible row holds, the others -> why not)."""
+    feasible, infeasible = set(), {}
+    for a, b in itertools.combinations(FACTORS, 2):
+        for la, lb in itertools.product(FACTORS[a], FACTORS[b]):
+            pair = ((a, la), (b, lb))
+            if complete({a: la, b: lb}) is not None:
+                feasible.add(pair)
+            else:
+                infeasible[pair] = _why_not({a: la, b: lb}) or _no_third({a: la, b: lb})
+    return frozenset(feasible), infeasible
+
+
+def pairs_of(row: dict) -> set:
+    names = list(FACTORS)
+    return {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2) if a in row and b in row}
+
+
+def covering_array(seed: int = 0) -> list[dict]:
+    """Rows (factor -> level) holding every feasible pair at least once: greedy, each row started
+    from an uncovered pair and filled with the feasible level covering the most uncovered pairs,
+    ties broken by the seed (so two seeds draw different free cells)."""
+    rng = random.Random(seed)
+    uncovered = set(feasible_pairs()[0])
+    rows = []
+    while uncovered:
+        (a, la), (b, lb) = min(uncovered, key=str)
+        row = {a: la, b: lb}
+        for name in FACTORS:
+            if name in row:
+                continue
+            levels = [lv for lv in FACTORS[name] if complete({**row, name: lv}) is not None]
+            rng.shuffle(levels)
+            row[name] = max(levels, key=lambda lv: len(pairs_of({**row, name: lv}) & uncovered))
+        rows.append({name: row[name] for name in FACTORS})
+        uncovered -= pairs_of(row)
+    return rows
+
+
+def coverage(rows) -> tuple[int, int]:
+    """(feasible pairs the rows hold, feasible pairs in all)."""
+    feasible, _ = feasible_pairs()
+    held = set().union(*(pairs_of(r) for r in rows)) if rows else set()
+    return len(held & feasible), len(feasible)
+
+
+# each encoding's options (draw.positions), which the factor "options" holds at their defaults or away from them
+OPTIONS = {"rope": ("rope_base", "rope_scaling"), "sinusoidal_rotary": ("sinusoidal_max_len", "sinusoidal_scale"),
+           "alibi": ("alibi_scale",), "hope": ("layer_idx",), "bam": ("bam_learn_mu", "bam_mu_init"),
+           "pape": ("pape_num_parabolas",), "pape_efficient": ("pape_num_parabolas",),
+           "pape_ri": ("pape_num_parabolas", "pape_num_positions")}
+CONFIG_FACTORS = {"ode_solver": "ode_solver", "norm_type": "norm_type", "use_bitnet": "use_bitnet", "mode": "mode",
+                  "steps": "ode_steps", "heads": "num_heads", "head_dim": "head_dim"}  # factor -> the support's field
+
+
+def cell(row: dict, kinds, support: dict) -> Optional[tuple]:
+    """(kind, support, within) of a row for draw.draws: the row's config levels as a declared
+    support, narrowed by the backend's own, and its other levels as draws' `within`; None where the
+    backend runs none of it (its kind's method missing, a level outside its declared support)."""
+    kind = next((k for k in kinds if k.name == row["kind"]), None)
+    if kind is None:
+        return None
+    narrowed = dict(support)
+    encoding = row["encoding"]
+    levels = {**{field: FACTORS[factor][row[factor]] for factor, field in CONFIG_FACTORS.items()},
+              "ode_use_pe": (encoding != "none",), **({"positional_encoding": (encoding,)} if encoding != "none" else {})}
+    for field, values in levels.items():
+        kept = [v for v in values if v in support.get(field, values)]
+        if not kept:
+            return None
+        narrowed[field] = kept
+    within = {name: FACTORS[name][row[name]] for name in ("seq", "batch", "decoded", "input")}
+    within["padding"], within["options"] = FACTORS["padding"][row["padding"]], FACTORS["options"][row["options"]][0]
+    return kind, narrowed, within
+
+
+def _level(factor: str, value) -> Optional[str]:
+    return next((level for level, values in FACTORS[factor].items() if value in values), None)
+
+
+def levels_of(d) -> dict:
+    """factor -> the level a drawn example lies in (a value outside every level: left out)."""
+    c = d.config
+    defaults = R.ODEConfig(hidden_size=c.hidden_size, num_heads=c.num_heads)
+    other = any(getattr(c, f) != getattr(defaults, f) for f in OPTIONS.get(c.position_encoding, ()))
+    values = {"kind": d.kind.name, "options": "other" if other else "", "ode_solver": c.ode_solver, "norm_type": c.norm_type, "encoding": c.position_encoding,
+              "use_bitnet": c.use_bitnet, "mode": c.mode, "steps": c.ode_steps, "seq": d.seq, "head_dim": c.head_dim,
+              "heads": c.num_heads, "batch": d.batch, "padding": None if d.rows is None else d.rows[0][0],
+              "decoded": d.decoded, "input": (d.scale, d.offset)}
+    out = {factor: _level(factor, value) for factor, value in values.items()}
+    return {factor: level for factor, level in out.items() if level is not None}

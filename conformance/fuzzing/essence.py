@@ -1,0 +1,119 @@
+"""A finding shrunk to its essence: after hypothesis's shrink, each config field and each input
+choice of the failing draw is reset to its simplest value, one at a time, and each reset that
+still fails is kept, so that the finding shows only the fields that matter.
+
+Hypothesis shrinks toward smaller draws, but a choice that costs nothing in size (an irrelevant
+norm, solver or encoding option, an input offset, a padding pattern) often survives it. Here each
+is tried once more at its simplest: the first level of its choice in draw.py (euler, one step, no
+padding, scale 1, offset 0, seed 0), else ODEConfig's default (an encoding's options). A reset that
+makes the draw invalid (an ODEConfig refusal, a config the backend refuses, no fair input) is
+skipped; one that makes the draw larger (Draw.size) is not tried. Each try is one spec build and
+one backend run, and the whole is bounded in time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import ode_ref as R
+
+from .draw import OFFSETS, ROW_PADDING, SCALES, Draw
+
+# the encoding's fields: reset together first (the encoding off), then each option alone
+POSITIONAL = ("ode_use_pe", "positional_encoding", "rope_base", "rope_scaling", "alibi_scale", "sinusoidal_max_len",
+              "sinusoidal_base", "sinusoidal_scale", "hope_base", "hope_damping", "layer_idx", "pape_num_parabolas",
+              "pape_num_positions", "bam_learn_mu", "bam_theta_init", "bam_mu_init", "bam_eps", "use_ssmax",
+              "ssmax_s_init", "ssmax_length")
+SHAPE = ("hidden_size", "num_heads")  # sizes: hypothesis's to shrink, never reset here
+
+
+@dataclass
+class Essence:
+    """What the resets found: reset (kept: the draw still fails at the simplest value) and needed
+    (the draw passes at the simplest value: these fields matter), each a list of labels."""
+
+    reset: list = field(default_factory=list)
+    needed: list = field(default_factory=list)
+    tries: int = 0
+    stopped: str = ""  # why the resets stopped before the last: "time" (seconds spent), or the caller's reason
+
+
+def simplest_config(config: R.ODEConfig) -> dict:
+    """field -> its simplest value: the first level of draw.py's choice, else ODEConfig's default."""
+    out = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    out.update(norm_type=R.NORM_TYPES[0], ode_solver=R.SOLVERS[0], ode_steps=1, mode=R.MODES[0], use_bitnet=False)
+    return out
+
+
+def _config_resets(d: Draw) -> list:
+    """(label, changes to the config) for each config field not at its simplest; the encoding's
+    fields first as one reset, then each alone. The kind's fixed fields and the sizes are kept."""
+    simplest = simplest_config(d.config)
+    fixed = set(SHAPE) | set(d.kind.fixed_fields)
+    differs = [name for name, value in simplest.items() if name not in fixed and getattr(d.config, name) != value]
+    encoding = [name for name in differs if name in POSITIONAL]
+    resets = [("positional encoding", {name: simplest[name] for name in encoding})] if len(encoding) > 1 else []
+    return resets + [(name, {name: simplest[name]}) for name in differs if not (resets and name == "ode_use_pe")]
+
+
+def _input_resets(d: Draw) -> list:
+    """(label, function of the current draw -> changes to it) for each input choice not at its
+    simplest: the padding (all rows, then each row), the input's offset and scale, the seeds. A
+    row's reset reads the rows as earlier resets left them. The decoded tokens are kept: fewer
+    would move a decode finding's token into the prompt (hypothesis shrinks their count)."""
+    plain = (ROW_PADDING[0], 1)
+    resets = []
+    if d.rows is not None:
+        resets.append(("padding", lambda d: {"rows": None}))
+        resets += [(f"padding row {b}", lambda d, b=b: {} if d.rows is None else {"rows": (*d.rows[:b], plain, *d.rows[b + 1:])})
+                   for b, row in enumerate(d.rows) if tuple(row) != plain]
+    simplest = {"offset": OFFSETS[0], "scale": SCALES[0], "param_seed": 0, "input_seed": 0}
+    resets += [(name, lambda d, name=name, v=v: {name: v}) for name, v in simplest.items() if getattr(d, name) != v]
+    return resets
+
+
+def _reset(d: Draw, changes: dict, config: bool) -> Optional[Draw]:
+    """d with the changes made (to its config, or to itself), or None where that is no valid draw."""
+    if not changes:
+        return None
+    try:
+        if config:
+            return dataclasses.replace(d, config=dataclasses.replace(d.config, **changes))
+        return dataclasses.replace(d, **changes)
+    except (ValueError, TypeError):
+        return None
+
+
+def _todo(d: Draw, fields: bool) -> list:
+    """(label, changes of the current draw, whether they are the config's) of every reset, in order."""
+    todo = [(label, lambda d, c=changes: c, True) for label, changes in _config_resets(d)] if fields else []
+    return todo + [(label, changes, False) for label, changes in _input_resets(d)
+                   if fields or label != "param_seed"]  # a model file's weights are its own
+
+
+def essential(d: Draw, still_fails: Callable[[Draw], Optional[bool]], *, seconds: float = 60.0,
+              fields: bool = True, essence: Optional[Essence] = None) -> Draw:
+    """The draw with each reset kept that still fails. still_fails(draw): True where it fails,
+    False where it passes, None where it cannot be judged (refused, no fair input); what it raises
+    ends the resets and propagates. fields: whether the config's fields and the weights' seed are
+    reset (not for a model file's fixed config and weights). Tries stop once seconds have passed.
+    essence: an Essence filled as the resets go (kept where one raises)."""
+    essence, start = essence if essence is not None else Essence(), time.perf_counter()
+    for label, changes, config in _todo(d, fields):
+        if time.perf_counter() - start > seconds:
+            essence.stopped = "time"
+            break
+        candidate = _reset(d, changes(d), config)
+        if candidate is None or candidate == d or candidate.size() > d.size():
+            continue  # no valid draw, no change, or a larger one than hypothesis kept
+        essence.tries += 1
+        verdict = still_fails(candidate)
+        if verdict:
+            d = candidate
+            essence.reset.append(label)
+        elif verdict is False:
+            essence.needed.append(label)
+    return d
