@@ -61,12 +61,20 @@ def _why_not(row: dict) -> Optional[str]:
         return "no encoding, no options"
     if "decoded" in row and "seq" in row and _least("decoded", row["decoded"]) >= max(FACTORS["seq"][row["seq"]]):
         return "the decoded tokens need a prompt before them in the sequence"
-    sizes = [_least(f, row[f]) for f in ("seq", "head_dim", "heads", "batch") if f in row]
+    least = {f: _least(f, row[f]) for f in ("seq", "head_dim", "heads", "batch", "steps", "decoded") if f in row}
+    if "heads" in least and "head_dim" in least and least["heads"] * least["head_dim"] > D.MAX_WIDTH:
+        return f"heads x head_dim over the widest d_model ({D.MAX_WIDTH})"
     elements = 1
-    for size in sizes:
-        elements *= size
+    for f in ("seq", "head_dim", "heads", "batch"):
+        elements *= least.get(f, 1)
     if "seq" in row and elements > D.MAX_ELEMENTS:
         return f"batch x seq x d_model over the memory cap ({D.MAX_ELEMENTS})"
+    evaluations = least.get("steps", 1) * (D.stages(row["ode_solver"]) if "ode_solver" in row else 1)
+    if "seq" in row and D.work(kind or D.DRAWN_KINDS[0], least.get("batch", 1), least.get("heads", 1), least["seq"],
+                               evaluations) > D.MAX_WORK:
+        return f"batch x heads x seq^2 x evaluations of f over the time cap ({D.MAX_WORK})"
+    if least.get("decoded", 0) * evaluations > D.MAX_STEPPED:
+        return f"decoded tokens x evaluations of f over the decoding cap ({D.MAX_STEPPED})"
     return None
 
 
@@ -180,9 +188,10 @@ def levels_of(d) -> dict:
     c = d.config
     defaults = R.ODEConfig(hidden_size=c.hidden_size, num_heads=c.num_heads)
     other = any(getattr(c, f) != getattr(defaults, f) for f in OPTIONS.get(c.position_encoding, ()))
+    scale_offset = (1.0, d.offset) if d.offset else (d.scale, 0.0)  # an offset input is one whatever its scale
     values = {"kind": d.kind.name, "options": "other" if other else "", "ode_solver": c.ode_solver, "norm_type": c.norm_type, "encoding": c.position_encoding,
               "use_bitnet": c.use_bitnet, "mode": c.mode, "steps": c.ode_steps, "seq": d.seq, "head_dim": c.head_dim,
               "heads": c.num_heads, "batch": d.batch, "padding": None if d.rows is None else d.rows[0][0],
-              "decoded": d.decoded, "input": (d.scale, d.offset)}
+              "decoded": d.decoded, "input": scale_offset}
     out = {factor: _level(factor, value) for factor, value in values.items()}
     return {factor: level for factor, level in out.items() if level is not None}

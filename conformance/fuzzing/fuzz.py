@@ -108,7 +108,7 @@ class FuzzRun:
     replayed: int = 0  # examples judged first from the database: failures an earlier run kept
     expected: dict = field(default_factory=dict)  # an xfail expectation's label -> [examples failed, examples passed]
     cells: int = 0  # rows of the covering array searched (cover.py), each for one example
-    held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in
+    held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
 
     @property
     def failed(self) -> bool:
@@ -275,7 +275,8 @@ class Probe:
         if run.finding is None:
             self.shrink_start = time.perf_counter()
             run.finding = Finding(d, case, result, outputs, first=d, lost=lost)
-        elif d.size() <= run.finding.draw.size() or lost:
+        elif d.size() <= run.finding.draw.size() and (result.status, first_divergent(result)) == (
+                run.finding.result.status, first_divergent(run.finding.result)):  # a smaller example of the same failure
             run.finding = Finding(d, case, result, outputs, first=run.finding.first, lost=lost)
             run.shrinks += 1
         if lost:
@@ -328,7 +329,8 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     kept (database.py): those of earlier runs are judged first. expectations: a port's file
     (running/expectations.py): a draw in a skip region is not run, one in an xfail region is
     counted (FuzzRun.expected), never a finding. cover: search each cell of the covering array
-    (cover.py) first, one example each, then draw at random for the rest. ValueError for a
+    (cover.py) first, one example each (a cell given up after CELL_DRAWS draws), then draw at
+    random for the rest, and after a cell's finding too (a smaller example of it, shrunk unbounded). ValueError for a
     malformed support."""
     run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
     kinds = tuple(kind_of(k, "kinds", DRAWN_KINDS) for k in kinds) if kinds else kinds_of(adapter)
@@ -337,7 +339,7 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
     if db is not None:  # the failures an earlier run kept, first
-        _search(probe, strategy or draws(kinds, support), examples, seed, db, (Phase.reuse,))
+        _search(probe, strategy or draws(kinds, support), examples, seed, db, (Phase.reuse, Phase.shrink))
     if cover and run.finding is None and strategy is None and params is None:  # drawn configs: the covering array next
         for i, row in enumerate(covering_array(seed)[:examples]):
             region = cell(row, kinds, support)
@@ -347,7 +349,8 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     if probe.spent() and run.examples < examples:
         run.unrun = max(run.unrun, 1)  # the budget ran out between two searches
     # then drawn at random: after a cell's finding too, where a smaller example of it shrinks without the cell's bounds
-    if not probe.spent() and examples > run.examples:
+    # (not after a worker lost, nor after a failure replayed from the database: it stands, shrunk)
+    if not probe.spent() and examples > run.examples and not (run.finding is not None and (run.finding.lost or run.replayed)):
         _search(probe, strategy or draws(kinds, support), examples - run.examples, seed, db, (Phase.generate, Phase.shrink))
     if run.finding is not None and not run.finding.lost:
         reduce_to_essence(run, probe, shrink_seconds, fields=strategy is None and params is None)
