@@ -420,7 +420,7 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     if set(t) != set(expected) or any(t[k].shape != s for k, s in expected.items()):
         got = {k: list(v.shape) for k, v in t.items()}
         raise GoldenError(f"{os.fspath(path)}: expected tensors {dict((k, list(s)) for k, s in expected.items())}; got {got}")
-    _check_arrays(t, path, kind, _roles(kind, entry, config))
+    _check_arrays(t, path, kind, _roles(kind, entry, config, expected))
     case = Case(
         name=entry["name"], config=config, params={k: t[k] for k in kind.param_shapes(config)}, x=t["x"],
         padding_mask=t.get("padding_mask"), e32=dict(entry["e32"]), kind=kind,
@@ -433,12 +433,12 @@ def load_case(entry: dict, directory=GOLDEN_DIR) -> Case:
     return case
 
 
-def _roles(kind, entry: dict, config) -> dict:
+def _roles(kind, entry: dict, config, expected: dict) -> dict:
     """name -> what each array of the entry's file is: an input, a (stored) quantity or a parameter."""
     inputs = ("x", "padding_mask", *kind.inputs)
     outputs = kind.output_shapes(tuple(entry["shape"]), config)
     return {name: "input" if name in inputs else "quantity" if name in outputs else "parameter"
-            for name in _expected_arrays(entry, config)}
+            for name in expected}
 
 
 def _check_arrays(t: dict, path: Path, kind, roles: dict) -> None:

@@ -121,7 +121,8 @@ def pairs_of(row: dict) -> set:
     return {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2) if a in row and b in row}
 
 
-def covering_array(seed: int = 0) -> list[dict]:
+@functools.lru_cache(maxsize=None)  # built once a seed: each dtype's run of a backend searches the same rows
+def covering_array(seed: int = 0) -> tuple[dict, ...]:
     """Rows (factor -> level) holding every feasible pair at least once: greedy, each row started
     from an uncovered pair and filled with the feasible level covering the most uncovered pairs,
     ties broken by the seed (so two seeds draw different free cells)."""
@@ -139,7 +140,7 @@ def covering_array(seed: int = 0) -> list[dict]:
             row[name] = max(levels, key=lambda lv: len(pairs_of({**row, name: lv}) & uncovered))
         rows.append({name: row[name] for name in FACTORS})
         uncovered -= pairs_of(row)
-    return rows
+    return tuple(rows)
 
 
 def coverage(rows) -> tuple[int, int]:
