@@ -7,6 +7,8 @@ point, so installing odeattn is enough).
     --odeattn-examples N      the fuzz budget per dtype (default fuzz.DEFAULT_EXAMPLES; 0: no fuzz item)
     --odeattn-min-examples N  fewer fuzz examples judged fails the fuzz item (default: the budget)
     --odeattn-seed S          the fuzz seed (default 0)
+    --odeattn-no-cover        no covering array first: the fuzz budget drawn at random alone
+    --odeattn-same-draws      the same fuzz examples in every dtype (default: each dtype its own)
     --odeattn-database DIR    keep failing fuzz examples there and judge them first next time
     --odeattn-expectations F  a port's expectations file (repeatable): its xfails (strict) and skips
     --odeattn-shard I/N       only the I-th of N parts of the golden cases (running/shards.py); the
@@ -39,6 +41,10 @@ def pytest_addoption(parser):
     group.addoption("--odeattn-min-examples", type=int, default=None, metavar="N",
                     help="fewer fuzz examples judged than N (too many draws refused) fails the fuzz item (default: the budget)")
     group.addoption("--odeattn-seed", type=int, default=0, metavar="S", help="the fuzz seed")
+    group.addoption("--odeattn-no-cover", action="store_true",
+                    help="no covering array over the fuzzer's factors first: the fuzz budget drawn at random alone")
+    group.addoption("--odeattn-same-draws", action="store_true",
+                    help="the same fuzz examples in every dtype (default: each dtype its own, from the same seed)")
     group.addoption("--odeattn-database", default=None, metavar="DIR",
                     help="keep failing fuzz examples in this folder and judge them first on the next run")
     group.addoption("--odeattn-expectations", action="append", default=[], metavar="FILE",
@@ -81,16 +87,16 @@ class GoldenItem(_Item):
 
 
 def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min_examples=None, database=None,
-              expectations=None):
+              expectations=None, cover=True, share_draws=False):
     """The fuzz item's test function; its repro folder goes under pytest's tmp_path_factory (a
     fixture: the item is a pytest.Function, so it gets fixtures as any test does)."""
     def odeattn_fuzz(tmp_path_factory):
         from .fuzzing.fuzz import fuzz
-        from .fuzzing.fuzz_report import format_finding, format_refusals, shortfall
+        from .fuzzing.fuzz_report import format_finding, format_refusals, found_in, shortfall
         from .fuzzing.repro import folder_name, write_repro
 
         run = fuzz(adapter, dtype, examples=examples, seed=seed, min_examples=min_examples, database=database,
-                   expectations=expectations)
+                   expectations=expectations, cover=cover, share_draws=share_draws)
         if run.examples == 0:
             raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype} "
                                      f"({format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
@@ -102,7 +108,8 @@ def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min
                 run.finding.repro = str(write_repro(base / folder_name(reference, dtype), run.finding, reference, dtype))
             except OSError as err:  # the finding is still reported, below, without its folder
                 run.finding.repro = f"not written ({err.strerror or err})"
-            raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples\n{format_finding(run.finding)}")
+            raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples, found in "
+                                     f"{found_in(run.found_in)}\n{format_finding(run.finding)}")
         if run.unexpected:
             raise ConformanceFailure(f"fuzz: unexpected pass: {'; '.join(run.unexpected)}: none of the examples it selects failed")
 
@@ -185,7 +192,8 @@ def pytest_collection_modifyitems(session, config, items):
     index, count, expected = check_ci_options(config)
     cases = load_cases()
     only = config.getoption("odeattn_dtype")
-    fuzz_options = (config.getoption("odeattn_min_examples"), config.getoption("odeattn_database"), expected)
+    fuzz_options = (config.getoption("odeattn_min_examples"), config.getoption("odeattn_database"), expected,
+                    not config.getoption("odeattn_no_cover"), config.getoption("odeattn_same_draws"))
     adapters = load_adapters(config, references, config.getoption("odeattn_timeout"))
     if not any(d in only for _, adapter in adapters for d in adapter.dtypes) and only:
         raise pytest.UsageError(f"--odeattn-dtype: no backend runs any of the dtypes asked for ({', '.join(only)})")

@@ -25,7 +25,7 @@ FACTORS = {
     "ode_solver": {s: (s,) for s in R.SOLVERS},
     "norm_type": {n: (n,) for n in R.NORM_TYPES},
     "encoding": {e: (e,) for e in D.POSITIONS},
-    "options": {"default": ("",), "other": ("other",)},  # the encoding's options at their defaults, or each away from it
+    "options": {"default": ("default",), "other": ("other",)},  # the encoding's options at their defaults, or each away from it
     "use_bitnet": {"float": (False,), "bitnet": (True,)},
     "mode": {"encoder": ("encoder",), "decoder": ("decoder",)},
     "steps": {"1": (1,), "2": (2,), "3-4": (3, 4), "5-9": (5, 8, 9)},
@@ -42,8 +42,16 @@ FACTORS = {
 }
 
 
-def _least(factor: str, level: str) -> int:
-    return min(FACTORS[factor][level])
+def _least(factor: str, level: str, row: Optional[dict] = None, support: Optional[dict] = None):
+    """The value a cell's example takes for a size factor: its level's least (of those a declared
+    support keeps), a head's width the least giving CELL_WIDTH channels at the row's least heads."""
+    field = CONFIG_FACTORS.get(factor, factor)
+    values = sorted(FACTORS[factor][level])
+    values = [v for v in values if v in (support or {}).get(field, values)] or values
+    if factor == "head_dim":
+        heads = _least("heads", row["heads"], support=support) if row and "heads" in row else 1
+        return next((v for v in values if heads * v >= CELL_WIDTH), values[-1])
+    return values[0]
 
 
 def _why_not(row: dict) -> Optional[str]:
@@ -51,7 +59,7 @@ def _why_not(row: dict) -> Optional[str]:
     the draw space's caps (draw.MAX_ELEMENTS, draw.MAX_WORK)."""
     kinds = {k.name: k for k in D.DRAWN_KINDS}
     kind = kinds.get(row.get("kind"))
-    if kind is not None and "steps" in row and _least("steps", row["steps"]) > kind.most_steps:
+    if kind is not None and "steps" in row and _least("steps", row["steps"], row) > kind.most_steps:
         return f"a {kind} draw takes at most {kind.most_steps} steps"
     if kind is not None and "mode" in row and row["mode"] != kind.fixed_fields.get("mode", row["mode"]):
         return f"a {kind} draw runs in {kind.fixed_fields['mode']} mode"
@@ -59,9 +67,17 @@ def _why_not(row: dict) -> Optional[str]:
         return "a decode draw decodes a token or more, the others none"
     if row.get("encoding") == "none" and row.get("options") == "other":
         return "no encoding, no options"
-    if "decoded" in row and "seq" in row and _least("decoded", row["decoded"]) >= max(FACTORS["seq"][row["seq"]]):
+    if row.get("norm_type") in SATURATING and row.get("input") == "offset":
+        return (f"{row['norm_type']} saturates on an input offset far from zero: every token normed to the same +-1 "
+                "vector, attention sees one token")
+    if row.get("padding") == "full" and row.get("batch") == "1" and row.get("kind", "decode") != "decode":
+        return "one row with every token padded: every output zero, nothing computed to compare"
+    if (row.get("encoding", "none") != "none" and row.get("padding") in ("all_but_one", "full") and row.get("batch") == "1"
+            and row.get("kind", "decode") != "decode"):
+        return "a positional encoding needs two real tokens in a row: one row, all but one or all padded, has none"
+    if "decoded" in row and "seq" in row and _least("decoded", row["decoded"], row) >= max(FACTORS["seq"][row["seq"]]):
         return "the decoded tokens need a prompt before them in the sequence"
-    least = {f: _least(f, row[f]) for f in ("seq", "head_dim", "heads", "batch", "steps", "decoded") if f in row}
+    least = {f: _least(f, row[f], row) for f in SIZES if f in row}
     if "heads" in least and "head_dim" in least and least["heads"] * least["head_dim"] > D.MAX_WIDTH:
         return f"heads x head_dim over the widest d_model ({D.MAX_WIDTH})"
     elements = 1
@@ -75,6 +91,12 @@ def _why_not(row: dict) -> Optional[str]:
         return f"batch x heads x seq^2 x evaluations of f over the time cap ({D.MAX_WORK})"
     if least.get("decoded", 0) * evaluations > D.MAX_STEPPED:
         return f"decoded tokens x evaluations of f over the decoding cap ({D.MAX_STEPPED})"
+    if row.get("use_bitnet") == "bitnet" and least.get("seq", 0) > D.SEQS[-1]:
+        return f"BitLinear past {D.SEQS[-1]} tokens: the draw space's long sequences have float projections (no fair input)"
+    cap = D.MAX_ROUNDED_OFFSET if row.get("input") == "offset" else D.MAX_ROUNDED
+    if row.get("use_bitnet") == "bitnet" and "seq" in row and D.rounded(
+            least.get("batch", 1), least["seq"], least.get("heads", 1) * least.get("head_dim", 1), evaluations) > cap:
+        return f"BitLinear's rounded activations, batch x seq x d_model x evaluations, over the fair-input cap ({cap})"
     return None
 
 
@@ -155,28 +177,53 @@ OPTIONS = {"rope": ("rope_base", "rope_scaling"), "sinusoidal_rotary": ("sinusoi
            "alibi": ("alibi_scale",), "hope": ("layer_idx",), "bam": ("bam_learn_mu", "bam_mu_init"),
            "pape": ("pape_num_parabolas",), "pape_efficient": ("pape_num_parabolas",),
            "pape_ri": ("pape_num_parabolas", "pape_num_positions")}
+SATURATING = ("derf", "dynamic_tanh")  # elementwise norms that saturate to +-1 far from zero
+SIZES = ("seq", "head_dim", "heads", "batch", "steps", "decoded")
+# a cell's narrowest d_model: at 1 to 3 channels a norm leaves z's direction a sign or two, so attention's
+# input hardly depends on z (d_model 1: not at all), and no bug in what follows it shows
+CELL_WIDTH = 4
 CONFIG_FACTORS = {"ode_solver": "ode_solver", "norm_type": "norm_type", "use_bitnet": "use_bitnet", "mode": "mode",
                   "steps": "ode_steps", "heads": "num_heads", "head_dim": "head_dim"}  # factor -> the support's field
 
 
+# the levels a cell none of whose draws had a fair input is searched again at: BitLinear's ties, a
+# saturating or partial norm, an input far from zero are what leave a draw no fair input (fair.py)
+FAIREST = {"use_bitnet": "float", "norm_type": "layer_norm", "input": "N(0, 1)"}
+
+
+def relaxed(row: dict) -> dict:
+    """row at FAIREST's levels (the pairs those held are then not met by this row), or row itself
+    where the result holds no draw."""
+    fairest = {**row, **FAIREST}
+    return fairest if _why_not(fairest) is None else row
+
+
 def cell(row: dict, kinds, support: dict) -> Optional[tuple]:
     """(kind, support, within) of a row for draw.draws: the row's config levels as a declared
-    support, narrowed by the backend's own, and its other levels as draws' `within`; None where the
-    backend runs none of it (its kind's method missing, a level outside its declared support)."""
-    kind = next((k for k in kinds if k.name == row["kind"]), None)
+    support, narrowed by the backend's own, and its other levels as draws' `within`. A row of a
+    kind the backend lacks (a port with no backward pass) is searched in the first kind it runs
+    that the row's other levels allow, so its other pairs are still met; None where the backend
+    runs none of it (no such kind, a level outside its declared support)."""
+    kind = next((k for k in kinds if k.name == row["kind"]), None) or next(
+        (k for k in kinds if _why_not({**row, "kind": k.name}) is None), None)
     if kind is None:
         return None
     narrowed = dict(support)
     encoding = row["encoding"]
-    levels = {**{field: FACTORS[factor][row[factor]] for factor, field in CONFIG_FACTORS.items()},
+    size = {f: (_least(f, row[f], row, support),) for f in SIZES}  # each size its least: the caps hold by construction
+    levels = {**{field: size.get(factor, FACTORS[factor][row[factor]]) for factor, field in CONFIG_FACTORS.items()},
               "ode_use_pe": (encoding != "none",), **({"positional_encoding": (encoding,)} if encoding != "none" else {})}
     for field, values in levels.items():
         kept = [v for v in values if v in support.get(field, values)]
         if not kept:
             return None
         narrowed[field] = kept
-    within = {name: FACTORS[name][row[name]] for name in ("seq", "batch", "decoded", "input")}
-    within["padding"], within["options"] = FACTORS["padding"][row["padding"]], FACTORS["options"][row["options"]][0]
+    # a kind with no f among its quantities (decode, grad) takes a large input at 10^2 alone: at 10^4 its
+    # z's hold f's effect below float32's resolution, so no bug in f can show
+    bitnet = row["use_bitnet"] == "bitnet"  # at its least sequence too: its roundings within D.MAX_ROUNDED by construction
+    within = {"seq": size["seq"] if bitnet else FACTORS["seq"][row["seq"]], "batch": size["batch"], "decoded": size["decoded"],
+              "input": FACTORS["input"][row["input"]][:1 if not kind.stages and row["input"] == "large" else None], "padding": FACTORS["padding"][row["padding"]],
+              "options": FACTORS["options"][row["options"]][0]}
     return kind, narrowed, within
 
 
@@ -190,7 +237,7 @@ def levels_of(d) -> dict:
     defaults = R.ODEConfig(hidden_size=c.hidden_size, num_heads=c.num_heads)
     other = any(getattr(c, f) != getattr(defaults, f) for f in OPTIONS.get(c.position_encoding, ()))
     scale_offset = (1.0, d.offset) if d.offset else (d.scale, 0.0)  # an offset input is one whatever its scale
-    values = {"kind": d.kind.name, "options": "other" if other else "", "ode_solver": c.ode_solver, "norm_type": c.norm_type, "encoding": c.position_encoding,
+    values = {"kind": d.kind.name, "options": "other" if other else "default", "ode_solver": c.ode_solver, "norm_type": c.norm_type, "encoding": c.position_encoding,
               "use_bitnet": c.use_bitnet, "mode": c.mode, "steps": c.ode_steps, "seq": d.seq, "head_dim": c.head_dim,
               "heads": c.num_heads, "batch": d.batch, "padding": None if d.rows is None else d.rows[0][0],
               "decoded": d.decoded, "input": scale_offset}

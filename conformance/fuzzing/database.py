@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from .repro import folder_name
 
@@ -39,6 +39,28 @@ class CountingDatabase(DirectoryBasedExampleDatabase):
             if not key.endswith(SUB_KEYS):
                 self.fetched += 1
             yield value
+
+
+class RowDatabase(ExampleDatabase):
+    """database's examples under a covering array's row of its own (cover.py): a cell's failures
+    are choices of the row's strategy, so they are kept and replayed apart from the random
+    search's, wherever the row appears in a later run's array."""
+
+    def __init__(self, database: ExampleDatabase, row: dict):
+        super().__init__()
+        self.database, self.prefix = database, repr(sorted(row.items())).encode() + b":"
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.database.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes):
+        yield from self.database.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.database.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.database.move(self.prefix + src, self.prefix + dest, value)
 
 
 @contextmanager

@@ -55,6 +55,14 @@ GRAD_WORK = 4  # a grad example's spec cost over a block's of the same shape and
 # A decode example's steps, decoded tokens x evaluations, within MAX_STEPPED: each is a call of f on
 # one token, about 0.2 ms of the spec's Python (17 tokens at rk4 x 9 took 0.13 s at d_model 4)
 MAX_STEPPED = 288  # 17 tokens at up to 16 evaluations, 8 at 36
+# A BitLinear draw's rounded activations, batch * seq * d_model * evaluations (each evaluation rounds
+# its projections' inputs), within MAX_ROUNDED: each lands within the fair-input margin of a
+# rounding tie (fair.py) with a small chance, so an input is fair with odds of about exp(-N / 1500)
+# (measured on 12 inputs each: 1020 and 1024 roundings, 6 fair; 3840 to 8192, none)
+MAX_ROUNDED = 2**11
+# an input offset far from zero: the float32 forward's levels deviate more (the norm's cancellation), so
+# the margin is wider and ties likelier (at 128 roundings 4 to 10 of 10 inputs fair, by norm; at 960, none)
+MAX_ROUNDED_OFFSET = 2**8
 STEPS = (1, 2, 3, 4, 5, 8, 9)  # up to a kind's most_steps: with rk4's 4 stages, 4 to 36 cached evaluations
 DECODED = (1, 2, 3, 4, 5, 8, 9, 16, 17)  # decoded tokens: levels across 4, 8 and 16, each as likely as another
 ROW_PADDING = ("none", "right", "left", "holes", "all_but_one", "full")  # per row, simple to complex
@@ -191,14 +199,18 @@ def _encodings(support: dict, focus: str, positioned: bool = True) -> list:
 
 
 @st.composite
-def positions(draw, kind, focus: str, support: Optional[dict] = None, positioned: bool = True, options: str = "") -> dict:
+def positions(draw, kind, focus: str, support: Optional[dict] = None, positioned: bool = True,
+              options: Optional[str] = None) -> dict:
     """The positional fields: an encoding (none first; a positions focus: one with a table; none
     alone where the draw is not positioned: a single token) and its options, within the declared
-    support (pick). options "other": each option away from its default (a covering array's cell)."""
+    support (pick). options (a covering array's cell): "default", each option at its default, or
+    "other", each away from it; None: either."""
     support = support or {}
 
     def option(field, values, strategy=None):
-        return pick(draw, support, field, values[1:], None) if options == "other" else pick(draw, support, field, values, strategy)
+        if options is not None:
+            return pick(draw, support, field, values[1:] if options == "other" else values[:1])
+        return pick(draw, support, field, values, strategy)
 
     encoding = draw(st.sampled_from(_encodings(support, focus, positioned)))
     if encoding == "none":
@@ -237,6 +249,11 @@ def work(kind, batch: int, heads: int, seq: int, evaluations: int = 1) -> int:
     """A draw's attention work, capped by MAX_WORK: batch * heads * seq^2 * evaluations, a
     backward pass's GRAD_WORK times."""
     return batch * heads * seq * seq * evaluations * (GRAD_WORK if kind.backward else 1)
+
+
+def rounded(batch: int, seq: int, width: int, evaluations: int) -> int:
+    """A BitLinear draw's rounded activations, capped by MAX_ROUNDED."""
+    return batch * seq * width * evaluations
 
 
 def least_evaluations(focus: str, support: dict) -> int:
@@ -314,10 +331,11 @@ def _solver_and_steps(draw, kind, focus: str, support: dict, room: int) -> dict:
 
 def positioned_rows(rows: Optional[tuple], prompt: int, decoded: int) -> Optional[tuple]:
     """rows, or, where no row is sure to keep two real tokens (fewest_real, the decoded ones real),
-    rows with its first unpadded: positions matter only between two real tokens."""
+    rows with its last unpadded (its first where it has one: a covering array's cell pins the
+    first row's padding): positions matter only between two real tokens."""
     if rows is None or any(fewest_real(kind, n, prompt) + decoded >= 2 for kind, n in rows):
         return rows
-    return (("none", 1),) + rows[1:]
+    return rows[:-1] + (("none", 1),)
 
 
 @st.composite
@@ -340,9 +358,11 @@ def draws(draw, kinds=DRAWN_KINDS, support: Optional[dict] = None, within: Optio
     fields = dict(hidden_size=width, num_heads=heads, norm_type=pick(draw, support, "norm_type", norms),
                   **_solver_and_steps(draw, kind, focus, support, MAX_WORK // work(kind, batch, heads, seq)),
                   mode=kind.fixed_fields["mode"] if "mode" in kind.fixed_fields else pick(draw, support, "mode", R.MODES),
-                  use_bitnet=not ((focus == "cache" or seq > SEQS[-1]) and False in support.get("use_bitnet", (False,)))
-                  and pick(draw, support, "use_bitnet", [False, True], st.booleans()))
-    fields.update(draw(positions(kind, focus, support, positioned=seq >= 2, options=within.get("options", ""))))
+                  use_bitnet=False)
+    fields["use_bitnet"] = not ((seq > SEQS[-1] or rounded(batch, seq, width, fields["ode_steps"] * stages(fields["ode_solver"])) > MAX_ROUNDED)
+                                and False in support.get("use_bitnet", (False,))) and pick(draw, support, "use_bitnet", [False, True],
+                                                                                           st.booleans())
+    fields.update(draw(positions(kind, focus, support, positioned=seq >= 2, options=within.get("options"))))
     stepped = MAX_STEPPED // (fields["ode_steps"] * stages(fields["ode_solver"]))
     levels = [k for k in DECODED if kind.min_decoded <= k < seq and k <= stepped] or [1]
     decoded = draw(st.sampled_from([k for k in levels if k in within.get("decoded", levels)] or levels)) if kind.min_decoded else 0

@@ -1,6 +1,7 @@
-"""A finding shrunk to its essence: after hypothesis's shrink, each config field and each input
-choice of the failing draw is reset to its simplest value, one at a time, and each reset that
-still fails is kept, so that the finding shows only the fields that matter.
+"""A finding shrunk to its essence: after hypothesis's shrink, each size of the failing draw is
+shrunk to its smallest that still fails (SMALLER), then each config field and each input choice
+is reset to its simplest value, one at a time, and each reset that still fails is kept, so that
+the finding shows only the fields that matter.
 
 Hypothesis shrinks toward smaller draws, but a choice that costs nothing in size (an irrelevant
 norm, solver or encoding option, an input offset, a padding pattern) often survives it. Here each
@@ -20,14 +21,14 @@ from typing import Callable, Optional
 
 import ode_ref as R
 
-from .draw import OFFSETS, ROW_PADDING, SCALES, Draw
+from .draw import HEAD_DIMS, LONG_SEQS, OFFSETS, ROW_PADDING, SCALES, SEQS, Draw
 
 # the encoding's fields: reset together first (the encoding off), then each option alone
 POSITIONAL = ("ode_use_pe", "positional_encoding", "rope_base", "rope_scaling", "alibi_scale", "sinusoidal_max_len",
               "sinusoidal_base", "sinusoidal_scale", "hope_base", "hope_damping", "layer_idx", "pape_num_parabolas",
               "pape_num_positions", "bam_learn_mu", "bam_theta_init", "bam_mu_init", "bam_eps", "use_ssmax",
               "ssmax_s_init", "ssmax_length")
-SHAPE = ("hidden_size", "num_heads")  # sizes: hypothesis's to shrink, never reset here
+SHAPE = ("hidden_size", "num_heads")  # sizes: shrunk first (_smaller), never reset with the fields
 
 
 @dataclass
@@ -75,6 +76,19 @@ def _input_resets(d: Draw) -> list:
     return resets
 
 
+# (label, the current draw -> the smaller draws to try, simplest first (draw.py's order: a head of 4
+# channels first), each as (its changes, or its config's)) for each size: a block forward for cached decoding, one row, a shorter sequence,
+# one head, a narrower head, one step
+SMALLER = (
+    ("a block forward", lambda d: [({"kind": "block", "decoded": 0}, {})] if d.decoded else []),
+    ("batch", lambda d: [({"batch": 1, "rows": None if d.rows is None else d.rows[:1]}, {})] if d.batch > 1 else []),
+    ("seq", lambda d: [({"seq": t}, {}) for t in sorted(SEQS + LONG_SEQS) if d.decoded < t < d.seq]),
+    ("heads", lambda d: [({}, {"num_heads": 1, "hidden_size": d.config.head_dim})] if d.config.num_heads > 1 else []),
+    ("head_dim", lambda d: [({}, {"hidden_size": w * d.config.num_heads}) for w in HEAD_DIMS if w < d.config.head_dim]),
+    ("ode_steps", lambda d: [({}, {"ode_steps": 1})] if d.config.ode_steps > 1 else []),
+)
+
+
 def _reset(d: Draw, changes: dict, config: bool) -> Optional[Draw]:
     """d with the changes made (to its config, or to itself), or None where that is no valid draw."""
     if not changes:
@@ -95,13 +109,27 @@ def _todo(d: Draw, fields: bool) -> list:
 
 
 def essential(d: Draw, still_fails: Callable[[Draw], Optional[bool]], *, seconds: float = 60.0,
-              fields: bool = True, essence: Optional[Essence] = None) -> Draw:
+              fields: bool = True, sizes: bool = False, essence: Optional[Essence] = None) -> Draw:
     """The draw with each reset kept that still fails. still_fails(draw): True where it fails,
     False where it passes, None where it cannot be judged (refused, no fair input); what it raises
     ends the resets and propagates. fields: whether the config's fields and the weights' seed are
-    reset (not for a model file's fixed config and weights). Tries stop once seconds have passed.
+    reset (not for a model file's fixed config and weights). sizes: whether the sizes are shrunk
+    first (a covering array's cell pinned them; hypothesis shrank a random draw's). Tries stop
+    once seconds have passed.
     essence: an Essence filled as the resets go (kept where one raises)."""
     essence, start = essence if essence is not None else Essence(), time.perf_counter()
+    # sizes first, each to its smallest that still fails: a covering array's cell pinned them
+    for label, smaller in SMALLER if fields and sizes else ():
+        for changes, config_changes in smaller(d):
+            if time.perf_counter() - start > seconds:
+                essence.stopped = "time"
+                break
+            candidate = _reset(d, config_changes, True) if config_changes else _reset(d, changes, False)
+            essence.tries += candidate is not None
+            if candidate is not None and still_fails(candidate):
+                d = candidate
+                essence.reset.append(label)
+                break
     for label, changes, config in _todo(d, fields):
         if time.perf_counter() - start > seconds:
             essence.stopped = "time"

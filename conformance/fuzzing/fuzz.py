@@ -1,12 +1,14 @@
 """`odeattn conformance fuzz`: drawn cases, judged live against the spec, shrunk when one fails.
 
-For a backend and a dtype, hypothesis draws examples from draw.draws (configs, shapes, padding,
-inputs); the spec computes each one's quantities and its own float32 error in the run
+For a backend and a dtype, one example is drawn in each row of a covering array over the draw
+space's factors (cover.py: every pair of two factors' levels), then hypothesis draws the rest of
+the examples from draw.draws (configs, shapes, padding, inputs), each dtype its own, each example
+judged once. The spec computes each one's quantities and its own float32 error in the run
 (draw.build), and the backend is judged by the golden set's comparison (compare.judge: f0, the
 trajectory and z1, the decode steps, the gradient, whatever the adapter offers). The first
-divergent example is shrunk by hypothesis toward the simplest one that still diverges, then each
-of its config fields and input choices is reset to its simplest value while it still diverges
-(essence.py); the result is the finding, localised (cases/localise.py) at its first divergent
+divergent example is shrunk by hypothesis toward the simplest one that still diverges, then its
+sizes, config fields and input choices each to the simplest that still diverges (essence.py);
+the result is the finding, localised (cases/localise.py) at its first divergent
 quantity (a decode finding at its token and cache slot, a grad finding at its gradient) and, where
 the adapter returns the stage values of f (stages.py), at the first divergent stage.
 
@@ -25,6 +27,7 @@ folder (database.py), the failing examples of earlier runs are judged first.
 from __future__ import annotations
 
 import contextlib
+import zlib
 
 import time
 import unittest
@@ -42,8 +45,8 @@ from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case
 from ..cases.kinds import kind_of
-from .database import CountingDatabase, scratch_home
-from .cover import cell, covering_array, levels_of, pairs_of
+from .database import CountingDatabase, RowDatabase, scratch_home
+from .cover import cell, covering_array, levels_of, pairs_of, relaxed
 from .draw import DRAWN_KINDS, Draw, build, draws, reject
 from .essence import Essence, essential
 from ..adapters.support import support_of
@@ -54,7 +57,7 @@ from ..running.worker import unsupported
 from .stages import first_divergent_stage
 from ..running.expectations import Expectations
 
-CELL_DRAWS = 3  # a covering array cell's draws before it is given up (no fair input, or refused): each up to REDRAWS inputs
+CELL_DRAWS = 6  # a covering array cell's draws before it is given up (no fair input, or refused): each up to REDRAWS inputs
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
 NO_FINITE_REFERENCE = "no finite reference: the spec's output or its float32 error is not finite with these weights"
@@ -108,7 +111,10 @@ class FuzzRun:
     replayed: int = 0  # examples judged first from the database: failures an earlier run kept
     expected: dict = field(default_factory=dict)  # an xfail expectation's label -> [examples failed, examples passed]
     cells: int = 0  # rows of the covering array searched (cover.py), each for one example
+    repeats: int = 0  # draws equal to an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
+    found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
+    # "database" (kept by an earlier run's random draws), "database, row i" (by its row i)
 
     @property
     def failed(self) -> bool:
@@ -138,6 +144,13 @@ class FuzzRun:
         else:
             self.skipped += 1
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
+
+
+def dtype_seed(seed: int, dtype: str, share: bool = False) -> int:
+    """The hypothesis seed of a run in one dtype: the same seed draws other examples in each dtype
+    (float32 the seed's own, another dtype's a 32-bit hash of the two, far from any small seed),
+    unless share (the same examples in every dtype)."""
+    return seed if share or dtype == "float32" else zlib.crc32(f"{dtype}:{seed}".encode()) + 2**32
 
 
 def kinds_of(adapter) -> tuple:
@@ -214,6 +227,13 @@ def explain(finding: Finding, adapter, dtype: str) -> Finding:
     return finding
 
 
+def _example(d: Draw, case: Case) -> tuple:
+    """What makes an example: two draws that build the same one (an input seed and its redraw, a
+    padding count past the prompt) are one."""
+    mask = None if case.padding_mask is None else case.padding_mask.tobytes()
+    return d.kind.name, d.config, d.batch, d.seq, d.decoded, d.param_seed, d.scale, d.offset, case.input_seed, mask
+
+
 class Probe:
     """The hypothesis test's body: one draw, refused (counted by reason), judged, or raised as a
     divergence for hypothesis to shrink. database: the CountingDatabase the run replays, or None."""
@@ -224,6 +244,8 @@ class Probe:
         self.time_budget, self.shrink_seconds = time_budget, shrink_seconds
         self.start, self.shrink_start = time.perf_counter(), None
         self.limit, self.drawn = None, 0  # a search's most draws before a finding (a cell's: CELL_DRAWS), and its count
+        self.judged = set()  # the draws judged so far: a repeat before a finding is redrawn
+        self.searching = ""  # the search under way (FuzzRun.found_in)
 
     def spent(self) -> bool:
         """Whether the time budget is spent (no finding yet): no further search starts."""
@@ -256,12 +278,17 @@ class Probe:
             self.refuse(NO_FAIR_INPUT)
         if self.params is not None and unjudgeable(case, run.dtype) is not None:
             self.refuse(NO_FINITE_REFERENCE)  # a model file's weights beyond what the block holds: nothing to judge
+        example = _example(d, case)
+        if run.finding is None and example in self.judged:
+            run.repeats += 1
+            reject(None)  # judged already (two draws may build one example; hypothesis repeats in a small region)
         outputs = {}
         result = run_case(self.adapter, case, run.dtype, fault=fault, outputs=outputs)
         lost = getattr(self.adapter, "lost", "")
         if result.status in ("skipped", "untestable"):
             self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
         run.examples += 1
+        self.judged.add(example)
         run.held |= pairs_of(levels_of(d))
         if replaying and run.finding is None:
             run.replayed += 1
@@ -274,7 +301,7 @@ class Probe:
             return
         if run.finding is None:
             self.shrink_start = time.perf_counter()
-            run.finding = Finding(d, case, result, outputs, first=d, lost=lost)
+            run.finding, run.found_in = Finding(d, case, result, outputs, first=d, lost=lost), self.searching
         elif d.size() <= run.finding.draw.size() and (result.status, first_divergent(result)) == (
                 run.finding.result.status, first_divergent(run.finding.result)):  # a smaller example of the same failure
             run.finding = Finding(d, case, result, outputs, first=run.finding.first, lost=lost)
@@ -320,7 +347,7 @@ class Probe:
 def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, time_budget: Optional[float] = None,
          shrink_seconds: float = SHRINK_SECONDS, kinds: Optional[tuple] = None, strategy=None,
          params: Optional[dict] = None, min_examples: Optional[int] = None, database=None, expectations=None,
-         cover: bool = False) -> FuzzRun:
+         cover: Optional[bool] = None, cells: Optional[tuple] = None, share_draws: bool = False) -> FuzzRun:
     """Draw up to `examples` examples (fewer once time_budget seconds have passed) for one adapter
     in one dtype, within its declared support (adapters/support.py); shrink the first divergent
     one. The same seed draws the same examples. strategy and params: a model file's
@@ -328,42 +355,83 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     fewer judged is a shortfall (FuzzRun.short). database: a folder where failing examples are
     kept (database.py): those of earlier runs are judged first. expectations: a port's file
     (running/expectations.py): a draw in a skip region is not run, one in an xfail region is
-    counted (FuzzRun.expected), never a finding. cover: search each cell of the covering array
-    (cover.py) first, one example each (a cell given up after CELL_DRAWS draws), then draw at
-    random for the rest, and after a cell's finding too (a smaller example of it, shrunk unbounded). ValueError for a
-    malformed support."""
+    counted (FuzzRun.expected), never a finding. cover (default: on for drawn configs): search each
+    cell of the covering array (cover.py) first, one example each (a cell given up after
+    CELL_DRAWS draws, then at its fairest levels: cover.relaxed), then draw at random for the rest;
+    cells: only these rows of the array, nothing drawn at random
+    (each searched as the whole array's run searches it). Each example is judged once in a run;
+    each dtype draws its own examples (dtype_seed) unless share_draws. ValueError for a malformed
+    support, or cover with a model file's fixed config."""
+    drawn = strategy is None and params is None
+    if cover and not drawn:
+        raise ValueError("cover: a covering array varies configs; a model file's config is fixed")
+    cover = drawn if cover is None else cover
+    if cells is not None and not cover:
+        raise ValueError("cells: rows of the covering array, searched only where it is (cover, drawn configs)")
     run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
+    seed_of_dtype = dtype_seed(seed, dtype, share_draws)
     kinds = tuple(kind_of(k, "kinds", DRAWN_KINDS) for k in kinds) if kinds else kinds_of(adapter)
     support = support_of(adapter)
+    strategy = strategy if strategy is not None else draws(kinds, support)
     db = None if database is None else CountingDatabase(database, adapter.name, dtype)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
-    if db is not None:  # the failures an earlier run kept, first
-        _search(probe, strategy or draws(kinds, support), examples, seed, db, (Phase.reuse, Phase.shrink))
-    if cover and run.finding is None and strategy is None and params is None:  # drawn configs: the covering array next
-        for i, row in enumerate(covering_array(seed)[:examples]):
-            region = cell(row, kinds, support)
-            if region is not None and run.finding is None and not probe.spent():
-                run.cells += 1
-                _search(probe, draws((region[0],), *region[1:]), 1, seed * 1000 + i, None, (Phase.generate, Phase.shrink), CELL_DRAWS)
+    rows = covering_array(seed) if cover else ()
+    searched = range(min(len(rows), examples)) if cells is None else cells
+    if db is not None:  # the failures an earlier run kept, first: each row's (a row's finding ends the array), then the random search's
+        _search_rows(probe, rows, searched, kinds, support, seed_of_dtype, db, replay=True)
+        if run.finding is None and cells is None:
+            _search(probe, strategy, examples, seed_of_dtype, db, (Phase.reuse, Phase.shrink))
+    if run.finding is None:  # drawn configs: the covering array next
+        _search_rows(probe, rows, searched, kinds, support, seed_of_dtype, db)
     if probe.spent() and run.examples < examples:
         run.unrun = max(run.unrun, 1)  # the budget ran out between two searches
-    # then drawn at random: after a cell's finding too, where a smaller example of it shrinks without the cell's bounds
-    # (not after a worker lost, nor after a failure replayed from the database: it stands, shrunk)
-    if not probe.spent() and examples > run.examples and not (run.finding is not None and (run.finding.lost or run.replayed)):
-        _search(probe, strategy or draws(kinds, support), examples - run.examples, seed, db, (Phase.generate, Phase.shrink))
+    # then drawn at random, up to the examples asked (a finding's sizes are shrunk past its cell's by essence.py)
+    if cells is None and run.finding is None and not probe.spent() and examples > run.examples:
+        _search(probe, strategy, examples - run.examples, seed_of_dtype, db, (Phase.generate, Phase.shrink))
     if run.finding is not None and not run.finding.lost:
-        reduce_to_essence(run, probe, shrink_seconds, fields=strategy is None and params is None)
+        reduce_to_essence(run, probe, shrink_seconds, fields=drawn, sizes="row" in run.found_in)
     run.seconds = time.perf_counter() - probe.start
     if run.finding is not None:
         explain(run.finding, adapter, dtype)
     return run
 
 
-def _search(probe: Probe, strategy, examples: int, seed: int, db, phases, limit: Optional[int] = None) -> None:
+def _search_rows(probe: Probe, rows, searched, kinds, support, seed: int, db, replay: bool = False) -> None:
+    """One example searched in each of the covering array's rows searched (its index in rows), until
+    a finding: a row, then, where none of its draws was judged, its fairest (_tried). replay: the
+    failures db keeps under each row judged instead (hypothesis's reuse phase), nothing drawn."""
+    run = probe.run
+    for i in searched:
+        counted = replay
+        for row in _tried(rows[i]):
+            if run.finding is not None or probe.spent():
+                return
+            region = cell(row, kinds, support)
+            if region is None:
+                continue  # outside the backend's support: its fairest may be inside
+            strategy, kept = draws((region[0],), *region[1:]), None if db is None else RowDatabase(db, row)
+            if replay:
+                _search(probe, strategy, 1, seed, kept, (Phase.reuse, Phase.shrink), searching=f"database, row {i}")
+                continue
+            judged, counted, run.cells = run.examples, True, run.cells + (not counted)  # a row counted once
+            _search(probe, strategy, 1, seed * 1000 + i, kept, (Phase.generate, Phase.shrink), CELL_DRAWS, f"row {i}")
+            if run.examples > judged:
+                break
+
+
+def _tried(row: dict) -> tuple:
+    """A row's searches: the row, then its fairest (cover.relaxed) where that differs."""
+    fairest = relaxed(row)
+    return (row,) if fairest == row else (row, fairest)
+
+
+def _search(probe: Probe, strategy, examples: int, seed: int, db, phases, limit: Optional[int] = None,
+            searching: str = "random") -> None:
     """hypothesis's search for a divergence: up to examples judged, drawn by strategy, shrunk;
-    limit: the most draws before a finding (None: hypothesis's own)."""
+    limit: the most draws before a finding (None: hypothesis's own); searching: its name (FuzzRun.found_in)."""
     probe.limit, probe.drawn = limit, 0
+    probe.searching = "database" if Phase.reuse in phases and searching == "random" else searching
     @settings(max_examples=examples, database=db, deadline=None, derandomize=False, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=phases)
     @hypothesis_seed(seed)
@@ -386,13 +454,13 @@ def _search(probe: Probe, strategy, examples: int, seed: int, db, phases, limit:
         # Unsatisfiable (every draw skipped or unfair) leaves run.examples at 0, which the caller reports
 
 
-def reduce_to_essence(run: FuzzRun, probe: Probe, seconds: float, fields: bool = True) -> None:
+def reduce_to_essence(run: FuzzRun, probe: Probe, seconds: float, fields: bool = True, sizes: bool = False) -> None:
     """run's finding after each of its config fields and input choices is reset to its simplest
     value while it still diverges (essence.essential, within seconds); fields False (a model
     file's): its config and weights kept. A worker lost on a reset keeps the finding so far."""
     essence = Essence()
     try:
-        essential(run.finding.draw, probe.retry, seconds=seconds, fields=fields, essence=essence)
+        essential(run.finding.draw, probe.retry, seconds=seconds, fields=fields, sizes=sizes, essence=essence)
     except _Stop:
         essence.stopped = "the worker was lost"
     run.finding.essence = essence

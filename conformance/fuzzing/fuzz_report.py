@@ -26,6 +26,8 @@ def format_run(run) -> str:
         lines.append(f"  refused: {format_refusals(run.refusals)}")
     if run.held:
         lines.append(f"  coverage: {format_coverage(run)}")
+    if run.found_in:
+        lines.append(f"  found in: {found_in(run.found_in)}")
     for label, (failed, passed) in run.expected.items():
         lines.append(f"  {'unexpected pass' if label in run.unexpected else 'expected failures'}: {label}: "
                      f"{failed} of the {failed + passed} examples it selects failed")
@@ -38,11 +40,22 @@ def format_run(run) -> str:
     return "\n".join(lines)
 
 
+FOUND_IN = {"random": "the random draws", "database": "the failures an earlier run's random draws kept"}
+
+
+def found_in(where: str) -> str:
+    """FuzzRun.found_in in words."""
+    if where.startswith("database, "):
+        return f"the failures an earlier run's {where.split(', ')[1]} of the covering array kept"
+    return FOUND_IN.get(where, f"{where} of the covering array")
+
+
 def format_coverage(run) -> str:
     """The pairs of factor levels (cover.py) the judged examples lie in, of those feasible, after
     the covering array's cells searched."""
     feasible, infeasible = feasible_pairs()
-    cells = f"{run.cells} covering-array cells searched" if run.cells else "no covering array: --cover searches one"
+    cells = (f"{run.cells} covering-array cells searched" if run.cells else
+             "no covering array searched: turned off, a model file's fixed config, or a failure replayed first")
     return (f"the examples judged hold {len(run.held & feasible)} of the {len(feasible)} feasible pairs of two factors' "
             f"levels ({cells}; {len(infeasible)} pairs infeasible: docs/fuzzing.md names them)")
 
@@ -128,7 +141,7 @@ def write_json(runs, path, header: dict) -> None:
                "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
-                         "cells": r.cells, "pairs_held": len(r.held & feasible_pairs()[0]), "pairs_feasible": len(feasible_pairs()[0]),
+                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, "pairs_held": len(r.held & feasible_pairs()[0]), "pairs_feasible": len(feasible_pairs()[0]),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
                          "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}

@@ -7,6 +7,7 @@ backend that runs none of the drawn configs (that is not a pass).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from odeattn.commands.args import CommandFailed, UsageError, check_output_path, 
 
 FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
              "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime",
-             "min_examples": "--min-examples", "database": "--database", "repro": "--repro", "cover": "--cover"}
+             "min_examples": "--min-examples", "database": "--database", "repro": "--repro", "cover": "--cover",
+             "same_draws": "--same-draws"}
 DEFAULT_REPRO = Path("fuzz-repro")
 RUN_ONLY = {"include": "-k", "exclude": "--exclude", "xfail": "--xfail", "golden": "--golden", "expect_digest": "--expect-digest",
             "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound",
@@ -37,9 +39,12 @@ def add_options(p) -> None:
     p.add_argument("--time-budget", type=positive_float, default=None, metavar="SECONDS",
                    help="fuzz: stop drawing after this long per backend and dtype (a divergence is still shrunk)")
     p.add_argument("--replay", type=Path, default=None, metavar="DIR", help="fuzz: rerun the example of a repro folder")
-    p.add_argument("--cover", action="store_true",
+    p.add_argument("--cover", action=argparse.BooleanOptionalAction, default=None,
                    help="fuzz: search every cell of the covering array over the fuzzer's factors first (every feasible pair "
-                        "of two factors' levels), one example each, then draw at random (docs/fuzzing.md)")
+                        "of two factors' levels), one example each, then draw at random (docs/fuzzing.md); the default, "
+                        "but with --model, whose config is fixed")
+    p.add_argument("--same-draws", action="store_true", default=None,
+                   help="fuzz: draw the same examples in every dtype (default: each dtype its own, from the same seed)")
     p.add_argument("--repro", type=Path, default=None, metavar="DIR",
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
     p.add_argument("--model", type=Path, default=None, metavar="FILE.onnx",
@@ -52,7 +57,8 @@ def add_options(p) -> None:
 
 def check_not_given(args) -> None:
     """Another action given a fuzz option: refused."""
-    given = [o for a, o in FUZZ_ONLY.items() if getattr(args, a, None) not in (None, [], False)]
+    given = [o if getattr(args, a, None) is not False else f"--no-{o[2:]}" for a, o in FUZZ_ONLY.items()
+             if getattr(args, a, None) not in (None, [])]
     if args.action != "fuzz" and given:
         raise UsageError(f"{', '.join(given)}: taken only by 'odeattn conformance fuzz'")
 
@@ -120,7 +126,8 @@ def check_draw_options(args) -> None:
 
     given = [o for o, v in (("--min-examples", args.min_examples), ("--database", args.database),
                             ("--expectations", args.expectations or None), ("--examples", args.examples),
-                            ("--seed", args.seed), ("--time-budget", args.time_budget), ("--cover", args.cover or None)) if v is not None]
+                            ("--seed", args.seed), ("--time-budget", args.time_budget), ("--cover" if args.cover else "--no-cover", args.cover),
+                            ("--same-draws", args.same_draws)) if v is not None]
     if args.replay is not None and given:
         raise UsageError(f"{', '.join(given)}: not taken with --replay (it reruns one example, drawing nothing)")
     written = [o for o, v in (("--json", args.json), ("--junit", args.junit), ("--repro", args.repro)) if v is not None]
@@ -198,7 +205,7 @@ def draw_and_judge(args, adapters) -> int:
         for dtype in dtypes:
             run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
                            strategy=strategy, params=params, min_examples=args.min_examples, database=args.database,
-                           expectations=args.expectations, cover=args.cover)
+                           expectations=args.expectations, cover=args.cover, share_draws=bool(args.same_draws))
             if run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
                 unjudged.append(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
                                 f"{dtype}: nothing was judged, which is not a pass; give it more time")

@@ -45,19 +45,20 @@ def _head_width(f):
 
 
 def _table(f):
+    assert {"ode_use_pe", "positional encoding"} & set(f.essence.needed)  # the rotation: what the bug needs
     start = int(f.quantity.split("_")[1]) + f.case.prompt - 1 if f.quantity.startswith("decode_") else 0
     assert (off_slots(f, 1) + start).min() >= planted.TABLE
     assert "32" in f.localisation["positions"]
 
 
-def _offset(f):
-    assert f.draw.offset != 0 and f.case.config.norm_type == "layer_norm"
-    assert f.localisation["positions"] == "every token"
+def _offset(f):  # the cancellation's error differs from token to token: some may stay within tolerance
+    assert f.draw.offset != 0 and f.case.config.norm_type == "layer_norm" and f.essence.needed == ["offset"]
 
 
 # shrunk: whether seed 0's first divergent example is larger than the minimal one. For PositionTable and
-# OffsetInput it is not: hypothesis's first failing draw there is already the simplest (one row of
-# width 4, one step, euler), so shrinking keeps it; the test then requires that it stays that small.
+# OffsetInput it is not: the covering array's cell that first fails is already at its levels' least
+# sizes, and no smaller failure turns up in the random draws after it; the test then requires that
+# shrinking kept it, reduced to its essence.
 @pytest.mark.parametrize("port, region, shrunk", [(planted.TileBoundary, _tile, True), (planted.BatchChunk, _chunk, True),
                                                   (planted.HeadWidthFastPath, _head_width, True),
                                                   (planted.PositionTable, _table, False), (planted.OffsetInput, _offset, False)],
@@ -69,7 +70,7 @@ def test_a_planted_kernel_bug_is_caught_shrunk_and_localised(port, region, shrun
     if shrunk:
         assert f.draw.size() < f.first.size(), "the shrunk example is not smaller than where it was first found"
     else:
-        assert f.draw.size() <= f.first.size() and f.draw.batch == 1 and f.draw.config.hidden_size == 4
+        assert f.draw.size() <= f.first.size() and run.found_in.startswith("row") and f.essence.needed
     region(f)
 
 
@@ -90,7 +91,8 @@ def golden_block_sample():
     return cases[::4]
 
 
-@pytest.mark.parametrize("seed", range(10))
+# seed 0 in test_fuzz_cover.py (its report), seeds 0 to 19 in benchmarks/fuzz_seeds.py (the fuzzing page's table)
+@pytest.mark.parametrize("seed", range(1, 3))
 def test_the_spec_against_itself_raises_no_false_alarm(seed):
     """`fuzz --backend spec` at the default budget: every drawn kind (block, decode, grad) in float64.
     The spec runs the reference's own float64 computation, so its error is 0 and no tolerance is
@@ -457,17 +459,19 @@ def test_a_model_file_is_judged_in_a_javascript_runtime_down_to_its_stage(tmp_pa
 
 
 def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
-    """The installed entry point (pytest11) gives a port author's suite the items; a fuzz failure names its repro folder."""
+    """The installed entry point (pytest11) gives a port author's suite the items; a fuzz failure names its repro
+    folder and where it was drawn."""
     import subprocess
     import sys
 
     (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--odeattn-backend",
                            "odeattn.conformance.mutation.planted:BatchChunk", "--odeattn-dtype", "float64", "--odeattn-examples", "40",
-                           "-k", "mine or fuzz or block_t1", "--basetemp", str(tmp_path / "base"), str(tmp_path)],
+                           "--odeattn-no-cover", "-k", "mine or fuzz or block_t1", "--basetemp", str(tmp_path / "base"), str(tmp_path)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
     assert "odeattn[planted-BatchChunk/float64/fuzz]" in done.stdout and "odeattn-fuzz-repro" in done.stdout
+    assert "found in the random draws" in done.stdout  # --odeattn-no-cover: no covering array first
 
 
 @pytest.mark.parametrize("name", ["spec", "torch", "jax", "flax", "onnxruntime", "onnxruntime-opset23", "onnxruntime-loop",

@@ -1,8 +1,12 @@
 """`odeattn conformance fuzz`'s widened axes (docs/fuzzing.md, "What it draws"): each level past a
 boundary is drawn (decoded tokens, steps and cached evaluations, long sequences, batch x heads),
-no draw passes the caps, and a draw with a positional encoding has two real tokens."""
+no draw passes the caps, and a draw with a positional encoding has two real tokens; a run judges
+each example once, each dtype its own."""
 
 import pytest
+
+from odeattn.conformance.adapters import SpecAdapter
+from odeattn.conformance.fuzzing.fuzz import fuzz
 
 
 def _evaluations(d):
@@ -51,3 +55,33 @@ def test_every_draw_keeps_within_the_caps_and_a_positioned_one_has_two_real_toke
                 assert real >= 2, (d, mask)
 
     check()
+
+
+class Recording(SpecAdapter):
+    """The spec, keeping each block example it judges (its config, input, mask and weights) in `seen`."""
+
+    name, run_vjp, run_decode = "recording", None, None
+
+    def __init__(self):
+        self.seen = []
+
+    def run_trajectory(self, config, params, x, padding_mask, dtype):
+        self.seen.append((config, x.tobytes(), None if padding_mask is None else padding_mask.tobytes(),
+                          b"".join(params[k].tobytes() for k in sorted(params))))
+        return super().run_trajectory(config, params, x, padding_mask, dtype)
+
+
+def test_a_run_judges_each_example_once_and_each_dtype_draws_its_own():
+    """hypothesis's draws repeat in a small region; a repeat is redrawn (FuzzRun.repeats). The same
+    seed draws other examples in float64 than in float32, and the same ones with share_draws. (Without
+    the redraw, these 60 draws of float32 held 55 distinct examples, of float64 58.)"""
+    runs = {}
+    for dtype, share in (("float32", False), ("float64", False), ("float64", True)):
+        port = Recording()
+        runs[dtype, share] = port, fuzz(port, dtype, examples=60, seed=3, cover=False, share_draws=share)
+    for port, run in runs.values():
+        assert len(set(port.seen)) == len(port.seen) == run.examples == 60
+    assert runs["float32", False][1].repeats > 0
+    configs = {key: [c for c, *_ in port.seen] for key, (port, _) in runs.items()}
+    assert configs["float64", True] == configs["float32", False]
+    assert len(set(configs["float64", False]) & set(configs["float32", False])) < 5

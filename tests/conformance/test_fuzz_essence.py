@@ -152,3 +152,19 @@ def test_a_fuzz_run_s_finding_is_its_essence():
     assert f.draw.config.norm_type == "layer_norm" or "norm_type" in f.essence.needed, (f.draw, f.essence)
     assert f.draw.offset == 0.0 or "offset" in f.essence.needed, (f.draw, f.essence)
     assert f.draw.rows is None or "padding" in f.essence.needed, (f.draw, f.essence)
+
+
+def test_a_covering_array_cell_s_finding_has_its_sizes_shrunk_too():
+    """A cell pins its sizes (hypothesis shrinks within them), so the essence shrinks each to its
+    smallest that still fails: TileBoundary's decode finding at seq 127, d_model 24 becomes a block
+    forward at seq 17 (one query past the tile), d_model 4; DecodePage's stays a decode finding,
+    its ninth token kept at the draw space's shortest sequence past it, 15 (a block forward passes)."""
+    cfg = R.ODEConfig(hidden_size=24, num_heads=1, mode="decoder", ode_steps=1, ode_solver="euler")
+    for port, kind, seq in ((planted.TileBoundary(), "block", 17), (planted.DecodePage(), "decode", 15)):
+        run = FuzzRun(port.name, "float32")
+        probe = Probe(run, port, params=None, time_budget=None, shrink_seconds=60.0, database=None)
+        with pytest.raises(Diverged):
+            probe(Draw("decode", cfg, 2, 127, None, 1.0, 0.0, 0, 0, decoded=9))
+        reduce_to_essence(run, probe, 60.0, sizes=True)
+        d = run.finding.draw
+        assert (d.kind.name, d.batch, d.seq, d.config.hidden_size) == (kind, 1, seq, 4), d

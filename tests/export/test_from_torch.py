@@ -23,9 +23,9 @@ def test_torch_route_gives_the_same_outputs():
     from odeattn.commands.export import quiet_torch_export
     from odeattn.export.from_torch import export_torch
 
-    # two steps, the state carried from one to the next: torch.export traces every evaluation of
-    # every step, so each step costs seconds
-    c = cfg(use_bitnet=False, norm_type="rms_norm", ode_steps=2)
+    # two steps of a two-stage solver, the state carried from one to the next: torch.export traces
+    # every evaluation of every step, so each costs seconds (rk4's eight took twice as long)
+    c = cfg(use_bitnet=False, norm_type="rms_norm", ode_steps=2, ode_solver="heun")
     params = R.init_params(c, 5, perturb_norms=True)
     block = ODEAttentionBlock.from_params(c, params)
     import tempfile
