@@ -47,6 +47,7 @@ def test_each_planted_bug_is_caught_by_a_row_holding_its_trigger_pair_at_every_s
     for seed in SEEDS:
         rows = _trigger_rows(seed, planted.TRIGGERS[port])
         assert rows, f"no row holds {planted.TRIGGERS[port]} at seed {seed}"
+        assert len(cover.covering_array(seed)) <= DEFAULT_EXAMPLES  # the default budget reaches every row
         caught[seed] = next((i for i in rows if fuzz(port(), "float32", seed=seed, cells=(i,), examples=1,
                                                      shrink_seconds=0).finding is not None), None)
     assert None not in caught.values(), f"{port.__name__} passed every row holding its pair at seeds " \
