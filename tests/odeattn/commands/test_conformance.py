@@ -128,6 +128,10 @@ def test_the_help_shows_the_fuzz_options_apart_and_what_generate_needs(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: odeattn conformance generate [--golden GOLDEN] [--packaged]")
     assert "one of the two is required" in out and "default: the packaged set" not in out
+    from odeattn.commands.conformance import ACTION_HELP
+    from odeattn.commands.fuzz import FUZZ_ONLY
+
+    assert set(FUZZ_ONLY.values()) <= set(ACTION_HELP["fuzz"][1])  # `conformance fuzz --help` shows every fuzz option
 
 
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
