@@ -27,10 +27,10 @@ folder (database.py), the failing examples of earlier runs are judged first.
 from __future__ import annotations
 
 import contextlib
-import zlib
 
 import time
 import unittest
+import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -111,7 +111,7 @@ class FuzzRun:
     replayed: int = 0  # examples judged first from the database: failures an earlier run kept
     expected: dict = field(default_factory=dict)  # an xfail expectation's label -> [examples failed, examples passed]
     cells: int = 0  # rows of the covering array searched (cover.py), each for one example
-    repeats: int = 0  # draws equal to an example judged before in the run, redrawn: each example is judged once
+    repeats: int = 0  # draws building an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
     found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
     # "database" (kept by an earlier run's random draws), "database, row i" (by its row i)
@@ -244,7 +244,7 @@ class Probe:
         self.time_budget, self.shrink_seconds = time_budget, shrink_seconds
         self.start, self.shrink_start = time.perf_counter(), None
         self.limit, self.drawn = None, 0  # a search's most draws before a finding (a cell's: CELL_DRAWS), and its count
-        self.judged = set()  # the draws judged so far: a repeat before a finding is redrawn
+        self.judged = set()  # the examples judged so far (_example): a repeat before a finding is redrawn
         self.searching = ""  # the search under way (FuzzRun.found_in)
 
     def spent(self) -> bool:
