@@ -52,9 +52,9 @@ def found_in(where: str) -> str:
 
 def format_coverage(run) -> str:
     """The pairs of factor levels (cover.py) the judged examples lie in, of those feasible, after
-    the covering array's cells searched."""
+    the covering array's rows searched."""
     feasible, infeasible = feasible_pairs()
-    cells = (f"{run.cells} covering-array cells searched" if run.cells else
+    cells = (f"{run.cells} covering-array rows searched" if run.cells else
              "no covering array searched: turned off, a model file's fixed config, or a failure replayed first")
     return (f"the examples judged hold {len(run.held & feasible)} of the {len(feasible)} feasible pairs of two factors' "
             f"levels ({cells}; {len(infeasible)} pairs infeasible: docs/fuzzing.md names them)")

@@ -40,7 +40,7 @@ def add_options(p) -> None:
                    help="fuzz: stop drawing after this long per backend and dtype (a divergence is still shrunk)")
     p.add_argument("--replay", type=Path, default=None, metavar="DIR", help="fuzz: rerun the example of a repro folder")
     p.add_argument("--cover", action=argparse.BooleanOptionalAction, default=None,
-                   help="fuzz: search every cell of the covering array over the fuzzer's factors first (every feasible pair "
+                   help="fuzz: search every row of the covering array over the fuzzer's factors first (every feasible pair "
                         "of two factors' levels), one example each, then draw at random (docs/fuzzing.md); the default, "
                         "but with --model, whose config is fixed")
     p.add_argument("--same-draws", action="store_true", default=None,
