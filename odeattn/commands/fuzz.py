@@ -167,7 +167,8 @@ def model_file(args):
                          if missing else "--model: judges the file itself; --backend is not taken with it")
     runtime = check_runtime(args.runtime or "onnxruntime")
     if not args.model.is_file():
-        raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}")
+        raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}, "
+                         f"{'a folder' if args.model.is_dir() else 'which does not exist'}")
     with user_input("--model"):  # before the config: a GenAI file's config is no block's
         model = load_block_file(args.model)
     import numpy as np
@@ -192,6 +193,10 @@ def draw_and_judge(args, adapters) -> int:
         raise UsageError(f"--dtype: no backend runs any of the dtypes asked for ({', '.join(args.dtypes)})")
     print(f"fuzz: {examples} examples per backend and dtype, seed {seed}"
           + (f", time budget {args.time_budget:g} s" if args.time_budget else ""), flush=True)
+    for typed, adapter, *_ in adapters:  # a dtype asked for that a backend does not run is said, not dropped silently
+        unrun = [d for d in args.dtypes or () if d not in adapter.dtypes]
+        if unrun:
+            print(f"{typed}: not run in {', '.join(unrun)} (it runs {', '.join(adapter.dtypes)})", flush=True)
     for typed, adapter, *_ in adapters:  # a repro folder of an earlier run is not replaced unasked
         for dtype in (d for d in adapter.dtypes if not args.dtypes or d in args.dtypes):
             target = args.repro / folder_name(typed, dtype)
@@ -230,7 +235,7 @@ def draw_and_judge(args, adapters) -> int:
               file=sys.stderr)
     written = [r.finding.repro for r in runs if r.diverged and r.finding.repro]
     if written:
-        print(f"rerun an example: {written[0]}/case.json holds the command", file=sys.stderr)
+        print(f"rerun an example: {' or '.join(f'{w}/case.json' for w in written)} holds the command", file=sys.stderr)
     for r in runs:
         for label in r.unexpected:  # a known failure's region that no longer fails: the file's line is stale
             print(f"fuzz: {r.backend}/{r.dtype}: unexpected pass: {label}: none of the examples it selects failed",

@@ -476,3 +476,14 @@ def test_a_database_folder_that_cannot_be_made_is_refused_before_the_run(tmp_pat
                                                      f"not a folder, so {str(tmp_path / 'file' / 'db')!r} cannot be made\n")
     done = _pytest_script(tmp_path, "--odeattn-backend", "spec", "--odeattn-database", str(tmp_path / "file" / "db"))
     assert done.returncode == 4 and "ERROR: --odeattn-database: " in done.stderr, done.stdout + done.stderr
+
+
+def test_a_dtype_a_backend_does_not_run_is_said_and_a_missing_model_named(tmp_path, monkeypatch, capsys):
+    """A dtype asked for that one backend does not run is a line of the run, not dropped silently; a
+    --model path that does not exist is named as such, in one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["conformance", "fuzz", "--backend", "spec", "--dtype", "float32", "--dtype", "float64", "--examples", "3"]) == 0
+    assert "spec: not run in float32 (it runs float64)\n" in capsys.readouterr().out
+    assert main(["conformance", "fuzz", "--model", "nosuch.onnx", "--config", "c.json", "--weights", "w.npz"]) == 2
+    assert capsys.readouterr().err == ("odeattn conformance fuzz: --model: expected an .onnx file; got 'nosuch.onnx', "
+                                       "which does not exist\n")
