@@ -100,41 +100,49 @@ def _why_not(row: dict) -> Optional[str]:
     return None
 
 
-def complete(row: dict) -> Optional[dict]:
+def levels(name: str, kept: Optional[frozenset] = None) -> list:
+    """A factor's levels, those of kept alone where it names any of the factor's (allowed())."""
+    names = [lv for lv in FACTORS[name] if kept is None or (name, lv) in kept]
+    return names or list(FACTORS[name])
+
+
+def complete(row: dict, kept: Optional[frozenset] = None) -> Optional[dict]:
     """A whole feasible row holding row's levels (the first, depth first), or None: two levels
-    may each fit a pair and still no row hold both (a decoder's decoded tokens need its kind)."""
+    may each fit a pair and still no row hold both (a decoder's decoded tokens need its kind).
+    kept: the levels a declared support allows (allowed()), None for all."""
     if _why_not(row) is not None:
         return None
     missing = [name for name in FACTORS if name not in row]
     if not missing:
         return row
-    for level in FACTORS[missing[0]]:
-        found = complete({**row, missing[0]: level})
+    for level in levels(missing[0], kept):
+        found = complete({**row, missing[0]: level}, kept)
         if found is not None:
             return found
     return None
 
 
-def _no_third(row: dict) -> str:
+def _no_third(row: dict, kept: Optional[frozenset] = None) -> str:
     """Why no row holds a pair that no single rule refuses: the first factor none of whose levels fits."""
     for name in FACTORS:
-        if name not in row and all(complete({**row, name: lv}) is None for lv in FACTORS[name]):
+        if name not in row and all(complete({**row, name: lv}, kept) is None for lv in levels(name, kept)):
             why = sorted({_why_not({**row, name: lv}) or "" for lv in FACTORS[name]} - {""})
             return f"no {name} fits both ({'; '.join(why)})"
     return "no draw holds both"
 
 
 @functools.lru_cache(maxsize=None)
-def feasible_pairs() -> tuple[frozenset, dict]:
-    """(the pairs of levels of two factors some feasible row holds, the others -> why not)."""
+def feasible_pairs(kept: Optional[frozenset] = None) -> tuple[frozenset, dict]:
+    """(the pairs of levels of two factors some feasible row holds, the others -> why not); kept:
+    of the levels a declared support allows alone (allowed())."""
     feasible, infeasible = set(), {}
     for a, b in itertools.combinations(FACTORS, 2):
-        for la, lb in itertools.product(FACTORS[a], FACTORS[b]):
+        for la, lb in itertools.product(levels(a, kept), levels(b, kept)):
             pair = ((a, la), (b, lb))
-            if complete({a: la, b: lb}) is not None:
+            if complete({a: la, b: lb}, kept) is not None:
                 feasible.add(pair)
             else:
-                infeasible[pair] = _why_not({a: la, b: lb}) or _no_third({a: la, b: lb})
+                infeasible[pair] = _why_not({a: la, b: lb}) or _no_third({a: la, b: lb}, kept)
     return frozenset(feasible), infeasible
 
 
@@ -144,12 +152,13 @@ def pairs_of(row: dict) -> set:
 
 
 @functools.lru_cache(maxsize=None)  # built once a seed: each dtype's run of a backend searches the same rows
-def covering_array(seed: int = 0) -> tuple[dict, ...]:
+def covering_array(seed: int = 0, kept: Optional[frozenset] = None) -> tuple[dict, ...]:
     """Rows (factor -> level) holding every feasible pair at least once: greedy, each row started
     from an uncovered pair and filled with the feasible level covering the most uncovered pairs,
-    ties broken by the seed (so two seeds draw different free cells)."""
+    ties broken by the seed (so two seeds draw different free cells). kept: a declared support's
+    levels (allowed()), the rows then of those alone."""
     rng = random.Random(seed)
-    uncovered = set(feasible_pairs()[0])
+    uncovered = set(feasible_pairs(kept)[0])
     rows = []
     while uncovered:
         (a, la), (b, lb) = min(uncovered, key=str)
@@ -157,9 +166,9 @@ def covering_array(seed: int = 0) -> tuple[dict, ...]:
         for name in FACTORS:
             if name in row:
                 continue
-            levels = [lv for lv in FACTORS[name] if complete({**row, name: lv}) is not None]
-            rng.shuffle(levels)
-            row[name] = max(levels, key=lambda lv: len(pairs_of({**row, name: lv}) & uncovered))
+            fits = [lv for lv in levels(name, kept) if complete({**row, name: lv}, kept) is not None]
+            rng.shuffle(fits)
+            row[name] = max(fits, key=lambda lv: len(pairs_of({**row, name: lv}) & uncovered))
         rows.append({name: row[name] for name in FACTORS})
         uncovered -= pairs_of(row)
     return tuple(rows)
@@ -191,6 +200,22 @@ CONFIG_FACTORS = {"ode_solver": "ode_solver", "norm_type": "norm_type", "use_bit
 FAIREST = {"use_bitnet": "float", "norm_type": "layer_norm", "input": "N(0, 1)"}
 
 
+def allowed(support: dict) -> Optional[frozenset]:
+    """The (factor, level) pairs a declared support (adapters/support.py) allows: a config factor's
+    levels holding a value it declares, the encodings it declares; None where it narrows none, so
+    that the array is the one every such port searches (a kind it lacks: cell() searches another)."""
+    def declared(field, values):
+        return field not in support or any(v in support[field] for v in values)
+
+    kept = {(factor, lv) for factor, field in CONFIG_FACTORS.items() for lv, values in FACTORS[factor].items()
+            if declared(field, values)}
+    kept |= {("encoding", e) for e in FACTORS["encoding"]
+             if declared("ode_use_pe", (e != "none",)) and (e == "none" or declared("positional_encoding", (e,)))}
+    kept |= {(factor, lv) for factor in FACTORS if factor not in CONFIG_FACTORS and factor != "encoding" for lv in FACTORS[factor]}
+    every = {(factor, lv) for factor in FACTORS for lv in FACTORS[factor]}
+    return None if kept == every else frozenset(kept)
+
+
 def relaxed(row: dict) -> dict:
     """row at FAIREST's levels (the pairs those held are then not met by this row), or row itself
     where the result holds no draw."""
@@ -201,11 +226,15 @@ def relaxed(row: dict) -> dict:
 def cell(row: dict, kinds, support: dict) -> Optional[tuple]:
     """(kind, support, within) of a row for draw.draws: the row's config levels as a declared
     support, narrowed by the backend's own, and its other levels as draws' `within`. A row of a
-    kind the backend lacks (a port with no backward pass) is searched in the first kind it runs
-    that the row's other levels allow, so its other pairs are still met; None where the backend
-    runs none of it (no such kind, a level outside its declared support)."""
-    kind = next((k for k in kinds if k.name == row["kind"]), None) or next(
-        (k for k in kinds if _why_not({**row, "kind": k.name}) is None), None)
+    kind the backend lacks (a port with no backward pass, or no cached decoding) is searched in the
+    first kind it runs that the row's other levels allow (decoding nothing, for a decode row), so
+    its other pairs are still met; None where the backend runs none of it (no such kind, a level
+    outside its declared support)."""
+    kind = next((k for k in kinds if k.name == row["kind"]), None)
+    for other in () if kind is not None else kinds:  # a kind it lacks: another, decoding nothing where it must
+        for swapped in ({**row, "kind": other.name}, {**row, "kind": other.name, "decoded": "none"}):
+            if kind is None and _why_not(swapped) is None:
+                kind, row = other, swapped
     if kind is None:
         return None
     narrowed = dict(support)

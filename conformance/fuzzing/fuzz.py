@@ -46,7 +46,7 @@ from ode_ref.precision import HALF_DTYPES
 from ..cases import Case
 from ..cases.kinds import kind_of
 from .database import CountingDatabase, RowDatabase, scratch_home
-from .cover import cell, covering_array, levels_of, pairs_of, relaxed
+from .cover import allowed, cell, covering_array, levels_of, pairs_of, relaxed
 from .draw import DRAWN_KINDS, Draw, build, draws, reject
 from .essence import Essence, essential
 from ..adapters.support import support_of
@@ -113,6 +113,7 @@ class FuzzRun:
     cells: int = 0  # rows of the covering array searched (cover.py), each for one example
     repeats: int = 0  # draws building an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
+    kept: Optional[frozenset] = None  # the factor levels its declared support allows (cover.allowed), None: all
     found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
     # "database" (kept by an earlier run's random draws), "database, row i" (by its row i)
 
@@ -376,7 +377,8 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     db = None if database is None else CountingDatabase(database, adapter.name, dtype)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
-    rows = covering_array(seed) if cover else ()
+    run.kept = allowed(support)
+    rows = covering_array(seed, run.kept) if cover else ()
     searched = range(min(len(rows), examples)) if cells is None else cells
     if db is not None:  # the failures an earlier run kept, first: each row's (a row's finding ends the array), then the random search's
         _search_rows(probe, rows, searched, kinds, support, seed_of_dtype, db, replay=True)

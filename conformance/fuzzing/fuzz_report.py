@@ -53,11 +53,13 @@ def found_in(where: str) -> str:
 def format_coverage(run) -> str:
     """The pairs of factor levels (cover.py) the judged examples lie in, of those feasible, after
     the covering array's rows searched."""
-    feasible, infeasible = feasible_pairs()
+    feasible, infeasible = feasible_pairs(run.kept)
     cells = (f"{run.cells} covering-array rows searched" if run.cells else
              "no covering array searched: turned off, a model file's fixed config, or a failure replayed first")
+    narrowed = " its declared support allows" if run.kept is not None else ""  # cover.allowed
     return (f"the examples judged hold {len(run.held & feasible)} of the {len(feasible)} feasible pairs of two factors' "
-            f"levels ({cells}; {len(infeasible)} pairs infeasible: docs/fuzzing.md names them)")
+            f"levels{narrowed} ({cells}; {len(infeasible)} pairs infeasible: "
+            f"{'docs/fuzzing.md' if run.kept is None else 'cover.feasible_pairs'} names them)")
 
 
 def format_refusals(refusals: dict) -> str:
@@ -141,7 +143,7 @@ def write_json(runs, path, header: dict) -> None:
                "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
-                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, "pairs_held": len(r.held & feasible_pairs()[0]), "pairs_feasible": len(feasible_pairs()[0]),
+                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, "pairs_held": len(r.held & feasible_pairs(r.kept)[0]), "pairs_feasible": len(feasible_pairs(r.kept)[0]),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
                          "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}

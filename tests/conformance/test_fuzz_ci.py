@@ -487,3 +487,18 @@ def test_a_dtype_a_backend_does_not_run_is_said_and_a_missing_model_named(tmp_pa
     assert main(["conformance", "fuzz", "--model", "nosuch.onnx", "--config", "c.json", "--weights", "w.npz"]) == 2
     assert capsys.readouterr().err == ("odeattn conformance fuzz: --model: expected an .onnx file; got 'nosuch.onnx', "
                                        "which does not exist\n")
+
+
+def test_a_declared_support_gets_a_covering_array_of_its_own(picky):
+    """The array of a narrow port's default run is built over the levels its declaration keeps
+    (cover.allowed): every row within them, most searched (a decode row this port, which has no
+    run_decode, runs as a block forward where its other levels allow one), most pairs it allows held."""
+    from odeattn.conformance.fuzzing import cover
+
+    run = fuzz(picky.Declared(), "float64")
+    rows = cover.covering_array(0, run.kept)
+    assert run.kept is not None and run.cells >= 0.8 * len(rows) and not run.failed
+    assert {(r["norm_type"], r["ode_solver"], r["steps"], r["mode"]) for r in rows} == {("derf", "rk38", "2", "decoder")}
+    feasible = cover.feasible_pairs(run.kept)[0]
+    # held: 937 of its 1193 at seed 0, the pairs with decoded tokens among those it cannot hold (no run_decode)
+    assert len(run.held & feasible) >= 0.75 * len(feasible) and len(feasible) < 0.6 * len(cover.feasible_pairs()[0])
