@@ -341,12 +341,18 @@ def with_half(case: Case, dtypes=HALF_DTYPES) -> Case:
     return dataclasses.replace(case, **half_fields(case, dtypes))
 
 
+def case_count() -> int:
+    """How many cases build_all builds, without building them (a progress bar's total)."""
+    return len(_unique(case_specs() + appended_specs())) + len(ENCODER_ROWS)
+
+
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session): the table's, the encoder
     cases, then the appended ones (appended_specs)."""
-    appended = _unique(case_specs() + appended_specs())[len(case_specs()):]
-    return (tuple(build_case(s) for s in case_specs()) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
+    table = case_specs()
+    appended = _unique(table + appended_specs())[len(table):]
+    return (tuple(build_case(s) for s in table) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
             + tuple(build_case(s) for s in appended))
 
 

@@ -106,7 +106,7 @@ def decoded_token(case, quantity: str, agree: list) -> dict:
     one per evaluation, steps x stages). A backend's answer holds each token's z(1) alone, so which
     of those evaluations diverges first cannot be told from it: the finding names them all."""
     cfg, prompt = case.config, case.prompt
-    stages = len(TABLEAUS[cfg.ode_solver].c)
+    stages = TABLEAUS[cfg.ode_solver].num_stages
     evaluations = cfg.ode_steps * stages
     cached = (f"{_counted(evaluations, 'cached evaluation')} ({_counted(cfg.ode_steps, 'step')} x "
               f"{_counted(stages, 'stage')} of {cfg.ode_solver})")

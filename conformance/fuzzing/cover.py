@@ -18,6 +18,7 @@ from typing import Optional
 import ode_ref as R
 
 from . import draw as D
+from ..cases.fields import defaults
 
 # factor -> level -> the values a draw in that level takes (a kind, a solver: the name itself)
 FACTORS = {
@@ -191,6 +192,7 @@ SIZES = ("seq", "head_dim", "heads", "batch", "steps", "decoded")
 # a cell's narrowest d_model: at 1 to 3 channels a norm leaves z's direction a sign or two, so attention's
 # input hardly depends on z (d_model 1: not at all), and no bug in what follows it shows
 CELL_WIDTH = 4
+OPTION_DEFAULTS = defaults(R.ODEConfig)  # what an example's options are compared with (levels_of)
 CONFIG_FACTORS = {"ode_solver": "ode_solver", "norm_type": "norm_type", "use_bitnet": "use_bitnet", "mode": "mode",
                   "steps": "ode_steps", "heads": "num_heads", "head_dim": "head_dim"}  # factor -> the support's field
 
@@ -263,8 +265,7 @@ def _level(factor: str, value) -> Optional[str]:
 def levels_of(d) -> dict:
     """factor -> the level a drawn example lies in (a value outside every level: left out)."""
     c = d.config
-    defaults = R.ODEConfig(hidden_size=c.hidden_size, num_heads=c.num_heads)
-    other = any(getattr(c, f) != getattr(defaults, f) for f in OPTIONS.get(c.position_encoding, ()))
+    other = any(getattr(c, f) != OPTION_DEFAULTS[f] for f in OPTIONS.get(c.position_encoding, ()))
     scale_offset = (1.0, d.offset) if d.offset else (d.scale, 0.0)  # an offset input is one whatever its scale
     values = {"kind": d.kind.name, "options": "other" if other else "default", "ode_solver": c.ode_solver, "norm_type": c.norm_type, "encoding": c.position_encoding,
               "use_bitnet": c.use_bitnet, "mode": c.mode, "steps": c.ode_steps, "seq": d.seq, "head_dim": c.head_dim,

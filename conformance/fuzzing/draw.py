@@ -242,7 +242,7 @@ def positions(draw, kind, focus: str, support: Optional[dict] = None, positioned
 
 def stages(solver: str) -> int:
     """The evaluations of f one step of a solver makes (its tableau's stages)."""
-    return len(TABLEAUS[solver].c)
+    return TABLEAUS[solver].num_stages
 
 
 def work(kind, batch: int, heads: int, seq: int, evaluations: int = 1) -> int:

@@ -405,7 +405,7 @@ def _search_rows(probe: Probe, rows, searched, kinds, support, seed: int, db, re
     failures db keeps under each row judged instead (hypothesis's reuse phase), nothing drawn."""
     run = probe.run
     for i in searched:
-        counted = replay
+        counted = False  # the row counted in run.cells, once, at its first search
         for row in _tried(rows[i]):
             if run.finding is not None or probe.spent():
                 return

@@ -50,14 +50,21 @@ def found_in(where: str) -> str:
     return FOUND_IN.get(where, f"{where} of the covering array")
 
 
+def pairs_held(run) -> tuple[int, int]:
+    """(the feasible pairs of factor levels the run's judged examples lie in, the feasible pairs)."""
+    feasible = feasible_pairs(run.kept)[0]
+    return len(run.held & feasible), len(feasible)
+
+
 def format_coverage(run) -> str:
     """The pairs of factor levels (cover.py) the judged examples lie in, of those feasible, after
     the covering array's rows searched."""
-    feasible, infeasible = feasible_pairs(run.kept)
+    held, feasible = pairs_held(run)
+    infeasible = feasible_pairs(run.kept)[1]
     cells = (f"{run.cells} covering-array rows searched" if run.cells else
              "no covering array searched: turned off, a model file's fixed config, or a failure replayed first")
     narrowed = " its declared support allows" if run.kept is not None else ""  # cover.allowed
-    return (f"the examples judged hold {len(run.held & feasible)} of the {len(feasible)} feasible pairs of two factors' "
+    return (f"the examples judged hold {held} of the {feasible} feasible pairs of two factors' "
             f"levels{narrowed} ({cells}; {len(infeasible)} pairs infeasible: "
             f"{'docs/fuzzing.md' if run.kept is None else 'cover.feasible_pairs'} names them)")
 
@@ -143,7 +150,7 @@ def write_json(runs, path, header: dict) -> None:
                "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
-                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, "pairs_held": len(r.held & feasible_pairs(r.kept)[0]), "pairs_feasible": len(feasible_pairs(r.kept)[0]),
+                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, **dict(zip(("pairs_held", "pairs_feasible"), pairs_held(r))),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
                          "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}

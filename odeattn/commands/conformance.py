@@ -162,8 +162,7 @@ def _run(args) -> int:
 
 
 def generate(args) -> int:
-    from odeattn.conformance.cases import case_specs
-    from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS
+    from odeattn.conformance.cases import case_count
     from odeattn.conformance.golden import GOLDEN_DIR, check_writable, generate as write_set
     from odeattn.conformance.cases.target import owned_files
 
@@ -183,7 +182,7 @@ def generate(args) -> int:
         owned_files(directory)  # a folder holding other files is refused: generate touches only its own
         check_writable(directory)  # made if missing
     bar = Progress()
-    bar.begin(len(case_specs()) + len(ENCODER_ROWS))
+    bar.begin(case_count())
     try:
         written = write_set(directory, progress=lambda name: bar.advance())
     finally:
