@@ -5,15 +5,17 @@
                                block cases: f0, trajectory (steps + 1, batch, seq, d_model);
                                decode cases: decode (batch, seq, d_model), float64;
                                grad cases: z1_bar, x_bar and grad.<parameter>, float64;
-                               encoder cases: z (the stack's output), float64
+                               encoder cases: z (the stack's output), float64;
+                               lm cases: x the token ids (batch, seq, 1), logits, float64
 
 Each manifest entry holds the case's name, its config (the fields that differ from ODEConfig's
 defaults), shape, padding flag, decoded (decode cases: tokens decoded after the prompt), vjp
-(grad cases: true), encoder (encoder cases: true, their config an ODEEncoderConfig's fields), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
+(grad cases: true), encoder (encoder cases: true, their config an ODEEncoderConfig's fields), lm (language model
+cases: true, their config an LMConfig's fields), per-quantity e32 (tolerances derive from it, tolerance.py), the file name
 and its sha256. Since format 6 it also holds, per half dtype, either the spec's error under the
 half-precision policy per quantity (e16 for float16, ebf16 for bfloat16, the quantities of e32)
 or, in half_untestable, the reason the case has no meaning in that dtype (half.py's rules:
-grad and encoder cases, float16's range and overflow, BitLinear levels flipped). A team's set
+grad, encoder and LM cases, float16's range and overflow, BitLinear levels flipped). A team's set
 may omit both: its half rows are then untestable, "no e16 in this golden set". Everything stored is read: the versions are checked against this code, the shape
 and padding against the file, the checksums against the bytes. Every size a manifest declares is
 bounded (MAX_SIZE) and checked against the bytes its file holds before anything is built from it;
@@ -55,9 +57,10 @@ from .cases.kinds import BLOCK, KINDS, kind_of_entry
 from .cases.target import MANIFEST, check_names, check_writable, owned_files
 from .cases.tolerance import UNIT_ROUNDOFF
 
-FORMAT = 6  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
-# 6 the half-precision errors ("e16", "ebf16", "half_untestable"); older sets read as they did
-READ_FORMATS = (2, 3, 4, 5, 6)
+FORMAT = 7  # 3 added decode cases (the optional "decoded"), 4 grad cases ("vjp"), 5 encoder cases ("encoder"),
+# 6 the half-precision errors ("e16", "ebf16", "half_untestable"), 7 language model cases ("lm");
+# older sets read as they did
+READ_FORMATS = (2, 3, 4, 5, 6, 7)
 GOLDEN_DIR = Path(__file__).parent / "golden"
 SEAL_FILE = Path(__file__).parent / "seal.py"
 
@@ -76,7 +79,7 @@ E32_FACTOR = 256.0
 # another CPU allows (tests/conformance/test_golden.py). Not 256: with a floor of u = 2^-8,
 # bfloat16's bound would reach 1.0, a tolerance that passes anything.
 E_HALF_FACTOR = 8.0
-_FLAGGED = [k for k in KINDS.values() if k.flag is not None]  # the kinds a manifest entry marks: decoded, vjp, encoder
+_FLAGGED = [k for k in KINDS.values() if k.flag is not None]  # the kinds a manifest entry marks: decoded, vjp, encoder, lm
 SCHEMA = {
     "type": "object",
     "required": ["format", "cases_version", "spec_version", "cases"],

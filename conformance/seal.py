@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "3137320cd0597629526929c19923481be9270b291c09c04c3c48164363b5e933"  # sha256 of golden/manifest.json
+DIGEST = "4d62a4f1b3baceb87108fd5ddb4ecfb628b995b1aea578ce17a59f78d2be44e6"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -163,4 +163,13 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_field_sinusoidal_base": "1aa9f378f65dd1f39b7a09d85ef2aed871476f8d6817fccb050edf3284e45405",
     "block_field_hope_base_damping_decoder": "3fa60adf44ad6f5df72fdf27ae961dc35306050358757db8ee1e8e93598d0ba8",
     "block_field_bam_eps_mu_init_decoder": "47437b3f9d6e5fce1d16a5e9ee87337a21c719e1bb46e649b1e434a4ec7f1906",
+    "lm_rope_bitnet_rms_heun_s3_ssmax_padded_pad": "8d7f89ccd0f6c1ec2c7d9ca30206404a59be6b12a486733647bd88598bc5eae4",
+    "lm_alibi_encoder_derf_midpoint_s1_pad": "45ff4ed60eba89e06bf516477bb5f7d77bc1dbb8c8ac4144dbb88a929831fb15",
+    "lm_sinusoidal_rotary_dynamic_tanh_rk38": "8cad2997fa9a3a9896bf80461e17d1632eea6493d426c0eaa701ae0ce4a717f4",
+    "lm_hope_base_damping_layer_idx": "a89b287db45ea4baf64539047b0b81f36d5cbb5700e3bba2d53b14e1830eaefd",
+    "lm_pape_parabolas": "53d7981fdd89467ba4022f61f2b736714530e39ccc2036fadc5a6265d6bbd704",
+    "lm_pape_ri_positions": "0c582865ef83ba2ebc92c22492ce938e4bb199107974fadc2765800e080ae46e",
+    "lm_bam_eps_mu_init": "c1b9ac8960f1896495e223a64e0e57ea6c4552f93324cae02bbed4c56298641f",
+    "lm_bam_learn_mu_pad": "b2216f425a2997ab557e55da59b0b1606c452b38cd2bfe585a5f1cb71fc83c5a",
+    "lm_layer_rk2_gated_ffn12_pad": "ad8fd1d1caf602afb346cf97b8c2e12e87010a9cefea258090cd86c85907fd3f",
 }

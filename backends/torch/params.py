@@ -29,12 +29,14 @@ def readable(a: np.ndarray) -> np.ndarray:
 
 
 def state_dict_to_params(state_dict: dict) -> dict:
-    """A block's state_dict (a seed checkpoint too) -> ode_ref params as float64 NumPy arrays: each
-    encoder tensor once, as pos_encoder.X (which wins over ode_func.pos_encoder.X)."""
+    """A block's state_dict (a seed checkpoint too), or a model's holding blocks under a prefix
+    (blocks.N.) -> ode_ref params as float64 NumPy arrays: each encoder tensor once, as
+    <prefix>pos_encoder.X (which wins over <prefix>ode_func.pos_encoder.X)."""
     out = {}
     for k, v in state_dict.items():
-        if k.startswith(INNER_PREFIX):
-            outer = k[len("ode_func."):]
+        at = k.find(INNER_PREFIX)
+        if at == 0 or (at > 0 and k[at - 1] == "."):
+            outer = k[:at] + k[at + len("ode_func."):]
             if outer in state_dict:
                 continue
             k = outer

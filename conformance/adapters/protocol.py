@@ -77,6 +77,14 @@ class OptionalMethods(Protocol):
         Without it, the encoder cases are reported "not supported" (and supports() never sees
         their config)."""
 
+    def run_lm(self, config, params: dict, ids: np.ndarray, attention_mask: Optional[np.ndarray],
+               dtype: str) -> np.ndarray:
+        """The language model's logits at every position (ode_ref.lm_logits): config an
+        ode_ref.LMConfig, params the names of ode_ref.lm_param_shapes, ids int64 (batch, seq),
+        attention_mask bool (batch, seq) or None. Returns (batch, seq, vocab_size) in dtype.
+        Without it, the LM cases are reported "not supported" (and supports() never sees their
+        config)."""
+
     def run_stages(self, config: ODEConfig, params: dict, x: np.ndarray, padding_mask: Optional[np.ndarray],
                    dtype: str) -> dict:
         """The first evaluation f(0, x)'s intermediate values under the spec's stage names (any

@@ -30,6 +30,8 @@ class SpecAdapter:
     def supports(self, config, dtype) -> Optional[str]:
         if dtype in HALF_DTYPES and isinstance(config, R.ODEEncoderConfig):
             return "the half-precision policy (ode_ref.precision) covers the ODE attention block, not the ODE Transformer encoder"
+        if dtype in HALF_DTYPES and isinstance(config, R.LMConfig):
+            return "the half-precision policy (ode_ref.precision) covers the ODE attention block, not the language model"
         return None
 
     variant: Optional[type] = None  # a variant of the spec's SelfAttention (ode_ref.variants) whose stages run; None: the spec's own
@@ -72,6 +74,10 @@ class SpecAdapter:
     def run_encoder(self, config, params, x, padding_mask, dtype):
         """The ODE Transformer's encoder stack (ode_ref.ode_encoder; encoder_cases.py)."""
         return R.ode_encoder(params, x, config, padding_mask)
+
+    def run_lm(self, config, params, ids, attention_mask, dtype):
+        """The language model's logits (ode_ref.lm_logits; lm_cases.py), in dtype."""
+        return R.lm_logits(params, ids, config, attention_mask, dtype=numpy_dtype(dtype))
 
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values (cases/stages.py), through this adapter's attention."""

@@ -92,6 +92,14 @@ class TorchAdapter:
             mask = None if padding_mask is None else torch.from_numpy(padding_mask)
             return encoder(torch.from_numpy(np.ascontiguousarray(x)), mask).numpy()
 
+    def run_lm(self, config, params, ids, attention_mask, dtype):
+        """The ODELanguageModel module in evaluation mode, the case's parameters loaded strict."""
+        torch = self.torch
+        model = self.port.ODELanguageModel.from_params(config, params, dtype=getattr(torch, dtype))
+        with torch.no_grad():
+            mask = None if attention_mask is None else torch.from_numpy(attention_mask)
+            return model(torch.from_numpy(ids), mask).numpy()
+
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values (cases/stages.py): the port's SelfAttention, recording."""
         from odeattn.backends.torch.attention import SelfAttention

@@ -21,12 +21,13 @@ import ode_ref as R
 
 from .decoding import decode_loop, run_decode, split_decoded  # noqa: F401 (re-exported: the adapters and tests take them from here)
 from .encoder_cases import ENCODER_ROWS, encoder_inputs, row_name as encoder_row_name
+from .lm_cases import LM_ROWS, lm_inputs
 from ode_ref.precision import HALF_DTYPES
 
 from .fair import make_inputs
 from .half import HALF_FIELDS
 from .case import Case
-from .kinds import BLOCK, DECODE, ENCODER, GRAD, KINDS, Kind  # noqa: F401 (re-exported: the suite's names for them)
+from .kinds import BLOCK, DECODE, ENCODER, GRAD, KINDS, LM, Kind  # noqa: F401 (re-exported: the suite's names for them)
 from .matrix import OPTION_FIELDS, config_of, pairwise, row_name, rows
 from .tolerance import relative_error, tolerance
 
@@ -343,17 +344,17 @@ def with_half(case: Case, dtypes=HALF_DTYPES) -> Case:
 
 def case_count() -> int:
     """How many cases build_all builds, without building them (a progress bar's total)."""
-    return len(_unique(case_specs() + appended_specs())) + len(ENCODER_ROWS)
+    return len(_unique(case_specs() + appended_specs())) + len(ENCODER_ROWS) + len(LM_ROWS)
 
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session): the table's, the encoder
-    cases, then the appended ones (appended_specs)."""
+    cases, the appended ones (appended_specs), then the language model's (lm_cases.py)."""
     table = case_specs()
     appended = _unique(table + appended_specs())[len(table):]
     return (tuple(build_case(s) for s in table) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
-            + tuple(build_case(s) for s in appended))
+            + tuple(build_case(s) for s in appended) + tuple(with_half(build_lm_case(r)) for r in LM_ROWS))
 
 
 def build_encoder_case(row) -> Case:
@@ -362,3 +363,11 @@ def build_encoder_case(row) -> Case:
     param_seed, input_seed = name_seed(name, "params"), name_seed(name, "input")
     cfg, params, x, mask = encoder_inputs(row, param_seed, input_seed)
     return ENCODER.case(name, cfg, params, x, mask, input_seed=input_seed, param_seed=param_seed)
+
+
+def build_lm_case(row) -> Case:
+    """A language model case (lm_cases.py) from its row: its one quantity, the logits, and their e32."""
+    name = row[0]
+    param_seed = name_seed(name, "params")
+    cfg, params, x, mask, input_seed = lm_inputs(row, param_seed, name_seed(name, "input"))
+    return LM.case(name, cfg, params, x, mask, input_seed=input_seed, param_seed=param_seed)

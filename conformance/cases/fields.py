@@ -1,8 +1,8 @@
 """Every config field, proven by the golden set or set aside with the reason no case can see it.
 
 A port that ignores a config field (runs its default) must fail some golden case. So every field
-of ODEConfig and ODEEncoderConfig with a default takes another value in at least one packaged
-case, and the mutation battery holds a mutant per field that ignores it (mutation/mutants.py,
+of ODEConfig, ODEEncoderConfig and LMConfig with a default takes another value in at least one
+packaged case of its own config class, and the mutation battery holds a mutant per field that ignores it (mutation/mutants.py,
 generated from proven()); tests/conformance/test_mutants.py requires each killed. A field is
 set aside only for a reason written here: it does not enter the forward a case checks, or it is
 another name for fields that do. The required fields (the sizes) have no default to fall back to.
@@ -30,9 +30,19 @@ SET_ASIDE = {
     (R.ODEEncoderConfig, "rk_type"): "the released code's name for half of family's pair; the config sets it and "
                                      "enc_calculate_num from family, or family from them",
 }
+# an LMConfig carries the block's fields to every block: those set aside for the block are for it
+SET_ASIDE.update({(R.LMConfig, name): f"the block's field: {why}" for (cls, name), why in list(SET_ASIDE.items())
+                  if cls is R.ODEConfig})
 # (config class, field) -> the set-aside fields that name it again, which ignoring it resets too
 ALIASES = {(R.ODEEncoderConfig, "family"): ("enc_calculate_num", "rk_type")}
-CONFIGS = (R.ODEConfig, R.ODEEncoderConfig)  # the configs a golden case holds (the LM's has no case kind yet)
+CONFIGS = (R.ODEConfig, R.ODEEncoderConfig, R.LMConfig)  # the configs a golden case holds
+
+
+def mutant_name(cls, field: str) -> str:
+    """The name of the mutant that ignores cls's field: ignores_<field>, with the config's prefix
+    where an earlier config of CONFIGS has a field of that name (an LMConfig's block fields)."""
+    shared = any(field in defaults(other) for other in CONFIGS[:CONFIGS.index(cls)])
+    return f"ignores_{cls.__name__.removesuffix('Config').lower()}_{field}" if shared else f"ignores_{field}"
 
 
 def defaults(cls) -> dict:
@@ -48,15 +58,20 @@ def proven(cls) -> dict:
 def unproven(cases) -> list[str]:
     """'Class.field' for each field to prove that no case sets to another value than its default."""
     return [f"{cls.__name__}.{name}" for cls in CONFIGS for name, default in proven(cls).items()
-            if not any(isinstance(c.config, cls) and getattr(c.config, name) != default for c in cases)]
+            if not any(type(c.config) is cls and getattr(c.config, name) != default for c in cases)]
 
 
 def ignoring(config, field: str):
     """config as a port that ignores field runs it: the field (and its aliases) at the default;
-    None where config has no such field or holds it at its default already (nothing to ignore)."""
+    None where config has no such field, holds it at its default already (nothing to ignore), or
+    refuses the default there (an LM's 'layer' block takes ode_steps 1 only: the field is fixed
+    there, not read)."""
     cls = type(config)
     if field not in proven(cls) or getattr(config, field) == proven(cls)[field]:
         return None
     reset = {name: defaults(cls)[name] for name in (field, *ALIASES.get((cls, field), ()))}
-    return dataclasses.replace(config, **reset)
+    try:
+        return dataclasses.replace(config, **reset)
+    except ValueError:
+        return None
 

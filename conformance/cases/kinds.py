@@ -1,7 +1,7 @@
 """A case's kind as one object: what the spec computes, what the golden file stores, what a backend
 is asked and what it answers.
 
-A kind is a class here (block, decode, grad, encoder) and an instance in KINDS. Everything that
+A kind is a class here (block, decode, grad, encoder, lm) and an instance in KINDS. Everything that
 depends on the kind is a method or an attribute of it: the quantities and their names, the
 spec's run and its float32 and half-precision errors, the arrays of the golden file, their size
 check and the config's schema, the request's fields and the adapter method that answers it, how
@@ -499,8 +499,68 @@ class Encoder(Kind):
         return case.x.size * 4  # z, with the block's allowance for f0, x and z1
 
 
-BLOCK, DECODE, GRAD, ENCODER = Block(), Decode(), Grad(), Encoder()
-KINDS = {k.name: k for k in (BLOCK, DECODE, GRAD, ENCODER)}  # name -> kind, in the order reports list them
+class LanguageModel(Kind):
+    """The language model's logits at every position (ode_ref.lm_logits, lm_cases.py); its config an
+    LMConfig. x holds the token ids, one per slot as a float64 of shape (batch, seq, 1) (exact in
+    float32 below 2**24), so that it travels as every kind's x does."""
+
+    name, method, flag = "lm", "run_lm", "lm"
+    what = "the language model"
+    no_policy = "an LM case: the half-precision policy covers the attention block, not the language model"
+    config_type = R.LMConfig
+    declared_support = False  # support.py declares block configs: an LM config is asked of supports() alone
+    width_name = "token id channel"
+
+    def describe(self, case) -> str:
+        return f"the language model ({case.config.num_layers} {case.config.block} blocks)"
+
+    def param_shapes(self, config) -> dict:
+        return R.lm_param_shapes(config)
+
+    def quantity_names(self, config, decoded: int = 0) -> list:
+        return ["logits"]
+
+    def where(self, case, quantity: str, outputs) -> str:
+        return f"{quantity} (every position's, after the last block, the norm and lm_head)"
+
+    def spec(self, config, params, x, padding_mask, *, decoded: int = 0, inputs: Optional[dict] = None) -> dict:
+        return {"logits": R.lm_logits(params, token_ids(x), config, padding_mask, dtype=x.dtype)}
+
+    def config_schema(self, size: dict) -> dict:
+        sizes = ("vocab_size", "num_layers", "hidden_size", "num_heads", "ode_steps")
+        return {"type": "object", "required": list(sizes[:4]), "properties": {k: size for k in sizes}}
+
+    def width(self, config) -> int:
+        return 1
+
+    def output_shapes(self, shape: tuple, config) -> dict:
+        return {"logits": (*shape[:2], config.vocab_size)}
+
+    def check_file(self, tensors: dict) -> Optional[str]:
+        """x holds whole token ids."""
+        x = tensors["x"]
+        if np.array_equal(x, np.rint(x)) and x.min() >= 0:
+            return None
+        return "array 'x': expected the token ids, whole numbers >= 0"
+
+    def sizes_text(self, entry: dict, config) -> str:
+        return f"shape {entry['shape']}, vocab_size {config.vocab_size}, num_layers {config.num_layers}"
+
+    def call(self, adapter, config, params, x, padding_mask, dtype, message: dict, arrays: dict) -> dict:
+        p, xx, m = fresh(params, x, padding_mask)
+        return {"logits": numbers("run_lm", adapter.run_lm(config, p, token_ids(xx), m, dtype))}
+
+    def reply_values(self, case) -> int:
+        return case.x.size * (case.config.vocab_size + 1)  # the logits, with x
+
+
+def token_ids(x) -> np.ndarray:
+    """An LM case's x (batch, seq, 1) as the int64 token ids (batch, seq) a run_lm takes."""
+    return np.rint(np.asarray(x)[..., 0]).astype(np.int64)
+
+
+BLOCK, DECODE, GRAD, ENCODER, LM = Block(), Decode(), Grad(), Encoder(), LanguageModel()
+KINDS = {k.name: k for k in (BLOCK, DECODE, GRAD, ENCODER, LM)}  # name -> kind, in the order reports list them
 
 
 def kind_of(kind, field: str = "kind", kinds=None) -> Kind:

@@ -40,7 +40,7 @@ from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
 from ..adapters import SpecAdapter
-from ..cases.fields import CONFIGS as FIELD_CONFIGS, ignoring, proven
+from ..cases.fields import CONFIGS as FIELD_CONFIGS, ignoring, mutant_name, proven
 from ..adapters import BackendRef
 from ..running.runner import run_suite
 
@@ -53,6 +53,7 @@ class Mutant:
     stage: Optional[type] = None  # a SelfAttention subclass with the bug in one stage
     patch: Optional[Callable[[], list]] = None  # -> [(namespace, key, value)], dicts or modules
     ignores: Optional[str] = None  # a config field the mutant runs at its default (cases/fields.py)
+    ignores_in: Optional[type] = None  # the config class whose field it is
 
     @property
     def policy(self) -> bool:
@@ -404,8 +405,9 @@ MUTANTS = [
 
 
 # A mutant per config field the golden set must prove (cases/fields.py): a port that ignores it
-FIELD_MUTANTS = [Mutant(f"ignores_{name}", f"config: {cls.__name__}", f"{name} ignored: the port runs its default, {default!r}",
-                        ignores=name) for cls in FIELD_CONFIGS for name, default in proven(cls).items()]
+FIELD_MUTANTS = [Mutant(mutant_name(cls, name), f"config: {cls.__name__}",
+                        f"{name} ignored: the port runs its default, {default!r}", ignores=name, ignores_in=cls)
+                 for cls in FIELD_CONFIGS for name, default in proven(cls).items()]
 MUTANTS += FIELD_MUTANTS
 
 
@@ -444,6 +446,8 @@ class MutantAdapter(SpecAdapter):
 
     def supports(self, config, dtype):
         """A field mutant runs only the cases that set its field: elsewhere it is the spec."""
+        if self.mutant.ignores and type(config) is not self.mutant.ignores_in:
+            return f"not supported: {self.mutant.ignores} of an {self.mutant.ignores_in.__name__}, not of this case's config"
         if self.mutant.ignores and ignoring(config, self.mutant.ignores) is None:
             return f"not supported: {self.mutant.ignores} is at its default in this case (ignoring it changes nothing)"
         return super().supports(config, dtype)
@@ -470,6 +474,10 @@ class MutantAdapter(SpecAdapter):
     def run_encoder(self, config, params, x, padding_mask, dtype):
         with applied(self.mutant):
             return super().run_encoder(self._config(config), params, x, padding_mask, dtype)
+
+    def run_lm(self, config, params, ids, attention_mask, dtype):
+        with applied(self.mutant):
+            return super().run_lm(self._config(config), params, ids, attention_mask, dtype)
 
 
 # '<this module>:battery.<name>' names each mutant's adapter for a worker

@@ -11,6 +11,7 @@ import ode_ref as R
 from odeattn.conformance import golden, seal
 from odeattn.conformance.cases import TIER_CASES, appended_specs, build_all, case_specs
 from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, row_name
+from odeattn.conformance.cases.lm_cases import LM_ROWS
 from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.conformance.mutation import planted
 
@@ -58,11 +59,15 @@ def test_regeneration_reproduces_the_stored_set_and_its_seal(regenerated, tmp_pa
 def test_manifest_describes_every_case_and_nothing_twice():
     manifest = golden.read_manifest()
     encoders = [row_name(r) for r in ENCODER_ROWS]
-    assert [e["name"] for e in manifest["cases"]] == [s.name for s in case_specs()] + encoders + [s.name for s in appended_specs()]
+    assert [e["name"] for e in manifest["cases"]] == ([s.name for s in case_specs()] + encoders + [s.name for s in appended_specs()]
+                                                      + [row[0] for row in LM_ROWS])
     assert sum(p.stat().st_size for p in golden.GOLDEN_DIR.iterdir()) < 4e6  # small enough for a repository
     for e in manifest["cases"]:
         if e.get("encoder"):
             assert sorted(e["e32"]) == ["z"] and e["name"].startswith("encoder_")
+            continue
+        if e.get("lm"):
+            assert sorted(e["e32"]) == ["logits"] and e["name"].startswith("lm_") and e["shape"][2] == 1
             continue
         steps, decoded, vjp = e["config"].get("ode_steps", 2), e.get("decoded", 0), e.get("vjp", False)
         want = ["prefill"] + [f"decode_{j}" for j in range(1, decoded + 1)] if decoded else (
@@ -184,19 +189,19 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
 @pytest.mark.parametrize("edit, expected", [
     (lambda m: m.pop("cases_version"), "$: 'cases_version' is a required property"),
     (lambda m: m.update(spec_version="0.0.1"), "$.spec_version: '0.1.0' was expected"),
-    (lambda m: m.update(format=1), "$.format: 1 is not one of [2, 3, 4, 5, 6]"),
+    (lambda m: m.update(format=1), "$.format: 1 is not one of [2, 3, 4, 5, 6, 7]"),
     (lambda m: m["cases"][2].update(e32={"f0": "big", "step_1": 1e-7}), "$.cases[2].e32.f0: 'big' is not of type 'number'"),
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[161].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[170].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),
     (lambda m: m["cases"][93].pop("decoded"), "$.cases[93].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][107].pop("vjp"), "$.cases[107].e32: expected the quantities f0, step_1"),
     (lambda m: m["cases"][107].update(vjp=False), "$.cases[107].vjp: True was expected"),
-    (lambda m: m["cases"][107].update(decoded=2), "$.cases[107]: expected at most one of the flags decoded, vjp, encoder; "
+    (lambda m: m["cases"][107].update(decoded=2), "$.cases[107]: expected at most one of the flags decoded, vjp, encoder, lm; "
      "got decoded, vjp"),
     (lambda m: m["cases"][152]["config"].pop("encoder_ffn_embed_dim"), "$.cases[152].config: 'encoder_ffn_embed_dim' is a required property"),
     (lambda m: m["cases"][152].pop("encoder"), "$.cases[152].config: 'hidden_size' is a required property"),

@@ -13,7 +13,7 @@ from odeattn.conformance.adapters.protocol import OPTIONAL, REQUIRED
 
 def test_the_protocol_lists_the_required_and_optional_members():
     assert REQUIRED == ("name", "dtypes", "supports", "run_block")
-    assert OPTIONAL == ("support", "run_trajectory", "run_func", "run_decode", "run_vjp", "run_encoder", "run_stages")
+    assert OPTIONAL == ("support", "run_trajectory", "run_func", "run_decode", "run_vjp", "run_encoder", "run_lm", "run_stages")
 
 
 class NoRunBlock:

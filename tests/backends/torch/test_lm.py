@@ -12,8 +12,9 @@ from odeattn.backends.torch import ODELanguageModel, lm_params_from_state_dict  
 
 @pytest.mark.parametrize("kw", [dict(ode_solver="rk4", ode_use_pe=True, positional_encoding="rope"),
                                 dict(ode_solver="rk2_gated", use_bitnet=True, ode_use_pe=True, positional_encoding="alibi"),
+                                dict(ode_use_pe=True, positional_encoding="bam", bam_learn_mu=True, use_ssmax=True),
                                 dict(block="layer", ode_solver="rk2_gated", ffn_dim=24)],
-                         ids=["rk4-rope", "rk2_gated-bitlinear-alibi", "layer-rk2_gated"])
+                         ids=["rk4-rope", "rk2_gated-bitlinear-alibi", "bam-ssmax", "layer-rk2_gated"])
 def test_torch_lm_equals_the_spec_and_loads_its_params(kw):
     """float64: lm_logits to 1e-12 on a right-padded batch (every position); the state_dict comes back
     as the spec's params exactly."""

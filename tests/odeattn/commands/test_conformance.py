@@ -137,12 +137,12 @@ def test_the_help_shows_the_fuzz_options_apart_and_what_generate_needs(capsys):
 def test_a_bad_suite_file_exits_2_with_a_line_per_defect(tmp_path, capsys):
     shutil.copytree(golden.GOLDEN_DIR, tmp_path / "g")
     text = (tmp_path / "g" / "manifest.json").read_text()
-    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 6', '"format": "6"').replace('"padding": true', '"padding": 1', 1))
+    (tmp_path / "g" / "manifest.json").write_text(text.replace('"format": 7', '"format": "7"').replace('"padding": true', '"padding": 1', 1))
     (tmp_path / "g" / "notes.txt").write_text("stray")
     assert main(["conformance", "--golden", str(tmp_path / "g")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("odeattn conformance: ") for line in lines), lines
-    assert any("$.format: '6' is not one of [2, 3, 4, 5, 6]" in line for line in lines), lines
+    assert any("$.format: '7' is not one of [2, 3, 4, 5, 6, 7]" in line for line in lines), lines
     assert any("notes.txt: not listed in manifest.json" in line for line in lines)
 
 
@@ -215,21 +215,23 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(main_job, main_
     # and on the Loop form, whose steps the cached models cannot take (their cache layout is
     # fixed), the grad cases on the exported graphs, which have no backward pass, and on the integer
     # BitLinear export, every case but the use_bitnet block cases; the encoder cases everywhere but
-    # the spec, torch, jax and onnxruntime (the others have no run_encoder)
+    # the spec, torch, jax and onnxruntime (the others have no run_encoder); the language model
+    # cases everywhere but the spec and torch (the others have no run_lm)
     from odeattn.conformance.golden import load_cases
 
     cases = load_cases()
-    grad, decode, encoder = ({c.name for c in cases if c.name.startswith(kind)} for kind in ("grad_", "decode_", "encoder_"))
-    assert len(decode) >= 6 and len(grad) >= 14 and len(encoder) >= 12
+    grad, decode, encoder, lm = ({c.name for c in cases if c.name.startswith(kind)}
+                                 for kind in ("grad_", "decode_", "encoder_", "lm_"))
+    assert len(decode) >= 6 and len(grad) >= 14 and len(encoder) >= 12 and len(lm) >= 9
     bitnet_blocks = {c.name for c in cases if c.kind.name == "block" and c.config.use_bitnet}
     assert len(bitnet_blocks) >= 16
     # a half row runs no case the golden set marks untestable in its dtype (the grad and encoder
     # cases among them); ONNX Runtime's half export has no decode models
     for key, row in rows.items():
         untestable = {c.name for c in cases if key[1] in ("float16", "bfloat16") and c.untestable(key[1])}
-        skipped = {"onnxruntime": grad | (decode if untestable else set()), "onnx-reference": grad | encoder,
-                   "onnxruntime-opset23": grad | decode | encoder,
-                   "onnxruntime-loop": grad | decode | encoder, "onnxruntime-loop-other-steps": grad | decode | encoder,
+        skipped = {"jax": lm, "onnxruntime": grad | lm | (decode if untestable else set()), "onnx-reference": grad | encoder | lm,
+                   "onnxruntime-opset23": grad | decode | encoder | lm,
+                   "onnxruntime-loop": grad | decode | encoder | lm, "onnxruntime-loop-other-steps": grad | decode | encoder | lm,
                    "onnxruntime-integer": {c.name for c in cases} - bitnet_blocks}.get(key[0], set()) - untestable
         assert (row["passed"], row["skipped"], row["untestable"], row["failed"]) == (
             report["cases"] - len(skipped) - len(untestable), len(skipped), len(untestable), 0), key
