@@ -157,6 +157,18 @@ def check_positions(ns, tmp_path):
     assert np.isfinite(ns["z"]).all() and ns["cache"].index == 5
 
 
+def check_deployment(ns, tmp_path):
+    """The jax.export program, run at a shape it was not traced at, and the Core ATen program are
+    the spec's block within float32's rounding (the block at this size: errors of about 1e-7)."""
+    import ode_ref as R
+
+    params = R.init_params(ns["cfg"])
+    want = R.ode_block(params, ns["x"].astype(np.float64), ns["cfg"], ns["mask"])
+    assert np.abs(np.asarray(ns["z"]) - want).max() <= 1e-5 * np.abs(want).max()
+    got = ns["core"].module()(ns["torch"].as_tensor(ns["x"]), padding_mask=ns["torch"].as_tensor(ns["mask"]))
+    assert np.abs(got.detach().numpy() - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def check_generation(ns, tmp_path):
     """GenAI's rows are the spec's 8 greedy tokens each (the page's eos, 31, is not among them)."""
     assert ns["spec"].shape == (2, 8) and 31 not in ns["spec"]
@@ -172,7 +184,8 @@ def check_development(ns, tmp_path):
 
 CHECKS = {"README.md": check_readme, "development.md": check_development, "generation.md": check_generation, "encoder.md": check_encoder, "flax.md": check_flax, "specification.md": check_specification, "conformance.md": check_conformance,
           "export.md": check_export, "decoding.md": check_decoding, "training.md": check_training,
-          "diagnose.md": check_diagnose, "positions.md": check_positions}
+          "diagnose.md": check_diagnose, "positions.md": check_positions,
+          "deployment.md": check_deployment}
 EXAMPLE_PAGES = [p for p in PAGES if python_blocks(p)]
 
 

@@ -38,6 +38,12 @@ from .rk import integrate
 SCORE_TILE_BYTES = 4 * 2**20
 
 
+def symbolic(*shapes) -> bool:
+    """Whether a shape holds a symbolic dimension (jax.export's): a size known only when the
+    exported program runs."""
+    return not all(isinstance(d, int) for shape in shapes for d in shape)
+
+
 def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
     """fn(q, k, v, mask, bias) -> like q, computed over tiles of heads whose scores fit tile_bytes.
 
@@ -48,6 +54,8 @@ def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
     formulas on the same numbers as untiled, and equal up to XLA's summation order, which may
     differ with the operands' shapes. Scores within one tile: fn once, untiled."""
     batch, heads, seq_q, _ = q.shape
+    if symbolic(q.shape, k.shape):  # jax.export's symbolic batch or sequence: no size to tile by, so one tile
+        return fn(q, k, v, mask, bias)
     per_head = batch * seq_q * k.shape[-2] * q.dtype.itemsize
     if heads * per_head <= tile_bytes:
         return fn(q, k, v, mask, bias)
@@ -110,10 +118,33 @@ class SelfAttention(spec.SelfAttention):
 
     # ---- float64 at run time: gathered from the spec's tables, or the state's dtype -----------
     def rope_tables(self, positions, bound: int, like):
-        return rope_cos_sin(positions, self.config, like.dtype, bound)
+        return rope_cos_sin(positions, self.config, like.dtype, self.table_bound(bound))
 
     def hope_tables(self, positions, bound: int, like, layer_idx: int):
-        return hope_tables(positions, self.config, layer_idx, like.dtype, bound)
+        return hope_tables(positions, self.config, layer_idx, like.dtype, self.table_bound(bound))
+
+    position_bound = None  # the tables' length where the sequence is symbolic; with_position_bound sets it
+
+    def with_position_bound(self, bound: int):
+        """A copy of this attention whose RoPE and HoPE tables hold the positions below bound where
+        the sequence is symbolic (jax.export): the tables are the spec's float64 ones, made when the
+        program is traced, so their length must be known then. The caller keeps every sequence
+        within bound (export/jax_program.py declares it as the shape constraint seq <= bound)."""
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise ValueError(f"bound: expected an integer >= 1 (the most positions a sequence holds); got {bound!r}")
+        out = copy.copy(self)
+        out.position_bound = bound
+        return out
+
+    def table_bound(self, bound):
+        """bound where it is a number; under a symbolic sequence, position_bound, or ValueError."""
+        if not symbolic((bound,)):
+            return bound
+        if self.position_bound is None:
+            raise ValueError(f"positional_encoding: {self.config.position_encoding} tabulates its angles per position, and "
+                             "this sequence's length is symbolic; expected an attention with a bound on the positions "
+                             "(SelfAttention(config).with_position_bound(n)); got none")
+        return self.position_bound
 
     def bam_bias(self, encoder, positions_q, positions_k, like):
         return bam_bias(encoder, positions_q, positions_k, self.config, like.dtype)

@@ -57,7 +57,7 @@ from ode_ref.params import check_params
 from ode_ref.precision import DTYPES
 from ode_ref.tableaus import TABLEAUS
 
-from .attention import SelfAttention
+from .attention import SelfAttention, symbolic
 from .precision import in_storage, under_policy
 from .rk import rk_step
 
@@ -102,7 +102,11 @@ def check_jax_memory(call: str, cfg: ODEConfig, attention: SelfAttention, x, pad
                      max_len: int | None = None) -> int:
     """The estimate for a call on x (bytes), or MemoryLimitError; from shapes alone, so under jit
     too. The scores of one tile of heads (attention.attn: tiled, score_tile_bytes), the whole ALiBi
-    bias (twice when tiled: its heads-first copy), the mask, and, for prefill, the cache."""
+    bias (twice when tiled: its heads-first copy), the mask, and, for prefill, the cache. Under
+    jax.export with a symbolic batch or sequence, 0: the sizes are the caller's, known when the
+    program runs, and the program then holds every head's scores at once (docs/deployment.md)."""
+    if symbolic(x.shape):
+        return 0
     batch, seq = x.shape[:2]
     dtype, itemsize = dtype_name(x.dtype), jnp.dtype(x.dtype).itemsize
     per_head = batch * seq * seq * itemsize  # as tiled() reckons a head's scores

@@ -219,7 +219,7 @@ class SelfAttention(spec.SelfAttention, nn.Module):
         if eager() and torch.isfinite(k.sum() + v.sum()).item():
             return k, v, None
         bad = torch.isnan((k * 0 + v * 0).sum(dim=-1))  # (batch, seq_k, heads)
-        return torch.nan_to_num(k, 0.0, 0.0, 0.0), torch.nan_to_num(v, 0.0, 0.0, 0.0), visible_bad(mask, bad)
+        return _finite_or_zero(k), _finite_or_zero(v), visible_bad(mask, bad)
 
     def poison_queries(self, q, poison):
         """masked_fill, not where: the result has q's layout whatever poison's strides, so SDPA and
@@ -322,3 +322,9 @@ def check_seed_arguments(logical_layer_idx) -> None:
 
 
 ODEFunc = SelfAttention  # the seed's name
+
+
+def _finite_or_zero(a):
+    """a with its NaN and infinite entries 0 (nan_to_num(a, 0, 0, 0), in ops that every exporter
+    takes: OpenVINO's torch frontend has no nan_to_num). a * 0 is NaN exactly where a is not finite."""
+    return torch.where(torch.isnan(a * 0), torch.zeros((), dtype=a.dtype, device=a.device), a)

@@ -31,10 +31,11 @@ class Norms(spec.Norms):
 
     def pow2_scale(self, x):
         """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
-        (any power of two keeps the norms exact; log2 and exp2 rather than frexp, which
-        torch.onnx.export cannot translate)."""
-        top = math.floor(math.log2(torch.finfo(x.dtype).max)) - 1  # 126 for float32: 1 / s stays normal
-        return torch.exp2(torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
+        (any power of two keeps the norms exact; log2 and pow(2, e) rather than frexp, which
+        torch.onnx.export cannot translate, or exp2, which is outside the Core ATen opset that
+        ExecuTorch and LiteRT take; pow of 2 is exact at every integer e, tests/backends/torch)."""
+        top = math.frexp(torch.finfo(x.dtype).max)[1] - 2  # 126 for float32, 1022 for float64: 1 / s stays normal
+        return torch.pow(2.0, torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
 
     def layer_norm(self, x, weight, bias, *, eps=LAYER_NORM_EPS):
         """torch.native_layer_norm in eager mode, the spec's formula where it fails (fused)."""

@@ -33,6 +33,7 @@ from . import external
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, other_steps as other_steps)
 from .flax import FlaxAdapter
+from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
 from .protocol import REQUIRED
 from .spec import SpecAdapter
@@ -66,6 +67,8 @@ BUILTIN = {
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
     "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax"),
                        "the Flax modules over the jax port, every case compiled once more (minutes cold)"),
+    "jax-export": Builtin.of(JaxExportAdapter, ("jax", "jaxlib"),
+                             "each case's block exported by jax.export, serialized and run through jax alone (minutes cold)"),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import ode_ref as R
 
+from ..cases.fields import defaults
 from .draw import HEAD_DIMS, LONG_SEQS, OFFSETS, ROW_PADDING, SCALES, SEQS, Draw
 
 # the encoding's fields: reset together first (the encoding off), then each option alone
@@ -44,7 +45,7 @@ class Essence:
 
 def simplest_config(config: R.ODEConfig) -> dict:
     """field -> its simplest value: the first level of draw.py's choice, else ODEConfig's default."""
-    out = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    out = defaults(type(config))
     out.update(norm_type=R.NORM_TYPES[0], ode_solver=R.SOLVERS[0], ode_steps=1, mode=R.MODES[0], use_bitnet=False)
     return out
 

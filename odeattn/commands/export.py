@@ -1,5 +1,5 @@
-"""`odeattn export`: a block's config and weights in, an .onnx file out, checked against the spec
-on a random batch."""
+"""`odeattn export`: a block's config and weights in, an .onnx file out (or, with --target jax,
+jax.export's serialized program), checked against the spec on a random batch."""
 
 from __future__ import annotations
 
@@ -18,6 +18,15 @@ from odeattn.export.from_torch import TORCH_OPSETS
 from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
 
 DEPLOY_OPTIONS = ("quantize", "optimize")  # ONNX Runtime's tools on the written block model, not its form
+TARGETS = ("onnx", "jax")
+JAX_SUFFIX = ".jaxexport"
+# the options that shape an ONNX file, each with whether it was given: none applies to --target jax
+ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
+             "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode, "--genai": lambda a: a.genai is not None,
+             "--shared-buffer": lambda a: a.shared_buffer, "--bitlinear": lambda a: a.bitlinear != "float",
+             "--steps-input": lambda a: a.steps_input, "--dtype": lambda a: a.dtype != "float32",
+             "--keep-io-types": lambda a: a.keep_io_types, "--functions": lambda a: a.functions,
+             "--quantize": lambda a: a.quantize is not None, "--optimize": lambda a: a.optimize}
 
 
 def register(sub) -> None:
@@ -26,8 +35,16 @@ def register(sub) -> None:
                                    "model on inputs from .npy files or a random batch).")
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
-    p.add_argument("-o", "--output", type=Path, help="the .onnx file to write (required but with --genai)")
+    p.add_argument("-o", "--output", type=Path,
+                   help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file")
     add_force(p)
+    p.add_argument("--target", choices=TARGETS, default="onnx",
+                   help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; jax: the "
+                        "block as jax.export's serialized StableHLO program, batch and sequence symbolic, run by jax "
+                        "alone (docs/deployment.md)")
+    p.add_argument("--max-positions", type=int, default=None,
+                   help="with --target jax and rope, sinusoidal_rotary or hope: the most positions a sequence holds "
+                        "(the program's angle tables are made when it is traced; seq <= N is checked at every call)")
     p.add_argument("--opset", type=int, default=None, choices=sorted({*OPSETS, *TORCH_OPSETS}),
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
     p.add_argument("--no-padding-mask", action="store_true",
@@ -148,6 +165,10 @@ def as_option(err: Exception, form: dict) -> UsageError:
 
 
 def run(args) -> int:
+    if args.target == "jax":
+        return export_jax(args)
+    if args.max_positions is not None:
+        raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
     import onnx
 
     from odeattn.export.deploy import check_against_spec, node_counts
@@ -343,4 +364,40 @@ def export_cached(args, config, params, options) -> int:
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {options.opset}, {len(model.graph.node)} nodes, "
           f"{len(decode_names(config)[0]) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} "
           f"(batch 2): {err:.2e}")
+    return 0
+
+
+def export_jax(args) -> int:
+    """--target jax: the block as jax.export's serialized program (export/jax_program.py), checked
+    against the spec on a random batch (2 x 8) through jax alone, as export checks an ONNX file."""
+    given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
+    if given:
+        raise UsageError(f"{given[0]}: applies to --target onnx; the jax target writes the block as jax.export's "
+                         "program, float32, batch and sequence symbolic")
+    if args.output is None:
+        raise UsageError(f"-o/--output: required (the {JAX_SUFFIX} file to write)")
+    from odeattn.export.jax_program import check_export_arguments, export_jax_block, run_jax_block
+
+    with user_input():
+        check_output_path("-o", args.output, JAX_SUFFIX, force=args.force, others=inputs_of(args))
+        config, params = load_block(args.config, args.weights)
+    try:
+        check_export_arguments(config, "float32", args.max_positions)
+    except ValueError as err:
+        raise UsageError(f"--max-positions: {str(err).partition(': ')[2]}") from None
+    require("jax")
+    import numpy as np
+
+    import ode_ref as R
+
+    blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions)
+    x = np.random.default_rng(0).normal(size=(2, min(8, args.max_positions or 8), config.hidden_size))
+    want = R.ode_block(params, x, config)
+    got = run_jax_block(blob, x.astype(np.float32))
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    with replacing(args.output) as tmp:
+        tmp.write_bytes(blob)
+    bound = f", seq <= {args.max_positions}" if args.max_positions else ""
+    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program (float32, batch x seq symbolic{bound}), "
+          f"max relative error vs ode_ref (float64) on a random batch (2 x {x.shape[1]}): {err:.2e}")
     return 0

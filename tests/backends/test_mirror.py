@@ -136,7 +136,7 @@ DIFFERENT.update({
 NORM_OVERRIDES = {
     ("jax", "pow2_scale"): "the spec's s from the exponent bits (frexp and ldexp: half again as many traced operations), under stop_gradient",
     ("jax", "erf"): "jax.scipy's erf (the spec's: libm's per element, in NumPy)",
-    ("torch", "pow2_scale"): "log2 and exp2 rather than frexp, which torch.onnx.export cannot translate",
+    ("torch", "pow2_scale"): "log2 and pow(2, e) rather than frexp (torch.onnx.export cannot translate it) or exp2 (outside the Core ATen opset)",
     ("torch", "layer_norm"): "torch.native_layer_norm in eager mode, the spec's formula for the tokens it fails",
     ("torch", "rms_norm"): "aten._fused_rms_norm in eager mode, the spec's formula for the tokens it fails",
     ("torch", "erf"): "torch.erf (the spec's: libm's per element, in NumPy)",

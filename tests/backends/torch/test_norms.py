@@ -48,3 +48,23 @@ def test_fused_norm_kernels_kept_only_where_they_did_not_overflow(norm, monkeypa
         p32 = {k: v.to(torch.float32) for k, v in params.items()}
         got, alone = N.NORMS[norm](mixed, **p32), N.NORMS[norm](mixed[[0, 2]], **p32)
         assert torch.equal(got[[0, 2]], alone), bad
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_pow2_scale_is_the_spec_s_at_every_exponent_eager_and_compiled(dtype):
+    """pow(2, e) (exp2 is outside the Core ATen opset) at every power of two of the dtype, 1.5 times
+    each, its largest float and 0: the spec's s bit for bit (frexp and ldexp, in NumPy; bfloat16's
+    in float32, which holds every bfloat16 power of two), in eager mode and under torch.compile."""
+    import ml_dtypes
+
+    from odeattn.backends.torch.norms import Norms
+
+    info = ml_dtypes.finfo(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    powers = np.ldexp(1.0, np.arange(info.minexp - info.nmant, info.maxexp))
+    x = np.concatenate([powers, 1.5 * powers[:-1], [float(info.max), 0.0]])
+    x = torch.as_tensor(np.stack([x, -x / 4], axis=-1)).to(getattr(torch, dtype))
+    want = R.norms.pow2_scale(x.double().numpy().astype(np.float32 if dtype == "bfloat16" else dtype))
+    for run in (Norms().pow2_scale, torch.compile(Norms().pow2_scale)):
+        got = run(x)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got.double().numpy(), want.astype(np.float64))

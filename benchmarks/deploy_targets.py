@@ -1,0 +1,85 @@
+"""A call of the block through each deployment target this project writes, side by side in one
+run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime, the torch
+port's program after torch.export (Core ATen, the form ExecuTorch and LiteRT take; run here by
+torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
+
+    python benchmarks/deploy_targets.py [--rounds 7] [--calls 20] [--threads 1]
+
+The block is issue 62's: d_model 32, 4 heads, rk4 x 2 steps, float32, batch 2 x seq 8, the second
+row's last 3 tokens padded. Method (as benchmarks/opset_forms.py): rounds, each path called once
+to wake its threads, then `calls` timed calls, the median per round; each path's time is printed
+as the median over the rounds with its min..max, and its ratio to ONNX Runtime within a round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+import ode_ref as R
+from odeattn.bench.timing import interleaved_times
+from odeattn.conformance.cases.tolerance import relative_error
+
+
+def paths(threads: int):
+    """({path: a zero-argument callable}, {path: its error against the spec})."""
+    import jax
+    import torch
+    from jax import export
+
+    from odeattn.backends.torch import ODEAttentionBlock
+    from odeattn.export.block import export_model
+    from odeattn.export.jax_program import export_jax_block
+    from odeattn.export.options import ExportOptions
+    from odeattn.export.runtime import session
+
+    torch.set_num_threads(threads)
+    cfg = R.ODEConfig(hidden_size=32, num_heads=4, ode_solver="rk4", ode_steps=2)
+    params = R.init_params(cfg, seed=0, perturb_norms=True)
+    x = np.random.default_rng(0).normal(size=(2, 8, 32))
+    mask = np.ones((2, 8), bool)
+    mask[1, 5:] = False
+    x32 = x.astype(np.float32)
+    want = R.ode_block(params, x, cfg, mask)
+
+    program = export.deserialize(bytearray(export_jax_block(cfg, params)))
+    call = jax.jit(program.call)
+    ort = session(export_model(cfg, params, ExportOptions()), threads=threads)
+    feed = {"x": x32, "padding_mask": mask}
+    block = ODEAttentionBlock.from_params(cfg, params)
+    xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
+    core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
+    fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
+           "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),
+           "torch eager": lambda: block(xt, padding_mask=mt).detach().numpy()}
+    with torch.no_grad():
+        errors = {k: relative_error(fn(), want) for k, fn in fns.items()}
+    return fns, errors
+
+
+def main() -> None:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    fns, errors = paths(args.threads)
+    with torch.no_grad():
+        times = interleaved_times(fns, repeats=args.rounds, burst=args.calls)
+    rounds = {k: [statistics.median(t[i * args.calls:(i + 1) * args.calls]) for i in range(args.rounds)]
+              for k, t in times.items()}
+    print(f"{args.threads} thread(s), {args.rounds} rounds of {args.calls} calls; a call's median over the rounds (min..max)")
+    print("| path | error vs the spec | a call (ms) | / onnxruntime |")
+    print("|---|---|---|---|")
+    for k, r in rounds.items():
+        ratio = [a / b for a, b in zip(r, rounds["onnxruntime"])]
+        print(f"| {k} | {errors[k]:.1e} | {statistics.median(r) * 1e3:.3f} ({min(r) * 1e3:.3f}..{max(r) * 1e3:.3f}) | "
+              f"{statistics.median(ratio):.2f} ({min(ratio):.2f}..{max(ratio):.2f}) |")
+
+
+if __name__ == "__main__":
+    main()

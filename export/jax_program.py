@@ -1,0 +1,84 @@
+"""The block as a serialized jax.export program (StableHLO), for JAX serving: batch and sequence
+symbolic, the parameters inside, run by jax alone (no odeattn, no ode_ref).
+
+    export_jax_block(config, params, *, dtype="float32", padding_mask=True, max_positions=None) -> bytes
+    run_jax_block(blob, x, padding_mask=None) -> z(1), through jax.export.deserialize(blob).call
+
+The program takes x (batch, seq, d_model) of dtype and, unless padding_mask=False, padding_mask
+bool (batch, seq), and returns z(1) in x's dtype. RoPE, sinusoidal_rotary and HoPE gather their
+angles from the spec's float64 tables, made when the program is traced, so a program with one
+of them holds max_positions positions (required) and declares seq <= max_positions as a shape
+constraint, which jax checks at every call; the other encodings take any length. The port's
+memory check and its tiling of the scores over heads read the sizes, so under a symbolic
+sequence the program holds every head's scores at once: batch x heads x seq^2 values of dtype
+(docs/deployment.md). float64 programs need jax's x64 mode where they are exported and run.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import ode_ref as R
+from ode_ref.config import ROTARY_ENCODINGS
+
+DTYPES = ("float32", "float64")
+TABULATED = (*ROTARY_ENCODINGS, "hope")  # the encodings whose angles the port gathers from a table
+
+
+def export_jax_block(config, params, *, dtype: str = "float32", padding_mask: bool = True,
+                     max_positions=None) -> bytes:
+    """The block of config and params as jax.export's serialized program (see the module
+    docstring); ValueError naming the argument for a dtype, a max_positions or parameters it
+    cannot take."""
+    cfg = R.ODEConfig.from_any(config)
+    R.params.check_params(params, cfg)
+    check_export_arguments(cfg, dtype, max_positions)
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from odeattn.backends.jax import ode_block
+    from odeattn.backends.jax.attention import SelfAttention
+
+    tabulated = cfg.position_encoding in TABULATED
+    attention = SelfAttention(cfg).with_position_bound(int(max_positions)) if tabulated else SelfAttention(cfg)
+    with jax.enable_x64(dtype == "float64"):
+        weights = {k: jnp.asarray(np.asarray(v, dtype)) for k, v in params.items()}
+        batch, seq = export.symbolic_shape("batch, seq", constraints=[f"seq <= {int(max_positions)}"] if tabulated else ())
+        x = jax.ShapeDtypeStruct((batch, seq, cfg.hidden_size), np.dtype(dtype))
+        if padding_mask:
+            program = jax.jit(lambda x, mask: ode_block(weights, x, cfg, mask, attention=attention))
+            exported = export.export(program)(x, jax.ShapeDtypeStruct((batch, seq), np.bool_))
+        else:
+            exported = export.export(jax.jit(lambda x: ode_block(weights, x, cfg, attention=attention)))(x)
+        return bytes(exported.serialize())
+
+
+def check_export_arguments(config, dtype: str, max_positions) -> None:
+    """ValueError naming dtype or max_positions where export_jax_block cannot take them (no jax
+    imported: a command checks them before any work)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {', '.join(DTYPES)} (jax.export's program computes in it); got {dtype!r}")
+    encoding = config.position_encoding
+    if encoding in TABULATED and (isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral)
+                                  or max_positions < 1):
+        raise ValueError(f"max_positions: {encoding} gathers its angles from a table made when the program is traced; "
+                         f"expected the most positions a sequence holds, an integer >= 1; got {max_positions!r}")
+    if encoding not in TABULATED and max_positions is not None:
+        raise ValueError(f"max_positions: only {', '.join(TABULATED)} take a bound on the positions; got {max_positions!r} "
+                         f"for {encoding}")
+
+
+def run_jax_block(blob: bytes, x, padding_mask=None) -> np.ndarray:
+    """z(1) of a serialized program (export_jax_block) on x and the padding mask, through jax alone:
+    what a deployer's code does. A program exported with a mask needs one (all True: every token real)."""
+    import jax
+    from jax import export
+
+    x = np.asarray(x)
+    with jax.enable_x64(x.dtype == np.float64):
+        program = export.deserialize(bytearray(blob))
+        args = (x,) if len(program.in_avals) == 1 else (x, np.ones(x.shape[:2], bool) if padding_mask is None else padding_mask)
+        return np.asarray(program.call(*args))

@@ -1,0 +1,99 @@
+"""The block as jax.export's serialized program (export/jax_program.py, `odeattn export --target
+jax`, the jax-export backend): batch and sequence symbolic, run where neither odeattn nor ode_ref
+is imported."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import ode_ref as R
+from odeattn.cli import main
+from odeattn.conformance.cases.tolerance import relative_error, tolerance
+from odeattn.export.jax_program import export_jax_block
+
+# what a deployer's server runs: jax and NumPy alone, the program called at each input's own shape
+RUNNER = """
+import json, sys
+import numpy as np
+from jax import export
+program = export.deserialize(bytearray(open(sys.argv[1], "rb").read()))
+outputs = {}
+for name in sys.argv[2:]:
+    data = np.load(name)
+    try:
+        outputs[name] = np.asarray(program.call(data["x"], data["mask"])).tolist()
+    except Exception as err:
+        outputs[name] = type(err).__name__
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("odeattn", "ode_ref"))
+print(json.dumps({"outputs": outputs, "loaded": loaded}))
+"""
+
+
+def test_the_program_runs_at_any_batch_and_sequence_in_a_process_with_jax_alone(tmp_path):
+    """RoPE with padding, exported with a bound of 16 positions: at batch 1 x seq 3 and batch 3 x
+    seq 16 it is the spec within the float32 tolerance of the spec's own error; past 16 tokens the
+    call is refused (the shape constraint), in a process that imports neither odeattn nor ode_ref."""
+    cfg = R.ODEConfig(hidden_size=16, num_heads=2, ode_use_pe=True, positional_encoding="rope", mode="decoder")
+    params = R.init_params(cfg, seed=3, perturb_norms=True)
+    (tmp_path / "block.jaxexport").write_bytes(export_jax_block(cfg, params, max_positions=16))
+    rng, inputs = np.random.default_rng(0), {}
+    for batch, seq in ((1, 3), (3, 16), (1, 17)):
+        x, mask = rng.normal(size=(batch, seq, 16)), np.ones((batch, seq), bool)
+        mask[-1, seq // 2:] = False
+        inputs[str(tmp_path / f"{batch}x{seq}.npz")] = x, mask
+        np.savez(tmp_path / f"{batch}x{seq}.npz", x=x.astype(np.float32), mask=mask)
+    out = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path / "block.jaxexport"), *inputs],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["loaded"] == []
+    for name, (x, mask) in inputs.items():
+        if x.shape[1] > 16:
+            assert report["outputs"][name] == "ValueError", name
+            continue
+        want = R.ode_block(params, x, cfg, mask)
+        e32 = relative_error(R.ode_block(params, x.astype(np.float32), cfg, mask), want)
+        assert relative_error(np.asarray(report["outputs"][name]), want) <= tolerance(e32, "float32"), name
+
+
+def test_arguments_it_cannot_take_are_refused_by_name():
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2)
+    params = R.init_params(cfg)
+    rope = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="hope")
+    for config, kwargs, message in ((cfg, dict(dtype="float16"), "dtype: expected one of float32, float64"),
+                                    (rope, dict(), "max_positions: hope gathers its angles"),
+                                    (rope, dict(max_positions=0), "got 0"),
+                                    (cfg, dict(max_positions=64), "max_positions: only rope, sinusoidal_rotary, hope")):
+        with pytest.raises(ValueError, match=message):
+            export_jax_block(config, R.init_params(config) if config is rope else params, **kwargs)
+
+
+def test_the_command_writes_the_program_and_refuses_onnx_options(tmp_path, capsys):
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="sinusoidal_rotary")
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    R.save_params(R.init_params(cfg, seed=1), tmp_path / "w.safetensors")
+    argv = ["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "w.safetensors"),
+            "--target", "jax", "-o", str(tmp_path / "block.jaxexport")]
+    for extra, message in ((["--opset", "23"], "--opset: applies to --target onnx"),
+                           ([], "--max-positions: sinusoidal_rotary gathers its angles"),
+                           (["--max-positions", "-1"], "got -1")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("odeattn export: ") and message in err and "\n" not in err
+    assert main([*argv, "--max-positions", "32"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path / 'block.jaxexport'}: ") and "seq <= 32" in out
+    assert float(out.rsplit(": ", 1)[1]) < 1e-6  # the check against the spec on a random batch
+    assert main([*argv[:-4], "-o", str(tmp_path / "b.onnx"), "--max-positions", "32"]) == 2
+    assert "--max-positions: applies to --target jax" in capsys.readouterr().err
+
+
+def test_the_jax_export_backend_passes_the_golden_cases_of_its_form():
+    """Its conformance row on the field cases and the tier's 17-token cases: each block exported,
+    serialized and run through jax alone; the decode, grad, encoder and LM cases skipped (the
+    program returns z(1) only). The whole set takes a minute (docs/deployment.md)."""
+    assert main(["conformance", "--backend", "jax-export", "-k", "_field_|tier_t17_", "--dtype", "float32"]) == 0
