@@ -1,5 +1,6 @@
 """A call of the block through each deployment target this project writes, side by side in one
-run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime, the torch
+run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime and in
+OpenVINO (its float32 hint, as the openvino backend), the torch
 port's program after torch.export (Core ATen, the form ExecuTorch and LiteRT take; run here by
 torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
 
@@ -26,6 +27,7 @@ from odeattn.conformance.cases.tolerance import relative_error
 def paths(threads: int):
     """({path: a zero-argument callable}, {path: its error against the spec})."""
     import jax
+    import openvino as ov
     import torch
     from jax import export
 
@@ -46,12 +48,17 @@ def paths(threads: int):
 
     program = export.deserialize(bytearray(export_jax_block(cfg, params)))
     call = jax.jit(program.call)
-    ort = session(export_model(cfg, params, ExportOptions()), threads=threads)
+    onnx_model = export_model(cfg, params, ExportOptions())
+    ort = session(onnx_model, threads=threads)
+    core_ov = ov.Core()
+    vino = core_ov.compile_model(core_ov.read_model(model=onnx_model.SerializeToString(), weights=b""), "CPU",
+                                 {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
     feed = {"x": x32, "padding_mask": mask}
     block = ODEAttentionBlock.from_params(cfg, params)
     xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
     core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
     fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
+           "openvino": lambda: vino(feed)[vino.outputs[0]],
            "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),
            "torch eager": lambda: block(xt, padding_mask=mt).detach().numpy()}
     with torch.no_grad():

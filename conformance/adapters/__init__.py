@@ -31,7 +31,7 @@ from ..cases.half import check_dtypes
 from . import external
 # each backend's module, its adapter (and helpers callers import from here: `X as X`)
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
-                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, other_steps as other_steps)
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, other_steps as other_steps)
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
@@ -75,6 +75,8 @@ BUILTIN = {
     "onnxruntime-loop": Builtin.of(OnnxRuntimeLoopAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-loop-other-steps": Builtin.of(OnnxRuntimeLoopOtherStepsAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
+    "openvino": Builtin.of(OpenVinoAdapter, ("onnx", "openvino"),
+                           "each case's ONNX file compiled by OpenVINO's CPU plugin (about 30 s on 2 cores)"),
     # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, conformance/js/)
     "onnxruntime-node": Builtin("odeattn.conformance.adapters.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
                                 npm=("onnxruntime-node",)),
