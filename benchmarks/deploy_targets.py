@@ -15,6 +15,7 @@ as the median over the rounds with its min..max, and its ratio to ONNX Runtime w
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 import numpy as np
@@ -67,13 +68,16 @@ def paths(threads: int):
 
 
 def main() -> None:
-    import torch
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
+    if args.threads == 1:  # XLA's CPU threads, set before jax is imported: one, as the other paths'
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                                   "intra_op_parallelism_threads=1").strip()
+    import torch
+
     fns, errors = paths(args.threads)
     with torch.no_grad():
         times = interleaved_times(fns, repeats=args.rounds, burst=args.calls)

@@ -1,7 +1,8 @@
 """The block as a serialized jax.export program (StableHLO), for JAX serving: batch and sequence
 symbolic, the parameters inside, run by jax alone (no odeattn, no ode_ref).
 
-    export_jax_block(config, params, *, dtype="float32", padding_mask=True, max_positions=None) -> bytes
+    export_jax_block(config, params, *, dtype="float32", padding_mask=True, max_positions=None,
+                     platforms=("cpu",)) -> bytes
     run_jax_block(blob, x, padding_mask=None) -> z(1), through jax.export.deserialize(blob).call
 
 The program takes x (batch, seq, d_model) of dtype and, unless padding_mask=False, padding_mask
@@ -12,6 +13,9 @@ constraint, which jax checks at every call; the other encodings take any length.
 memory check and its tiling of the scores over heads read the sizes, so under a symbolic
 sequence the program holds every head's scores at once: batch x heads x seq^2 values of dtype
 (docs/deployment.md). float64 programs need jax's x64 mode where they are exported and run.
+platforms: the backends the program is lowered for (jax.export's multi-platform lowering; a
+program runs only on one of them), CPU by default, from any machine: no GPU is needed to lower for
+"cuda".
 """
 
 from __future__ import annotations
@@ -24,17 +28,18 @@ import ode_ref as R
 from ode_ref.config import ROTARY_ENCODINGS
 
 DTYPES = ("float32", "float64")
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
 TABULATED = (*ROTARY_ENCODINGS, "hope")  # the encodings whose angles the port gathers from a table
 
 
 def export_jax_block(config, params, *, dtype: str = "float32", padding_mask: bool = True,
-                     max_positions=None) -> bytes:
+                     max_positions=None, platforms=("cpu",)) -> bytes:
     """The block of config and params as jax.export's serialized program (see the module
     docstring); ValueError naming the argument for a dtype, a max_positions or parameters it
     cannot take."""
     cfg = R.ODEConfig.from_any(config)
     R.params.check_params(params, cfg)
-    check_export_arguments(cfg, dtype, max_positions)
+    check_export_arguments(cfg, dtype, max_positions, platforms)
     import jax
     import jax.numpy as jnp
     from jax import export
@@ -50,35 +55,44 @@ def export_jax_block(config, params, *, dtype: str = "float32", padding_mask: bo
         x = jax.ShapeDtypeStruct((batch, seq, cfg.hidden_size), np.dtype(dtype))
         if padding_mask:
             program = jax.jit(lambda x, mask: ode_block(weights, x, cfg, mask, attention=attention))
-            exported = export.export(program)(x, jax.ShapeDtypeStruct((batch, seq), np.bool_))
+            exported = export.export(program, platforms=tuple(platforms))(x, jax.ShapeDtypeStruct((batch, seq), np.bool_))
         else:
-            exported = export.export(jax.jit(lambda x: ode_block(weights, x, cfg, attention=attention)))(x)
+            program = jax.jit(lambda x: ode_block(weights, x, cfg, attention=attention))
+            exported = export.export(program, platforms=tuple(platforms))(x)
         return bytes(exported.serialize())
 
 
-def check_export_arguments(config, dtype: str, max_positions) -> None:
-    """ValueError naming dtype or max_positions where export_jax_block cannot take them (no jax
-    imported: a command checks them before any work)."""
+def check_export_arguments(config, dtype: str, max_positions, platforms=("cpu",)) -> None:
+    """ValueError naming dtype, max_positions or platforms where export_jax_block cannot take them
+    (no jax imported: a command checks them before any work)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {', '.join(DTYPES)} (jax.export's program computes in it); got {dtype!r}")
+    if isinstance(platforms, str) or not platforms or any(p not in PLATFORMS for p in platforms):
+        raise ValueError(f"platforms: expected one or more of {', '.join(PLATFORMS)}; got {platforms!r}")
     encoding = config.position_encoding
     if encoding in TABULATED and (isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral)
                                   or max_positions < 1):
         raise ValueError(f"max_positions: {encoding} gathers its angles from a table made when the program is traced; "
                          f"expected the most positions a sequence holds, an integer >= 1; got {max_positions!r}")
     if encoding not in TABULATED and max_positions is not None:
+        effect = f"{encoding} (ode_use_pe is off)" if not config.ode_use_pe else encoding
         raise ValueError(f"max_positions: only {', '.join(TABULATED)} take a bound on the positions; got {max_positions!r} "
-                         f"for {encoding}")
+                         f"for {effect}")
 
 
 def run_jax_block(blob: bytes, x, padding_mask=None) -> np.ndarray:
     """z(1) of a serialized program (export_jax_block) on x and the padding mask, through jax alone:
-    what a deployer's code does. A program exported with a mask needs one (all True: every token real)."""
+    what a deployer's code does. No mask: every token real. A program exported without the mask
+    input refuses a mask that pads a token (ValueError), rather than reading padding as tokens."""
     import jax
     from jax import export
 
     x = np.asarray(x)
     with jax.enable_x64(x.dtype == np.float64):
         program = export.deserialize(bytearray(blob))
-        args = (x,) if len(program.in_avals) == 1 else (x, np.ones(x.shape[:2], bool) if padding_mask is None else padding_mask)
-        return np.asarray(program.call(*args))
+        if len(program.in_avals) == 1:
+            if padding_mask is not None and not np.all(padding_mask):
+                raise ValueError("padding_mask: the program was exported without a padding mask (every token real); "
+                                 "got a mask that pads tokens")
+            return np.asarray(program.call(x))
+        return np.asarray(program.call(x, np.ones(x.shape[:2], bool) if padding_mask is None else padding_mask))

@@ -54,6 +54,14 @@ def checkpoint(fn, *args):
 CACHE = CachePort("torch", "ODEAttentionBlock.prefill", torch.Tensor)  # what decode_step takes
 
 
+def _both_encoder_keys(block, state_dict, prefix, *_):
+    """A load's pre-hook: the block's keys (under its prefix, so inside any model that holds it)
+    through seed_state_dict, every encoder tensor under both of its keys, as the block's own
+    load_state_dict takes them."""
+    own = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    state_dict.update({prefix + k: v for k, v in seed_state_dict(block.config, own).items()})
+
+
 class ODEAttentionBlock(nn.Module):
     def __init__(self, config, pos_encoder=None, *, ode_func: SelfAttention | None = None, checkpoint: bool = False):
         super().__init__()
@@ -61,6 +69,7 @@ class ODEAttentionBlock(nn.Module):
         self.config = cfg
         self.checkpoint = check_flag("checkpoint", checkpoint)
         self.ode_func = attention_for(cfg, ode_func, SelfAttention, name="ode_func")
+        self.register_load_state_dict_pre_hook(_both_encoder_keys)
         if hasattr(self.ode_func, "pos_encoder"):  # the seed's: one encoder, held by the block and by ODEFunc
             self.pos_encoder = self.ode_func.pos_encoder
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps

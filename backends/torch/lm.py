@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ode_ref.lm import LMConfig, block_prefix, check_ids, check_lm_params
+from ode_ref.lm import LMConfig, check_ids, check_lm_params
 from ode_ref.lm_layer import visible_keys
 from ode_ref.norms import LAYER_NORM_EPS
 
 from .block import ODEAttentionBlock
 from .encoder import ODEEncoder
-from .params import params_to_state_dict, seed_state_dict, state_dict_to_params
+from .params import params_to_state_dict, state_dict_to_params
 
 
 class ODELanguageModel(nn.Module):
@@ -42,18 +42,6 @@ class ODELanguageModel(nn.Module):
         check_lm_params(params, model.config)
         model.load_state_dict(params_to_state_dict(params, dtype), strict=True)
         return model
-
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """torch's, with each attention block's keys through seed_state_dict as the block's own
-        load_state_dict takes them: its encoder tensors under pos_encoder.X, ode_func.pos_encoder.X
-        or both."""
-        state_dict = dict(state_dict)
-        if self.config.block == "attention":
-            for i in range(self.config.num_layers):
-                prefix = block_prefix(i)
-                own = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
-                state_dict.update({prefix + k: v for k, v in seed_state_dict(self.config.block_config, own).items()})
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def forward(self, ids, attention_mask=None):
         """ids (batch, seq) int -> logits (batch, seq, vocab); attention_mask True or 1 = a real token.

@@ -249,15 +249,23 @@ class OpenVinoAdapter(_ExportedWithDecode):
     name = "openvino"
 
     def _build(self, model):
-        import openvino as ov
+        return openvino_runner(model, threads=_threads())
 
-        core = ov.Core()
-        settings = {"INFERENCE_PRECISION_HINT": "f32", **({"INFERENCE_NUM_THREADS": _threads()} if _threads() else {})}
-        compiled = core.compile_model(core.read_model(model=model.SerializeToString(), weights=b""), "CPU", settings)
-        names = [o.name for o in model.graph.output]  # in order: OpenVINO names a shared tensor once
 
-        def run(feed):
-            out = compiled(feed)
-            return {name: np.asarray(out[port]) for name, port in zip(names, compiled.outputs)}
+def openvino_runner(model, *, threads=None):
+    """feed -> every output of model by name: model (a ModelProto) read from its bytes by OpenVINO's
+    ONNX frontend and compiled for the CPU plugin with the float32 inference hint."""
+    import openvino as ov
 
-        return run
+    core = ov.Core()
+    settings = {"INFERENCE_PRECISION_HINT": "f32", **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+    compiled = core.compile_model(core.read_model(model=model.SerializeToString(), weights=b""), "CPU", settings)
+    names = [o.name for o in model.graph.output]  # in order: OpenVINO names a shared tensor once
+    if len(compiled.outputs) != len(names):  # none may be judged under another's name
+        raise RuntimeError(f"OpenVINO compiled {len(compiled.outputs)} outputs of the model's {len(names)} ({', '.join(names)})")
+
+    def run(feed):
+        out = compiled(feed)
+        return {name: np.asarray(out[port]) for name, port in zip(names, compiled.outputs)}
+
+    return run

@@ -8,8 +8,9 @@ weights. A file exported with diagnostics (f0, step_k) is judged at those too, a
 with the stage outputs (export_model(..., stages=True): stage_norm ... stage_output_proj) names
 the first stage of f that diverges (stages.py).
 
-The runtime is ONNX Runtime in this process, or one of its JavaScript builds on Node.js
-(onnxruntime-node, onnxruntime-web): the reference workers of adapters/external.py, sent the file once.
+The runtime is ONNX Runtime or OpenVINO (its float32 hint, as the openvino backend) in this
+process, or one of ONNX Runtime's JavaScript builds on Node.js (onnxruntime-node,
+onnxruntime-web): the reference workers of adapters/external.py, sent the file once.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..adapters import external, missing_requirements
 
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web")  # built-in backend names (adapters.BUILTIN)
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino")  # built-in backend names (adapters.BUILTIN)
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
 # BitLinear's exact integer export also has MatMulInteger, fed by a QuantizeLinear: none of these.
@@ -93,8 +94,8 @@ def load_block_file(path):
 
 
 class ModelFile:
-    """An adapter over one .onnx block file, run in float32 by ONNX Runtime here or by a
-    JavaScript build in its worker."""
+    """An adapter over one .onnx block file, run in float32 by ONNX Runtime or OpenVINO here or by
+    a JavaScript build in its worker."""
 
     dtypes = ("float32",)
 
@@ -123,13 +124,18 @@ class ModelFile:
 
     def _runner(self, runtime: str):
         """feed -> output name -> array: an ONNX Runtime session here (the project's one session
-        helper: its checks and options), or the file loaded once in a JavaScript worker
+        helper: its checks and options), OpenVINO's compiled model here (make_feed checks the feed
+        against the file's inputs first), or the file loaded once in a JavaScript worker
         (external.RemoteRun, which checks each feed as a local session's is)."""
         if runtime == "onnxruntime":
             from odeattn.export.runtime import session
 
             sess = session(self.model)
             return lambda feed: dict(zip(self.outputs, sess.run(self.outputs, feed)))
+        if runtime == "openvino":
+            from ..adapters.exported import openvino_runner
+
+            return openvino_runner(self.model)
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

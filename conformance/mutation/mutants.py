@@ -449,7 +449,10 @@ class MutantAdapter(SpecAdapter):
         if self.mutant.ignores and type(config) is not self.mutant.ignores_in:
             return f"not supported: {self.mutant.ignores} of an {self.mutant.ignores_in.__name__}, not of this case's config"
         if self.mutant.ignores and ignoring(config, self.mutant.ignores) is None:
-            return f"not supported: {self.mutant.ignores} is at its default in this case (ignoring it changes nothing)"
+            field = self.mutant.ignores
+            if getattr(config, field) == proven(type(config))[field]:
+                return f"not supported: {field} is at its default in this case (ignoring it changes nothing)"
+            return f"not supported: this config refuses {field} at its default (the field is fixed here, not read)"
         return super().supports(config, dtype)
 
     def _config(self, config):

@@ -112,7 +112,7 @@ def _triage_lines(found, first_case: str) -> list[str]:
 
 
 REPORT_FORMAT = "odeattn-conformance-report/1"  # the JSON report's schema: report.schema.json beside the package
-RUNTIMES = ("numpy", "torch", "jax", "jaxlib", "flax", "onnx", "onnxruntime")  # the versions a report records
+RUNTIMES = ("numpy", "torch", "jax", "jaxlib", "flax", "onnx", "onnxruntime", "openvino")  # the versions a report records
 
 
 def environment() -> dict:

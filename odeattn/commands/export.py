@@ -45,6 +45,9 @@ def register(sub) -> None:
     p.add_argument("--max-positions", type=int, default=None,
                    help="with --target jax and rope, sinusoidal_rotary or hope: the most positions a sequence holds "
                         "(the program's angle tables are made when it is traced; seq <= N is checked at every call)")
+    p.add_argument("--platforms", default="cpu", metavar="LIST",
+                   help="with --target jax: the backends the program is lowered for, comma-separated among cpu, cuda, "
+                        "rocm and tpu (default cpu); lowering needs no such device here")
     p.add_argument("--opset", type=int, default=None, choices=sorted({*OPSETS, *TORCH_OPSETS}),
                    help="direct route: 17 (default) or 23; torch route: 18 (default) or 23")
     p.add_argument("--no-padding-mask", action="store_true",
@@ -169,6 +172,8 @@ def run(args) -> int:
         return export_jax(args)
     if args.max_positions is not None:
         raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
+    if args.platforms != "cpu":
+        raise UsageError("--platforms: applies to --target jax (an ONNX file names no backend)")
     import onnx
 
     from odeattn.export.deploy import check_against_spec, node_counts
@@ -371,6 +376,7 @@ def export_jax(args) -> int:
     """--target jax: the block as jax.export's serialized program (export/jax_program.py), checked
     against the spec on a random batch (2 x 8) through jax alone, as export checks an ONNX file."""
     given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
+    platforms = tuple(p.strip() for p in args.platforms.split(","))
     if given:
         raise UsageError(f"{given[0]}: applies to --target onnx; the jax target writes the block as jax.export's "
                          "program, float32, batch and sequence symbolic")
@@ -382,22 +388,33 @@ def export_jax(args) -> int:
         check_output_path("-o", args.output, JAX_SUFFIX, force=args.force, others=inputs_of(args))
         config, params = load_block(args.config, args.weights)
     try:
-        check_export_arguments(config, "float32", args.max_positions)
+        check_export_arguments(config, "float32", args.max_positions, platforms)
     except ValueError as err:
-        raise UsageError(f"--max-positions: {str(err).partition(': ')[2]}") from None
+        name, _, rest = str(err).partition(": ")
+        raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
     require("jax")
     import numpy as np
 
     import ode_ref as R
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
-    blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions)
-    x = np.random.default_rng(0).normal(size=(2, min(8, args.max_positions or 8), config.hidden_size))
-    want = R.ode_block(params, x, config)
-    got = run_jax_block(blob, x.astype(np.float32))
-    err = float(np.abs(got - want).max() / np.abs(want).max())
+    blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
+                            platforms=platforms)
+    # the check as ONNX's (export.deploy.check_against_spec): 2 x 8 tokens, the second row padded after 5
+    seq = min(8, args.max_positions or 8)
+    x = np.random.default_rng(0).normal(size=(2, seq, config.hidden_size))
+    mask = None if args.no_padding_mask else np.arange(seq)[None, :] < np.array([[seq], [min(5, seq)]])
+    want = R.ode_block(params, x, config, mask)
+    allowed = tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, mask), want), "float32")
+    err = relative_error(run_jax_block(blob, x.astype(np.float32), mask), want) if "cpu" in platforms else None
+    if err is not None and not err <= allowed:  # NaN too: the file would be no model of the spec
+        raise CommandFailed(f"--target jax: the program's check against ode_ref (float64) gives a relative error of "
+                            f"{err:.2e}, over float32's tolerance {allowed:.1e} for this block; {args.output} not written")
     with replacing(args.output) as tmp:
         tmp.write_bytes(blob)
     bound = f", seq <= {args.max_positions}" if args.max_positions else ""
-    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program (float32, batch x seq symbolic{bound}), "
-          f"max relative error vs ode_ref (float64) on a random batch (2 x {x.shape[1]}): {err:.2e}")
+    checked_text = (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}): {err:.2e}" if err is not None
+                    else "not run here (no cpu among its platforms)")
+    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program for {', '.join(platforms)} (float32, "
+          f"batch x seq symbolic{bound}), {checked_text}")
     return 0

@@ -428,10 +428,11 @@ def test_a_file_that_is_no_float_block_model_is_refused_in_one_line_before_any_d
     assert line.startswith(f"odeattn conformance fuzz: --model: {model!r} {message}"), line
 
 
-@pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web"])
-def test_a_model_file_is_judged_in_a_javascript_runtime_down_to_its_stage(tmp_path, capsys, runtime):
-    """--runtime runs the file in ONNX Runtime's JavaScript build (its worker on Node.js); a file
-    exported with the stage outputs names the first divergent stage, here q of weights 1% off."""
+@pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web", "openvino"])
+def test_a_model_file_is_judged_in_another_runtime_down_to_its_stage(tmp_path, capsys, runtime):
+    """--runtime runs the file in ONNX Runtime's JavaScript build (its worker on Node.js) or in
+    OpenVINO; a file exported with the stage outputs names the first divergent stage, here q of
+    weights 1% off."""
     from odeattn.conformance.adapters import missing_requirements
 
     if missing_requirements(runtime):
@@ -449,7 +450,7 @@ def test_a_model_file_is_judged_in_a_javascript_runtime_down_to_its_stage(tmp_pa
     (tmp_path / "block.onnx").write_bytes(export_model(config, params, diagnostics=True, stages=True).SerializeToString())
     argv = ["conformance", "fuzz", "--model", str(tmp_path / "block.onnx"), "--config", str(tmp_path / "c.json"),
             "--runtime", runtime, "--examples", "4", "--repro", str(tmp_path / "repro")]
-    if runtime == "onnxruntime-node":  # onnxruntime-web's worker takes seconds to start: its run is the divergent one only
+    if runtime != "onnxruntime-web":  # onnxruntime-web's worker takes seconds to start: its run is the divergent one only
         assert main([*argv, "--weights", str(tmp_path / "w.safetensors")]) == 0
         assert f"model:block.onnx@{runtime}/float32: 4 examples, none diverged" in capsys.readouterr().out
     assert main([*argv, "--weights", str(tmp_path / "other.safetensors")]) == 1

@@ -72,7 +72,7 @@ def test_arguments_it_cannot_take_are_refused_by_name():
             export_jax_block(config, R.init_params(config) if config is rope else params, **kwargs)
 
 
-def test_the_command_writes_the_program_and_refuses_onnx_options(tmp_path, capsys):
+def test_the_command_writes_the_program_and_refuses_onnx_options(tmp_path, capsys, monkeypatch):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="sinusoidal_rotary")
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
     R.save_params(R.init_params(cfg, seed=1), tmp_path / "w.safetensors")
@@ -80,14 +80,21 @@ def test_the_command_writes_the_program_and_refuses_onnx_options(tmp_path, capsy
             "--target", "jax", "-o", str(tmp_path / "block.jaxexport")]
     for extra, message in ((["--opset", "23"], "--opset: applies to --target onnx"),
                            ([], "--max-positions: sinusoidal_rotary gathers its angles"),
-                           (["--max-positions", "-1"], "got -1")):
+                           (["--max-positions", "-1"], "got -1"),
+                           (["--max-positions", "32", "--platforms", "cpu,gpu"], "--platforms: expected one or more of")):
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("odeattn export: ") and message in err and "\n" not in err
-    assert main([*argv, "--max-positions", "32"]) == 0
+    from odeattn.export import jax_program
+
+    run = jax_program.run_jax_block  # a program off by 1e-3 fails the check: exit 1, nothing written
+    monkeypatch.setattr(jax_program, "run_jax_block", lambda *a: run(*a) * 1.001)
+    assert main([*argv, "--max-positions", "32"]) == 1 and not (tmp_path / "block.jaxexport").exists()
+    assert "over float32's tolerance" in capsys.readouterr().err
+    monkeypatch.setattr(jax_program, "run_jax_block", run)
+    assert main([*argv, "--max-positions", "32", "--platforms", "cpu,cuda"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"wrote {tmp_path / 'block.jaxexport'}: ") and "seq <= 32" in out
-    assert float(out.rsplit(": ", 1)[1]) < 1e-6  # the check against the spec on a random batch
+    assert out.startswith(f"wrote {tmp_path / 'block.jaxexport'}: ") and "for cpu, cuda" in out and "seq <= 32" in out
     assert main([*argv[:-4], "-o", str(tmp_path / "b.onnx"), "--max-positions", "32"]) == 2
     assert "--max-positions: applies to --target jax" in capsys.readouterr().err
 

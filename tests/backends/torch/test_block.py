@@ -78,6 +78,19 @@ def test_checkpoint_of_the_seed_module_loads_strict(encoding):
     np.testing.assert_allclose(run(build(cfg, params), x).numpy(), R.ode_block(params, x, cfg), rtol=1e-12, atol=1e-12)
 
 
+def test_a_block_inside_a_user_s_module_loads_the_spec_s_names_under_its_prefix():
+    """The spec's names hold each encoder tensor once (pos_encoder.X); the block also holds it as
+    ode_func.pos_encoder.X. A block inside another module (here nn.Sequential, key prefix "0.") loads
+    them strict all the same, and its state_dict gives them back."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="bam", bam_learn_mu=True,
+                      use_ssmax=True)
+    params = R.init_params(cfg, seed=1, perturb_norms=True)
+    model = torch.nn.Sequential(ODEAttentionBlock(cfg)).double()
+    model.load_state_dict({f"0.{k}": torch.as_tensor(v) for k, v in params.items()}, strict=True)
+    back = state_dict_to_params({k[2:]: v for k, v in model.state_dict().items()})
+    assert sorted(back) == sorted(params) and all((back[k] == params[k]).all() for k in params)
+
+
 def test_the_seeds_attribute_names_and_forward_shapes():
     cfg = R.ODEConfig(hidden_size=12, num_heads=3, ode_solver="rk38", ode_steps=3, dropout=0.1)
     block = ODEAttentionBlock(cfg)

@@ -22,6 +22,9 @@ CONFIGS = [dict(norm_type="derf", ode_use_pe=True, positional_encoding="bam", ba
            dict(norm_type="rms_norm", ode_use_pe=True, positional_encoding="alibi")]
 # export's own runtime checks of a tensor's dtype and device, which every Core ATen consumer drops
 ASSERTIONS = {"aten._assert_tensor_metadata.default"}
+# the size arithmetic of a dynamic shape (Python's operators on symbolic ints), not tensor operators
+SIZE_ARITHMETIC = {"<built-in function mul>", "<built-in function add>", "<built-in function sub>",
+                   "<built-in function floordiv>", "<built-in function getitem>"}
 
 
 def test_the_block_exports_to_core_aten_with_dynamic_batch_and_sequence():
@@ -39,9 +42,9 @@ def test_the_block_exports_to_core_aten_with_dynamic_batch_and_sequence():
         program = torch.export.export(block, (torch.zeros(2, 8, 16),), {"padding_mask": traced_mask},
                                       dynamic_shapes={"x": {0: batch, 1: seq}, "padding_mask": {0: batch, 1: seq}})
         program = program.run_decompositions()
-        targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "tags")
-                   and torch.Tag.core not in n.target.tags}
-        assert targets <= ASSERTIONS, (fields, targets)
+        targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"
+                   and not (hasattr(n.target, "tags") and torch.Tag.core in n.target.tags)}
+        assert targets <= ASSERTIONS | SIZE_ARITHMETIC, (fields, targets)  # a higher-order operator (no tags) fails too
         x = rng.normal(size=(3, 11, 16))
         mask = np.ones((3, 11), bool)
         mask[0, :4] = mask[2, 7:] = False
