@@ -312,7 +312,8 @@ def export_model(config, params, options: ExportOptions | None = None, *, attent
     if options.steps_input:
         outputs, shapes = _looped(cfg, att, main, x, prepared, options.diagnostics, io)
         return _model(cfg, params, main, inputs + [steps_info()], outputs + extra, [], options,
-                      extra_initializers=[steps_initializer(cfg.ode_steps)], value_info=shapes, form="loop")
+                      extra_initializers=[steps_initializer(cfg.ode_steps)] if options.steps_default else [],
+                      value_info=shapes, form="loop")
     outputs, local = _unrolled(cfg, att, main, x, prepared, weights, options.diagnostics, io)
     model = _model(cfg, params, main, inputs, outputs + extra, local, options)
     return model if options.functions else inline(model)

@@ -224,7 +224,7 @@ def check_against_spec(model: onnx.ModelProto, config, params) -> float:
     no padding_mask input); a prefill model on the 8 tokens; a decode-step model generates them one
     by one from an empty cache."""
     from .decode import OnnxDecoder, session_runner
-    from .runtime import run, session
+    from .runtime import declared_inputs, run, session
 
     cfg = R.ODEConfig.from_any(config)
     graph = _props(model).get("kind", "block")  # the metadata key "kind" names the graph (ExportOptions.graph)
@@ -235,7 +235,8 @@ def check_against_spec(model: onnx.ModelProto, config, params) -> float:
         if "padding_mask" in {i.name for i in model.graph.input}:
             mask = np.array([[True] * 8, [True] * 5 + [False] * 3])
         fed = x32 if dtype == "float32" or _props(model).get("keep_io_types") == "true" else x32.astype(numpy_dtype(dtype))
-        z = run(model, session(model), fed, mask)["z"].astype(np.float32)
+        steps = cfg.ode_steps if "steps" in declared_inputs(model) else None  # a required steps input: the config's
+        z = run(model, session(model), fed, mask, steps=steps)["z"].astype(np.float32)
         if dtype != "float32":
             want = half_block(params, x, cfg, mask, dtype=dtype)
             return float(np.abs(z - want).max() / np.abs(want).max())

@@ -29,7 +29,7 @@ DEFAULT_OPSET = 17
 CACHED_OPSET = 17  # the prefill and decode-step models' only opset
 EXPORT_DTYPES = ("float32", *HALF_DTYPES)  # the dtypes an export has (the spec's float64 is not one)
 BITLINEAR_FORMS = ("float", "integer")  # BitLinear's products: dequantised float MatMuls, or exact integer ones (export.bitlinear)
-FLAGS = ("padding_mask", "steps_input", "functions", "keep_io_types", "diagnostics", "stages")
+FLAGS = ("padding_mask", "steps_input", "steps_default", "functions", "keep_io_types", "diagnostics", "stages")
 
 
 class OptionError(ValueError):
@@ -65,6 +65,9 @@ class ExportOptions:
     BitLinear, and the decode-step model's padding_mask is the cache's, never omitted.
     opset: 17 (default) or 23. padding_mask: the model has that input (False: every token real).
     steps_input: the Loop form (export.loop), its step count an input; not with functions.
+    steps_default: the Loop form's steps input stores the config's ode_steps as its default (True);
+    False: steps is a required input, which OpenVINO and IREE keep an input (a stored default they
+    fold into a constant, so the file runs its default whatever is fed).
     functions: the steps kept as model-local functions (default: inlined, every step written out).
     bitlinear: "float" (default) or "integer", BitLinear's products (export.bitlinear).
     dtype: "float32" (default), "float16" or "bfloat16" (export.half); keep_io_types: with a half
@@ -76,6 +79,7 @@ class ExportOptions:
     opset: int = DEFAULT_OPSET
     padding_mask: bool = True
     steps_input: bool = False
+    steps_default: bool = True
     functions: bool = False
     bitlinear: str = "float"
     dtype: str = "float32"
@@ -98,6 +102,9 @@ class ExportOptions:
             raise OptionError("keep_io_types", f"applies to a half dtype ({', '.join(HALF_DTYPES)})", {"dtype": self.dtype})
         if self.graph != "block":
             self._check_cached()
+        if not self.steps_default and not self.steps_input:
+            raise OptionError("steps_default", "applies to the Loop form (its steps input); the unrolled form takes no "
+                              "steps", {"steps_input": False})
         if self.functions and self.steps_input:
             raise OptionError("functions", "the Loop form has no local functions; its step is written out once, "
                               "in the Loop's body", {"steps_input": True})

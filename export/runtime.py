@@ -209,6 +209,10 @@ def check_stored_steps(model: onnx.ModelProto) -> None:
     check_steps(numpy_helper.to_array(stored), name=where)
 
 
+REQUIRED_STEPS = ("steps: this Loop form takes its step count as a required input (exported with "
+                  "steps_default=False, odeattn export --steps-input --steps-required); expected steps; got none")
+
+
 def fixed_steps(model: onnx.ModelProto) -> str:
     """Why a model without a steps input takes none, naming its step count (for the refusal)."""
     props = {p.key: p.value for p in model.metadata_props}
@@ -237,9 +241,11 @@ def make_feed(model: onnx.ModelProto, x, padding_mask=None, steps=None) -> dict:
     elif padding_mask is not None:
         raise ValueError(NO_MASK)
     if steps is not None:
-        if STEPS not in default_inputs(model):
+        if STEPS not in default_inputs(model) and STEPS not in declared:
             raise ValueError(f"{fixed_steps(model)}; got steps={steps!r}")
         feed[STEPS] = check_steps(steps)
+    elif STEPS in declared:
+        raise ValueError(REQUIRED_STEPS)
     else:
         check_stored_steps(model)  # the default the run takes
     return feed

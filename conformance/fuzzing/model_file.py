@@ -117,6 +117,7 @@ class ModelFile:
             raise ValueError(f"--config: hidden_size {config.hidden_size}, but the model's x has width {dims[-1]}")
         self.batch, self.seq = (d if isinstance(d, int) else None for d in (list(dims) + [None, None])[:2])
         self.takes_mask = "padding_mask" in declared
+        self.steps_required = "steps" in declared  # a Loop form without a stored default (--steps-required)
         self.outputs = [o.name for o in self.model.graph.output]
         self.runtime, self.infer = runtime, self._runner(runtime)
         self.name = f"model:{Path(path).name}" + ("" if runtime == "onnxruntime" else f"@{runtime}")
@@ -147,7 +148,8 @@ class ModelFile:
     def _run(self, x, padding_mask) -> dict:
         from odeattn.export.runtime import make_feed
 
-        return self.infer(make_feed(self.model, x, padding_mask if self.takes_mask else None))
+        steps = self.config.ode_steps if self.steps_required else None  # judged at the config's count, as by default
+        return self.infer(make_feed(self.model, x, padding_mask if self.takes_mask else None, steps))
 
     def run_block(self, config, params, x, padding_mask, dtype):
         return self._run(x, padding_mask)["z"]

@@ -24,7 +24,8 @@ JAX_SUFFIX = ".jaxexport"
 ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
              "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode, "--genai": lambda a: a.genai is not None,
              "--shared-buffer": lambda a: a.shared_buffer, "--bitlinear": lambda a: a.bitlinear != "float",
-             "--steps-input": lambda a: a.steps_input, "--dtype": lambda a: a.dtype != "float32",
+             "--steps-input": lambda a: a.steps_input, "--steps-required": lambda a: a.steps_required,
+             "--dtype": lambda a: a.dtype != "float32",
              "--keep-io-types": lambda a: a.keep_io_types, "--functions": lambda a: a.functions,
              "--quantize": lambda a: a.quantize is not None, "--optimize": lambda a: a.optimize}
 
@@ -74,6 +75,9 @@ def register(sub) -> None:
     p.add_argument("--steps-input", action="store_true",
                    help="the Loop form: one file for any number of steps, an int64 input 'steps' (default: the "
                         "config's ode_steps) that odeattn run --steps sets (block model of the direct route)")
+    p.add_argument("--steps-required", action="store_true",
+                   help="with --steps-input: no stored default for 'steps', a required input (OpenVINO and IREE fold "
+                        "a stored default into a constant, so such a file runs its default whatever is fed)")
     p.add_argument("--dtype", choices=EXPORT_DTYPES, default="float32",
                    help="float32 (default); float16 or bfloat16: ode_ref.precision's half-precision policy, weights "
                         "stored in that dtype, x and z typed in it, float32 between its rounding points "
@@ -127,12 +131,14 @@ def check_options(args):
 def form_of(args) -> dict:
     """ExportOptions' fields as this command's options set them, but the opset (the route's)."""
     return {"graph": "prefill" if args.prefill else "decode_step" if args.decode else "block",
-            "padding_mask": not args.no_padding_mask, "steps_input": args.steps_input, "functions": args.functions,
+            "padding_mask": not args.no_padding_mask, "steps_input": args.steps_input,
+            "steps_default": not args.steps_required, "functions": args.functions,
             "bitlinear": args.bitlinear, "dtype": args.dtype, "keep_io_types": args.keep_io_types}
 
 
 # ExportOptions' fields, as this command's options
 OPTIONS = {"opset": "--opset", "padding_mask": "--no-padding-mask", "steps_input": "--steps-input",
+           "steps_default": "--steps-required",
            "functions": "--functions", "bitlinear": "--bitlinear", "dtype": "--dtype", "keep_io_types": "--keep-io-types"}
 GRAPH_OPTIONS = {"prefill": "--prefill", "decode_step": "--decode"}
 
@@ -244,7 +250,8 @@ def write_block(args, config, params, opset: int, options) -> list[str]:
         notes.append(f"{options.dtype}: weights stored in {options.dtype}, x and z typed {io}; float32 between the "
                      "policy's rounding points (ode_ref.precision)")
     if options.steps_input:
-        notes.append(f"Loop form: input 'steps' (int64, default {config.ode_steps}) sets the step count at run time "
+        default = f"default {config.ode_steps}" if options.steps_default else "required, no default"
+        notes.append(f"Loop form: input 'steps' (int64, {default}) sets the step count at run time "
                      "(odeattn run --steps N); the file holds one step")
     elif options.functions:
         notes.append(LOCAL_FUNCTIONS_NOTE)

@@ -95,12 +95,15 @@ def as_model_dtype(model, x):
 
 
 def check_steps_option(model, steps) -> None:
-    """UsageError naming --steps unless it applies: an integer >= 1, for a model with a steps input."""
-    from odeattn.export.runtime import STEPS, check_steps, default_inputs, fixed_steps
+    """UsageError naming --steps unless it applies: an integer >= 1, for a model with a steps input;
+    given, for a model whose steps input is required."""
+    from odeattn.export.runtime import REQUIRED_STEPS, STEPS, check_steps, declared_inputs, default_inputs, fixed_steps
 
     if steps is None:
+        if STEPS in declared_inputs(model):
+            raise UsageError(f"--{REQUIRED_STEPS.replace('expected steps', 'expected --steps N')}")
         return
-    if STEPS not in default_inputs(model):
+    if STEPS not in default_inputs(model) and STEPS not in declared_inputs(model):
         raise UsageError(f"--{fixed_steps(model)}; got --steps {steps}")
     try:
         check_steps(steps)

@@ -235,3 +235,23 @@ def test_the_encoder_export_refuses_a_string_padding_mask():
 
     with pytest.raises(TypeError, match=r"^padding_mask: expected True or False; got 'no' \(str\)$"):
         export_encoder_model(None, None, padding_mask="no")
+
+
+def test_a_required_steps_input_has_no_default_and_a_run_without_steps_is_refused():
+    """steps_default=False: no initializer for steps, so it is a declared input; ONNX Runtime runs it
+    at each count fed, a feed without steps is refused by name, and the option alone (the unrolled
+    form) is refused."""
+    from odeattn.export.runtime import REQUIRED_STEPS, declared_inputs
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=3)
+    params = R.init_params(cfg, seed=1, perturb_norms=True)
+    model = export_model(cfg, params, steps_input=True, steps_default=False)
+    assert "steps" in declared_inputs(model) and not any(t.name == "steps" for t in model.graph.initializer)
+    x = np.random.default_rng(0).normal(size=(2, 5, 8))
+    sess = session(model)
+    for steps in (1, 5):
+        assert within_float32(run(model, sess, x.astype(np.float32), steps=steps)["z"], cfg, params, x, None, steps)
+    with pytest.raises(ValueError, match=f"^{REQUIRED_STEPS.replace('(', '[(]').replace(')', '[)]')}$"):
+        make_feed(model, x.astype(np.float32))
+    with pytest.raises(ValueError, match="^steps_default: applies to the Loop form"):
+        export_model(cfg, params, steps_default=False)

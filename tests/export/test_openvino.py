@@ -13,3 +13,37 @@ def test_the_openvino_backend_passes_the_decode_and_field_cases():
     field cases (ALiBi's scale, the rotary bases, HoPE, BAM); the whole set, 129 cases, takes about
     30 s on 2 cores (docs/deployment.md)."""
     assert main(["conformance", "--backend", "openvino", "-k", "^decode_|_field_"]) == 0
+
+
+def test_openvino_folds_a_stored_steps_default_and_takes_a_required_steps_input():
+    """The Loop form with its stored default (ode_steps 4) loses its steps input in OpenVINO (folded
+    to the constant: a feed naming steps is refused) and runs 4 steps; exported with steps required
+    (steps_default=False) it runs the count fed, each within the suite's float32 rule against the
+    spec at that count."""
+    import dataclasses
+
+    import numpy as np
+
+    import ode_ref as R
+    from odeattn.conformance.adapters.exported import openvino_runner
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
+    from odeattn.export.block import export_model
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=4)
+    params = R.init_params(cfg, seed=1, perturb_norms=True)
+    x = np.random.default_rng(0).normal(size=(2, 5, 8))
+    feed = {"x": x.astype(np.float32), "padding_mask": np.ones((2, 5), bool)}
+
+    def within(z, steps):
+        at = dataclasses.replace(cfg, ode_steps=steps)
+        want = R.ode_block(params, x, at)
+        return relative_error(z, want) <= tolerance(relative_error(R.ode_block(params, x.astype(np.float32), at), want),
+                                                    "float32")
+
+    folded = openvino_runner(export_model(cfg, params, steps_input=True))
+    with pytest.raises(RuntimeError, match="Port for tensor name steps was not found"):
+        folded({**feed, "steps": np.array(1, np.int64)})
+    assert within(folded(feed)["z"], 4)
+    required = openvino_runner(export_model(cfg, params, steps_input=True, steps_default=False))
+    for steps in (1, 2, 16):
+        assert within(required({**feed, "steps": np.array(steps, np.int64)})["z"], steps), steps
