@@ -32,6 +32,23 @@ BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the 
 INT8_DYNAMIC_OPS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
 
 
+def artifact_record(path, runtime: str) -> dict:
+    """What a deployer ships beside the file with this run's --json report: the file's name and
+    sha256, and the runtime that ran it with its version (a Python package's installed one, or
+    the JavaScript build's pinned in conformance/js/package-lock.json)."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    if runtime in ("onnxruntime-node", "onnxruntime-web"):
+        lock = json.loads((Path(__file__).parents[1] / "js" / "package-lock.json").read_text())
+        version = lock["packages"][f"node_modules/{runtime}"]["version"]
+    else:
+        version = importlib.metadata.version(runtime)
+    return {"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+            "runtime": runtime, "runtime_version": version}
+
+
 def check_runtime(runtime: str) -> str:
     """runtime, if it is one of RUNTIMES and installed; ValueError naming --runtime otherwise."""
     if runtime not in RUNTIMES:

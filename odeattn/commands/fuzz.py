@@ -186,6 +186,8 @@ def model_file(args):
 
 def draw_and_judge(args, adapters) -> int:
     from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
+    from odeattn.conformance.fuzzing.model_file import artifact_record
+    from odeattn.conformance.running.reports import environment
     from odeattn.conformance.fuzzing.fuzz_report import format_refusals, format_run, shortfall
     from odeattn.conformance.fuzzing.repro import folder_name, write_repro
 
@@ -229,7 +231,9 @@ def draw_and_judge(args, adapters) -> int:
             runs.append(run)
             print(format_run(run), flush=True)
     header = {"action": "fuzz", "examples": examples, "seed": seed, "min_examples": args.min_examples or examples,
-              "database": None if args.database is None else str(args.database)}
+              "database": None if args.database is None else str(args.database), "environment": environment()}
+    if args.model is not None:  # the report a deployer ships beside the file: which file, run where
+        header["artifact"] = artifact_record(args.model, args.runtime or "onnxruntime")
     unwritten += write_reports(args, runs, header)
     for r in (r for r in runs if r.short):  # a shortfall is not a pass: the draws judged are not those asked
         print(f"fuzz: {r.backend}/{r.dtype}: {shortfall(r)}; that is not a pass (--min-examples N accepts fewer)",

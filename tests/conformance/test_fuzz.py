@@ -2,6 +2,7 @@
 budget and seed; the spec against itself with no false alarm; the repro folder replayed; bad input
 refused in one line, exit 2."""
 
+import hashlib
 import json
 import re
 
@@ -453,10 +454,13 @@ def test_a_model_file_is_judged_in_another_runtime_down_to_its_stage(tmp_path, c
     if runtime != "onnxruntime-web":  # onnxruntime-web's worker takes seconds to start: its run is the divergent one only
         assert main([*argv, "--weights", str(tmp_path / "w.safetensors")]) == 0
         assert f"model:block.onnx@{runtime}/float32: 4 examples, none diverged" in capsys.readouterr().out
-    assert main([*argv, "--weights", str(tmp_path / "other.safetensors")]) == 1
+    assert main([*argv, "--weights", str(tmp_path / "other.safetensors"), "--json", str(tmp_path / "r.json")]) == 1
     assert "stage:    first divergent stage of f(0, x): q, q after preprocess_qkv (norm agree)" in capsys.readouterr().out
     folder, = (tmp_path / "repro").iterdir()
     assert json.loads((folder / "case.json").read_text())["command"].endswith(f"--runtime {runtime}")
+    artifact = json.loads((tmp_path / "r.json").read_text())["artifact"]  # what a deployer ships beside the file
+    assert artifact["sha256"] == hashlib.sha256((tmp_path / "block.onnx").read_bytes()).hexdigest()
+    assert (artifact["file"], artifact["runtime"]) == ("block.onnx", runtime) and artifact["runtime_version"][0].isdigit()
 
 
 def test_the_pytest_plugin_adds_golden_and_fuzz_items(tmp_path):
