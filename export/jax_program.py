@@ -67,13 +67,16 @@ def check_export_arguments(config, dtype: str, max_positions, platforms=("cpu",)
     (no jax imported: a command checks them before any work)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {', '.join(DTYPES)} (jax.export's program computes in it); got {dtype!r}")
-    if isinstance(platforms, str) or not platforms or any(p not in PLATFORMS for p in platforms):
-        raise ValueError(f"platforms: expected one or more of {', '.join(PLATFORMS)}; got {platforms!r}")
+    if (isinstance(platforms, str) or not platforms or any(p not in PLATFORMS for p in platforms)
+            or len(set(platforms)) != len(platforms)):
+        got = repr(platforms) if isinstance(platforms, str) else ", ".join(map(str, platforms)) or "none"
+        raise ValueError(f"platforms: expected one or more of {', '.join(PLATFORMS)}, each once; got {got}")
     encoding = config.position_encoding
     if encoding in TABULATED and (isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral)
                                   or max_positions < 1):
         raise ValueError(f"max_positions: {encoding} gathers its angles from a table made when the program is traced; "
-                         f"expected the most positions a sequence holds, an integer >= 1; got {max_positions!r}")
+                         f"expected the most positions a sequence holds, an integer >= 1; got "
+                         f"{'none' if max_positions is None else repr(max_positions)}")
     if encoding not in TABULATED and max_positions is not None:
         effect = f"{encoding} (ode_use_pe is off)" if not config.ode_use_pe else encoding
         raise ValueError(f"max_positions: only {', '.join(TABULATED)} take a bound on the positions; got {max_positions!r} "

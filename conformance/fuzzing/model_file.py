@@ -100,6 +100,26 @@ def check_block(model, shown: str) -> None:
                          "order one (docs/export.md): measure it on your own inputs, and fuzz the float file it came from")
 
 
+def check_file_config(model, config, runtime: str) -> None:
+    """ValueError (one line) where the file cannot be judged against config in runtime: its own
+    stored config (export's metadata) differs from config, which would read as a divergence of
+    the runtime; or it is a Loop form with a stored steps default run by OpenVINO, which folds the
+    default into a constant and drops the steps input, so the file runs ode_steps whatever is fed."""
+    import json
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if "config" in props:
+        stored = type(config).from_any(json.loads(props["config"]))
+        if stored != config:
+            differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
+                      if getattr(config, k) != getattr(stored, k)]
+            raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
+    if runtime == "openvino" and "steps" in {t.name for t in model.graph.initializer}:
+        raise ValueError("--model: a Loop form with a stored steps default, which OpenVINO folds into a constant (its "
+                         "steps input dropped: the file runs ode_steps whatever is fed); expected a file exported with "
+                         "--steps-input --steps-required, or the unrolled form")
+
+
 def load_block_file(path):
     """The ONNX model at path, checked to be one fuzz --model judges (check_block); ValueError naming
     --model otherwise (runtime.ModelError for a file that is no ONNX model)."""
@@ -118,7 +138,7 @@ class ModelFile:
 
     def __init__(self, path: Path, config, params: dict, runtime: str = "onnxruntime", model=None):
         """model: the file as load_block_file read it (checked again here), or None to read it."""
-        from odeattn.export.runtime import declared_inputs
+        from odeattn.export.runtime import declared_inputs, default_inputs
 
         check_runtime(runtime)
         if model is None:
@@ -135,6 +155,8 @@ class ModelFile:
         self.batch, self.seq = (d if isinstance(d, int) else None for d in (list(dims) + [None, None])[:2])
         self.takes_mask = "padding_mask" in declared
         self.steps_required = "steps" in declared  # a Loop form without a stored default (--steps-required)
+        # the step count a Loop form is judged at (fed where required, else its stored default): the config's
+        self.loop_steps = config.ode_steps if self.steps_required or "steps" in default_inputs(self.model) else None
         self.outputs = [o.name for o in self.model.graph.output]
         self.runtime, self.infer = runtime, self._runner(runtime)
         self.name = f"model:{Path(path).name}" + ("" if runtime == "onnxruntime" else f"@{runtime}")

@@ -149,9 +149,12 @@ def option_of(field: str, value) -> str:
 
 
 def typed(field: str, value) -> str:
-    """field = value as the options a user types: --steps-input, --no-padding-mask, --decode, --dtype float16."""
-    if field == "graph" or isinstance(value, bool):
+    """field = value as the options a user types: --steps-input, --no-padding-mask, --decode, --dtype float16;
+    a flag at its default as the option not given ("no --steps-input")."""
+    if field == "graph":
         return option_of(field, value)
+    if isinstance(value, bool):
+        return option_of(field, value) if value != getattr(ExportOptions(), field) else f"no {option_of(field, value)}"
     return f"{option_of(field, value)} {value}"
 
 

@@ -158,7 +158,7 @@ def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
-    from odeattn.conformance.fuzzing.model_file import ModelFile, check_runtime, load_block_file
+    from odeattn.conformance.fuzzing.model_file import ModelFile, check_file_config, check_runtime, load_block_file
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if args.cover:  # the array's cells are configs; a file has its own
@@ -175,6 +175,8 @@ def model_file(args):
     import numpy as np
 
     config, params = load_block(args.config, args.weights)
+    with user_input():
+        check_file_config(model, config, runtime)
     big, top = max(float(np.abs(v).max(initial=0.0)) for v in params.values()), float(np.finfo(np.float32).max)
     if big > top:  # the file runs float32: no input could be judged against these
         raise UsageError(f"--weights: the model file runs in float32, which holds magnitudes up to {top:.4g}; "
@@ -234,6 +236,9 @@ def draw_and_judge(args, adapters) -> int:
               "database": None if args.database is None else str(args.database), "environment": environment()}
     if args.model is not None:  # the report a deployer ships beside the file: which file, run where
         header["artifact"] = artifact_record(args.model, args.runtime or "onnxruntime")
+        loop = adapters[0][1].loop_steps
+        if loop is not None:  # a Loop form is judged at one step count: the report says which
+            header["artifact"]["steps_fed"] = loop
     unwritten += write_reports(args, runs, header)
     for r in (r for r in runs if r.short):  # a shortfall is not a pass: the draws judged are not those asked
         print(f"fuzz: {r.backend}/{r.dtype}: {shortfall(r)}; that is not a pass (--min-examples N accepts fewer)",
