@@ -17,7 +17,8 @@ of an older version in PROTOCOLS is spoken to in its own), and every reply is ch
     configs it runs, adapters/support.py, so that none outside them is built or sent)
     consumes "params" (a native port):
       run   {"op": "run", "kind", "dtype", "config", "prompt"?} + x, padding_mask?, param/<name>
-            -> {"status": "ran"} + z1 | trajectory | decode | z (encoder) | stage/<name>... (stages)
+            -> {"status": "ran"} + z1 | trajectory | decode | z (encoder) | logits (lm) | stage/<name>... (stages)
+            (lm: x holds the token ids, int64 (batch, seq))
     consumes "onnx" (a runtime; the host exports each case's model, once per case config; the
     stages of f(0, x) are outputs stage_<name> of a model exported with them):
       load  {"op": "load", "model": ID} + model (uint8)  ->  {"status": "loaded"}
@@ -222,7 +223,8 @@ class _External:
         self.channel, self.hello = channel, hello
         self.name, self.dtypes, self.calls = hello["name"], tuple(hello["dtypes"]), tuple(hello["kinds"])
         self.support = hello.get("supports")  # version 2: what it runs (adapters/support.py), checked at the handshake
-        for call, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder")):
+        for call, method in (("trajectory", "run_trajectory"), ("decode", "run_decode"), ("encoder", "run_encoder"),
+                             ("lm", "run_lm")):
             if call not in self.calls:
                 setattr(self, method, None)  # absent: those cases are "not supported" (protocol.py)
 
@@ -274,6 +276,9 @@ class ParamsAdapter(_External):
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
         return self._run("encoder", "z", config, params, x, padding_mask, dtype)
+
+    def run_lm(self, config, params, ids, attention_mask, dtype):
+        return self._run("lm", "logits", config, params, ids, attention_mask, dtype)
 
     def run_stages(self, config, params, x, padding_mask, dtype):
         """f(0, x)'s stage values: the arrays stage/<name> of a stages run (any subset of the

@@ -22,7 +22,7 @@ from odeattn.conformance.wire.frames import encode, read_frame
 MODE = sys.argv[1]
 IN, OUT = sys.stdin.fileno(), sys.stdout.fileno()
 HELLO = {"protocol": 1, "name": f"py-{MODE}", "dtypes": ["float32", "float64"],
-         "kinds": ["block", "trajectory", "decode", "encoder", "stages"], "consumes": "params"}
+         "kinds": ["block", "trajectory", "decode", "encoder", "lm", "stages"], "consumes": "params"}
 NARROW = {"norm_type": ["layer_norm"], "use_bitnet": [False]}
 
 
@@ -63,6 +63,9 @@ def run(message, arrays):
         return run_half(message, params, x, mask)
     if message["kind"] == "encoder":
         return {"z": R.ode_encoder(params, x, R.ODEEncoderConfig.from_any(message["config"]), mask)}
+    if message["kind"] == "lm":  # x: the token ids
+        dtype = next(iter(params.values())).dtype
+        return {"logits": R.lm_logits(params, x, R.LMConfig.from_any(message["config"]), mask, dtype=dtype)}
     config = R.ODEConfig.from_any(message["config"])
     if message["kind"] == "stages":
         from odeattn.conformance.cases.stages import spec_stages

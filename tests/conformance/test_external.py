@@ -21,6 +21,7 @@ WORKER = Path(__file__).with_name("external_worker.py")
 # a block case padded in decoder mode, a BitLinear one, a cached decode, a rk4 layer_norm one and an encoder stack
 FEW = select(CASES, include=["block_layer_norm_heun_decoder_bitnet_pad", "^decode_rk4_layer_norm_rope_pad$",
                              "block_layer_norm_rk4_encoder_float_nopad", "^encoder_rk2_gated_paper_pre_nopad"])
+LM_CASE = select(CASES, include=["^lm_bam_learn_mu_pad$"])  # a language model's: its token ids travel as int64
 
 
 def exec_ref(mode: str) -> BackendRef:
@@ -30,13 +31,13 @@ def exec_ref(mode: str) -> BackendRef:
 def test_an_external_port_passes_and_every_request_it_gets_is_a_schema_message(tmp_path, monkeypatch):
     record = tmp_path / "requests.jsonl"
     monkeypatch.setenv("ODEATTN_TEST_RECORD", str(record))
-    report = run_suite([exec_ref("spec")], FEW, jobs=1)
-    assert {r.status for r in report.results} == {"passed"} and len(report.results) == 2 * len(FEW)
+    report = run_suite([exec_ref("spec")], FEW + LM_CASE, jobs=1)
+    assert {r.status for r in report.results} == {"passed"} and len(report.results) == 2 * len(FEW + LM_CASE)
     messages = [json.loads(line) for line in record.read_text().splitlines()]
     definitions = {"hello": "hello", "run": "run", "exit": "exit"}  # the schema's $defs, by op
     for message in messages:
         E.check_message(message, definitions[message["op"]])
-    assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode", "encoder"}
+    assert {m.get("kind") for m in messages if m["op"] == "run"} == {"trajectory", "decode", "encoder", "lm"}
     # the config as the golden manifest stores it: the required fields and the non-defaults
     assert all("dropout" not in m["config"] for m in messages if m["op"] == "run")
 
