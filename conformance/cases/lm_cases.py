@@ -16,6 +16,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.lm import EMBED, block_params
 
+from .encoder_cases import padding_of  # the encoder rows' padding: the last sequence's last seq // 2 slots
 from .fair import MAX_CONDITION, MAX_REDRAWS, check_fair
 from .tolerance import UNIT_ROUNDOFF, relative_error
 
@@ -46,13 +47,6 @@ LM_ROWS = [
 
 def row_config(row) -> R.LMConfig:
     return R.LMConfig(**_SIZES, **row[1])
-
-
-def padding_of(batch: int, seq: int) -> np.ndarray:
-    """The rows' padding: the last sequence's last seq // 2 slots padded, the others whole."""
-    mask = np.ones((batch, seq), bool)
-    mask[-1, seq - seq // 2:] = False
-    return mask
 
 
 def unfair(config, params, ids, mask) -> str | None:

@@ -392,6 +392,7 @@ def export_jax(args) -> int:
                          "program, float32, batch and sequence symbolic")
     if args.output is None:
         raise UsageError(f"-o/--output: required (the {JAX_SUFFIX} file to write)")
+    from odeattn.export import check_batch
     from odeattn.export.jax_program import check_export_arguments, export_jax_block, run_jax_block
 
     with user_input():
@@ -412,8 +413,7 @@ def export_jax(args) -> int:
                             platforms=platforms)
     # the check as ONNX's (export.deploy.check_against_spec): 2 x 8 tokens, the second row padded after 5
     seq = min(8, args.max_positions or 8)
-    x = np.random.default_rng(0).normal(size=(2, seq, config.hidden_size))
-    mask = None if args.no_padding_mask else np.arange(seq)[None, :] < np.array([[seq], [min(5, seq)]])
+    x, mask = check_batch(config.hidden_size, seq, padded=not args.no_padding_mask)
     want = R.ode_block(params, x, config, mask)
     allowed = tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, mask), want), "float32")
     err = relative_error(run_jax_block(blob, x.astype(np.float32), mask), want) if "cpu" in platforms else None
