@@ -25,7 +25,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .bitlinear import bitlinear, linear, quantize_weight
 from .norms import apply_norm
-from .positions import bam_bias, hope_tables, rope_cos_sin, ssmax_factor
+from .positions import bam_bias, gather, hope_tables, rope_cos_sin, ssmax_factor
 from .rk import integrate
 
 
@@ -117,10 +117,26 @@ class SelfAttention(spec.SelfAttention):
         return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
 
     # ---- float64 at run time: gathered from the spec's tables, or the state's dtype -----------
+    # The rotary or hope tables as a program's data (block.py's shared programs: made on the host
+    # from the call's config, so the program holds no table of its own); None: made here, from
+    # the config, as constants of the program.
+    tables = None
+
+    def with_tables(self, tables):
+        """A copy of this attention reading the rotary or hope tables given, (bound + 1, P) each
+        (positions.rotary_table, hope_table), in place of its config's."""
+        out = copy.copy(self)
+        out.tables = tables
+        return out
+
     def rope_tables(self, positions, bound: int, like):
+        if self.tables is not None:
+            return gather(self.tables, positions)
         return rope_cos_sin(positions, self.config, like.dtype, self.table_bound(bound))
 
     def hope_tables(self, positions, bound: int, like, layer_idx: int):
+        if self.tables is not None:
+            return gather(self.tables, positions)
         return hope_tables(positions, self.config, layer_idx, like.dtype, self.table_bound(bound))
 
     position_bound = None  # the tables' length where the sequence is symbolic; with_position_bound sets it

@@ -8,8 +8,9 @@
 The step loop is a lax.scan over the step index, and its body, rk.rk_step, a lax.scan over the
 tableau's stages, so the program holds one evaluation of f whatever ode_steps and the solver are.
 return_f0 reads f(0, x) off the first stage rather than tracing f once more. Weight quantisation
-and the mask are built once, before the scan. ode_block_jit is ode_block under jax.jit with the config, the variant
-(hashed by its configuration), return_trajectory and checkpoint static.
+and the mask are built once, before the scan. ode_block_jit is ode_block under jax.jit; on concrete
+arrays its program takes the solver's coefficients, the step count and the tables as data, so
+configs differing only there share it (BlockJit; the package's docstring lists what recompiles).
 
 ode_block(..., checkpoint=True) wraps the scan body in jax.checkpoint: differentiated, the scan
 keeps only each step's input state (batch, seq, d_model) and recomputes the step's activations in
@@ -43,6 +44,7 @@ before compiling when it exceeds ode_ref.memory's limit; under jit too, since sh
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -51,15 +53,16 @@ import numpy as np
 
 from ode_ref.block import attention_for, check_dtype, check_flag, check_input
 from ode_ref.cache import CachePort, KVCache, check_decode_input, check_max_len, check_mode
-from ode_ref.config import ODEConfig, dtype_name
+from ode_ref.config import ROTARY_ENCODINGS, ODEConfig, dtype_name
 from ode_ref.memory import cache_need, check_memory, scores_needs, subject
 from ode_ref.params import check_params
-from ode_ref.precision import DTYPES
+from ode_ref.precision import DTYPES, HALF_DTYPES
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, symbolic
-from .precision import in_storage, under_policy
-from .rk import rk_step
+from .positions import hope_table, rotary_table
+from .precision import COMPUTE, in_storage, under_policy
+from .rk import coefficients, rk_step
 
 
 def _as_jax(x, name: str, allowed=None):
@@ -140,16 +143,26 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     d_model); with return_f0, also f(0, x), read off the first step's first stage (one evaluation of
     f in the program serves both). The outputs in that order: z1, [trajectory], [f0].
     checkpoint: recompute each step's activations in the backward pass (jax.checkpoint on the step)."""
+    return _block(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint)
+
+
+def _block(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint, data=None):
+    """ode_block; data: a shared program's runtime data (runtime_data), read in place of the
+    config's solver coefficients, step count and tables."""
     check_flag("checkpoint", checkpoint)
     check_flag("return_f0", return_f0)
+    if data is not None and data["tables"] is not None:
+        attention = attention_for(ODEConfig.from_any(config), attention, SelfAttention).with_tables(data["tables"])
     cfg, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_block")
-    tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
-    h = 1.0 / steps
+    tableau = TABLEAUS[cfg.ode_solver]
+    steps = cfg.ode_steps if data is None or data["steps"] is None else data["steps"]
+    h = 1.0 / cfg.ode_steps  # read by a gated tableau only when data is given (its steps stay static)
+    coefficients = None if data is None else data["coefficients"]
 
     def step(carry, k):
         z, f0 = carry
         z, first = rk_step(lambda t, y: attention(prepared, t, y), k / steps, h, z, tableau,
-                           attention.solution_gate(prepared), with_first=True)
+                           attention.solution_gate(prepared), with_first=True, data=coefficients)
         f0 = None if f0 is None else jnp.where(k == 0, first, f0)  # step 0's first stage: f(0, x)
         return (z, f0), (z if return_trajectory else None)  # no stacked states unless asked for
 
@@ -157,7 +170,11 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
         step = jax.checkpoint(step, prevent_cse=False)  # inside scan CSE cannot merge steps anyway
     # k is an integer; k / steps is then in JAX's default float (float64 under x64), never in x's dtype:
     # bfloat16 would round t = 1/3 to 0.33398
-    (z1, f0), states = jax.lax.scan(step, (x, jnp.zeros_like(x) if return_f0 else None), jnp.arange(steps))
+    init = (x, jnp.zeros_like(x) if return_f0 else None)
+    if isinstance(steps, int):
+        (z1, f0), states = jax.lax.scan(step, init, jnp.arange(steps))
+    else:  # a step count given as data: a loop whose trip count is an argument (the forward only)
+        z1, f0 = jax.lax.fori_loop(0, steps, lambda k, carry: step(carry, k)[0], init)
     out = [z1] + ([jnp.concatenate([x[None], states])] if return_trajectory else []) + ([f0] if return_f0 else [])
     out = in_storage(dtype, *out)  # a half input's outputs in its dtype; else as they are
     return out[0] if len(out) == 1 else out
@@ -168,7 +185,102 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
 jax.tree_util.register_static(ODEConfig)
 
 STATIC_ARGNAMES = ("config", "attention", "return_trajectory", "return_f0", "checkpoint")
-ode_block_jit = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
+_static_program = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
+_shared_program = jax.jit(_block, static_argnames=STATIC_ARGNAMES)
+
+# ---- configs that share a program ----------------------------------------------------------------
+# ode_block_jit on concrete arrays takes these as data, not as part of the program's key, so a change
+# of any of them runs the program already compiled: the solver's coefficients (another tableau of the
+# same stage count; a gated one stays static, its solution is written with h), the step count (for
+# z(1) and f0; a trajectory's length is part of its shape) and the fields that only make the rotary
+# and hope tables. Each is computed on the host as the traced program computed it (the coefficients
+# and the spec's float64 tables rounded once to the state's dtype), so the values are the same bits.
+TABLE_FIELDS = ("rope_base", "rope_scaling", "sinusoidal_base", "sinusoidal_scale", "hope_base", "hope_damping")
+_DEFAULT = ODEConfig(hidden_size=1, num_heads=1)
+
+
+def runtime_steps(cfg: ODEConfig, return_trajectory: bool) -> bool:
+    """Whether a shared program takes cfg's step count as data."""
+    return not return_trajectory and not TABLEAUS[cfg.ode_solver].gated
+
+
+def shared_config(cfg: ODEConfig, steps_as_data: bool) -> ODEConfig:
+    """The config a shared program is keyed by: cfg with its data fields at fixed values (the first
+    solver of the same stage count, one step, the default table fields)."""
+    tableau = TABLEAUS[cfg.ode_solver]
+    solver = cfg.ode_solver if tableau.gated else next(
+        name for name, t in TABLEAUS.items() if not t.gated and t.num_stages == tableau.num_stages)
+    return dataclasses.replace(cfg, ode_solver=solver, ode_steps=1 if steps_as_data else cfg.ode_steps,
+                               **{name: getattr(_DEFAULT, name) for name in TABLE_FIELDS})
+
+
+def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool) -> dict:
+    """What a shared program reads in place of cfg's data fields, for an input of dtype and bound
+    tokens: the tableau's coefficients, the step count (None: static) and the tables (None: none),
+    as jax.Arrays."""
+    compute = COMPUTE if dtype in HALF_DTYPES else jnp.dtype(dtype)  # the policy's tables are float32
+    encoding = cfg.position_encoding
+    tables = (rotary_table(cfg, compute, bound) if encoding in ROTARY_ENCODINGS else
+              hope_table(cfg, cfg.layer_idx, compute, bound) if encoding == "hope" else None)
+    data = {"coefficients": coefficients(TABLEAUS[cfg.ode_solver], 1.0 / cfg.ode_steps, compute),
+            "steps": np.int32(cfg.ode_steps) if steps_as_data else None, "tables": tables}
+    return jax.tree_util.tree_map(jnp.asarray, data)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared(cfg: ODEConfig, dtype: str, bound: int, return_trajectory: bool, x64: bool) -> tuple:
+    """(shared_config, runtime_data) of a call, kept for the next (x64: JAX's x64 mode, which sets
+    the times' float)."""
+    del x64  # a key only: coefficients reads the mode itself
+    steps_as_data = runtime_steps(cfg, return_trajectory)
+    return shared_config(cfg, steps_as_data), runtime_data(cfg, dtype, bound, steps_as_data)
+
+
+def _traced(*trees) -> bool:
+    return any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(trees))
+
+
+class BlockJit:
+    """ode_block under jax.jit (ode_block_jit). On concrete arrays, with the port's own
+    SelfAttention, the program is keyed by shared_config: a change of solver (same stage count),
+    step count or table field runs it again without compiling. Inside a trace (a caller's jit, grad
+    or vmap), with a variant (which may read any field) or with checkpoint, the whole config is the
+    key, as in jax.jit(ode_block)."""
+
+    def _route(self, params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint):
+        """(the program, its arguments, its static arguments) for a call."""
+        static = dict(attention=attention, return_trajectory=return_trajectory, return_f0=return_f0,
+                      checkpoint=checkpoint)
+        if (attention is not None or checkpoint is True or _traced(params, x, padding_mask)
+                or getattr(x, "ndim", None) != 3):  # not an input this path reads: the static one's checks say why
+            return _static_program, (params, x, config, padding_mask), static
+        shared, data = _shared(ODEConfig.from_any(config), dtype_name(x.dtype), x.shape[1], bool(return_trajectory),
+                               jax.config.jax_enable_x64)
+        return _shared_program, (params, x, shared, padding_mask), {**static, "data": data}
+
+    def __call__(self, params, x, config, padding_mask=None, *, attention=None, return_trajectory=False,
+                 return_f0=False, checkpoint=False):
+        program, args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0,
+                                            checkpoint)
+        return program(*args, **kwargs)
+
+    def lower(self, params, x, config, padding_mask=None, *, attention=None, return_trajectory=False,
+              return_f0=False, checkpoint=False):
+        """The call's program lowered (jax.jit's lower)."""
+        program, args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0,
+                                            checkpoint)
+        return program.lower(*args, **kwargs)
+
+    def _cache_size(self) -> int:
+        """The programs compiled in this process (jax.jit's _cache_size, both kinds)."""
+        return _static_program._cache_size() + _shared_program._cache_size()
+
+    def _clear_cache(self) -> None:
+        _static_program._clear_cache()
+        _shared_program._clear_cache()
+
+
+ode_block_jit = BlockJit()
 
 
 @functools.partial(jax.jit, static_argnames=("config", "attention", "max_len"))

@@ -17,23 +17,33 @@ from ode_ref import positions as spec
 from ode_ref.positions import BAM_FLOOR
 
 
-def _table(values: np.ndarray, rows, dtype):
-    """values (bound + 1, P), float64 rows for positions -1 .. bound - 1, gathered at rows + 1."""
-    return jnp.take(jnp.asarray(values, dtype), rows + 1, axis=0)
+def gather(tables, positions):
+    """Each of tables, (bound + 1, P) rows for positions -1 .. bound - 1, at integer positions
+    (batch | 1, seq) in [-1, bound): (batch | 1, seq, P) each."""
+    return tuple(jnp.take(t, positions + 1, axis=0) for t in tables)
+
+
+def rotary_table(config, dtype, bound: int) -> tuple:
+    """(cos, sin), NumPy (bound + 1, P): the spec's float64 values for positions -1 .. bound - 1,
+    rounded once to dtype."""
+    return tuple(np.asarray(t, dtype) for t in spec.rope_cos_sin(np.arange(-1, bound), config, np.float64))
 
 
 def rope_cos_sin(positions, config, dtype, bound: int):
     """(cos, sin), each (batch | 1, seq, P) in dtype, for integer positions in [-1, bound)."""
-    cos, sin = spec.rope_cos_sin(np.arange(-1, bound), config, np.float64)
-    return _table(cos, positions, dtype), _table(sin, positions, dtype)
+    return gather(rotary_table(config, dtype, bound), positions)
 
 
 # ---- the rest of the seed's positional family -------------------------------------------------
+def hope_table(config, layer_idx: int, dtype, bound: int) -> tuple:
+    """hope's (r cosh a, r sinh a), NumPy (bound + 1, P), as rotary_table's."""
+    return tuple(np.asarray(t, dtype) for t in spec.hope_tables(np.arange(-1, bound), config, layer_idx, np.float64))
+
+
 def hope_tables(positions, config, layer_idx: int, dtype, bound: int):
     """hope's (r cosh a, r sinh a), each (batch | 1, seq, P) in dtype, gathered from the spec's
     float64 tables for positions in [-1, bound) (layer_idx static: it is part of the table)."""
-    ch, sh = spec.hope_tables(np.arange(-1, bound), config, layer_idx, np.float64)
-    return _table(ch, positions, dtype), _table(sh, positions, dtype)
+    return gather(hope_table(config, layer_idx, dtype, bound), positions)
 
 
 def bam_alpha_beta(theta_alpha, theta_beta):

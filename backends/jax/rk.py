@@ -22,20 +22,30 @@ from __future__ import annotations
 from typing import Callable
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ode_ref.rk import check_gate, solution, stage_columns, stage_rows
 from ode_ref.tableaus import ButcherTableau
 
 
+def coefficients(tableau: ButcherTableau, h: float, dtype) -> tuple:
+    """(c_i h, stage_columns) as the arrays rk_step scans over: the times in JAX's default float,
+    the columns in the state's dtype, each entry the Python float rounded once."""
+    return (np.asarray(stage_rows(tableau, h)[0], jnp.result_type(float)),
+            np.asarray(stage_columns(tableau, h), dtype))
+
+
 def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callable | None = None, *,
-            with_first: bool = False, with_out: bool = False):
+            with_first: bool = False, with_out: bool = False, data: tuple | None = None):
     """One step of `tableau` from (t0, y0) with step size h, as ode_ref.rk.rk_step computes it.
 
     f(t, y) -> like y; t0 a traced or Python float; h a Python float. gate: a gated tableau's
     g(k_0, k_1). with_first: return (the state at t0 + h, k_0 = f(t0, y0)) instead of the state,
     so a caller that needs f(0, x) reads it off the first stage rather than tracing f again.
     with_out: f(t, y) -> (k_i, out_i), and the step returns (the state, its outs stacked by stage).
+    data: coefficients(tableau, h, ...) as arguments of the program (block.py's runtime data):
+    then only the tableau's stage count and gating are read here, and h only by a gated one.
     """
     check_gate(tableau, gate)
     s, gated = tableau.num_stages, tableau.gated
@@ -56,8 +66,7 @@ def rk_step(f: Callable, t0, h: float, y0, tableau: ButcherTableau, gate: Callab
     ys = jnp.broadcast_to(y0, (s + 1, *y0.shape))  # rows 0..s-1: the stages' inputs; row s: the solution
     first = jnp.zeros_like(y0) if with_first and not gated else None
     # the spec's t is a Python float: JAX's default float here, never the state's dtype
-    xs = (jnp.arange(s), jnp.asarray(stage_rows(tableau, h)[0], jnp.result_type(float)),
-          jnp.asarray(stage_columns(tableau, h), y0.dtype))
+    xs = (jnp.arange(s), *(coefficients(tableau, h, y0.dtype) if data is None else data))
     (ys, first), (ks, outs) = lax.scan(stage, (ys, first), xs)
     if gated:
         y1, first = solution(y0, h, tableau, [ks[0], ks[1]], gate), ks[0]

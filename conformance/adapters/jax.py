@@ -33,11 +33,12 @@ def jax_with_cache():
 
 
 class JaxAdapter:
-    """Through jax.jit: f(0, x) and the trajectory come from one compiled function per case config,
-    the port's ode_block with return_f0 (f0 read off the first stage, so the program holds one
-    evaluation of f); run_func and run_trajectory call it alike, the second call hitting JAX's own
-    jit cache. f(t, x) at another t is ode_func, jitted. XLA's persistent compilation cache in the
-    user's cache folder makes later runs skip compilation."""
+    """Through jax.jit: f(0, x) and the trajectory come from one compiled function, the port's
+    ode_block_jit with return_f0 (f0 read off the first stage, so the program holds one evaluation
+    of f), shared by the case configs that differ only in the solver's coefficients or the tables'
+    fields (backends/jax/block.py); run_func and run_trajectory call it alike, the second call
+    hitting JAX's own jit cache. f(t, x) at another t is ode_func, jitted. XLA's persistent
+    compilation cache in the user's cache folder makes later runs skip compilation."""
 
     name = "jax"
     # bfloat16 arrays pass to the port as they are. Its float16 (tests/backends/test_precision.py) is
@@ -52,11 +53,6 @@ class JaxAdapter:
         jax = self.jax = jax_with_cache()
         self.port = port
 
-        def forward(params, x, padding_mask, config):
-            _, trajectory, f0 = port.ode_block(params, x, config, padding_mask, return_trajectory=True, return_f0=True)
-            return f0, trajectory
-
-        self._forward = jax.jit(forward, static_argnames=("config",))
         self._func = jax.jit(port.ode_func, static_argnames=("config",))
 
         def vjp(params, x, padding_mask, z1_bar, config):
@@ -71,7 +67,9 @@ class JaxAdapter:
 
     def _run(self, config, params, x, padding_mask, dtype):
         with self.jax.enable_x64(dtype == "float64"):
-            return [np.asarray(a) for a in self._forward(params, x, padding_mask, config=config)]
+            _, trajectory, f0 = self.port.ode_block_jit(params, x, config, padding_mask, return_trajectory=True,
+                                                        return_f0=True)
+            return np.asarray(f0), np.asarray(trajectory)
 
     def run_trajectory(self, config, params, x, padding_mask, dtype):
         return self._run(config, params, x, padding_mask, dtype)[1]

@@ -165,6 +165,39 @@ def test_equal_variants_share_one_compilation():
     assert J.ode_block_jit._cache_size() == 1
 
 
+ROPE = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="rk4", ode_steps=4, mode="decoder", ode_use_pe=True,
+                  positional_encoding="rope")
+HOPE = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="heun", ode_steps=3, ode_use_pe=True, positional_encoding="hope")
+
+
+@pytest.mark.parametrize("config, change", [(ROPE, {"ode_steps": 7}), (ROPE, {"ode_solver": "rk38"}),
+                                            (ROPE, {"rope_base": 500.0}), (HOPE, {"hope_base": 50.0, "ode_solver": "midpoint"})],
+                         ids=["steps", "solver", "rope_base", "hope_base-solver"])
+def test_a_change_of_steps_solver_or_table_field_compiles_nothing(config, change, x64):
+    """ode_block_jit on concrete arrays takes the step count, the solver's coefficients (a tableau
+    of the same stage count) and the tables' fields as data: the changed config runs the program
+    the first call compiled, and its z(1) is the spec's at the changed config (float64's bar)."""
+    import dataclasses
+
+    changed = dataclasses.replace(config, **change)
+    params = R.init_params(config, seed=0)
+    x, mask, _ = make_inputs(config, params, 2, 5, seed=0, padding=True)
+    J.ode_block_jit._clear_cache()
+    J.ode_block_jit(params, x, config, mask)
+    got = J.ode_block_jit(params, x, changed, mask)
+    assert J.ode_block_jit._cache_size() == 1
+    assert relative_error(np.asarray(got), R.ode_block(params, x, changed, mask)) <= 1e-12
+
+
+def test_jit_inside_a_trace_keeps_the_config_static_and_differentiates(x64):
+    """Under jax.grad the step loop must be a scan: ode_block_jit on traced arrays is jax.jit(ode_block)."""
+    params = R.init_params(ROPE, seed=1)
+    x, mask, _ = make_inputs(ROPE, params, 2, 5, seed=1, padding=True)
+    loss = lambda block: lambda p: jnp.sum(block(p, x, ROPE, mask) ** 2)  # noqa: E731
+    got, want = jax.grad(loss(J.ode_block_jit))(params), jax.grad(loss(J.ode_block))(params)
+    assert all(relative_error(np.asarray(got[k]), np.asarray(want[k])) <= 1e-12 for k in params)
+
+
 def test_stage_times_are_not_in_the_state_dtype():
     """t = k / steps from an integer k: bfloat16 states do not round t = 1/3 to 0.33398."""
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=3)
