@@ -1,6 +1,6 @@
 """A call of the block through each deployment target this project writes, side by side in one
 run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime and in
-OpenVINO (its float32 hint, as the openvino backend), the torch
+OpenVINO (its float32 hint, as the openvino backend) and compiled by IREE for this CPU, the torch
 port's program after torch.export (Core ATen, the form ExecuTorch and LiteRT take; run here by
 torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
 
@@ -34,6 +34,7 @@ def paths(threads: int):
 
     from odeattn.backends.torch import ODEAttentionBlock
     from odeattn.export.block import export_model
+    from odeattn.export.iree_program import compile_iree, iree_runner
     from odeattn.export.jax_program import export_jax_block
     from odeattn.export.options import ExportOptions
     from odeattn.export.runtime import session
@@ -55,11 +56,12 @@ def paths(threads: int):
     vino = core_ov.compile_model(core_ov.read_model(model=onnx_model.SerializeToString(), weights=b""), "CPU",
                                  {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
     feed = {"x": x32, "padding_mask": mask}
+    iree = iree_runner(compile_iree(onnx_model), ["x", "padding_mask"], ["z"], threads=threads)
     block = ODEAttentionBlock.from_params(cfg, params)
     xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
     core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
     fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
-           "openvino": lambda: vino(feed)[vino.outputs[0]],
+           "openvino": lambda: vino(feed)[vino.outputs[0]], "iree": lambda: iree(feed)["z"],
            "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),
            "torch eager": lambda: block(xt, padding_mask=mt).detach().numpy()}
     with torch.no_grad():

@@ -31,7 +31,8 @@ from ..cases.half import check_dtypes
 from . import external
 # each backend's module, its adapter (and helpers callers import from here: `X as X`)
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
-                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, other_steps as other_steps)
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, IreeAdapter,
+                       other_steps as other_steps)
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
@@ -77,6 +78,8 @@ BUILTIN = {
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
     "openvino": Builtin.of(OpenVinoAdapter, ("onnx", "openvino"),
                            "each case's ONNX file compiled by OpenVINO's CPU plugin (about 30 s on 2 cores)"),
+    "iree": Builtin.of(IreeAdapter, ("onnx", "iree.compiler", "iree.runtime"),
+                       "each case's ONNX file compiled by IREE for this CPU (about 4.5 min on 2 cores)"),
     # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, conformance/js/)
     "onnxruntime-node": Builtin("odeattn.conformance.adapters.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
                                 npm=("onnxruntime-node",)),

@@ -269,3 +269,17 @@ def openvino_runner(model, *, threads=None):
         return {name: np.asarray(out[port]) for name, port in zip(names, compiled.outputs)}
 
     return run
+
+
+class IreeAdapter(_ExportedWithDecode):
+    """Each model imported from its ONNX file by IREE's ONNX importer and compiled by iree-compile
+    for this CPU (export/iree_program.py); the prefill and decode-step models too; no encoder
+    cases (no run_encoder)."""
+
+    name = "iree"
+
+    def _build(self, model):
+        from odeattn.export.iree_program import compile_iree, iree_runner
+
+        return iree_runner(compile_iree(model), [i.name for i in model.graph.input], [o.name for o in model.graph.output],
+                           threads=_threads())

@@ -141,7 +141,8 @@ def _explain(parser, given, message: str):
 
 # a missing module -> the extra that installs it
 EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "optax": "flax",
-          "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
+          "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "openvino": "openvino",
+          "iree.compiler": "iree", "iree.runtime": "iree",
           "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}
 
 

@@ -1,0 +1,71 @@
+"""The block as an IREE module (.vmfb): odeattn's ONNX file imported by IREE's ONNX importer and
+compiled for the CPU by IREE's llvm-cpu backend, batch and sequence kept dynamic.
+
+    compile_iree(model, *, target_cpu="host") -> bytes     an ONNX ModelProto to a .vmfb
+    iree_runner(vmfb, inputs, outputs) -> run(feed) -> {output name: array}
+    run_iree_block(vmfb, x, padding_mask=None) -> z(1)
+
+What IREE 3.13 compiles (docs/deployment.md): the default form (opset 17), the prefill and
+decode-step models, the diagnostic outputs and the Loop form (a stored steps default folded into
+a constant); not opset 23's Attention, nor ONNX local functions (`--functions`). The .vmfb is compiled for one
+CPU: "host" (this machine's features, what a deployer builds on the serving machine) or an LLVM
+CPU name. A module's one function takes the model's inputs in their order and returns its outputs
+in theirs; run_iree_block needs neither odeattn nor onnx where it runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+def compile_iree(model, *, target_cpu: str = "host") -> bytes:
+    """A .vmfb of model (an onnx.ModelProto; shapes inferred, then imported by IREE's ONNX
+    importer), compiled by iree-compile for the CPU target_cpu."""
+    import onnx
+    from iree.compiler import compile_str, ir
+    from iree.compiler.extras import onnx_importer
+
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    info = onnx_importer.ModelInfo(model)
+    module = info.create_module(context=ir.Context()).operation
+    onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+    return bytes(compile_str(module.get_asm(), input_type="onnx", target_backends=["llvm-cpu"],
+                             extra_args=[f"--iree-llvmcpu-target-cpu={target_cpu}"]))
+
+
+def _function(vmfb: bytes, threads: int | None = None):
+    """(the module's one exported function, its name): run by IREE's local-task driver (a pool of
+    threads, one per core), or with threads=1 by local-sync (on the calling thread)."""
+    import iree.runtime as rt
+
+    context = rt.SystemContext(config=rt.Config("local-sync" if threads == 1 else "local-task"))
+    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+    module = context.modules[list(context.modules)[-1]]  # after "hal": the compiled model's
+    names = [n for n in module.vm_module.function_names if not n.startswith("__") and not n.endswith("$async")]
+    if len(names) != 1:
+        raise ValueError(f"vmfb: expected a module with one function (a model compiled by compile_iree); got {names}")
+    return module[names[0]], names[0]
+
+
+def iree_runner(vmfb: bytes, inputs: list[str], outputs: list[str], *, threads: int | None = None):
+    """feed -> {output name: array}: the module's function called with feed's arrays in the order
+    of inputs (the model's input names), its results named by outputs (the model's output names)."""
+    function, _ = _function(vmfb, threads)
+
+    def run(feed):
+        out = function(*(np.asarray(feed[name], order="C") for name in inputs))  # ascontiguousarray makes a scalar 1-d
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        if len(out) != len(outputs):
+            raise RuntimeError(f"IREE returned {len(out)} outputs of the model's {len(outputs)} ({', '.join(outputs)})")
+        return {name: np.asarray(a.to_host()) for name, a in zip(outputs, out)}
+
+    return run
+
+
+def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
+    """z(1) of a block module (compile_iree of export_model's block) on x, through IREE's runtime
+    alone: called with x, and padding_mask where given (a model exported with the mask input takes
+    it, every token real or not; one exported without it takes x alone)."""
+    function, _ = _function(vmfb)
+    args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
+    out = function(*args)
+    return np.asarray((out[-1] if isinstance(out, (tuple, list)) else out).to_host())

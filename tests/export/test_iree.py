@@ -1,0 +1,50 @@
+"""The iree backend: the exported block, prefill and decode-step models imported by IREE's ONNX
+importer and compiled for this CPU (export/iree_program.py, docs/deployment.md)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("iree.compiler")
+pytest.importorskip("iree.runtime")
+
+import ode_ref as R
+from odeattn.cli import main
+
+
+def test_the_iree_backend_passes_a_cached_decoding_case():
+    """Its conformance row on a padded cached decoding: the prefill and decode-step models, the
+    step's scalar slot index among its inputs (the block model: the next test). The whole set takes
+    about 4.5 min on 2 cores, a compile of about 4 s a model (docs/deployment.md)."""
+    assert main(["conformance", "--backend", "iree", "-k", "^decode_rk4_layer_norm_rope_pad$"]) == 0
+
+
+def test_a_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path):
+    """The .vmfb keeps the ONNX file's dynamic batch and sequence: a fresh process that imports only
+    NumPy and IREE's runtime gives z(1) within the suite's float32 rule at two shapes."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
+    from odeattn.export import iree_program
+    from odeattn.export.block import export_model
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
+    params = R.init_params(cfg, seed=0, perturb_norms=True)
+    (tmp_path / "block.vmfb").write_bytes(iree_program.compile_iree(export_model(cfg, params)))
+    shutil.copy(iree_program.__file__, tmp_path)  # the deployer's copy of the runner: NumPy and IREE's runtime alone
+    code = ("import sys, numpy as np; from iree_program import run_iree_block; "
+            "np.save('z.npy', run_iree_block(open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy'))); "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('odeattn', 'ode_ref', 'onnx', 'jax', 'torch')]")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    rng = np.random.default_rng(0)
+    for shape in ((2, 5, 8), (3, 9, 8)):
+        x, mask = rng.normal(size=shape), np.ones(shape[:2], bool)
+        mask[0, :2] = False
+        np.save(tmp_path / "x.npy", x.astype(np.float32))
+        np.save(tmp_path / "mask.npy", mask)
+        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True)
+        want = R.ode_block(params, x, cfg, mask)
+        spec32 = relative_error(R.ode_block(params, x.astype(np.float32), cfg, mask), want)
+        assert relative_error(np.load(tmp_path / "z.npy"), want) <= tolerance(spec32, "float32"), shape
