@@ -8,9 +8,10 @@ weights. A file exported with diagnostics (f0, step_k) is judged at those too, a
 with the stage outputs (export_model(..., stages=True): stage_norm ... stage_output_proj) names
 the first stage of f that diverges (stages.py).
 
-The runtime is ONNX Runtime or OpenVINO (its float32 hint, as the openvino backend) in this
-process, or one of ONNX Runtime's JavaScript builds on Node.js (onnxruntime-node,
-onnxruntime-web): the reference workers of adapters/external.py, sent the file once.
+The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or IREE (the
+file compiled for this CPU once, as the iree backend) in this process, or one of ONNX Runtime's
+JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
+adapters/external.py, sent the file once.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -25,7 +26,9 @@ import numpy as np
 
 from ..adapters import external, missing_requirements
 
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino")  # built-in backend names (adapters.BUILTIN)
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree")  # built-in backend names (adapters.BUILTIN)
+PACKAGES = {"iree": "iree-base-runtime"}  # a runtime whose Python package has another name (its version is the record's)
+FOLDS_STEPS = ("openvino", "iree")  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
 # BitLinear's exact integer export also has MatMulInteger, fed by a QuantizeLinear: none of these.
@@ -44,7 +47,7 @@ def artifact_record(path, runtime: str) -> dict:
         lock = json.loads((Path(__file__).parents[1] / "js" / "package-lock.json").read_text())
         version = lock["packages"][f"node_modules/{runtime}"]["version"]
     else:
-        version = importlib.metadata.version(runtime)
+        version = importlib.metadata.version(PACKAGES.get(runtime, runtime))
     return {"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
             "runtime": runtime, "runtime_version": version}
 
@@ -103,8 +106,8 @@ def check_block(model, shown: str) -> None:
 def check_file_config(model, config, runtime: str) -> None:
     """ValueError (one line) where the file cannot be judged against config in runtime: its own
     stored config (export's metadata) differs from config, which would read as a divergence of
-    the runtime; or it is a Loop form with a stored steps default run by OpenVINO, which folds the
-    default into a constant and drops the steps input, so the file runs ode_steps whatever is fed."""
+    the runtime; or it is a Loop form with a stored steps default run by OpenVINO or IREE, which fold
+    the default into a constant and drop the steps input, so the file runs ode_steps whatever is fed."""
     import json
 
     props = {p.key: p.value for p in model.metadata_props}
@@ -114,8 +117,9 @@ def check_file_config(model, config, runtime: str) -> None:
             differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
                       if getattr(config, k) != getattr(stored, k)]
             raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
-    if runtime == "openvino" and "steps" in {t.name for t in model.graph.initializer}:
-        raise ValueError("--model: a Loop form with a stored steps default, which OpenVINO folds into a constant (its "
+    if runtime in FOLDS_STEPS and "steps" in {t.name for t in model.graph.initializer}:
+        name = {"openvino": "OpenVINO", "iree": "IREE"}[runtime]
+        raise ValueError(f"--model: a Loop form with a stored steps default, which {name} folds into a constant (its "
                          "steps input dropped: the file runs ode_steps whatever is fed); expected a file exported with "
                          "--steps-input --steps-required, or the unrolled form")
 
@@ -131,8 +135,8 @@ def load_block_file(path):
 
 
 class ModelFile:
-    """An adapter over one .onnx block file, run in float32 by ONNX Runtime or OpenVINO here or by
-    a JavaScript build in its worker."""
+    """An adapter over one .onnx block file, run in float32 by ONNX Runtime, OpenVINO or IREE here or
+    by a JavaScript build in its worker."""
 
     dtypes = ("float32",)
 
@@ -164,8 +168,8 @@ class ModelFile:
 
     def _runner(self, runtime: str):
         """feed -> output name -> array: an ONNX Runtime session here (the project's one session
-        helper: its checks and options), OpenVINO's compiled model here (make_feed checks the feed
-        against the file's inputs first), or the file loaded once in a JavaScript worker
+        helper: its checks and options), OpenVINO's or IREE's compiled model here (make_feed checks
+        the feed against the file's inputs first), or the file loaded once in a JavaScript worker
         (external.RemoteRun, which checks each feed as a local session's is)."""
         if runtime == "onnxruntime":
             from odeattn.export.runtime import session
@@ -176,6 +180,10 @@ class ModelFile:
             from ..adapters.exported import openvino_runner
 
             return openvino_runner(self.model)
+        if runtime == "iree":
+            from odeattn.export.iree_program import compile_iree, iree_runner
+
+            return iree_runner(compile_iree(self.model), [i.name for i in self.model.graph.input], self.outputs)
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

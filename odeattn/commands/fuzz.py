@@ -52,7 +52,7 @@ def add_options(p) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
     p.add_argument("--runtime", default=None, metavar="NAME",
-                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino (in this process), "
+                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino or iree (in this process), "
                         "onnxruntime-node or onnxruntime-web")
 
 

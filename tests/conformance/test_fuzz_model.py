@@ -13,7 +13,7 @@ from odeattn.cli import main
 def test_a_config_other_than_the_file_s_and_a_folded_loop_form_are_refused_before_any_draw(tmp_path, capsys):
     """--config other than the one the file was exported with (its metadata holds it) would read as a
     divergence of the runtime: refused, naming the fields. A Loop form with a stored steps default
-    run by OpenVINO, which folds it (the steps input dropped), is refused too; fuzz judges a Loop
+    run by OpenVINO or IREE, which fold it (the steps input dropped), is refused too; fuzz judges a Loop
     form at the config's step count, which the --json report's artifact names (steps_fed)."""
     pytest.importorskip("onnxruntime")
     from safetensors.numpy import save_file
@@ -35,8 +35,9 @@ def test_a_config_other_than_the_file_s_and_a_folded_loop_form_are_refused_befor
     assert line == ("odeattn conformance fuzz: --config: expected the config the file was exported with; differs at "
                     "ode_solver='euler' (the file's 'rk4'), ode_steps=2 (the file's 3)"), line
     argv += ["--config", str(tmp_path / "c.json")]
-    if importlib.util.find_spec("openvino") is not None:
-        assert main([*argv, "--runtime", "openvino"]) == 2
-        assert "--model: a Loop form with a stored steps default, which OpenVINO folds" in capsys.readouterr().err
+    for runtime, name in (("openvino", "OpenVINO"), ("iree", "IREE")):
+        if importlib.util.find_spec(runtime) is not None:
+            assert main([*argv, "--runtime", runtime]) == 2
+            assert f"--model: a Loop form with a stored steps default, which {name} folds" in capsys.readouterr().err
     assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["artifact"]["steps_fed"] == 3

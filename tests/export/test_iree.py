@@ -48,3 +48,25 @@ def test_a_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path):
         want = R.ode_block(params, x, cfg, mask)
         spec32 = relative_error(R.ode_block(params, x.astype(np.float32), cfg, mask), want)
         assert relative_error(np.load(tmp_path / "z.npy"), want) <= tolerance(spec32, "float32"), shape
+
+
+def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_path):
+    """fuzz --model --runtime iree: the file compiled once for this CPU, its drawn inputs judged
+    against the spec; the report names IREE's runtime and its installed version."""
+    import importlib.metadata
+    import json
+
+    from safetensors.numpy import save_file
+
+    from odeattn.export.block import export_model
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder")
+    params = R.init_params(cfg, seed=2)
+    (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
+    save_file(params, str(tmp_path / "w.safetensors"))
+    (tmp_path / "block.onnx").write_bytes(export_model(cfg, params).SerializeToString())
+    assert main(["conformance", "fuzz", "--model", str(tmp_path / "block.onnx"), "--config", str(tmp_path / "c.json"),
+                 "--weights", str(tmp_path / "w.safetensors"), "--runtime", "iree", "--examples", "3",
+                 "--repro", str(tmp_path / "repro"), "--json", str(tmp_path / "r.json")]) == 0
+    artifact = json.loads((tmp_path / "r.json").read_text())["artifact"]
+    assert (artifact["runtime"], artifact["runtime_version"]) == ("iree", importlib.metadata.version("iree-base-runtime"))
