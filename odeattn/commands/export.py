@@ -1,5 +1,6 @@
 """`odeattn export`: a block's config and weights in, an .onnx file out (or, with --target jax,
-jax.export's serialized program), checked against the spec on a random batch."""
+jax.export's serialized program; with --target iree, an IREE module), checked against the spec on
+a random batch."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from odeattn.export.from_torch import TORCH_OPSETS
 from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
 
 DEPLOY_OPTIONS = ("quantize", "optimize")  # ONNX Runtime's tools on the written block model, not its form
-TARGETS = ("onnx", "jax")
-JAX_SUFFIX = ".jaxexport"
-# the options that shape an ONNX file, each with whether it was given: none applies to --target jax
+TARGETS = ("onnx", "jax", "iree")
+SUFFIXES = {"jax": ".jaxexport", "iree": ".vmfb"}
+# the options that shape an ONNX file, each with whether it was given: none applies to --target jax or iree
 ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
              "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode, "--genai": lambda a: a.genai is not None,
              "--shared-buffer": lambda a: a.shared_buffer, "--bitlinear": lambda a: a.bitlinear != "float",
@@ -37,12 +38,13 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path,
-                   help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file")
+                   help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file; "
+                        "with --target iree, a .vmfb file")
     add_force(p)
     p.add_argument("--target", choices=TARGETS, default="onnx",
                    help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; jax: the "
                         "block as jax.export's serialized StableHLO program, batch and sequence symbolic, run by jax "
-                        "alone (docs/deployment.md)")
+                        "alone; iree: the ONNX file compiled by IREE for this CPU, an IREE module (docs/deployment.md)")
     p.add_argument("--max-positions", type=int, default=None,
                    help="with --target jax and rope, sinusoidal_rotary or hope: the most positions a sequence holds "
                         "(the program's angle tables are made when it is traced; seq <= N is checked at every call)")
@@ -179,6 +181,8 @@ def as_option(err: Exception, form: dict) -> UsageError:
 def run(args) -> int:
     if args.target == "jax":
         return export_jax(args)
+    if args.target == "iree":
+        return export_iree(args)
     if args.max_positions is not None:
         raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
     if args.platforms != "cpu":
@@ -382,21 +386,50 @@ def export_cached(args, config, params, options) -> int:
     return 0
 
 
+def _other_target(args, form: str) -> None:
+    """UsageError where an option of the ONNX file is given to --target jax or iree (form: what the
+    target writes), or -o/--output is missing."""
+    given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
+    if given:
+        raise UsageError(f"{given[0]}: applies to --target onnx; the {args.target} target writes {form}")
+    if args.output is None:
+        raise UsageError(f"-o/--output: required (the {SUFFIXES[args.target]} file to write)")
+
+
+def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8) -> str:
+    """The check as ONNX's (export.deploy.check_against_spec): z(1) of run(x, mask) on 2 x seq
+    tokens, the second row padded after 5, against the spec in float64, within float32's
+    tolerance for this block, or CommandFailed and nothing written; then blob written to -o.
+    run None: no check here (the jax target lowered for no CPU). The check's words for the report."""
+    import numpy as np
+
+    import ode_ref as R
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
+    from odeattn.export import check_batch
+
+    x, mask = check_batch(config.hidden_size, seq, padded=not args.no_padding_mask)
+    want = R.ode_block(params, x, config, mask)
+    allowed = tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, mask), want), "float32")
+    err = None if run is None else relative_error(run(x.astype(np.float32), mask), want)
+    if err is not None and not err <= allowed:  # NaN too: the file would be no model of the spec
+        raise CommandFailed(f"--target {args.target}: the artifact's check against ode_ref (float64) gives a relative "
+                            f"error of {err:.2e}, over float32's tolerance {allowed:.1e} for this block; "
+                            f"{args.output} not written")
+    with replacing(args.output) as tmp:
+        tmp.write_bytes(blob)
+    return (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}): {err:.2e}" if err is not None
+            else "not run here (no cpu among its platforms)")
+
+
 def export_jax(args) -> int:
     """--target jax: the block as jax.export's serialized program (export/jax_program.py), checked
     against the spec on a random batch (2 x 8) through jax alone, as export checks an ONNX file."""
-    given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
+    _other_target(args, "the block as jax.export's program, float32, batch and sequence symbolic")
     platforms = tuple(p.strip() for p in args.platforms.split(","))
-    if given:
-        raise UsageError(f"{given[0]}: applies to --target onnx; the jax target writes the block as jax.export's "
-                         "program, float32, batch and sequence symbolic")
-    if args.output is None:
-        raise UsageError(f"-o/--output: required (the {JAX_SUFFIX} file to write)")
-    from odeattn.export import check_batch
     from odeattn.export.jax_program import check_export_arguments, export_jax_block, run_jax_block
 
     with user_input():
-        check_output_path("-o", args.output, JAX_SUFFIX, force=args.force, others=inputs_of(args))
+        check_output_path("-o", args.output, SUFFIXES["jax"], force=args.force, others=inputs_of(args))
         config, params = load_block(args.config, args.weights)
     try:
         check_export_arguments(config, "float32", args.max_positions, platforms)
@@ -404,27 +437,36 @@ def export_jax(args) -> int:
         name, _, rest = str(err).partition(": ")
         raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
     require("jax")
-    import numpy as np
-
-    import ode_ref as R
-    from odeattn.conformance.cases.tolerance import relative_error, tolerance
-
     blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
                             platforms=platforms)
-    # the check as ONNX's (export.deploy.check_against_spec): 2 x 8 tokens, the second row padded after 5
     seq = min(8, args.max_positions or 8)
-    x, mask = check_batch(config.hidden_size, seq, padded=not args.no_padding_mask)
-    want = R.ode_block(params, x, config, mask)
-    allowed = tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, mask), want), "float32")
-    err = relative_error(run_jax_block(blob, x.astype(np.float32), mask), want) if "cpu" in platforms else None
-    if err is not None and not err <= allowed:  # NaN too: the file would be no model of the spec
-        raise CommandFailed(f"--target jax: the program's check against ode_ref (float64) gives a relative error of "
-                            f"{err:.2e}, over float32's tolerance {allowed:.1e} for this block; {args.output} not written")
-    with replacing(args.output) as tmp:
-        tmp.write_bytes(blob)
+    checked = _check_and_write(args, config, params, blob, (lambda x, mask: run_jax_block(blob, x, mask))
+                               if "cpu" in platforms else None, seq)
     bound = f", seq <= {args.max_positions}" if args.max_positions else ""
-    checked_text = (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}): {err:.2e}" if err is not None
-                    else "not run here (no cpu among its platforms)")
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program for {', '.join(platforms)} (float32, "
-          f"batch x seq symbolic{bound}), {checked_text}")
+          f"batch x seq symbolic{bound}), {checked}")
+    return 0
+
+
+def export_iree(args) -> int:
+    """--target iree: the block's ONNX file (the default form) compiled by IREE for this CPU
+    (export/iree_program.py), checked against the spec on a random batch through IREE's runtime."""
+    _other_target(args, "the default ONNX form compiled by IREE for this CPU, float32, batch and sequence dynamic")
+    for option, given in (("--max-positions", args.max_positions is not None), ("--platforms", args.platforms != "cpu")):
+        if given:
+            raise UsageError(f"{option}: applies to --target jax; IREE compiles the ONNX file for this CPU")
+    with user_input():
+        check_output_path("-o", args.output, SUFFIXES["iree"], force=args.force, others=inputs_of(args))
+        config, params = load_block(args.config, args.weights)
+    require("onnx")
+    require("iree.compiler")
+    require("iree.runtime")
+    from odeattn.export.block import export_model
+    from odeattn.export.iree_program import compile_iree, run_iree_block
+
+    blob = compile_iree(export_model(config, params, ExportOptions(padding_mask=not args.no_padding_mask)))
+    checked = _check_and_write(args, config, params, blob,
+                               lambda x, mask: run_iree_block(blob, x, None if args.no_padding_mask else mask))
+    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
+          f"{checked}")
     return 0

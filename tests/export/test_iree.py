@@ -18,9 +18,12 @@ def test_the_iree_backend_passes_a_cached_decoding_case():
     assert main(["conformance", "--backend", "iree", "-k", "^decode_rk4_layer_norm_rope_pad$"]) == 0
 
 
-def test_a_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path):
-    """The .vmfb keeps the ONNX file's dynamic batch and sequence: a fresh process that imports only
-    NumPy and IREE's runtime gives z(1) within the suite's float32 rule at two shapes."""
+def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path, capsys):
+    """`odeattn export --target iree` writes a .vmfb checked against the spec, refusing the ONNX
+    file's options in one line; the module keeps the file's dynamic batch and sequence: a fresh
+    process that imports only NumPy and IREE's runtime gives z(1) within the suite's float32 rule
+    at two shapes, neither the check's."""
+    import json
     import os
     import shutil
     import subprocess
@@ -28,18 +31,27 @@ def test_a_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path):
 
     from odeattn.conformance.cases.tolerance import relative_error, tolerance
     from odeattn.export import iree_program
-    from odeattn.export.block import export_model
 
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
     params = R.init_params(cfg, seed=0, perturb_norms=True)
-    (tmp_path / "block.vmfb").write_bytes(iree_program.compile_iree(export_model(cfg, params)))
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    argv = ["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "w.safetensors"),
+            "--target", "iree", "-o", str(tmp_path / "block.vmfb")]
+    for extra, message in ((["--opset", "23"], "--opset: applies to --target onnx"),
+                           (["--functions"], "--functions: applies to --target onnx"),
+                           (["--max-positions", "8"], "--max-positions: applies to --target jax")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("odeattn export: ") and message in err and "\n" not in err
+    assert main(argv) == 0 and "IREE module for this CPU" in capsys.readouterr().out
     shutil.copy(iree_program.__file__, tmp_path)  # the deployer's copy of the runner: NumPy and IREE's runtime alone
     code = ("import sys, numpy as np; from iree_program import run_iree_block; "
             "np.save('z.npy', run_iree_block(open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy'))); "
             "assert not [m for m in sys.modules if m.split('.')[0] in ('odeattn', 'ode_ref', 'onnx', 'jax', 'torch')]")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     rng = np.random.default_rng(0)
-    for shape in ((2, 5, 8), (3, 9, 8)):
+    for shape in ((3, 5, 8), (1, 11, 8)):
         x, mask = rng.normal(size=shape), np.ones(shape[:2], bool)
         mask[0, :2] = False
         np.save(tmp_path / "x.npy", x.astype(np.float32))
