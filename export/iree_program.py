@@ -33,8 +33,9 @@ def compile_iree(model, *, target_cpu: str = "host") -> bytes:
 
 
 def _function(vmfb: bytes, threads: int | None = None):
-    """(the module's one exported function, its name): run by IREE's local-task driver (a pool of
-    threads, one per core), or with threads=1 by local-sync (on the calling thread)."""
+    """(the module's one exported function, its name): run with threads=1 by IREE's local-sync
+    driver (on the calling thread), else by local-task (a pool of a thread per core: IREE makes its
+    devices once per process, so no other count is taken)."""
     import iree.runtime as rt
 
     context = rt.SystemContext(config=rt.Config("local-sync" if threads == 1 else "local-task"))
@@ -68,4 +69,4 @@ def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
     function, _ = _function(vmfb)
     args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
     out = function(*args)
-    return np.asarray((out[-1] if isinstance(out, (tuple, list)) else out).to_host())
+    return np.asarray((out[0] if isinstance(out, (tuple, list)) else out).to_host())  # z: the model's first output

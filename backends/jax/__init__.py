@@ -7,10 +7,11 @@ structure and takes the rest as data, so changing these runs the program already
 
 - `ode_steps` (unless the trajectory is returned: its length is part of its shape; or the solver
   is gated, `rk2_gated`, whose solution is written with the step size);
-- `ode_solver` for another tableau with as many stages (`euler`; `midpoint`, `heun`, `ralston`,
-  `rk2`; `rk4`, `rk38`);
+- `ode_solver` for another tableau with as many stages (`euler`; `midpoint`, `heun`, `ralston`;
+  `rk4`, `rk38`);
 - the rotary and hope tables' fields: `rope_base`, `rope_scaling`, `sinusoidal_base`,
-  `sinusoidal_scale`, `hope_base`, `hope_damping`.
+  `sinusoidal_scale`, `hope_base`, `hope_damping` (not for a float16 or bfloat16 input: the
+  half-precision policy checks hope's range against them when the program is traced).
 
 Everything else compiles a program of its own: the shapes and dtypes of the inputs, whether a
 padding mask is given, the stage count, and every other field (the norm, the encoding and its

@@ -61,7 +61,7 @@ from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, symbolic
 from .positions import hope_table, rotary_table
-from .precision import COMPUTE, in_storage, under_policy
+from .precision import in_storage, under_policy
 from .rk import coefficients, rk_step
 
 
@@ -204,24 +204,26 @@ def runtime_steps(cfg: ODEConfig, return_trajectory: bool) -> bool:
     return not return_trajectory and not TABLEAUS[cfg.ode_solver].gated
 
 
-def shared_config(cfg: ODEConfig, steps_as_data: bool) -> ODEConfig:
+def shared_config(cfg: ODEConfig, steps_as_data: bool, tables_as_data: bool) -> ODEConfig:
     """The config a shared program is keyed by: cfg with its data fields at fixed values (the first
-    solver of the same stage count, one step, the default table fields)."""
+    solver of the same stage count; one step, where the steps are data; the default table fields,
+    where the tables are)."""
     tableau = TABLEAUS[cfg.ode_solver]
     solver = cfg.ode_solver if tableau.gated else next(
         name for name, t in TABLEAUS.items() if not t.gated and t.num_stages == tableau.num_stages)
-    return dataclasses.replace(cfg, ode_solver=solver, ode_steps=1 if steps_as_data else cfg.ode_steps,
-                               **{name: getattr(_DEFAULT, name) for name in TABLE_FIELDS})
+    tables = {name: getattr(_DEFAULT, name) for name in TABLE_FIELDS} if tables_as_data else {}
+    return dataclasses.replace(cfg, ode_solver=solver, ode_steps=1 if steps_as_data else cfg.ode_steps, **tables)
 
 
-def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool) -> dict:
+def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool, tables_as_data: bool) -> dict:
     """What a shared program reads in place of cfg's data fields, for an input of dtype and bound
-    tokens: the tableau's coefficients, the step count (None: static) and the tables (None: none),
-    as jax.Arrays."""
-    compute = COMPUTE if dtype in HALF_DTYPES else jnp.dtype(dtype)  # the policy's tables are float32
+    tokens: the tableau's coefficients, the step count (None: static) and the tables (None: none,
+    or made in the program), as jax.Arrays."""
+    compute = jnp.dtype(dtype)
     encoding = cfg.position_encoding
-    tables = (rotary_table(cfg, compute, bound) if encoding in ROTARY_ENCODINGS else
-              hope_table(cfg, cfg.layer_idx, compute, bound) if encoding == "hope" else None)
+    tables = None if not tables_as_data else (
+        rotary_table(cfg, compute, bound) if encoding in ROTARY_ENCODINGS else
+        hope_table(cfg, cfg.layer_idx, compute, bound) if encoding == "hope" else None)
     data = {"coefficients": coefficients(TABLEAUS[cfg.ode_solver], 1.0 / cfg.ode_steps, compute),
             "steps": np.int32(cfg.ode_steps) if steps_as_data else None, "tables": tables}
     return jax.tree_util.tree_map(jnp.asarray, data)
@@ -230,10 +232,13 @@ def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool) ->
 @functools.lru_cache(maxsize=256)
 def _shared(cfg: ODEConfig, dtype: str, bound: int, return_trajectory: bool, x64: bool) -> tuple:
     """(shared_config, runtime_data) of a call, kept for the next (x64: JAX's x64 mode, which sets
-    the times' float)."""
+    the times' float). A half input's tables stay in the program: the half-precision policy checks
+    hope's range against the config's own fields (precision.check_hope_range) while it is traced."""
     del x64  # a key only: coefficients reads the mode itself
-    steps_as_data = runtime_steps(cfg, return_trajectory)
-    return shared_config(cfg, steps_as_data), runtime_data(cfg, dtype, bound, steps_as_data)
+    steps_as_data, tables_as_data = runtime_steps(cfg, return_trajectory), dtype not in HALF_DTYPES
+    compute = "float32" if dtype in HALF_DTYPES else dtype  # the policy computes in float32 (precision.py)
+    return (shared_config(cfg, steps_as_data, tables_as_data),
+            runtime_data(cfg, compute, bound, steps_as_data, tables_as_data))
 
 
 def _traced(*trees) -> bool:
@@ -245,15 +250,17 @@ class BlockJit:
     SelfAttention, the program is keyed by shared_config: a change of solver (same stage count),
     step count or table field runs it again without compiling. Inside a trace (a caller's jit, grad
     or vmap), with a variant (which may read any field) or with checkpoint, the whole config is the
-    key, as in jax.jit(ode_block)."""
+    key, as in jax.jit(ode_block). It is called and lowered as a jax.jit function is; it has no
+    eval_shape or trace, and a shared program's lowering takes its data as one more argument."""
 
     def _route(self, params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint):
         """(the program, its arguments, its static arguments) for a call."""
         static = dict(attention=attention, return_trajectory=return_trajectory, return_f0=return_f0,
                       checkpoint=checkpoint)
-        if (attention is not None or checkpoint is True or _traced(params, x, padding_mask)
+        if (attention is not None or checkpoint or _traced(params, x, padding_mask)
                 or getattr(x, "ndim", None) != 3):  # not an input this path reads: the static one's checks say why
             return _static_program, (params, x, config, padding_mask), static
+        x = _as_jax(x, "x", _float_dtypes())  # a float64 x with x64 off refused, as ode_block refuses it
         shared, data = _shared(ODEConfig.from_any(config), dtype_name(x.dtype), x.shape[1], bool(return_trajectory),
                                jax.config.jax_enable_x64)
         return _shared_program, (params, x, shared, padding_mask), {**static, "data": data}

@@ -117,11 +117,19 @@ class BackendRef:
     shares_process: bool = False
 
 
+def installed(module: str) -> bool:
+    """Whether module (a dotted name too: its parent absent is the module absent) can be imported."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # find_spec imports a dotted name's parent first
+        return False
+
+
 def missing_requirements(name: str) -> list[str]:
     """The packages a built-in backend needs that are absent (not importable at all), and what a
     JavaScript worker lacks (Node.js, its npm packages)."""
     built = BUILTIN[name]
-    missing = [m for m in built.requires if importlib.util.find_spec(m) is None]
+    missing = [m for m in built.requires if not installed(m)]
     return missing + (external.missing_js(built.npm) if built.npm else [])
 
 

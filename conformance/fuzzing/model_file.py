@@ -107,7 +107,8 @@ def check_file_config(model, config, runtime: str) -> None:
     """ValueError (one line) where the file cannot be judged against config in runtime: its own
     stored config (export's metadata) differs from config, which would read as a divergence of
     the runtime; or it is a Loop form with a stored steps default run by OpenVINO or IREE, which fold
-    the default into a constant and drop the steps input, so the file runs ode_steps whatever is fed."""
+    the default into a constant and drop the steps input, so the file runs ode_steps whatever is fed;
+    or, run by IREE, a form it does not compile (local functions, opset 23's Attention)."""
     import json
 
     props = {p.key: p.value for p in model.metadata_props}
@@ -117,6 +118,12 @@ def check_file_config(model, config, runtime: str) -> None:
             differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
                       if getattr(config, k) != getattr(stored, k)]
             raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
+    if runtime == "iree" and model.functions:
+        raise ValueError("--model: a file with ONNX local functions (--functions), which IREE's ONNX importer does not "
+                         "take; expected the default form")
+    if runtime == "iree" and any(n.op_type == "Attention" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        raise ValueError("--model: opset 23's Attention, which IREE 3.13 does not compile; expected the default form "
+                         "(opset 17)")
     if runtime in FOLDS_STEPS and "steps" in {t.name for t in model.graph.initializer}:
         name = {"openvino": "OpenVINO", "iree": "IREE"}[runtime]
         raise ValueError(f"--model: a Loop form with a stored steps default, which {name} folds into a constant (its "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import sys
@@ -142,14 +141,16 @@ def _explain(parser, given, message: str):
 # a missing module -> the extra that installs it
 EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "optax": "flax",
           "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "openvino": "openvino",
-          "iree.compiler": "iree", "iree.runtime": "iree",
+          "iree": "iree", "iree.compiler": "iree", "iree.runtime": "iree",
           "matplotlib": "bench", "safetensors": "conformance", "tqdm": "conformance", "jsonschema": "conformance"}
 
 
 def require(module: str) -> None:
     """ModuleNotFoundError naming `module` unless it is installed (main() then names the extra that
     installs it): an optional dependency checked, not imported, before any work starts."""
-    if importlib.util.find_spec(module) is None:
+    from odeattn.conformance.adapters import installed
+
+    if not installed(module):
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 

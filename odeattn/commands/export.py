@@ -398,8 +398,9 @@ def _other_target(args, form: str) -> None:
 
 def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8) -> str:
     """The check as ONNX's (export.deploy.check_against_spec): z(1) of run(x, mask) on 2 x seq
-    tokens, the second row padded after 5, against the spec in float64, within float32's
-    tolerance for this block, or CommandFailed and nothing written; then blob written to -o.
+    tokens, the second row padded after 5, then the same batch padded on the left, against the
+    spec in float64, within float32's tolerance for this block (the smaller of the two), or
+    CommandFailed and nothing written; then blob written to -o.
     run None: no check here (the jax target lowered for no CPU). The check's words for the report."""
     import numpy as np
 
@@ -408,16 +409,20 @@ def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8) -> st
     from odeattn.export import check_batch
 
     x, mask = check_batch(config.hidden_size, seq, padded=not args.no_padding_mask)
-    want = R.ode_block(params, x, config, mask)
-    allowed = tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, mask), want), "float32")
-    err = None if run is None else relative_error(run(x.astype(np.float32), mask), want)
+    masks = [mask] if args.no_padding_mask else [mask, mask[:, ::-1].copy()]  # the padding on the right, then the left
+    wants = [R.ode_block(params, x, config, m) for m in masks]
+    allowed = min(tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, m), want), "float32")
+                  for m, want in zip(masks, wants))
+    err = None if run is None else float(np.max([relative_error(run(x.astype(np.float32), m), want)  # NaN kept
+                                                 for m, want in zip(masks, wants)]))
     if err is not None and not err <= allowed:  # NaN too: the file would be no model of the spec
         raise CommandFailed(f"--target {args.target}: the artifact's check against ode_ref (float64) gives a relative "
                             f"error of {err:.2e}, over float32's tolerance {allowed:.1e} for this block; "
                             f"{args.output} not written")
     with replacing(args.output) as tmp:
         tmp.write_bytes(blob)
-    return (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}): {err:.2e}" if err is not None
+    padded = "" if args.no_padding_mask else ", padded on each side"
+    return (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}{padded}): {err:.2e}" if err is not None
             else "not run here (no cpu among its platforms)")
 
 

@@ -17,12 +17,11 @@ import pytest
 pytest.importorskip("jax")
 
 # dtype -> the cases whose outputs SUITE_XLA_FLAGS change in it, measured by benchmarks/xla_options.py
-# (float32: 28 of 348 outputs, at most 3.0e-7 of the output's largest entry; float64: 32 of 348,
-# 5.6e-16; bfloat16: none of 205): BitLinear's quantisation and the gradients' sums, rounded in
+# (float32: 27 of 362 outputs, at most 3.0e-7 of the output's largest entry; float64: 32 of 362,
+# 5.6e-16; bfloat16: none of 219): BitLinear's quantisation and the gradients' sums, rounded in
 # another order.
 CHANGED = {
-    "float32": ["block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6",
-                "block_dynamic_tanh_ralston_decoder_bitnet_nopad_s4_b2t5h2d8",
+    "float32": ["block_dynamic_tanh_ralston_decoder_bitnet_nopad_s4_b2t5h2d8",
                 "block_dynamic_tanh_rk4_decoder_bitnet_pad_s5_b2t5h2d8",
                 "block_large_magnitude_layer_norm_bitnet_decoder",
                 "block_rms_norm_heun_decoder_bitnet_pad_s3_b1t9h4d16",

@@ -18,9 +18,9 @@ def test_the_iree_backend_passes_a_cached_decoding_case():
     assert main(["conformance", "--backend", "iree", "-k", "^decode_rk4_layer_norm_rope_pad$"]) == 0
 
 
-def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path, capsys):
-    """`odeattn export --target iree` writes a .vmfb checked against the spec, refusing the ONNX
-    file's options in one line; the module keeps the file's dynamic batch and sequence: a fresh
+def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path, capsys, monkeypatch):
+    """`odeattn export --target iree` writes a .vmfb checked against the spec (a batch padded on
+    the right, then on the left), refusing the ONNX file's options in one line; the module keeps the file's dynamic batch and sequence: a fresh
     process that imports only NumPy and IREE's runtime gives z(1) within the suite's float32 rule
     at two shapes, neither the check's."""
     import json
@@ -44,6 +44,11 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("odeattn export: ") and message in err and "\n" not in err
+    run = iree_program.run_iree_block  # a module off by 1e-3 where a row is padded on the left: exit 1, nothing written
+    monkeypatch.setattr(iree_program, "run_iree_block", lambda b, x, m: run(b, x, m) * (1.001 if not m[:, 0].all() else 1))
+    assert main(argv) == 1 and not (tmp_path / "block.vmfb").exists()
+    assert "over float32's tolerance" in capsys.readouterr().err
+    monkeypatch.setattr(iree_program, "run_iree_block", run)
     assert main(argv) == 0 and "IREE module for this CPU" in capsys.readouterr().out
     shutil.copy(iree_program.__file__, tmp_path)  # the deployer's copy of the runner: NumPy and IREE's runtime alone
     code = ("import sys, numpy as np; from iree_program import run_iree_block; "
@@ -62,9 +67,10 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
         assert relative_error(np.load(tmp_path / "z.npy"), want) <= tolerance(spec32, "float32"), shape
 
 
-def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_path):
-    """fuzz --model --runtime iree: the file compiled once for this CPU, its drawn inputs judged
-    against the spec; the report names IREE's runtime and its installed version."""
+def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_path, capsys):
+    """fuzz --model --runtime iree: the forms IREE does not compile refused in one line; the file
+    compiled once for this CPU, its drawn inputs judged against the spec; the report names IREE's
+    runtime and its installed version."""
     import importlib.metadata
     import json
 
@@ -77,8 +83,13 @@ def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_
     (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
     save_file(params, str(tmp_path / "w.safetensors"))
     (tmp_path / "block.onnx").write_bytes(export_model(cfg, params).SerializeToString())
-    assert main(["conformance", "fuzz", "--model", str(tmp_path / "block.onnx"), "--config", str(tmp_path / "c.json"),
-                 "--weights", str(tmp_path / "w.safetensors"), "--runtime", "iree", "--examples", "3",
-                 "--repro", str(tmp_path / "repro"), "--json", str(tmp_path / "r.json")]) == 0
+    argv = ["conformance", "fuzz", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
+            "--runtime", "iree", "--examples", "3", "--repro", str(tmp_path / "repro")]
+    for form, message in (({"functions": True}, "a file with ONNX local functions"), ({"opset": 23}, "opset 23's Attention")):
+        (tmp_path / "form.onnx").write_bytes(export_model(cfg, params, **form).SerializeToString())
+        assert main([*argv, "--model", str(tmp_path / "form.onnx")]) == 2  # one line, before IREE compiles anything
+        line, = capsys.readouterr().err.strip().splitlines()
+        assert message in line, line
+    assert main([*argv, "--model", str(tmp_path / "block.onnx"), "--json", str(tmp_path / "r.json")]) == 0
     artifact = json.loads((tmp_path / "r.json").read_text())["artifact"]
     assert (artifact["runtime"], artifact["runtime_version"]) == ("iree", importlib.metadata.version("iree-base-runtime"))

@@ -189,6 +189,38 @@ def test_a_change_of_steps_solver_or_table_field_compiles_nothing(config, change
     assert relative_error(np.asarray(got), R.ode_block(params, x, changed, mask)) <= 1e-12
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_shared_program_s_trajectory_is_the_static_program_s_bit_for_bit(dtype):
+    """The conformance adapter's call (trajectory and f0) through the shared program on golden
+    cases of a rotary, a hope and a gated config: the static program's bits (the data are the
+    constants it held), in float32 and under the bfloat16 policy."""
+    import ml_dtypes
+
+    names = ("block_pos_hope_encoder_ssmax_pad_layer_norm_midpoint_b2t5h2d8", "block_rope_decoder_bitnet_pad",
+             "block_layer_norm_rk2_gated_encoder_float_nopad_s4_b2t4h1d10")
+    store = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
+    for case in (c for c in CASES if c.name in names):
+        params, x = {k: v.astype(store) for k, v in case.params.items()}, case.x.astype(store)
+        got = J.ode_block_jit(params, x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
+        want = J.block._static_program(params, x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
+        assert all(np.asarray(g).tobytes() == np.asarray(w).tobytes() for g, w in zip(got, want)), case.name
+
+
+def test_float16_hope_is_checked_against_the_config_s_own_fields():
+    """Under the half-precision policy the tables stay in the program, so its range check reads the
+    call's hope fields: a config ode_block refuses in float16 is refused, one it takes is taken."""
+    x = np.random.default_rng(0).normal(size=(1, 16, 8)).astype(np.float16)
+    for fields, refused in (({"hope_damping": 0.0, "layer_idx": 14}, True), ({"hope_damping": 0.1}, False)):
+        cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_use_pe=True, positional_encoding="hope", **fields)
+        params = {k: v.astype(np.float16) for k, v in R.init_params(cfg).items()}
+        for block in (J.ode_block, J.ode_block_jit):
+            if refused:
+                with pytest.raises(ValueError, match="hope"):
+                    block(params, x, cfg)
+            else:
+                assert np.isfinite(np.asarray(block(params, x, cfg), np.float32)).all()
+
+
 def test_jit_inside_a_trace_keeps_the_config_static_and_differentiates(x64):
     """Under jax.grad the step loop must be a scan: ode_block_jit on traced arrays is jax.jit(ode_block)."""
     params = R.init_params(ROPE, seed=1)
