@@ -10,6 +10,7 @@ and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import contextlib
 import json
 import os
@@ -148,9 +149,11 @@ EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "opta
 def require(module: str) -> None:
     """ModuleNotFoundError naming `module` unless it is installed (main() then names the extra that
     installs it): an optional dependency checked, not imported, before any work starts."""
-    from odeattn.conformance.adapters import installed
-
-    if not installed(module):
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent is absent
+        found = False
+    if not found:
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
