@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 def compile_iree(model, *, target_cpu: str = "host") -> bytes:
     """A .vmfb of model (an onnx.ModelProto; shapes inferred, then imported by IREE's ONNX
     importer), compiled by iree-compile for the CPU target_cpu."""
@@ -33,7 +34,7 @@ def compile_iree(model, *, target_cpu: str = "host") -> bytes:
 
 
 def _function(vmfb: bytes, threads: int | None = None):
-    """(the module's one exported function, its name): run with threads=1 by IREE's local-sync
+    """The module's one exported function: run with threads=1 by IREE's local-sync
     driver (on the calling thread), else by local-task (a pool of a thread per core: IREE makes its
     devices once per process, so no other count is taken)."""
     import iree.runtime as rt
@@ -44,17 +45,21 @@ def _function(vmfb: bytes, threads: int | None = None):
     names = [n for n in module.vm_module.function_names if not n.startswith("__") and not n.endswith("$async")]
     if len(names) != 1:
         raise ValueError(f"vmfb: expected a module with one function (a model compiled by compile_iree); got {names}")
-    return module[names[0]], names[0]
+    return module[names[0]]
+
+
+def _results(out) -> tuple:
+    """A function's results as a tuple (IREE returns one result bare)."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def iree_runner(vmfb: bytes, inputs: list[str], outputs: list[str], *, threads: int | None = None):
     """feed -> {output name: array}: the module's function called with feed's arrays in the order
     of inputs (the model's input names), its results named by outputs (the model's output names)."""
-    function, _ = _function(vmfb, threads)
+    function = _function(vmfb, threads)
 
     def run(feed):
-        out = function(*(np.asarray(feed[name], order="C") for name in inputs))  # ascontiguousarray makes a scalar 1-d
-        out = out if isinstance(out, (tuple, list)) else (out,)
+        out = _results(function(*(np.asarray(feed[name], order="C") for name in inputs)))  # ascontiguousarray makes a scalar 1-d
         if len(out) != len(outputs):
             raise RuntimeError(f"IREE returned {len(out)} outputs of the model's {len(outputs)} ({', '.join(outputs)})")
         return {name: np.asarray(a.to_host()) for name, a in zip(outputs, out)}
@@ -66,7 +71,5 @@ def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
     """z(1) of a block module (compile_iree of export_model's block) on x, through IREE's runtime
     alone: called with x, and padding_mask where given (a model exported with the mask input takes
     it, every token real or not; one exported without it takes x alone)."""
-    function, _ = _function(vmfb)
     args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
-    out = function(*args)
-    return np.asarray((out[0] if isinstance(out, (tuple, list)) else out).to_host())  # z: the model's first output
+    return np.asarray(_results(_function(vmfb)(*args))[0].to_host())  # z: the model's first output

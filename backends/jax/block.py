@@ -146,7 +146,8 @@ def ode_block(params, x, config, padding_mask=None, *, attention=None, return_tr
     return _block(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint)
 
 
-def _block(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint, data=None):
+def _block(params, x, config, padding_mask=None, attention=None, return_trajectory=False, return_f0=False,
+           checkpoint=False, data=None):
     """ode_block; data: a shared program's runtime data (runtime_data), read in place of the
     config's solver coefficients, step count and tables."""
     check_flag("checkpoint", checkpoint)
@@ -185,8 +186,8 @@ def _block(params, x, config, padding_mask, attention, return_trajectory, return
 jax.tree_util.register_static(ODEConfig)
 
 STATIC_ARGNAMES = ("config", "attention", "return_trajectory", "return_f0", "checkpoint")
-_static_program = jax.jit(ode_block, static_argnames=STATIC_ARGNAMES)
-_shared_program = jax.jit(_block, static_argnames=STATIC_ARGNAMES)
+# one jit for both keys: data None, the whole config static (jax.jit(ode_block)); data given, a shared program
+_program = jax.jit(_block, static_argnames=STATIC_ARGNAMES)
 
 # ---- configs that share a program ----------------------------------------------------------------
 # ode_block_jit on concrete arrays takes these as data, not as part of the program's key, so a change
@@ -254,37 +255,34 @@ class BlockJit:
     eval_shape or trace, and a shared program's lowering takes its data as one more argument."""
 
     def _route(self, params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint):
-        """(the program, its arguments, its static arguments) for a call."""
+        """(the program's arguments, its static arguments and data) for a call."""
         static = dict(attention=attention, return_trajectory=return_trajectory, return_f0=return_f0,
                       checkpoint=checkpoint)
         if (attention is not None or checkpoint or _traced(params, x, padding_mask)
                 or getattr(x, "ndim", None) != 3):  # not an input this path reads: the static one's checks say why
-            return _static_program, (params, x, config, padding_mask), static
+            return (params, x, config, padding_mask), static
         x = _as_jax(x, "x", _float_dtypes())  # a float64 x with x64 off refused, as ode_block refuses it
         shared, data = _shared(ODEConfig.from_any(config), dtype_name(x.dtype), x.shape[1], bool(return_trajectory),
                                jax.config.jax_enable_x64)
-        return _shared_program, (params, x, shared, padding_mask), {**static, "data": data}
+        return (params, x, shared, padding_mask), {**static, "data": data}
 
     def __call__(self, params, x, config, padding_mask=None, *, attention=None, return_trajectory=False,
                  return_f0=False, checkpoint=False):
-        program, args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0,
-                                            checkpoint)
-        return program(*args, **kwargs)
+        args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint)
+        return _program(*args, **kwargs)
 
     def lower(self, params, x, config, padding_mask=None, *, attention=None, return_trajectory=False,
               return_f0=False, checkpoint=False):
         """The call's program lowered (jax.jit's lower)."""
-        program, args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0,
-                                            checkpoint)
-        return program.lower(*args, **kwargs)
+        args, kwargs = self._route(params, x, config, padding_mask, attention, return_trajectory, return_f0, checkpoint)
+        return _program.lower(*args, **kwargs)
 
     def _cache_size(self) -> int:
-        """The programs compiled in this process (jax.jit's _cache_size, both kinds)."""
-        return _static_program._cache_size() + _shared_program._cache_size()
+        """The programs compiled in this process (jax.jit's _cache_size)."""
+        return _program._cache_size()
 
     def _clear_cache(self) -> None:
-        _static_program._clear_cache()
-        _shared_program._clear_cache()
+        _program._clear_cache()
 
 
 ode_block_jit = BlockJit()

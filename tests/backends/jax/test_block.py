@@ -202,7 +202,7 @@ def test_the_shared_program_s_trajectory_is_the_static_program_s_bit_for_bit(dty
     for case in (c for c in CASES if c.name in names):
         params, x = {k: v.astype(store) for k, v in case.params.items()}, case.x.astype(store)
         got = J.ode_block_jit(params, x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
-        want = J.block._static_program(params, x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
+        want = J.block._program(params, x, case.config, case.padding_mask, return_trajectory=True, return_f0=True)
         assert all(np.asarray(g).tobytes() == np.asarray(w).tobytes() for g, w in zip(got, want)), case.name
 
 
