@@ -119,30 +119,33 @@ def _mb(value) -> str:
 
 def markdown_bench(result: dict) -> str:
     """The main table, the long-context table, the scaling lines and the targets of a bench run."""
-    out = [f"Threads {result['threads']}; {result['solver']} × {result['steps']} steps, float32 unless f64; "
+    out = [("Measured on " + ", ".join(result["machine"].values()) + ". " if result.get("machine") else "")
+           + f"Threads {result['threads']}; {result['solver']} × {result['steps']} steps, float32 unless f64; "
            f"{result['repeats']} interleaved rounds, bursts of about {result['burst_s']} s; ratios paired per round.", ""]
     for peak in result.get("peaks", []):
         sizes = list(dict.fromkeys(k["size"] for k in peak["kernels"]))
         got = {(k["library"], k["size"]): k["gflops"] for k in peak["kernels"]}
         libs = list(dict.fromkeys(k["library"] for k in peak["kernels"]))
+        lim = peak.get("limit")
         out.append(f"Float32 matmul GFLOP/s, shape {peak['shape']} (median over rounds; m × k × n); "
-                   f"the peak per round: median {statistics.median(peak['round_gflops']):.1f} GFLOP/s.")
+                   f"the peak per round: median {statistics.median(peak['round_gflops']):.1f} GFLOP/s"
+                   + (f", reached by {lim['library']} in {lim['rounds']} of {lim['of']} rounds." if lim else "."))
         out.append("")
         out += _table(["library", *sizes], [[lib, *(f"{got[lib, s]:.1f}" for s in sizes)] for lib in libs])
     rows = []
     for r in result["paths"]:
         if "skipped" in r:
-            rows.append([r["shape"], r["path"], "skipped: " + r["skipped"], *["-"] * 9])
+            rows.append([r["shape"], r["path"], "skipped: " + r["skipped"], *["-"] * 10])
             continue
         mem = r.get("memory") or {}
         vs = r.get("vs_plain")
         rows.append([r["shape"], r["path"], f"{r['median_s'] * 1e3:.2f}", f"{r['min_s'] * 1e3:.2f}",
                      f"{r['setup_s'] + r['first_call_s']:.2f}", f"{r['gflops']:.1f}",
-                     f"{100 * r['peak_fraction']:.1f}%" if r.get("peak_fraction") is not None else "-",
+                     *(f"{100 * r[k]:.1f}%" if r.get(k) is not None else "-" for k in ("peak_fraction", "products_fraction")),
                      f"{vs['median']:.2f}x ({vs['min']:.2f}..{vs['max']:.2f})" if vs else "-",
                      _mb(mem.get("peak_rss_bytes")), _mb(mem.get("live_tensor_bytes")),
                      f"{r['file_bytes'] / 1e3:.1f}" if r.get("file_bytes") else "-", f"{r['max_rel_error']:.2e}"])
-    out += _table(["shape", "path", "median ms", "min ms", "setup+first s", "GFLOP/s", "% peak", "vs plain (min..max)",
+    out += _table(["shape", "path", "median ms", "min ms", "setup+first s", "GFLOP/s", "% peak", "% products", "vs plain (min..max)",
                    "peak MB", "live MB", "file kB", "max err"], rows)
     long = result.get("long_context")
     if long:

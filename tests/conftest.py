@@ -73,7 +73,7 @@ def builtin_adapter():
 # JAX's float32 and float64 parts take longest, then its bfloat16, torch, onnxruntime): they start
 # in this order, so the shortest end the job.
 MAIN_JOB = {**{f"jax-{d}": (["jax"], [d]) for d in ("float32", "float64", "bfloat16")},
-            "torch": (["torch"], []), "onnxruntime": (["onnxruntime"], []),
+            "torch": (["torch", "torch-onednn"], []), "onnxruntime": (["onnxruntime"], []),
             "onnx-other": (["onnxruntime-opset23", "onnxruntime-integer", "onnxruntime-loop", "onnxruntime-loop-other-steps",
                             "onnx-reference"], []), "spec": (["spec"], [])}
 

@@ -50,6 +50,7 @@ from ode_ref.config import BIAS_ENCODINGS, PAPE_ENCODINGS
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, encoder_shapes
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
+from .gemm import PackCache, runs_onednn
 from .norms import Norm
 from . import positions as P
 from .positions import PosEncoder, rope_cos_sin
@@ -116,6 +117,7 @@ class SelfAttention(spec.SelfAttention, nn.Module):
         self.out_proj = linear_cls(self.dim, self.dim)
         self.norm = Norm(cfg.norm_type, self.dim)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.gemm, self._packed = "auto", PackCache()  # the projections' GEMM in inference (gemm.py)
         if encoder_shapes(cfg):  # the seed's encoder parameters, under its names (pos_encoder.X)
             self.pos_encoder = PosEncoder(cfg)
 
@@ -137,8 +139,12 @@ class SelfAttention(spec.SelfAttention, nn.Module):
             )
 
     def weights(self, params, x):
-        """The module's own parameters (params is None): already in x's dtype, checked above."""
-        return self.qkv.weight, self.out_proj.weight, dict(self._modules["norm"].named_parameters())
+        """The module's own parameters (params is None): already in x's dtype, checked above; the
+        projections' weights packed for oneDNN where it runs them (gemm.py)."""
+        qkv, out_proj = self.qkv.weight, self.out_proj.weight
+        if eager() and not self.config.use_bitnet and runs_onednn(self.gemm, qkv, x):
+            qkv, out_proj = self._packed("qkv", qkv), self._packed("out_proj", out_proj)
+        return qkv, out_proj, dict(self._modules["norm"].named_parameters())
 
     def encoder_weights(self, params, x):
         """The encoder's own parameters by short name ('ab.weight', 'ssmax.s', ...)."""

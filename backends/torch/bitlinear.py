@@ -11,6 +11,7 @@ from torch import nn
 
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS
 
+from .gemm import Packed, onednn_linear
 from .norms import layer_norm
 
 
@@ -46,7 +47,8 @@ def bitlinear(x, w_q):
 
 
 def linear(x, w):
-    return x @ w.transpose(-1, -2)
+    """x @ w.T; through oneDNN where the block packed w for it (gemm.py: float32 inference)."""
+    return onednn_linear(x, w) if isinstance(w, Packed) else x @ w.transpose(-1, -2)
 
 
 class BitLinear(nn.Linear):

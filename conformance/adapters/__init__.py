@@ -38,7 +38,7 @@ from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
 from .protocol import REQUIRED
 from .spec import SpecAdapter
-from .torch import TorchAdapter
+from .torch import TorchAdapter, TorchOneDnnAdapter
 
 ENTRY_POINT_GROUP = "odeattn.backends"
 
@@ -65,6 +65,7 @@ _JS_SLOW = "each case's model exported, sent to Node.js and run there (20 to 90 
 BUILTIN = {
     "spec": Builtin.of(SpecAdapter),
     "torch": Builtin.of(TorchAdapter, ("torch",)),
+    "torch-onednn": Builtin.of(TorchOneDnnAdapter, ("torch",)),
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
     "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax"),
                        "the Flax modules over the jax port, every case compiled once more (minutes cold)"),

@@ -32,8 +32,12 @@ class TorchAdapter:
     def supports(self, config, dtype) -> Optional[str]:
         return None
 
-    def _block(self, config, params, dtype):
-        return self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype))
+    def _module(self, module):
+        """A module as this backend runs it: the port's own (its GEMM by the rule, gemm.py)."""
+        return module
+
+    def _block(self, config, params, dtype, **kw):
+        return self._module(self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype), **kw))
 
     def _tensors(self, x, padding_mask):
         """x (NumPy, in the row's dtype) as a tensor of that dtype: a bfloat16 array through float32,
@@ -95,7 +99,7 @@ class TorchAdapter:
     def run_lm(self, config, params, ids, attention_mask, dtype):
         """The ODELanguageModel module in evaluation mode, the case's parameters loaded strict."""
         torch = self.torch
-        model = self.port.ODELanguageModel.from_params(config, params, dtype=getattr(torch, dtype))
+        model = self._module(self.port.ODELanguageModel.from_params(config, params, dtype=getattr(torch, dtype)))
         with torch.no_grad():
             mask = None if attention_mask is None else torch.from_numpy(attention_mask)
             return model(torch.from_numpy(ids), mask).numpy()
@@ -107,6 +111,23 @@ class TorchAdapter:
         attention = recording(SelfAttention)(config)
         x, mask = self._tensors(x, padding_mask)
         with self.torch.no_grad():
-            block = self.port.ODEAttentionBlock.from_params(config, params, dtype=getattr(self.torch, dtype), ode_func=attention)
+            block = self._block(config, params, dtype, ode_func=attention)
             block.ode_func(0.0, x, padding_mask=mask)
         return {k: self._array(v, dtype) for k, v in type(attention).store.items()}
+
+
+class TorchOneDnnAdapter(TorchAdapter):
+    """The torch port with its projections through oneDNN, as the rule runs them on AMD CPUs
+    (backends/torch/gemm.py): proven on any machine whose torch has oneDNN. float32 alone, the
+    one dtype the rule touches; its gradient rows run torch's matmul, as training does."""
+
+    name = "torch-onednn"
+    dtypes = ("float32",)
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return None if self.torch.backends.mkldnn.is_available() else "this torch was built without oneDNN"
+
+    def _module(self, module):
+        from odeattn.backends.torch.gemm import use_gemm
+
+        return use_gemm(module, "onednn")

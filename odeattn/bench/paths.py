@@ -56,7 +56,8 @@ def _setup_spec(name, config, params, x, threads):
 
 
 def setup_torch(name, config, params, x, threads):
-    """torch-plain, torch-eager or torch-compile: (forward under no_grad, None)."""
+    """torch-plain, torch-eager (the GEMM by the port's rule), torch-onednn (its projections forced
+    through oneDNN) or torch-compile: (forward under no_grad, None)."""
     import torch
 
     from odeattn.backends.torch import ODEAttentionBlock
@@ -66,6 +67,12 @@ def setup_torch(name, config, params, x, threads):
         fn = plain_torch_block(config, params)
     else:
         block = ODEAttentionBlock.from_params(config, params)
+        if name == "torch-onednn":
+            from odeattn.backends.torch.gemm import use_gemm
+
+            if not torch.backends.mkldnn.is_available():
+                raise Skip("this torch has no oneDNN")
+            use_gemm(block, "onednn")
         fn = torch.compile(block, fullgraph=True) if name == "torch-compile" else block
     xt = torch.from_numpy(x.astype(np.float32))
 
@@ -132,6 +139,7 @@ PATH_SPECS = {
     "spec-f32": PathSpec(_setup_spec, long_context=_SPEC_LONG.format(2.1)),
     TORCH_PLAIN: PathSpec(setup_torch, _TORCH, _prime_torch, live_bytes=True),
     "torch-eager": PathSpec(setup_torch, _TORCH, _prime_torch, live_bytes=True),
+    "torch-onednn": PathSpec(setup_torch, _TORCH, _prime_torch, live_bytes=True),
     "torch-compile": PathSpec(setup_torch, _TORCH, _prime_torch),
     "jax-jit": PathSpec(_setup_jax, ("jax", "odeattn.backends.jax"), _prime_jax),
     "ort-opset17": PathSpec(_setup_ort, _ORT, _prime_ort),

@@ -8,12 +8,24 @@ here are built and run through one function, _ort_session.
 
 from __future__ import annotations
 
+import operator
 from typing import Callable
 
 import numpy as np
 
 
-PEAK_LIBS = ("torch.mm", "numpy", "ort MatMul")  # the peak; "xla dot" is timed beside it, apart
+PEAK_LIBS = ("torch.mm", "onednn", "numpy", "ort MatMul", "xla dot")  # every float32 GEMM the limit takes
+
+
+def _onednn_linear(torch, w_t):
+    """A float32 x -> x @ w_t through oneDNN, w_t packed once (the torch port's inference GEMM on
+    AMD CPUs: backends/torch/gemm.py); None where this torch has no oneDNN."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    from odeattn.backends.torch.gemm import PackCache, onednn_linear
+
+    packed = PackCache()("w", w_t.T.contiguous())
+    return lambda x: onednn_linear(x, packed)
 
 
 def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
@@ -29,6 +41,11 @@ def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
             torch.set_num_threads(threads)
             ta, tb = torch.from_numpy(a), torch.from_numpy(b)
             out.append(("torch.mm", (m, k, n), lambda ta=ta, tb=tb: torch.mm(ta, tb)))
+            onednn = _onednn_linear(torch, tb)
+            if onednn is None:
+                log("  peak: oneDNN skipped (this torch has none)")
+            else:
+                out.append(("onednn", (m, k, n), lambda ta=ta, onednn=onednn: onednn(ta)))
         except ImportError as err:
             log(f"  peak: torch.mm skipped ({err})")
         try:
@@ -52,10 +69,10 @@ def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
     return out
 
 
-PRODUCT_LIBS = ("torch", "numpy", "ort", "xla")
+PRODUCT_LIBS = ("torch", "onednn", "numpy", "ort", "xla")
 
 
-def product_chain(h, q, a, w_qkv, kt, v, w_out, evaluations: int):
+def product_chain(h, q, a, w_qkv, kt, v, w_out, evaluations: int, project=operator.matmul):
     """The block's float32 matrix products over a forward, and nothing else: per evaluation the qkv
     projection h @ w_qkv (B T, D) x (D, 3 D), the output projection h @ w_out (B T, D) x (D, D),
     the scores q @ kt (B H, T, d_h) x (B H, d_h, T) and the weighted values a @ v (B H, T, T) x
@@ -63,12 +80,12 @@ def product_chain(h, q, a, w_qkv, kt, v, w_out, evaluations: int):
     (h from h @ w_out, q from a @ v, a from q @ kt; the qkv projections summed), so no runtime can
     merge or drop a repeated product, and only the last ones are returned. The scores are written
     out, as the plain block and the opset 17 export do (JAX too, below 4 MiB of them). The same code for NumPy, torch and
-    traced JAX arrays (`@` and `+`)."""
+    traced JAX arrays (`@` and `+`); project(h, w) computes the two projections (oneDNN's: w packed)."""
     total = None
     for _ in range(evaluations):
-        qkv = h @ w_qkv
+        qkv = project(h, w_qkv)
         total = qkv if total is None else total + qkv
-        q, a, h = a @ v, q @ kt, h @ w_out
+        q, a, h = a @ v, q @ kt, project(h, w_out)
     return h, q, a, total
 
 
@@ -183,6 +200,12 @@ def product_kernels(shape, evaluations: int, threads: int, log) -> list[tuple[st
         torch.set_num_threads(threads)
         targs = [torch.from_numpy(x) for x in args]
         out.append(("torch", lambda: product_chain(*targs, evaluations)))
+        w_qkv, w_out = (_onednn_linear(torch, targs[CHAIN_ARGS.index(k)]) for k in ("w_qkv", "w_out"))
+        if w_qkv is None:
+            log("  products: oneDNN skipped (this torch has none)")
+        else:  # the projections through oneDNN, the batched products through torch, as the port runs them
+            packed = [w_qkv if k == "w_qkv" else w_out if k == "w_out" else t for k, t in zip(CHAIN_ARGS, targs)]
+            out.append(("onednn", lambda: product_chain(*packed, evaluations, project=lambda h, w: w(h))))
     except ImportError as err:
         log(f"  products: torch skipped ({err})")
     try:

@@ -9,6 +9,7 @@ import statistics
 import time
 
 import ode_ref as R
+from odeattn.backends.cpu import cpu_info
 
 from .memory import long_context_table, memory_table
 from .paths import LONG_SHAPE, PATH_SPECS, SHAPES, TORCH_PLAIN, Skip, flops, path_inputs, to_numpy
@@ -81,9 +82,23 @@ def _round_peak(matmuls: list[Timed], libs) -> list[float]:
     return [max(col) for col in zip(*per_kernel)] if per_kernel else []
 
 
-def _fill_rows(rows, entries: list[Timed], peak, xla, burst_s: float) -> None:
-    """Each timed row's times, GFLOP/s, and its ratios paired per round (% peak, vs plain)."""
+def _limit(matmuls: list[Timed], peak: list[float]) -> dict | None:
+    """The limit, the median of the rounds' peaks, and the library whose matmul reached a round's
+    peak in most rounds (the first of PEAK_LIBS' order on a tie), with how many."""
+    if not peak:
+        return None
+    best = [max((k for k in matmuls if k.name.rsplit(" ", 1)[0] in PEAK_LIBS), key=lambda k: k.flop / round_medians(k)[i])
+            for i in range(len(peak))]
+    libs = [k.name.rsplit(" ", 1)[0] for k in best]
+    lib = max(PEAK_LIBS, key=libs.count)
+    return {"gflops": statistics.median(peak), "library": lib, "rounds": libs.count(lib), "of": len(libs)}
+
+
+def _fill_rows(rows, entries: list[Timed], peak, xla, products, burst_s: float) -> None:
+    """Each timed row's times, GFLOP/s, and its ratios paired per round (% peak, % of the products
+    alone in the fastest library of that round, vs plain)."""
     timed = {e.name: e for e in entries}
+    alone = [min(col) for col in zip(*(round_medians(k) for k in products.values()))]
     plain = round_medians(timed[TORCH_PLAIN]) if TORCH_PLAIN in timed else None
     for row in rows:
         e = timed.get(row["path"])
@@ -95,6 +110,7 @@ def _fill_rows(rows, entries: list[Timed], peak, xla, burst_s: float) -> None:
                    burst=e.burst(burst_s), gflop=e.flop / 1e9, gflops=e.flop / statistics.median(med) / 1e9,
                    peak_fraction=statistics.median(g / p for g, p in zip(gflops, peak)) if peak else None,
                    xla_fraction=statistics.median(g / p for g, p in zip(gflops, xla)) if xla else None,
+                   products_fraction=statistics.median(a / t for a, t in zip(alone, med)) if alone else None,
                    vs_plain=spread([p / t for p, t in zip(plain, med)]) if plain and not row["use_bitnet"] else None)
 
 
@@ -111,10 +127,11 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
     log(f"  {label}: {repeats} rounds of {len(entries)} paths and {len(kernels)} matmuls and products...")
     interleave(entries + kernels, repeats, burst_s)
     peak, xla = _round_peak(matmuls, PEAK_LIBS), _round_peak(matmuls, ("xla dot",))
-    _fill_rows(rows, entries, peak, xla, burst_s)
+    _fill_rows(rows, entries, peak, xla, products, burst_s)
     kernel_rows = [{"library": k.name.rsplit(" ", 1)[0], "size": k.name.rsplit(" ", 1)[1],
                     "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))} for k in matmuls]
-    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "round_gflops": peak, "xla_round_gflops": xla,
+    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "limit": _limit(matmuls, peak), "round_gflops": peak,
+                                   "xla_round_gflops": xla,
                                    "products_round_s": {lib: round_medians(k) for lib, k in products.items()}, "flop": forward,
                                    "ort_projections_round_s": {form: round_medians(k) for form, k in projections.items()}}}
 
@@ -128,7 +145,7 @@ def run_bench(shapes: dict, names, *, solver: str, steps: int, warmup: int, thre
     repeats = repeats or (QUICK["repeats"] if quick else DEFAULT_REPEATS)
     burst_s = QUICK["burst_s"] if quick else BURST_S
     peak_sizes = QUICK["peak_sizes"] if quick else PEAK_SIZES
-    result = {"threads": threads, "solver": solver, "steps": steps, "quick": quick, "repeats": repeats,
+    result = {"machine": cpu_info(), "threads": threads, "solver": solver, "steps": steps, "quick": quick, "repeats": repeats,
               "burst_s": burst_s, "paths": [], "peaks": [], "flop_formula": FLOP_FORMULA}
     log(f"peak memory, one fresh process per path and shape ({min(2, threads)} at a time)...")
     memory = memory_table([(n, label, shape) for label, shape in shapes.items() for n in names], solver,

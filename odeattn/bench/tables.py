@@ -16,6 +16,12 @@ from .scaling import shape_text
 from .timing import spread
 
 
+def machine_text(machine: dict | None) -> str:
+    """'machine: AuthenticAMD, AMD EPYC ..., AVX-512' (what the run's CPU said of itself)."""
+    m = machine or {}
+    return "machine: " + ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa"))
+
+
 def _mb(value) -> str:
     return f"{value / 1e6:.1f}" if value is not None else "-"
 
@@ -28,8 +34,11 @@ def _peak_lines(peak: dict) -> list[str]:
     lines = [f"float32 matmul GFLOP/s, shape {peak['shape']} (median over rounds; m x k x n):",
              f"{'':<12}" + "".join(f"{s:>16}" for s in sizes)]
     for lib in libs:
-        lines.append(f"{lib:<12}" + "".join(f"{got[lib, s]:>16.1f}" for s in sizes)
-                     + ("   (apart from the peak)" if lib not in PEAK_LIBS else ""))
+        lines.append(f"{lib:<12}" + "".join(f"{got[lib, s]:>16.1f}" for s in sizes))
+    if peak.get("limit"):
+        lim = peak["limit"]
+        lines.append(f"the limit: {lim['gflops']:.1f} GFLOP/s (the median of each round's best), reached by "
+                     f"{lim['library']} in {lim['rounds']} of {lim['of']} rounds")
     for what, key in (("peak (best of " + ", ".join(PEAK_LIBS) + ")", "round_gflops"), ("XLA's own", "xla_round_gflops")):
         if peak[key]:
             s = spread(peak[key])
@@ -49,7 +58,7 @@ def _peak_lines(peak: dict) -> list[str]:
 def _path_lines(paths: list[dict]) -> list[str]:
     """The main table: one line per (shape, path), then its legend and any failed memory probe."""
     w = max([6] + [len(r["shape"]) for r in paths]) + 2
-    lines = [f"{'shape':<{w}}{'path':<16}{'median ms':>11}{'min ms':>10}{'setup+first s':>14}{'GFLOP/s':>9}{'% peak':>8}"
+    lines = [f"{'shape':<{w}}{'path':<16}{'median ms':>11}{'min ms':>10}{'setup+first s':>14}{'GFLOP/s':>9}{'% peak':>8}{'% prod':>8}"
              f"{'vs plain (min..max)':>22}{'peak MB':>9}{'live MB':>9}{'file kB':>9}{'max err':>10}"]
     for r in paths:
         mem = r.get("memory") or {}
@@ -59,12 +68,13 @@ def _path_lines(paths: list[dict]) -> list[str]:
             continue
         vs = r.get("vs_plain")
         vs = f"{vs['median']:.2f}x ({vs['min']:.2f}..{vs['max']:.2f})" if vs else "-"
-        pf = f"{100 * r['peak_fraction']:.1f}%" if r.get("peak_fraction") is not None else "-"
+        pf, pp = (f"{100 * r[k]:.1f}%" if r.get(k) is not None else "-" for k in ("peak_fraction", "products_fraction"))
         size = f"{r['file_bytes'] / 1e3:.1f}" if r.get("file_bytes") else "-"
         lines.append(f"{r['shape']:<{w}}{r['path']:<16}{r['median_s'] * 1e3:>11.2f}{r['min_s'] * 1e3:>10.2f}"
-                     f"{r['setup_s'] + r['first_call_s']:>14.2f}{r['gflops']:>9.1f}{pf:>8}{vs:>22}{peak_mb:>9}"
+                     f"{r['setup_s'] + r['first_call_s']:>14.2f}{r['gflops']:>9.1f}{pf:>8}{pp:>8}{vs:>22}{peak_mb:>9}"
                      f"{_mb(mem.get('live_tensor_bytes')):>9}{size:>9}{r['max_rel_error']:>10.2e}")
-    lines.append("vs plain: torch-plain's time / the path's (same config; the bitnet rows run use_bitnet); "
+    lines.append("% prod: the share of the block's products alone in that round's fastest library; "
+                 "vs plain: torch-plain's time / the path's (same config; the bitnet rows run use_bitnet); "
                  "peak MB: RSS high-water increase in a fresh process; live MB: torch tensor storages")
     failed = [f"{r['shape']} {r['path']}: {r['memory']['error']}" for r in paths if "error" in (r.get("memory") or {})]
     return lines + [f"memory failed: {f}" for f in failed]
@@ -111,13 +121,14 @@ def _target_lines(targets: list[dict]) -> list[str]:
     lines = ["", "targets (ratios from this run):"]
     for t in targets:
         met = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
-        lines.append(f"  {t['target']:<52}{t['value']:<35} {met}" + (f"; {t['note']}" if t["note"] else ""))
+        lines.append(f"  {t['target']:<58}{t['value']:<35} {met}" + (f"; {t['note']}" if t["note"] else ""))
     return lines
 
 
 def format_tables(result: dict) -> str:
     """The main table's text: per shape the peak, then every path, long context, scaling, targets."""
-    lines = [f"threads {result['threads']}; {result['solver']} x {result['steps']} steps, float32 unless f64; "
+    lines = [machine_text(result.get("machine")),
+             f"threads {result['threads']}; {result['solver']} x {result['steps']} steps, float32 unless f64; "
              f"{result['repeats']} interleaved rounds, bursts of about {result['burst_s']} s; ratios paired per round", ""]
     for peak in result["peaks"]:
         lines += _peak_lines(peak)

@@ -52,6 +52,31 @@ def _fastest(rows, peaks: dict, shape: str) -> dict:
                    f"the block's float products alone, in the fastest library: {100 * alone:.1f}%" if alone else "")
 
 
+# The float32 paths that compute the block to float32's tolerance and are meant to be fast (the
+# spec is the reference, torch-plain the baseline, ort-int8 lossy, the bitnet rows another config).
+EXACT_PATHS = ("torch-eager", "torch-onednn", "torch-compile", "jax-jit", "ort-opset17", "ort-opset23")
+
+
+def _exact_vs_products(path: dict, shape: str = "large") -> dict:
+    timed = {n: path[shape, n]["products_fraction"] for n in EXACT_PATHS
+             if (shape, n) in path and path[shape, n].get("products_fraction") is not None}
+    worst = min(timed, key=timed.get) if timed else None
+    return _target(f"every exact path >= 80% of products alone ({shape})",
+                   f"slowest {worst} {100 * timed[worst]:.1f}%" if worst else "not measured",
+                   timed[worst] >= 0.80 if worst else None,
+                   ", ".join(f"{n} {100 * f:.0f}%" for n, f in timed.items()))
+
+
+def _eager_vs_fastest(rows, path: dict, shape: str = "large") -> dict:
+    timed = [n for n in EXACT_PATHS if (shape, n) in path and n != "torch-eager"]
+    if (shape, "torch-eager") not in path or not timed:
+        return _target(f"torch-eager within 10% of the fastest exact path ({shape})", "not measured", None)
+    fastest = min(timed, key=lambda n: statistics.median(path[shape, n]["round_s"]))
+    r = paired_ratio(rows, shape, fastest, "torch-eager")  # its speed as a share of the fastest's
+    return _target(f"torch-eager within 10% of the fastest exact path ({shape})", f"{_ratio_text(r)} of {fastest}",
+                   r["median"] >= 0.9, "")
+
+
 def _jax(path: dict, peaks: dict) -> dict:
     jax = path.get(("large", "jax-jit"))
     bound, value, met, note = _products_fraction(peaks, "large", ("xla",)), "not measured", None, ""
@@ -104,5 +129,5 @@ def check_targets(result: dict) -> list[dict]:
     peaks = {p["shape"]: p for p in result["peaks"]}
     path = {(x["shape"], x["path"]): x for x in rows if x.get("round_s")}
     return [_eager_vs_plain(rows, path, peaks), _fastest(rows, peaks, "small"), _fastest(rows, peaks, "large"),
-            _jax(path, peaks), _opset(rows, "small"), _opset(rows, "large"), _bitnet(rows, path, peaks),
-            _long_memory(result)]
+            _exact_vs_products(path), _eager_vs_fastest(rows, path), _jax(path, peaks), _opset(rows, "small"),
+            _opset(rows, "large"), _bitnet(rows, path, peaks), _long_memory(result)]

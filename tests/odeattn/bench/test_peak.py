@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from odeattn.bench import CHAIN_ARGS, PRODUCT_LIBS, ort_projections, product_chain, product_kernels, product_operands
+from odeattn.bench import (CHAIN_ARGS, PEAK_LIBS, PRODUCT_LIBS, ort_projections, peak_kernels, product_chain, product_kernels,
+                           product_operands)
 from odeattn.conformance.cases.tolerance import relative_error
 
 
@@ -40,3 +41,18 @@ def test_ort_projections_sum_every_evaluation_in_both_forms():
                 assert np.array_equal(3 * a, b)
             else:
                 np.testing.assert_allclose(b, 3 * a, rtol=1e-6)
+
+
+def test_the_limit_takes_every_installed_float32_gemm():
+    """The peak's probe times every library of PEAK_LIBS here (CI installs them all), each one the
+    same product: a library left out, or one wired to other operands, is caught."""
+    for module in ("torch", "onnxruntime", "jax"):
+        pytest.importorskip(module)
+    import torch
+
+    kernels = peak_kernels([(8, 16, 24)], 1, print)
+    libs = [lib for lib, _, _ in kernels]
+    assert sorted(libs) == sorted(PEAK_LIBS if torch.backends.mkldnn.is_available() else set(PEAK_LIBS) - {"onednn"})
+    got = {lib: np.asarray(out[0] if isinstance(out, list) else out) for lib, _, fn in kernels for out in [fn()]}
+    for lib, c in got.items():  # 16 products per entry: float32 roundings of their sums apart at most
+        assert c.shape == (8, 24) and relative_error(c, got["numpy"]) <= 16 * 2.0**-24, lib

@@ -13,7 +13,9 @@ def test_targets_use_the_ratios_paired_per_round():
     rows = [_row("small", "torch-plain", [1.0, 4.0, 2.0]), _row("small", "torch-eager", [2.0, 1.0, 3.0], peak_fraction=0.9),
             _row("large", "ort-bitnet", [2.0, 1.0, 3.0]), _row("large", "ort-bitnet-int", [1.0, 2.0, 1.0]),
             _row("large", "jax-jit", [1.0], peak_fraction=0.5, xla_fraction=0.8),
-            _row("large", "torch-eager", [1.0], peak_fraction=0.84),
+            _row("large", "torch-eager", [1.0], peak_fraction=0.84, products_fraction=0.95, median_s=1.0),
+            _row("large", "ort-opset17", [0.8], products_fraction=0.75, median_s=0.8),
+            _row("large", "torch-compile", [0.9], products_fraction=0.85, median_s=0.9),
             _row("small", "ort-opset17", [1.0, 3.0, 2.0]), _row("small", "ort-opset23", [2.0, 1.0, 2.5])]
     # the block's products alone, per forward (60 GFLOP): in XLA 1 s, 60 GFLOP/s, 60% of the peak
     # (below 70%: XLA's matmul is the limit); in torch 0.8 s, 75%
@@ -51,5 +53,13 @@ def test_targets_use_the_ratios_paired_per_round():
     assert {t["target"]: t for t in check_targets(result)}["jax-jit >= 70% of peak (large)"]["met"] is None
     rows[4]["peak_fraction"] = 0.5
     assert got["torch-eager peak memory < 1 GB (B1 T8192 D512 H8)"]["met"] is False
+    # the exact paths' shares of the products alone: the slowest, ort-opset17's 75%, misses 80%;
+    # torch-eager's 1 s against the fastest, ort-opset17's 0.8 s: 0.80x, more than 10% slower
+    exact = got["every exact path >= 80% of products alone (large)"]
+    assert exact["met"] is False and exact["value"] == "slowest ort-opset17 75.0%"
+    assert "jax-jit" not in exact["note"]  # jax-jit's row has no products_fraction here: not judged
+    fastest = got["torch-eager within 10% of the fastest exact path (large)"]
+    assert fastest["met"] is False and fastest["value"] == "0.80x (min 0.80, max 0.80) of ort-opset17"
     rows[1]["round_s"] = [0.5, 2.0, 1.0]  # now per round 2, 2, 2
-    assert check_targets(result)[0]["met"] is True and check_targets({"paths": [], "peaks": []})[0]["met"] is None
+    assert check_targets(result)[0]["met"] is True
+    assert [t["met"] for t in check_targets({"paths": [], "peaks": []})] == [None] * 10

@@ -18,7 +18,7 @@ from odeattn.cli import main
                  "--backend odeattn.conformance.adapters:Missing: cannot be loaded (AttributeError", id="backend-object-missing"),
     pytest.param(["--backend", "no_such_module_anywhere:Backend"],
                  "--backend no_such_module_anywhere:Backend: cannot be loaded (ModuleNotFoundError", id="backend-module-missing"),
-    pytest.param(["--backend", "tensorflow"], "--backend: expected one of spec, torch, jax", id="backend-unknown-name"),
+    pytest.param(["--backend", "tensorflow"], "--backend: expected one of spec, torch, torch-onednn, jax", id="backend-unknown-name"),
     pytest.param(["--backend", "onnxruntime-int8"], "--backend onnxruntime-int8: not a conformance backend: int8 dynamic "
                                                     "quantisation (odeattn export --quantize int8) is lossy",
                  id="backend-int8-is-not-one"),
@@ -39,7 +39,7 @@ from odeattn.cli import main
                                                               "float16; got 'int8'", id="dtype-integer"),
     pytest.param(["--dt", "float8"], "--dtype: expected one of", id="dtype-abbreviated"),
     # the form a user most likely meant, and every form the option takes
-    pytest.param(["--backend", "Torch"], "--backend: expected one of spec, torch, jax, flax, jax-export, onnxruntime, onnxruntime-opset23, "
+    pytest.param(["--backend", "Torch"], "--backend: expected one of spec, torch, torch-onednn, jax, flax, jax-export, onnxruntime, onnxruntime-opset23, "
                  "onnxruntime-integer, onnxruntime-loop, onnxruntime-loop-other-steps, onnx-reference, openvino, iree, onnxruntime-node, "
                  "onnxruntime-web, 'package.module:object' or exec:\"CMD ARGS\"; got 'Torch'; did you mean 'torch'?",
                  id="backend-in-capitals"),
@@ -181,7 +181,7 @@ def test_mutants_refuses_a_folder_that_is_no_golden_set(tmp_path, capsys):
 
 # The main job's rows, (backend, dtype): every built-in backend whose packages are installed with
 # CI's extras, in its default dtypes; flax and the JavaScript workers run on request.
-MAIN_JOB_ROWS = {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("torch", "bfloat16"), ("torch", "float16"),
+MAIN_JOB_ROWS = {("spec", "float64"), ("torch", "float32"), ("torch", "float64"), ("torch", "bfloat16"), ("torch", "float16"), ("torch-onednn", "float32"),
                  ("jax", "float32"), ("jax", "float64"), ("jax", "bfloat16"), ("onnxruntime", "float32"), ("onnxruntime", "float16"),
                  ("onnxruntime", "bfloat16"), ("onnxruntime-opset23", "float32"), ("onnxruntime-integer", "float32"),
                  ("onnxruntime-loop", "float32"), ("onnxruntime-loop-other-steps", "float32"), ("onnx-reference", "float32")}
