@@ -50,7 +50,7 @@ from ode_ref.config import BIAS_ENCODINGS, PAPE_ENCODINGS
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, encoder_shapes
 
 from .bitlinear import BitLinear, bitlinear, linear, quantize_weight
-from .gemm import PackCache, runs_onednn
+from .gemm import PackCache, check_gemm, onednn_linear, runs_onednn
 from .norms import Norm
 from . import positions as P
 from .positions import PosEncoder, rope_cos_sin
@@ -117,7 +117,7 @@ class SelfAttention(spec.SelfAttention, nn.Module):
         self.out_proj = linear_cls(self.dim, self.dim)
         self.norm = Norm(cfg.norm_type, self.dim)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.gemm, self._packed = "auto", PackCache()  # the projections' GEMM in inference (gemm.py)
+        self._packed, self.gemm = PackCache(), "auto"  # the projections' GEMM in inference (gemm.py)
         if encoder_shapes(cfg):  # the seed's encoder parameters, under its names (pos_encoder.X)
             self.pos_encoder = PosEncoder(cfg)
 
@@ -138,13 +138,27 @@ class SelfAttention(spec.SelfAttention, nn.Module):
                 f"convert the module with .to(dtype)); got {x.dtype}"
             )
 
+    @property
+    def gemm(self) -> str:
+        """The projections' GEMM in inference: "auto" (the rule), "torch" or "onednn" (gemm.py)."""
+        return self._gemm
+
+    @gemm.setter
+    def gemm(self, name: str) -> None:
+        self._gemm = check_gemm(name)
+
     def weights(self, params, x):
-        """The module's own parameters (params is None): already in x's dtype, checked above; the
-        projections' weights packed for oneDNN where it runs them (gemm.py)."""
+        """The module's own parameters (params is None): already in x's dtype, checked above. Where
+        oneDNN runs the projections, their packed forms are brought up to date, once a forward."""
         qkv, out_proj = self.qkv.weight, self.out_proj.weight
-        if eager() and not self.config.use_bitnet and runs_onednn(self.gemm, qkv, x):
-            qkv, out_proj = self._packed("qkv", qkv), self._packed("out_proj", out_proj)
+        if self._runs_onednn(x):
+            self._packed.refresh(qkv=qkv, out_proj=out_proj)
+        else:
+            self._packed.clear()
         return qkv, out_proj, dict(self._modules["norm"].named_parameters())
+
+    def _runs_onednn(self, x) -> bool:
+        return eager() and not self.config.use_bitnet and runs_onednn(self._gemm, self.qkv.weight, x)
 
     def encoder_weights(self, params, x):
         """The encoder's own parameters by short name ('ab.weight', 'ssmax.s', ...)."""
@@ -213,7 +227,12 @@ class SelfAttention(spec.SelfAttention, nn.Module):
 
     # ---- every evaluation of f: the straight-through BitLinear, SDPA and its mask forms --------
     def _linear(self, x, w):
-        return bitlinear(x, w) if self.config.use_bitnet else linear(x, w)
+        """BitLinear, or x @ w.T: through oneDNN where w is a parameter refreshed for it (gemm.py);
+        a weight a variant computed from one runs torch's matmul."""
+        if self.config.use_bitnet:
+            return bitlinear(x, w)
+        packed = self._packed.lookup(w) if self._runs_onednn(x) else None
+        return linear(x, w) if packed is None else onednn_linear(x, packed)
 
     def hide_nonfinite(self, k, v, mask):
         """The spec's stage; mask in this port's forms (visible_bad). 0 * x is NaN exactly where x is

@@ -11,7 +11,6 @@ from torch import nn
 
 from ode_ref.bitlinear import ACT_MAX, QUANT_EPS
 
-from .gemm import Packed, onednn_linear
 from .norms import layer_norm
 
 
@@ -47,8 +46,7 @@ def bitlinear(x, w_q):
 
 
 def linear(x, w):
-    """x @ w.T; through oneDNN where the block packed w for it (gemm.py: float32 inference)."""
-    return onednn_linear(x, w) if isinstance(w, Packed) else x @ w.transpose(-1, -2)
+    return x @ w.transpose(-1, -2)
 
 
 class BitLinear(nn.Linear):

@@ -117,17 +117,20 @@ class TorchAdapter:
 
 
 class TorchOneDnnAdapter(TorchAdapter):
-    """The torch port with its projections through oneDNN, as the rule runs them on AMD CPUs
-    (backends/torch/gemm.py): proven on any machine whose torch has oneDNN. float32 alone, the
-    one dtype the rule touches; its gradient rows run torch's matmul, as training does."""
+    """The torch port with its projections through oneDNN, as the rule runs them on AMD CPUs with
+    AVX-512 (backends/torch/gemm.py): proven on any machine whose torch has oneDNN. float32 alone,
+    the one dtype the rule touches; its gradient rows run torch's matmul, as training does."""
 
     name = "torch-onednn"
     dtypes = ("float32",)
 
     def supports(self, config, dtype) -> Optional[str]:
-        return None if self.torch.backends.mkldnn.is_available() else "this torch was built without oneDNN"
+        from odeattn.backends.torch.gemm import onednn_usable
+
+        return None if onednn_usable() else "oneDNN is absent or disabled in this torch (torch.backends.mkldnn)"
 
     def _module(self, module):
-        from odeattn.backends.torch.gemm import use_gemm
+        from odeattn.backends.torch.gemm import attentions, use_gemm
 
-        return use_gemm(module, "onednn")
+        # a language model of encoder layers holds no block attention: it runs as the torch backend's
+        return use_gemm(module, "onednn") if attentions(module) else module

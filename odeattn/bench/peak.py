@@ -22,9 +22,9 @@ def _onednn_linear(torch, w_t):
     AMD CPUs: backends/torch/gemm.py); None where this torch has no oneDNN."""
     if not torch.backends.mkldnn.is_available():
         return None
-    from odeattn.backends.torch.gemm import PackCache, onednn_linear
+    from odeattn.backends.torch.gemm import onednn_linear, pack
 
-    packed = PackCache()("w", w_t.T.contiguous())
+    packed = pack(w_t.T.contiguous())
     return lambda x: onednn_linear(x, packed)
 
 

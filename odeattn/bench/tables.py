@@ -17,9 +17,10 @@ from .timing import spread
 
 
 def machine_text(machine: dict | None) -> str:
-    """'machine: AuthenticAMD, AMD EPYC ..., AVX-512' (what the run's CPU said of itself)."""
+    """'machine: AuthenticAMD, AMD EPYC ..., AVX-512 (avx512_vnni)': what the run's CPU said of itself."""
     m = machine or {}
-    return "machine: " + ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa"))
+    features = f" ({', '.join(m['features'])})" if m.get("features") else ""
+    return "machine: " + ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa")) + features
 
 
 def _mb(value) -> str:
