@@ -29,15 +29,17 @@ def parse_cpuinfo(text: str, processor: str = "") -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def _read() -> tuple:
+def _this_cpu() -> dict:
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
     except OSError:
         text = ""
-    return text, platform.processor()
+    return parse_cpuinfo(text, platform.processor())
 
 
 def cpu_info() -> dict:
-    """This machine's parse_cpuinfo (a fresh dict each call)."""
-    return parse_cpuinfo(*_read())
+    """This machine's parse_cpuinfo, read and parsed once (a fresh copy each call: the GEMM rule
+    asks at every projection)."""
+    info = _this_cpu()
+    return {**info, "features": list(info["features"])}

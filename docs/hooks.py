@@ -119,10 +119,9 @@ def _mb(value) -> str:
 
 def markdown_bench(result: dict) -> str:
     """The main table, the long-context table, the scaling lines and the targets of a bench run."""
-    m = result.get("machine") or {}
-    features = f" ({', '.join(m['features'])})" if m.get("features") else ""
-    out = [("Measured on " + ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa")) + features + ". "
-            if m else "")
+    from odeattn.bench.tables import machine_text
+
+    out = [(f"Measured on {machine_text(result['machine'])}. " if result.get("machine") else "")
            + f"Threads {result['threads']}; {result['solver']} × {result['steps']} steps, float32 unless f64; "
            f"{result['repeats']} interleaved rounds, bursts of about {result['burst_s']} s; ratios paired per round.", ""]
     for peak in result.get("peaks", []):

@@ -65,9 +65,10 @@ def runs_onednn(gemm: str, w: torch.Tensor, x: torch.Tensor) -> bool:
     """Whether the projections of x by w run through oneDNN now: the module's choice (auto: the
     rule), float32 on the CPU, no gradient recorded, no autocast. Asked in eager mode alone:
     torch.compile chooses its own GEMMs (and traces no file read, the rule's)."""
-    choice = default_gemm() if check_gemm(gemm) == "auto" else gemm
-    return (choice == "onednn" and w.dtype == x.dtype == torch.float32 and w.device.type == "cpu"
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu"))
+    if (check_gemm(gemm) == "torch" or torch.is_grad_enabled() or not w.dtype == x.dtype == torch.float32
+            or w.device.type != "cpu" or torch.is_autocast_enabled("cpu")):  # the cheap conditions first
+        return False
+    return gemm == "onednn" or default_gemm() == "onednn"
 
 
 def pack(w: torch.Tensor) -> torch.Tensor:

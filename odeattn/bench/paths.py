@@ -68,10 +68,10 @@ def setup_torch(name, config, params, x, threads):
     else:
         block = ODEAttentionBlock.from_params(config, params)
         if name == "torch-onednn":
-            from odeattn.backends.torch.gemm import use_gemm
+            from odeattn.backends.torch.gemm import onednn_usable, use_gemm
 
-            if not torch.backends.mkldnn.is_available():
-                raise Skip("this torch has no oneDNN")
+            if not onednn_usable():
+                raise Skip("oneDNN is absent or disabled in this torch")
             use_gemm(block, "onednn")
         fn = torch.compile(block, fullgraph=True) if name == "torch-compile" else block
     xt = torch.from_numpy(x.astype(np.float32))

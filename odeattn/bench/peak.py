@@ -20,10 +20,10 @@ PEAK_LIBS = ("torch.mm", "onednn", "numpy", "ort MatMul", "xla dot")  # every fl
 def _onednn_linear(torch, w_t):
     """A float32 x -> x @ w_t through oneDNN, w_t packed once (the torch port's inference GEMM on
     AMD CPUs: backends/torch/gemm.py); None where this torch has no oneDNN."""
-    if not torch.backends.mkldnn.is_available():
-        return None
-    from odeattn.backends.torch.gemm import onednn_linear, pack
+    from odeattn.backends.torch.gemm import onednn_linear, onednn_usable, pack
 
+    if not onednn_usable():
+        return None
     packed = pack(w_t.T.contiguous())
     return lambda x: onednn_linear(x, packed)
 
@@ -43,7 +43,7 @@ def peak_kernels(sizes, threads: int, log) -> list[tuple[str, tuple, Callable]]:
             out.append(("torch.mm", (m, k, n), lambda ta=ta, tb=tb: torch.mm(ta, tb)))
             onednn = _onednn_linear(torch, tb)
             if onednn is None:
-                log("  peak: oneDNN skipped (this torch has none)")
+                log("  peak: oneDNN skipped (absent or disabled in this torch)")
             else:
                 out.append(("onednn", (m, k, n), lambda ta=ta, onednn=onednn: onednn(ta)))
         except ImportError as err:
@@ -202,7 +202,7 @@ def product_kernels(shape, evaluations: int, threads: int, log) -> list[tuple[st
         out.append(("torch", lambda: product_chain(*targs, evaluations)))
         w_qkv, w_out = (_onednn_linear(torch, targs[CHAIN_ARGS.index(k)]) for k in ("w_qkv", "w_out"))
         if w_qkv is None:
-            log("  products: oneDNN skipped (this torch has none)")
+            log("  products: oneDNN skipped (absent or disabled in this torch)")
         else:  # the projections through oneDNN, the batched products through torch, as the port runs them
             packed = [w_qkv if k == "w_qkv" else w_out if k == "w_out" else t for k, t in zip(CHAIN_ARGS, targs)]
             out.append(("onednn", lambda: product_chain(*packed, evaluations, project=lambda h, w: w(h))))

@@ -76,22 +76,21 @@ def _kernels(shape, *, solver, steps, peak_sizes, threads, projections: bool, lo
     return matmuls, products, alone, forward
 
 
-def _round_peak(matmuls: list[Timed], libs) -> list[float]:
-    """Per round, the best GFLOP/s of the matmuls of libs."""
-    per_kernel = [[k.flop / t / 1e9 for t in round_medians(k)] for k in matmuls if k.name.rsplit(" ", 1)[0] in libs]
+def _round_best(matmuls: list[Timed], libs) -> list[tuple[float, str]]:
+    """Per round, the best GFLOP/s of the matmuls of libs, and the library whose matmul reached it."""
+    per_kernel = [[(k.flop / t / 1e9, k.name.rsplit(" ", 1)[0]) for t in round_medians(k)]
+                  for k in matmuls if k.name.rsplit(" ", 1)[0] in libs]
     return [max(col) for col in zip(*per_kernel)] if per_kernel else []
 
 
-def _limit(matmuls: list[Timed], peak: list[float]) -> dict | None:
-    """The limit, the median of the rounds' peaks, and the library whose matmul reached a round's
-    peak in most rounds (the first of PEAK_LIBS' order on a tie), with how many."""
-    if not peak:
+def _limit(best: list[tuple[float, str]]) -> dict | None:
+    """The limit, the median of the rounds' peaks, and the library that reached a round's peak in
+    most rounds (the first of PEAK_LIBS' order on a tie), with how many."""
+    if not best:
         return None
-    best = [max((k for k in matmuls if k.name.rsplit(" ", 1)[0] in PEAK_LIBS), key=lambda k: k.flop / round_medians(k)[i])
-            for i in range(len(peak))]
-    libs = [k.name.rsplit(" ", 1)[0] for k in best]
+    libs = [lib for _, lib in best]
     lib = max(PEAK_LIBS, key=libs.count)
-    return {"gflops": statistics.median(peak), "library": lib, "rounds": libs.count(lib), "of": len(libs)}
+    return {"gflops": statistics.median(g for g, _ in best), "library": lib, "rounds": libs.count(lib), "of": len(libs)}
 
 
 def _fill_rows(rows, entries: list[Timed], peak, xla, products, burst_s: float) -> None:
@@ -126,11 +125,12 @@ def bench_shape(label, shape, names, *, solver, steps, warmup, repeats, burst_s,
         kernel.call_s = first_and_warm(kernel.fn, max(warmup, 1))[2]
     log(f"  {label}: {repeats} rounds of {len(entries)} paths and {len(kernels)} matmuls and products...")
     interleave(entries + kernels, repeats, burst_s)
-    peak, xla = _round_peak(matmuls, PEAK_LIBS), _round_peak(matmuls, ("xla dot",))
+    best = _round_best(matmuls, PEAK_LIBS)
+    peak, xla = [g for g, _ in best], [g for g, _ in _round_best(matmuls, ("xla dot",))]
     _fill_rows(rows, entries, peak, xla, products, burst_s)
     kernel_rows = [{"library": k.name.rsplit(" ", 1)[0], "size": k.name.rsplit(" ", 1)[1],
                     "gflops": statistics.median(k.flop / t / 1e9 for t in round_medians(k))} for k in matmuls]
-    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "limit": _limit(matmuls, peak), "round_gflops": peak,
+    return {"rows": rows, "peak": {"shape": label, "kernels": kernel_rows, "limit": _limit(best), "round_gflops": peak,
                                    "xla_round_gflops": xla,
                                    "products_round_s": {lib: round_medians(k) for lib, k in products.items()}, "flop": forward,
                                    "ort_projections_round_s": {form: round_medians(k) for form, k in projections.items()}}}

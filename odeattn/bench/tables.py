@@ -17,10 +17,10 @@ from .timing import spread
 
 
 def machine_text(machine: dict | None) -> str:
-    """'machine: AuthenticAMD, AMD EPYC ..., AVX-512 (avx512_vnni)': what the run's CPU said of itself."""
+    """'AuthenticAMD, AMD EPYC ..., AVX-512 (avx512_vnni)': what the run's CPU said of itself."""
     m = machine or {}
     features = f" ({', '.join(m['features'])})" if m.get("features") else ""
-    return "machine: " + ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa")) + features
+    return ", ".join(m.get(k) or f"{k} unknown" for k in ("vendor", "model", "isa")) + features
 
 
 def _mb(value) -> str:
@@ -128,7 +128,7 @@ def _target_lines(targets: list[dict]) -> list[str]:
 
 def format_tables(result: dict) -> str:
     """The main table's text: per shape the peak, then every path, long context, scaling, targets."""
-    lines = [machine_text(result.get("machine")),
+    lines = ["machine: " + machine_text(result.get("machine")),
              f"threads {result['threads']}; {result['solver']} x {result['steps']} steps, float32 unless f64; "
              f"{result['repeats']} interleaved rounds, bursts of about {result['burst_s']} s; ratios paired per round", ""]
     for peak in result["peaks"]:
