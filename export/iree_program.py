@@ -18,6 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def unsupported_form(model) -> str | None:
+    """Why IREE does not compile this form of the block's file, or None where it does."""
+    if model.functions:
+        return "a file with ONNX local functions (--functions), which IREE's ONNX importer does not take; expected the default form"
+    if any(n.op_type == "Attention" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return "opset 23's Attention, which IREE 3.13 does not compile; expected the default form (opset 17)"
+    return None
+
+
 def compile_iree(model, *, target_cpu: str = "host") -> bytes:
     """A .vmfb of model (an onnx.ModelProto; shapes inferred, then imported by IREE's ONNX
     importer), compiled by iree-compile for the CPU target_cpu."""

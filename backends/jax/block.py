@@ -197,7 +197,7 @@ _program = jax.jit(_block, static_argnames=STATIC_ARGNAMES)
 # and hope tables. Each is computed on the host as the traced program computed it (the coefficients
 # and the spec's float64 tables rounded once to the state's dtype), so the values are the same bits.
 TABLE_FIELDS = ("rope_base", "rope_scaling", "sinusoidal_base", "sinusoidal_scale", "hope_base", "hope_damping")
-_DEFAULT = ODEConfig(hidden_size=1, num_heads=1)
+_TABLE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ODEConfig) if f.name in TABLE_FIELDS}
 
 
 def runtime_steps(cfg: ODEConfig, return_trajectory: bool) -> bool:
@@ -212,7 +212,7 @@ def shared_config(cfg: ODEConfig, steps_as_data: bool, tables_as_data: bool) -> 
     tableau = TABLEAUS[cfg.ode_solver]
     solver = cfg.ode_solver if tableau.gated else next(
         name for name, t in TABLEAUS.items() if not t.gated and t.num_stages == tableau.num_stages)
-    tables = {name: getattr(_DEFAULT, name) for name in TABLE_FIELDS} if tables_as_data else {}
+    tables = _TABLE_DEFAULTS if tables_as_data else {}
     return dataclasses.replace(cfg, ode_solver=solver, ode_steps=1 if steps_as_data else cfg.ode_steps, **tables)
 
 

@@ -252,6 +252,15 @@ class OpenVinoAdapter(_ExportedWithDecode):
         return openvino_runner(model, threads=_threads())
 
 
+def iree_model_runner(model, *, threads=None):
+    """feed -> every output of model by name: model (a ModelProto) compiled by IREE for this CPU
+    (export/iree_program.py)."""
+    from odeattn.export.iree_program import compile_iree, iree_runner
+
+    return iree_runner(compile_iree(model), [i.name for i in model.graph.input], [o.name for o in model.graph.output],
+                       threads=threads)
+
+
 def openvino_runner(model, *, threads=None):
     """feed -> every output of model by name: model (a ModelProto) read from its bytes by OpenVINO's
     ONNX frontend and compiled for the CPU plugin with the float32 inference hint."""
@@ -279,7 +288,4 @@ class IreeAdapter(_ExportedWithDecode):
     name = "iree"
 
     def _build(self, model):
-        from odeattn.export.iree_program import compile_iree, iree_runner
-
-        return iree_runner(compile_iree(model), [i.name for i in model.graph.input], [o.name for o in model.graph.output],
-                           threads=_threads())
+        return iree_model_runner(model, threads=_threads())

@@ -28,7 +28,7 @@ from ..adapters import external, missing_requirements
 
 RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree")  # built-in backend names (adapters.BUILTIN)
 PACKAGES = {"iree": "iree-base-runtime"}  # a runtime whose Python package has another name (its version is the record's)
-FOLDS_STEPS = ("openvino", "iree")  # runtimes that fold a Loop form's stored steps default into a constant
+FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
 # BitLinear's exact integer export also has MatMulInteger, fed by a QuantizeLinear: none of these.
@@ -118,15 +118,14 @@ def check_file_config(model, config, runtime: str) -> None:
             differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
                       if getattr(config, k) != getattr(stored, k)]
             raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
-    if runtime == "iree" and model.functions:
-        raise ValueError("--model: a file with ONNX local functions (--functions), which IREE's ONNX importer does not "
-                         "take; expected the default form")
-    if runtime == "iree" and any(n.op_type == "Attention" and n.domain in ("", "ai.onnx") for n in model.graph.node):
-        raise ValueError("--model: opset 23's Attention, which IREE 3.13 does not compile; expected the default form "
-                         "(opset 17)")
+    if runtime == "iree":
+        from odeattn.export.iree_program import unsupported_form
+
+        why = unsupported_form(model)
+        if why:
+            raise ValueError(f"--model: {why}")
     if runtime in FOLDS_STEPS and "steps" in {t.name for t in model.graph.initializer}:
-        name = {"openvino": "OpenVINO", "iree": "IREE"}[runtime]
-        raise ValueError(f"--model: a Loop form with a stored steps default, which {name} folds into a constant (its "
+        raise ValueError(f"--model: a Loop form with a stored steps default, which {FOLDS_STEPS[runtime]} folds into a constant (its "
                          "steps input dropped: the file runs ode_steps whatever is fed); expected a file exported with "
                          "--steps-input --steps-required, or the unrolled form")
 
@@ -188,9 +187,9 @@ class ModelFile:
 
             return openvino_runner(self.model)
         if runtime == "iree":
-            from odeattn.export.iree_program import compile_iree, iree_runner
+            from ..adapters.exported import iree_model_runner
 
-            return iree_runner(compile_iree(self.model), [i.name for i in self.model.graph.input], self.outputs)
+            return iree_model_runner(self.model)
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

@@ -10,8 +10,8 @@ and keeps its traceback.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import contextlib
+import importlib.util
 import json
 import os
 import sys

@@ -471,7 +471,7 @@ def export_iree(args) -> int:
 
     blob = compile_iree(export_model(config, params, ExportOptions(padding_mask=not args.no_padding_mask)))
     checked = _check_and_write(args, config, params, blob,
-                               lambda x, mask: run_iree_block(blob, x, None if args.no_padding_mask else mask))
+                               lambda x, mask: run_iree_block(blob, x, mask))
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
           f"{checked}")
     return 0
