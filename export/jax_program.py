@@ -27,6 +27,8 @@ import numpy as np
 import ode_ref as R
 from ode_ref.config import ROTARY_ENCODINGS
 
+from . import artifact_inputs
+
 DTYPES = ("float32", "float64")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
 TABULATED = (*ROTARY_ENCODINGS, "hope")  # the encodings whose angles the port gathers from a table
@@ -93,9 +95,6 @@ def run_jax_block(blob: bytes, x, padding_mask=None) -> np.ndarray:
     x = np.asarray(x)
     with jax.enable_x64(x.dtype == np.float64):
         program = export.deserialize(bytearray(blob))
-        if len(program.in_avals) == 1:
-            if padding_mask is not None and not np.all(padding_mask):
-                raise ValueError("padding_mask: the program was exported without a padding mask (every token real); "
-                                 "got a mask that pads tokens")
-            return np.asarray(program.call(x))
-        return np.asarray(program.call(x, np.ones(x.shape[:2], bool) if padding_mask is None else padding_mask))
+        x, mask = artifact_inputs(x, padding_mask, d_model=program.in_avals[0].shape[2], dtype=x.dtype,
+                                  takes_mask=len(program.in_avals) == 2)
+        return np.asarray(program.call(x) if mask is None else program.call(x, mask))

@@ -236,6 +236,8 @@ NOT_RUN = {
     "odeattn bench": "the performance page's runs, minutes to half an hour (tests/odeattn/commands/test_bench.py "
     "runs the bench at small shapes)",
     "python benchmarks/": "a benchmark script's run, minutes (the files it names are checked to exist)",
+    "odeattn export --target aoti": "a C++ build of tens of seconds (tests/export/test_compiled.py runs the command)",
+    "odeattn export --target executorch": "a lowering of a minute (tests/export/test_compiled.py runs the command)",
 }
 
 

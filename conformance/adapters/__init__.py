@@ -12,11 +12,13 @@ one it may share): the run never imports a plug-in itself.
 What a backend is, beyond the protocol, is an attribute of its adapter's class, False where it
 lacks one: flushes_subnormals (it computes on its input with subnormal entries read as 0, as XLA
 on CPU does: cases/tolerance.py) and shares_process (it leaves nothing behind in its worker, so
-another that shares may run there next: running/pool.py).
+another that shares may run there next: running/pool.py) and case_timeout (the seconds a case may
+take at least: a backend that compiles each case ahead of time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.metadata
@@ -33,6 +35,7 @@ from . import external
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, IreeAdapter,
                        other_steps as other_steps)
+from .compiled import AotiAdapter, ExecuTorchAdapter
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
@@ -53,12 +56,15 @@ class Builtin:
     on_request: str = ""  # why it runs only when named (not in the default run), if it does
     npm: tuple[str, ...] = ()  # a JavaScript worker's npm packages (external.py), likewise
     shares_process: bool = False  # the adapter's own (BackendRef.shares_process)
+    case_timeout: Optional[float] = None  # the adapter's own (BackendRef.case_timeout)
+    compiler: bool = False  # it builds each case with the machine's C++ compiler (AOTInductor), which must be on the PATH
 
     @classmethod
     def of(cls, adapter: type, requires: tuple[str, ...] = (), on_request: str = "") -> "Builtin":
-        """The built-in of an adapter class: its reference, dtypes and shares_process read off the class."""
+        """The built-in of an adapter class: its reference, dtypes, shares_process and case_timeout
+        read off the class."""
         return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request,
-                   shares_process=getattr(adapter, "shares_process", False))
+                   shares_process=getattr(adapter, "shares_process", False), case_timeout=getattr(adapter, "case_timeout", None))
 
 
 _JS_SLOW = "each case's model exported, sent to Node.js and run there (20 to 90 s on 2 cores)"
@@ -71,6 +77,10 @@ BUILTIN = {
                        "the Flax modules over the jax port, every case compiled once more (minutes cold)"),
     "jax-export": Builtin.of(JaxExportAdapter, ("jax", "jaxlib"),
                              "each case's block exported by jax.export, serialized and run through jax alone (minutes cold)"),
+    "aoti": dataclasses.replace(Builtin.of(AotiAdapter, ("torch",), "each case's block compiled by AOTInductor into a "
+                                           ".pt2 package (about 30 min a dtype on 2 cores)"), compiler=True),
+    "executorch": Builtin.of(ExecuTorchAdapter, ("torch", "executorch"),
+                             "each case's block lowered to an ExecuTorch program (about 35 min on 2 cores)"),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
@@ -107,7 +117,9 @@ class BackendRef:
     its worker imports first (a built-in's requirements), so that the profile's import phase
     holds them rather than its construction or first case; start_timeout: the seconds its worker
     may take to start and construct it (a backends file's "start_timeout"; None: the run's);
-    shares_process: its worker may go on to run another that shares (one leaving nothing behind, as a mutant)."""
+    shares_process: its worker may go on to run another that shares (one leaving nothing behind, as a mutant);
+    case_timeout: the seconds a case may take at least, where the run's timeout is smaller (a
+    backend that compiles each case's program ahead of time)."""
 
     label: str
     reference: str
@@ -116,6 +128,7 @@ class BackendRef:
     imports: tuple[str, ...] = ()
     start_timeout: Optional[float] = None
     shares_process: bool = False
+    case_timeout: Optional[float] = None
 
 
 def installed(module: str) -> bool:
@@ -128,9 +141,13 @@ def installed(module: str) -> bool:
 
 def missing_requirements(name: str) -> list[str]:
     """The packages a built-in backend needs that are absent (not importable at all), and what a
-    JavaScript worker lacks (Node.js, its npm packages)."""
+    JavaScript worker lacks (Node.js, its npm packages) or AOTInductor (a C++ compiler)."""
     built = BUILTIN[name]
     missing = [m for m in built.requires if not installed(m)]
+    if built.compiler:
+        from odeattn.export.aoti_program import missing_compiler
+
+        missing += missing_compiler()
     return missing + (external.missing_js(built.npm) if built.npm else [])
 
 
@@ -287,7 +304,7 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
                 notes.append(f"{name}: runs on request (--backend {name}): {built.on_request}")
                 continue
             refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes, imports=built.requires,
-                                   shares_process=built.shares_process))
+                                   shares_process=built.shares_process, case_timeout=built.case_timeout))
         elif name in entry_points:
             refs.append(entry_points[name])
         elif name.startswith("exec:"):

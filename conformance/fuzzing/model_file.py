@@ -11,7 +11,9 @@ the first stage of f that diverges (stages.py).
 The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or IREE (the
 file compiled for this CPU once, as the iree backend) in this process, or one of ONNX Runtime's
 JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
-adapters/external.py, sent the file once.
+adapters/external.py, sent the file once. With --runtime aoti or executorch the file is no ONNX
+file but an AOTInductor package (.pt2, `odeattn export --target aoti`) or an ExecuTorch program
+(.pte, `--target executorch`), loaded once by its runtime here: PackageFile.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -26,8 +28,10 @@ import numpy as np
 
 from ..adapters import external, missing_requirements
 
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree")  # built-in backend names (adapters.BUILTIN)
-PACKAGES = {"iree": "iree-base-runtime"}  # a runtime whose Python package has another name (its version is the record's)
+# built-in backend names (adapters.BUILTIN)
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch")
+RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte"}  # the runtimes whose file is no ONNX file: its suffix
+PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch"}  # a runtime whose Python package has another name (its version is the record's)
 FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
@@ -113,11 +117,7 @@ def check_file_config(model, config, runtime: str) -> None:
 
     props = {p.key: p.value for p in model.metadata_props}
     if "config" in props:
-        stored = type(config).from_any(json.loads(props["config"]))
-        if stored != config:
-            differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
-                      if getattr(config, k) != getattr(stored, k)]
-            raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
+        _check_stored_config(type(config).from_any(json.loads(props["config"])), config)
     if runtime == "iree":
         from odeattn.export.iree_program import unsupported_form
 
@@ -128,6 +128,14 @@ def check_file_config(model, config, runtime: str) -> None:
         raise ValueError(f"--model: a Loop form with a stored steps default, which {FOLDS_STEPS[runtime]} folds into a constant (its "
                          "steps input dropped: the file runs ode_steps whatever is fed); expected a file exported with "
                          "--steps-input --steps-required, or the unrolled form")
+
+
+def _check_stored_config(stored, config) -> None:
+    """ValueError naming --config where the config a file stores differs from the one given."""
+    if stored != config:
+        differ = [f"{k}={getattr(config, k)!r} (the file's {getattr(stored, k)!r})" for k in config.to_dict()
+                  if getattr(config, k) != getattr(stored, k)]
+        raise ValueError(f"--config: expected the config the file was exported with; differs at {', '.join(differ[:4])}")
 
 
 def load_block_file(path):
@@ -227,4 +235,48 @@ class ModelFile:
             self.run_func = None
         if not all(f"step_{k}" in self.outputs for k in range(1, self.config.ode_steps + 1)):
             self.run_trajectory = None
+        return self
+
+
+class PackageFile:
+    """An adapter over one compiled block package, run here: an AOTInductor .pt2 by torch's runtime
+    (--runtime aoti) or an ExecuTorch .pte by ExecuTorch's (--runtime executorch), in float32. It
+    returns z(1) alone and takes a padding mask where it was exported with one; an ExecuTorch
+    program's batch and sequence are bounded (a draw past them is not supported, not a failure).
+    The config it stores must be the one given."""
+
+    dtypes = ("float32",)
+    batch = seq = loop_steps = None
+    run_func = run_trajectory = run_stages = None  # no diagnostic outputs
+
+    def __init__(self, path: Path, config, params: dict, runtime: str):
+        check_runtime(runtime)
+        if runtime == "aoti":
+            from odeattn.export.aoti_program import aoti_runner as runner
+        else:
+            from odeattn.export.executorch_program import executorch_runner as runner
+        try:
+            self.run = runner(Path(path).read_bytes())
+        except ValueError as err:
+            raise ValueError(f"--model: {str(path)!r}: {str(err).partition(': ')[2]}") from None
+        if self.run.dtype != "float32":
+            raise ValueError(f"--model: expected a float32 package (fuzz judges float32); {str(path)!r} computes in "
+                             f"{self.run.dtype}")
+        _check_stored_config(self.run.config, config)
+        self.takes_mask = self.run.takes_mask
+        self.name, self.config, self.params = f"model:{Path(path).name}@{runtime}", config, params
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return None if config == self.config else "the model file holds one config"
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        from ..adapters.protocol import NotSupported
+
+        bounds = self.run.bounds
+        if bounds is not None and (x.shape[0] > bounds[0] or x.shape[1] > bounds[1]):
+            raise NotSupported(f"not supported: {x.shape[0]} x {x.shape[1]} tokens; the program holds batch <= "
+                               f"{bounds[0]} and seq <= {bounds[1]}")
+        return self.run(x, padding_mask)
+
+    def adapt(self):
         return self

@@ -203,7 +203,8 @@ class Pool:
     """Drive every backend's jobs through worker processes, reporting as events (events()).
 
     A job is (job, request frame (frames.encode's bytes), reply limit in bytes); the first item is
-    the caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job;
+    the caller's, handed back in its Result. timeout: the seconds a worker may take to answer one job
+    (more where its ref's case_timeout is larger);
     init_timeout: to start and construct its backend (None: timeout), unless its ref has a
     start_timeout of its own."""
 
@@ -364,7 +365,7 @@ class Pool:
         if st.queue and not st.failed and not self.stopped:
             job, frame, limit = st.queue.popleft()
             w.job = job
-            self._send(w, frame, self.timeout, limit)
+            self._send(w, frame, max(self.timeout, st.ref.case_timeout or 0.0), limit)
         elif self.stopped or not self._hand_over(w):
             self._retire(w)
 

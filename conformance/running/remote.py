@@ -9,7 +9,8 @@ from ..adapters import discover
 
 def remote_adapters(references, timeout: float) -> list:
     """[(reference as typed, RemoteAdapter)], each found (adapters.discover: its import probed in a
-    throwaway process) and constructed in a worker of its own within timeout seconds; on a
+    throwaway process) and constructed in a worker of its own within timeout seconds (a case, too,
+    or its ref's case_timeout where that is longer); on a
     failure the workers started are stopped and ValueError (beginning 'backend', for a command to
     name its option) or discover's ModuleNotFoundError is raised."""
 
@@ -18,7 +19,7 @@ def remote_adapters(references, timeout: float) -> list:
     try:
         for typed, ref in zip(references, refs):
             try:
-                out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=timeout,
+                out.append((typed, RemoteAdapter(ref.reference, imports=ref.imports, timeout=max(timeout, ref.case_timeout or 0.0),
                                                  init_timeout=ref.start_timeout)))
             except ConstructionFailed as err:
                 raise ValueError(f"backend {typed}: cannot be constructed ({err})") from None

@@ -1,6 +1,7 @@
 """`odeattn export`: a block's config and weights in, an .onnx file out (or, with --target jax,
-jax.export's serialized program; with --target iree, an IREE module), checked against the spec on
-a random batch."""
+jax.export's serialized program; with --target iree, an IREE module; with --target aoti, an
+AOTInductor package; with --target executorch, an ExecuTorch program), checked against the spec
+on a random batch."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from odeattn.export.from_torch import TORCH_OPSETS
 from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
 
 DEPLOY_OPTIONS = ("quantize", "optimize")  # ONNX Runtime's tools on the written block model, not its form
-TARGETS = ("onnx", "jax", "iree")
-SUFFIXES = {"jax": ".jaxexport", "iree": ".vmfb"}
-# the options that shape an ONNX file, each with whether it was given: none applies to --target jax or iree
+TARGETS = ("onnx", "jax", "iree", "aoti", "executorch")
+SUFFIXES = {"jax": ".jaxexport", "iree": ".vmfb", "aoti": ".pt2", "executorch": ".pte"}
+# the options that shape an ONNX file, each with whether it was given: none applies to another --target
 ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
              "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode, "--genai": lambda a: a.genai is not None,
              "--shared-buffer": lambda a: a.shared_buffer, "--bitlinear": lambda a: a.bitlinear != "float",
@@ -39,12 +40,19 @@ def register(sub) -> None:
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path,
                    help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file; "
-                        "with --target iree, a .vmfb file")
+                        "with --target iree, a .vmfb file; with --target aoti, a .pt2 file; with --target executorch, a .pte file")
     add_force(p)
     p.add_argument("--target", choices=TARGETS, default="onnx",
                    help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; jax: the "
                         "block as jax.export's serialized StableHLO program, batch and sequence symbolic, run by jax "
-                        "alone; iree: the ONNX file compiled by IREE for this CPU, an IREE module (docs/deployment.md)")
+                        "alone; iree: the ONNX file compiled by IREE for this CPU, an IREE module; aoti: the torch port compiled "
+                        "by AOTInductor for this CPU, a .pt2 package for torch's runtime; executorch: the torch port "
+                        "lowered to ExecuTorch's portable operators, a .pte program (docs/deployment.md)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="with --target executorch: the largest batch the program takes (its memory is planned for it; "
+                        "default 16)")
+    p.add_argument("--max-seq", type=int, default=None,
+                   help="with --target executorch: the longest sequence the program takes (default 512)")
     p.add_argument("--max-positions", type=int, default=None,
                    help="with --target jax and rope, sinusoidal_rotary or hope: the most positions a sequence holds "
                         "(the program's angle tables are made when it is traced; seq <= N is checked at every call)")
@@ -179,10 +187,11 @@ def as_option(err: Exception, form: dict) -> UsageError:
 
 
 def run(args) -> int:
-    if args.target == "jax":
-        return export_jax(args)
-    if args.target == "iree":
-        return export_iree(args)
+    if args.target == "executorch":
+        return export_executorch(args)
+    _executorch_only(args)
+    if args.target != "onnx":
+        return {"jax": export_jax, "iree": export_iree, "aoti": export_aoti}[args.target](args)
     if args.max_positions is not None:
         raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
     if args.platforms != "cpu":
@@ -387,7 +396,7 @@ def export_cached(args, config, params, options) -> int:
 
 
 def _other_target(args, form: str) -> None:
-    """UsageError where an option of the ONNX file is given to --target jax or iree (form: what the
+    """UsageError where an option of the ONNX file is given to another --target (form: what the
     target writes), or -o/--output is missing."""
     given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
     if given:
@@ -436,11 +445,8 @@ def export_jax(args) -> int:
     with user_input():
         check_output_path("-o", args.output, SUFFIXES["jax"], force=args.force, others=inputs_of(args))
         config, params = load_block(args.config, args.weights)
-    try:
+    with as_options():
         check_export_arguments(config, "float32", args.max_positions, platforms)
-    except ValueError as err:
-        name, _, rest = str(err).partition(": ")
-        raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
     require("jax")
     blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
                             platforms=platforms)
@@ -453,16 +459,47 @@ def export_jax(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def as_options():
+    """A library's ValueError ("max_seq: ...") as a usage error naming the option (--max-seq)."""
+    try:
+        yield
+    except ValueError as err:
+        name, _, rest = str(err).partition(": ")
+        raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
+
+
+def _executorch_only(args) -> None:
+    """UsageError where an option of --target executorch is given to another target."""
+    for option, value in (("--max-batch", args.max_batch), ("--max-seq", args.max_seq)):
+        if value is not None:
+            raise UsageError(f"{option}: applies to --target executorch (its memory is planned for the largest shapes); "
+                             f"got --target {args.target}")
+
+
+def _jax_only(args, what: str) -> None:
+    """UsageError where an option of --target jax is given to another target (what: how it compiles)."""
+    for option, given in (("--max-positions", args.max_positions is not None), ("--platforms", args.platforms != "cpu")):
+        if given:
+            raise UsageError(f"{option}: applies to --target jax; {what}")
+
+
+def _compiled_target_inputs(args, form: str, how: str):
+    """(config, params) for a target that compiles the block (iree, aoti, executorch) once no
+    option of another target is given (form: what it writes; how: how it compiles) and -o fits."""
+    _other_target(args, form)
+    _jax_only(args, how)
+    with user_input():
+        check_output_path("-o", args.output, SUFFIXES[args.target], force=args.force, others=inputs_of(args))
+        return load_block(args.config, args.weights)
+
+
 def export_iree(args) -> int:
     """--target iree: the block's ONNX file (the default form) compiled by IREE for this CPU
     (export/iree_program.py), checked against the spec on a random batch through IREE's runtime."""
-    _other_target(args, "the default ONNX form compiled by IREE for this CPU, float32, batch and sequence dynamic")
-    for option, given in (("--max-positions", args.max_positions is not None), ("--platforms", args.platforms != "cpu")):
-        if given:
-            raise UsageError(f"{option}: applies to --target jax; IREE compiles the ONNX file for this CPU")
-    with user_input():
-        check_output_path("-o", args.output, SUFFIXES["iree"], force=args.force, others=inputs_of(args))
-        config, params = load_block(args.config, args.weights)
+    config, params = _compiled_target_inputs(
+        args, "the default ONNX form compiled by IREE for this CPU, float32, batch and sequence dynamic",
+        "IREE compiles the ONNX file for this CPU")
     require("onnx")
     require("iree.compiler")
     require("iree.runtime")
@@ -474,4 +511,56 @@ def export_iree(args) -> int:
                                lambda x, mask: run_iree_block(blob, x, mask))
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
           f"{checked}")
+    return 0
+
+
+def export_aoti(args) -> int:
+    """--target aoti: the torch port's block through torch.export, compiled by AOTInductor for this
+    CPU into a .pt2 package (export/aoti_program.py), checked against the spec on a random batch
+    through the loaded package."""
+    config, params = _compiled_target_inputs(
+        args, "the torch port compiled by AOTInductor for this CPU, float32, batch and sequence dynamic",
+        "AOTInductor compiles the torch port for this CPU")
+    require("torch")
+    from odeattn.export.aoti_program import missing_compiler
+
+    if missing_compiler():
+        raise CommandFailed(f"--target aoti: AOTInductor builds the package with {missing_compiler()[0]}, which is not "
+                            "on the PATH; install one (Debian: apt install g++)", code=2)
+    from odeattn.export.aoti_program import aoti_runner, export_aoti_block
+
+    print("compiling with AOTInductor: it generates and builds the block's C++ kernels, which takes tens of seconds",
+          file=sys.stderr, flush=True)
+    blob = export_aoti_block(config, params, padding_mask=not args.no_padding_mask)
+    run = aoti_runner(blob)
+    checked = _check_and_write(args, config, params, blob, run)
+    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, AOTInductor package for this CPU (float32, batch x seq "
+          f"dynamic), {checked}")
+    return 0
+
+
+def export_executorch(args) -> int:
+    """--target executorch: the torch port's block through torch.export, lowered to ExecuTorch's
+    portable operators (export/executorch_program.py), batch and sequence dynamic up to
+    --max-batch and --max-seq, checked against the spec on a random batch through ExecuTorch's
+    runtime."""
+    from odeattn.export.executorch_program import MAX_BATCH, MAX_SEQ, check_bounds
+
+    config, params = _compiled_target_inputs(
+        args, "the torch port lowered to ExecuTorch's portable operators, float32, batch and sequence dynamic up to "
+              "--max-batch and --max-seq", "ExecuTorch lowers the torch port")
+    bounds = {"max_batch": MAX_BATCH if args.max_batch is None else args.max_batch,
+              "max_seq": MAX_SEQ if args.max_seq is None else args.max_seq}
+    with as_options():
+        check_bounds(**bounds)
+    require("torch")
+    require("executorch")
+    from odeattn.export.executorch_program import executorch_runner, export_executorch_block
+
+    print("lowering to ExecuTorch: it traces and lowers every evaluation of f, which takes tens of seconds",
+          file=sys.stderr, flush=True)
+    blob = export_executorch_block(config, params, padding_mask=not args.no_padding_mask, **bounds)
+    checked = _check_and_write(args, config, params, blob, executorch_runner(blob))
+    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, ExecuTorch program, portable operators (float32, batch <= "
+          f"{bounds['max_batch']} x seq <= {bounds['max_seq']}), {checked}")
     return 0

@@ -47,13 +47,14 @@ def add_options(p) -> None:
                    help="fuzz: draw the same examples in every dtype (default: each dtype its own, from the same seed)")
     p.add_argument("--repro", type=Path, default=None, metavar="DIR",
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
-    p.add_argument("--model", type=Path, default=None, metavar="FILE.onnx",
-                   help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend")
+    p.add_argument("--model", type=Path, default=None, metavar="FILE",
+                   help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend: "
+                        "an .onnx file, or a .pt2 (--runtime aoti) or .pte (--runtime executorch) package")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
     p.add_argument("--runtime", default=None, metavar="NAME",
                    help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino or iree (in this process), "
-                        "onnxruntime-node or onnxruntime-web")
+                        "onnxruntime-node or onnxruntime-web; aoti or executorch for their packages (in this process)")
 
 
 def check_not_given(args) -> None:
@@ -158,7 +159,8 @@ def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
-    from odeattn.conformance.fuzzing.model_file import ModelFile, check_file_config, check_runtime, load_block_file
+    from odeattn.conformance.fuzzing.model_file import (RUNTIME_SUFFIXES, ModelFile, check_file_config, check_runtime,
+                                                        load_block_file)
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if args.cover:  # the array's cells are configs; a file has its own
@@ -167,23 +169,52 @@ def model_file(args):
         raise UsageError(f"--model: takes --config and --weights (no --backend); missing {', '.join(missing) or 'nothing'}"
                          if missing else "--model: judges the file itself; --backend is not taken with it")
     runtime = check_runtime(args.runtime or "onnxruntime")
+    suffix = RUNTIME_SUFFIXES.get(runtime, ".onnx")
     if not args.model.is_file():
-        raise UsageError(f"--model: expected an .onnx file; got {str(args.model)!r}, "
+        raise UsageError(f"--model: expected a{'n' if suffix == '.onnx' else ''} {suffix} file; got {str(args.model)!r}, "
                          f"{'a folder' if args.model.is_dir() else 'which does not exist'}")
+    runs = {s: r for r, s in RUNTIME_SUFFIXES.items()}.get(args.model.suffix)  # the runtime a package's suffix names
+    if runs is not None and runs != runtime:
+        raise UsageError(f"--model: {str(args.model)!r} is a package that --runtime {runs} runs; got --runtime {runtime}")
+    if runtime in RUNTIME_SUFFIXES:
+        if args.model.suffix == ".onnx":
+            raise UsageError(f"--model: expected a {suffix} file for --runtime {runtime}; got the ONNX file "
+                             f"{str(args.model)!r} (its runtimes: onnxruntime, openvino, iree, onnxruntime-node, onnxruntime-web)")
+        return package_file(args)
     with user_input("--model"):  # before the config: a GenAI file's config is no block's
         model = load_block_file(args.model)
-    import numpy as np
-
     config, params = load_block(args.config, args.weights)
     with user_input():
         check_file_config(model, config, runtime)
-    big, top = max(float(np.abs(v).max(initial=0.0)) for v in params.values()), float(np.finfo(np.float32).max)
-    if big > top:  # the file runs float32: no input could be judged against these
-        raise UsageError(f"--weights: the model file runs in float32, which holds magnitudes up to {top:.4g}; "
-                         f"got a weight of magnitude {big:.4g}")
+    check_float32_weights(params)
     adapter = ModelFile(args.model, config, params, runtime, model=model).adapt()
     strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
     return str(args.model), adapter, strategy, params
+
+
+def package_file(args):
+    """model_file's (path, adapter, strategy, weights) for a compiled package: an AOTInductor .pt2
+    (--runtime aoti) or an ExecuTorch .pte (--runtime executorch)."""
+    from odeattn.commands.inputs import load_block
+    from odeattn.conformance.fuzzing.draw import fixed_draws
+    from odeattn.conformance.fuzzing.model_file import PackageFile
+
+    config, params = load_block(args.config, args.weights)
+    check_float32_weights(params)
+    with user_input():
+        adapter = PackageFile(args.model, config, params, args.runtime)
+    return str(args.model), adapter, fixed_draws(config, None, None, adapter.takes_mask), params
+
+
+def check_float32_weights(params) -> None:
+    """UsageError naming --weights where a weight is beyond float32's range: the file runs float32,
+    so no input could be judged against these."""
+    import numpy as np
+
+    big, top = max(float(np.abs(v).max(initial=0.0)) for v in params.values()), float(np.finfo(np.float32).max)
+    if big > top:
+        raise UsageError(f"--weights: the model file runs in float32, which holds magnitudes up to {top:.4g}; "
+                         f"got a weight of magnitude {big:.4g}")
 
 
 def draw_and_judge(args, adapters) -> int:

@@ -123,6 +123,14 @@ class StallsAfterOne(Spec32):
             os.kill(os.getpid(), signal.SIGSTOP)
         return super().run_func(*a)
 
+class Slow(Spec32):
+    """A case's block takes 1.5 s (a backend that compiles each case ahead of time)."""
+    name = "slow"
+    def run_block(self, *a):
+        time.sleep(1.5)
+        return super().run_block(*a)
+    run_trajectory = run_func = None
+
 class Oversends(Spec32):
     """Announces a reply far larger than its case's outputs (once in the run)."""
     name = "oversends"
@@ -335,6 +343,27 @@ def test_hung_stalled_oversending_and_odd_plugins_are_reported_and_the_run_goes_
     write_junit(report, tmp_path / "r.xml", header)
     ET.parse(tmp_path / "r.xml")  # well-formed despite the escape codes and the NUL
     assert "red" in (tmp_path / "r.xml").read_text()
+
+
+@pytest.mark.parametrize("case_timeout", [None, 5.0])
+def test_a_backend_s_case_timeout_raises_the_run_s(plugins, case_timeout):
+    """A ref's case_timeout is the least time its case may take: a 1.5 s case passes under a 1 s
+    run timeout with a case_timeout of 5 s, and times out without one. The backends that compile
+    each case ahead of time declare theirs."""
+    ref = dataclasses.replace(plugins("Slow"), case_timeout=case_timeout)
+    report = run_suite([ref], SOME[1:], jobs=1, timeout=1.0, init_timeout=15.0)
+    (result,) = report.results
+    assert (result.status, result.message) == (("passed", "") if case_timeout else
+                                              ("error", "the worker timed out after 1 s while running this case"))
+
+
+def test_the_backends_that_build_each_case_declare_a_case_timeout():
+    from odeattn.conformance.adapters import discover
+
+    assert BUILTIN["aoti"].case_timeout == BUILTIN["executorch"].case_timeout == 600
+    assert BUILTIN["torch"].case_timeout is None
+    refs, _, _ = discover(["aoti"])
+    assert refs[0].case_timeout == 600
 
 
 def test_a_wrong_gradient_is_named_by_its_parameter():

@@ -1,0 +1,44 @@
+"""The torch port compiled ahead of time, as backends: each case's block exported by torch.export
+with dynamic batch and sequence, then compiled into an AOTInductor package (aoti) or lowered to
+an ExecuTorch program (executorch), loaded and called as a deployer's runtime runs it
+(export/aoti_program.py, export/executorch_program.py). Either returns z(1) only, so a block case
+is judged at z1; neither has cached decoding, a backward pass, the encoder or the language model."""
+
+from __future__ import annotations
+
+
+# a case's build takes 9 s to about 3 min on 2 cores, growing with the evaluations of f (rk4 x 8
+# steps with BitLinear, 32 of them, the longest of the golden set)
+CASE_TIMEOUT = 600.0
+
+
+class AotiAdapter:
+    name = "aoti"
+    dtypes = ("float32", "float64")
+    case_timeout = CASE_TIMEOUT
+
+    def supports(self, config, dtype):
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        from odeattn.export.aoti_program import export_aoti_block, run_aoti_block
+
+        package = export_aoti_block(config, params, dtype=dtype, padding_mask=padding_mask is not None)
+        return run_aoti_block(package, x, padding_mask)
+
+
+class ExecuTorchAdapter:
+    name = "executorch"
+    dtypes = ("float32",)
+    case_timeout = CASE_TIMEOUT
+
+    def supports(self, config, dtype):
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        from odeattn.export.executorch_program import MAX_BATCH, MAX_SEQ, export_executorch_block, run_executorch_block
+
+        # the default bounds, raised to the case's shape where it is larger
+        program = export_executorch_block(config, params, padding_mask=padding_mask is not None,
+                                          max_batch=max(MAX_BATCH, x.shape[0]), max_seq=max(MAX_SEQ, x.shape[1]))
+        return run_executorch_block(program, x, padding_mask)
