@@ -122,7 +122,7 @@ def test_the_help_shows_the_fuzz_options_apart_and_what_generate_needs(capsys):
     out = capsys.readouterr().out
     run_part, _, fuzz_part = out.partition("\noptions:\n")[2].partition("\nfuzz options:\n")  # after the usage lines
     assert "--backend NAME|module:object|exec:CMD" in run_part and "--fail-fast" in run_part
-    assert "--examples N" in fuzz_part and "--model FILE.onnx" in fuzz_part and "--examples" not in run_part
+    assert "--examples N" in fuzz_part and "--model FILE" in fuzz_part and "--examples" not in run_part
     with pytest.raises(SystemExit):
         main(["conformance", "generate", "--help"])
     out = capsys.readouterr().out
