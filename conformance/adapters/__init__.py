@@ -18,7 +18,6 @@ take at least: a backend that compiles each case ahead of time).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import importlib
 import importlib.metadata
@@ -61,10 +60,11 @@ class Builtin:
 
     @classmethod
     def of(cls, adapter: type, requires: tuple[str, ...] = (), on_request: str = "") -> "Builtin":
-        """The built-in of an adapter class: its reference, dtypes, shares_process and case_timeout
-        read off the class."""
+        """The built-in of an adapter class: its reference, dtypes, shares_process, case_timeout and
+        compiler read off the class."""
         return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request,
-                   shares_process=getattr(adapter, "shares_process", False), case_timeout=getattr(adapter, "case_timeout", None))
+                   shares_process=getattr(adapter, "shares_process", False), case_timeout=getattr(adapter, "case_timeout", None),
+                   compiler=getattr(adapter, "compiler", False))
 
 
 _JS_SLOW = "each case's model exported, sent to Node.js and run there (20 to 90 s on 2 cores)"
@@ -77,8 +77,8 @@ BUILTIN = {
                        "the Flax modules over the jax port, every case compiled once more (minutes cold)"),
     "jax-export": Builtin.of(JaxExportAdapter, ("jax", "jaxlib"),
                              "each case's block exported by jax.export, serialized and run through jax alone (minutes cold)"),
-    "aoti": dataclasses.replace(Builtin.of(AotiAdapter, ("torch",), "each case's block compiled by AOTInductor into a "
-                                           ".pt2 package (about 30 min a dtype on 2 cores)"), compiler=True),
+    "aoti": Builtin.of(AotiAdapter, ("torch",),
+                       "each case's block compiled by AOTInductor into a .pt2 package (about 30 min a dtype on 2 cores)"),
     "executorch": Builtin.of(ExecuTorchAdapter, ("torch", "executorch"),
                              "each case's block lowered to an ExecuTorch program (about 35 min on 2 cores)"),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),

@@ -16,6 +16,7 @@ class AotiAdapter:
     name = "aoti"
     dtypes = ("float32", "float64")
     case_timeout = CASE_TIMEOUT
+    compiler = True  # Inductor builds each package with the machine's C++ compiler
 
     def supports(self, config, dtype):
         return None

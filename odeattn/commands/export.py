@@ -290,12 +290,13 @@ def quiet_torch_export():
     its registry's "torchvision is not installed" (a log line per torchvision operator), torch's
     own use of its deprecated pytree LeafSpec (a FutureWarning), and that the batch and seq
     axes shared by x and padding_mask keep their one name (a UserWarning)."""
+    from odeattn.export.torch_program import quiet
+
     registry = logging.getLogger("torch.onnx._internal.exporter._registration")
     level = registry.level
     registry.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+        with quiet(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"# The axis name: \w+ will not be used, since it shares the same shape "
                                     r"constraints with another axis", UserWarning, r"torch\.onnx")
             yield
@@ -524,8 +525,9 @@ def export_aoti(args) -> int:
     require("torch")
     from odeattn.export.aoti_program import missing_compiler
 
-    if missing_compiler():
-        raise CommandFailed(f"--target aoti: AOTInductor builds the package with {missing_compiler()[0]}, which is not "
+    missing = missing_compiler()
+    if missing:
+        raise CommandFailed(f"--target aoti: AOTInductor builds the package with {missing[0]}, which is not "
                             "on the PATH; install one (Debian: apt install g++)", code=2)
     from odeattn.export.aoti_program import aoti_runner, export_aoti_block
 
