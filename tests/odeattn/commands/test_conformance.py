@@ -204,9 +204,11 @@ def test_the_main_job_s_parts_are_its_default_run(main_job):
     assert sorted(covered) == sorted(MAIN_JOB_ROWS)  # each row in one part
 
 
-def test_the_main_job_passes_every_case_on_every_builtin_backend(main_job, main_job_part):
-    """`odeattn conformance`, a part at a time: every golden case on every built-in backend and
-    dtype, in worker processes; float64 also within 1e-12 relative (the ports' float64 bar)."""
+def test_the_main_job_runs_each_kind_on_every_builtin_backend_and_skips_as_declared(main_job, main_job_part):
+    """`odeattn conformance` on its sample (tests/conftest.py's MAIN_JOB_SAMPLE), a part at a time: each case passes or is skipped
+    where its row declares it cannot run it, in worker processes; float64 also within 1e-12 relative
+    (the ports' float64 bar). Every golden case on every row is the main job itself, which CI runs
+    whole (.ci/run)."""
     code, out, report = main_job(main_job_part)
     assert code == 0, out
     backends, dtypes = main_job.parts[main_job_part]
@@ -220,12 +222,12 @@ def test_the_main_job_passes_every_case_on_every_builtin_backend(main_job, main_
     # cases everywhere but the spec and torch (the others have no run_lm)
     from odeattn.conformance.golden import load_cases
 
-    cases = load_cases()
+    cases = [c for c in load_cases() if c.name in main_job.sample]
+    assert len(cases) == len(main_job.sample) == report["cases"]
     grad, decode, encoder, lm = ({c.name for c in cases if c.name.startswith(kind)}
                                  for kind in ("grad_", "decode_", "encoder_", "lm_"))
-    assert len(decode) >= 6 and len(grad) >= 14 and len(encoder) >= 12 and len(lm) >= 9
     bitnet_blocks = {c.name for c in cases if c.kind.name == "block" and c.config.use_bitnet}
-    assert len(bitnet_blocks) >= 16
+    assert all((grad, decode, encoder, lm)) and len(bitnet_blocks) >= 4
     # a half row runs no case the golden set marks untestable in its dtype (the grad and encoder
     # cases among them); ONNX Runtime's half export has no decode models
     for key, row in rows.items():
