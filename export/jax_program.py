@@ -3,7 +3,8 @@ symbolic, the parameters inside, run by jax alone (no odeattn, no ode_ref).
 
     export_jax_block(config, params, *, dtype="float32", padding_mask=True, max_positions=None,
                      platforms=("cpu",)) -> bytes
-    run_jax_block(blob, x, padding_mask=None) -> z(1), through jax.export.deserialize(blob).call
+    jax_runner(blob) -> run(x, padding_mask=None) -> z(1), through jax.export.deserialize(blob).call
+    run_jax_block(blob, x, padding_mask=None) -> z(1), a one-shot
 
 The program takes x (batch, seq, d_model) of dtype and, unless padding_mask=False, padding_mask
 bool (batch, seq), and returns z(1) in x's dtype. RoPE, sinusoidal_rotary and HoPE gather their
@@ -85,16 +86,43 @@ def check_export_arguments(config, dtype: str, max_positions, platforms=("cpu",)
                          f"for {effect}")
 
 
-def run_jax_block(blob: bytes, x, padding_mask=None) -> np.ndarray:
-    """z(1) of a serialized program (export_jax_block) on x and the padding mask, through jax alone:
-    what a deployer's code does. No mask: every token real. A program exported without the mask
-    input refuses a mask that pads a token (ValueError), rather than reading padding as tokens."""
-    import jax
-    from jax import export
+class JaxRunner:
+    """A serialized program (export_jax_block) deserialized once and called, as a server keeps it:
+    run(x, padding_mask=None) -> z(1) as NumPy. dtype, d_model and takes_mask are read off the
+    program. It stores no config and, once deserialized, no bound on the positions: jax checks a
+    declared seq <= max_positions at each call and refuses a longer sequence (ValueError "Error
+    refining shapes"). x is cast to the program's dtype; no mask: every token real. A program
+    exported without the mask input refuses a mask that pads a token (ValueError), rather than
+    reading padding as tokens. ValueError for bytes that are no serialized program."""
 
-    x = np.asarray(x)
-    with jax.enable_x64(x.dtype == np.float64):
-        program = export.deserialize(bytearray(blob))
-        x, mask = artifact_inputs(x, padding_mask, d_model=program.in_avals[0].shape[2], dtype=x.dtype,
-                                  takes_mask=len(program.in_avals) == 2)
-        return np.asarray(program.call(x) if mask is None else program.call(x, mask))
+    bounds = None  # batch and sequence are symbolic (a declared positions bound is jax's to check)
+
+    def __init__(self, blob: bytes):
+        import jax
+        from jax import export
+
+        try:
+            self.program = export.deserialize(bytearray(blob))
+        except Exception as err:  # jax's flatbuffer reader raises its own kinds on other bytes
+            raise ValueError(f"program: expected a serialized jax.export program; reading it failed "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no message'})") from None
+        avals = self.program.in_avals
+        self.dtype, self.d_model, self.takes_mask = np.dtype(avals[0].dtype).name, avals[0].shape[2], len(avals) == 2
+        self._x64 = jax.enable_x64
+
+    def __call__(self, x, padding_mask=None):
+        x, mask = artifact_inputs(np.asarray(x), padding_mask, d_model=self.d_model, dtype=np.dtype(self.dtype),
+                                  takes_mask=self.takes_mask, what="program")
+        with self._x64(self.dtype == "float64"):
+            return np.asarray(self.program.call(x) if mask is None else self.program.call(x, mask))
+
+
+def jax_runner(blob: bytes) -> JaxRunner:
+    """The program deserialized once, to be called as run(x, padding_mask=None) -> z(1) (JaxRunner)."""
+    return JaxRunner(blob)
+
+
+def run_jax_block(blob: bytes, x, padding_mask=None) -> np.ndarray:
+    """z(1) of a serialized program on x, through jax alone, in the program's dtype (a one-shot: a
+    server keeps jax_runner's run)."""
+    return JaxRunner(blob)(x, padding_mask)

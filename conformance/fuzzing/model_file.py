@@ -11,9 +11,10 @@ the first stage of f that diverges (stages.py).
 The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or IREE (the
 file compiled for this CPU once, as the iree backend) in this process, or one of ONNX Runtime's
 JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
-adapters/external.py, sent the file once. With --runtime aoti or executorch the file is no ONNX
-file but an AOTInductor package (.pt2, `odeattn export --target aoti`) or an ExecuTorch program
-(.pte, `--target executorch`), loaded once by its runtime here: PackageFile.
+adapters/external.py, sent the file once. With --runtime aoti, executorch or jax the file is no
+ONNX file but an AOTInductor package (.pt2, `odeattn export --target aoti`), an ExecuTorch program
+(.pte, `--target executorch`) or a serialized jax.export program (.jaxexport, `--target jax`),
+loaded once by its runtime here: PackageFile.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -29,8 +30,8 @@ import numpy as np
 from ..adapters import external, missing_requirements
 
 # built-in backend names (adapters.BUILTIN)
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch")
-RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte"}  # the runtimes whose file is no ONNX file: its suffix
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch", "jax")
+RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport"}  # the runtimes whose file is no ONNX file: its suffix
 PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch"}  # a runtime whose Python package has another name (its version is the record's)
 FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
@@ -240,10 +241,13 @@ class ModelFile:
 
 class PackageFile:
     """An adapter over one compiled block package, run here: an AOTInductor .pt2 by torch's runtime
-    (--runtime aoti) or an ExecuTorch .pte by ExecuTorch's (--runtime executorch), in float32. It
-    returns z(1) alone and takes a padding mask where it was exported with one; an ExecuTorch
-    program's batch and sequence are bounded (a draw past them is not supported, not a failure).
-    The config it stores must be the one given."""
+    (--runtime aoti), an ExecuTorch .pte by ExecuTorch's (--runtime executorch) or a jax.export
+    program by jax (--runtime jax), in float32. It returns z(1) alone and takes a padding mask where
+    it was exported with one. A draw past what the file holds is not supported, not a failure: an
+    ExecuTorch program's batch and sequence bounds, and a jax program's positions (RoPE,
+    sinusoidal_rotary and HoPE: seq <= the --max-positions it was exported with, which jax checks
+    at each call). The config an .pt2 or .pte stores must be the one given; a jax program stores
+    none, so its width is checked and the config taken as given (a wrong one diverges)."""
 
     dtypes = ("float32",)
     batch = seq = loop_steps = None
@@ -253,30 +257,45 @@ class PackageFile:
         check_runtime(runtime)
         if runtime == "aoti":
             from odeattn.export.aoti_program import aoti_runner as runner
-        else:
+        elif runtime == "executorch":
             from odeattn.export.executorch_program import executorch_runner as runner
+        else:
+            from odeattn.export.jax_program import jax_runner as runner
         try:
             self.run = runner(Path(path).read_bytes())
         except ValueError as err:
             raise ValueError(f"--model: {str(path)!r}: {str(err).partition(': ')[2]}") from None
         if self.run.dtype != "float32":
-            raise ValueError(f"--model: expected a float32 package (fuzz judges float32); {str(path)!r} computes in "
-                             f"{self.run.dtype}")
-        _check_stored_config(self.run.config, config)
-        self.takes_mask = self.run.takes_mask
+            raise ValueError(f"--model: expected a float32 {'program' if runtime == 'jax' else 'package'} (fuzz judges "
+                             f"float32); {str(path)!r} computes in {self.run.dtype}")
+        if runtime == "jax":
+            if self.run.d_model != config.hidden_size:
+                raise ValueError(f"--config: expected the config the file was exported with; its hidden_size is "
+                                 f"{config.hidden_size}, the program's d_model {self.run.d_model}")
+        else:
+            _check_stored_config(self.run.config, config)
+        self.takes_mask, self.runtime = self.run.takes_mask, runtime
         self.name, self.config, self.params = f"model:{Path(path).name}@{runtime}", config, params
 
     def supports(self, config, dtype) -> Optional[str]:
         return None if config == self.config else "the model file holds one config"
 
     def run_block(self, config, params, x, padding_mask, dtype):
+        from odeattn.export.jax_program import TABULATED
+
         from ..adapters.protocol import NotSupported
 
         bounds = self.run.bounds
         if bounds is not None and (x.shape[0] > bounds[0] or x.shape[1] > bounds[1]):
             raise NotSupported(f"not supported: {x.shape[0]} x {x.shape[1]} tokens; the program holds batch <= "
                                f"{bounds[0]} and seq <= {bounds[1]}")
-        return self.run(x, padding_mask)
+        try:
+            return self.run(x, padding_mask)
+        except ValueError as err:  # jax's check of a declared seq <= max_positions, the program's one constraint
+            if self.runtime == "jax" and config.position_encoding in TABULATED and str(err).startswith("Error refining shapes"):
+                raise NotSupported(f"not supported: seq {x.shape[1]}; the program holds at most the positions it was "
+                                   "exported with (--max-positions)") from None
+            raise
 
     def adapt(self):
         return self

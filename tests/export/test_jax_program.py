@@ -104,3 +104,48 @@ def test_the_jax_export_backend_passes_the_golden_cases_of_its_form():
     serialized and run through jax alone; the decode, grad, encoder and LM cases skipped (the
     program returns z(1) only). The whole set takes a minute (docs/deployment.md)."""
     assert main(["conformance", "--backend", "jax-export", "-k", "_field_|tier_t17_", "--dtype", "float32"]) == 0
+
+
+def test_fuzz_judges_the_program_within_its_positions_and_catches_other_weights(tmp_path, capsys):
+    """fuzz --model block.jaxexport --runtime jax: drawn inputs judged against the spec, a draw past
+    the program's positions not supported (jax refuses it), the report naming jax's version; the
+    same program judged against other weights diverges (exit 1). Refused in one line: a program
+    of another width than --config's (the program stores no config), the program given to another
+    runtime, a file that is no program, and a float64 program."""
+    import hashlib
+    import importlib.metadata
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="euler", ode_steps=2, ode_use_pe=True,
+                      positional_encoding="rope", mode="decoder")
+    params = R.init_params(cfg, seed=0, perturb_norms=True)
+    model = tmp_path / "block.jaxexport"
+    model.write_bytes(export_jax_block(cfg, params, max_positions=24))
+    (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    argv = ["conformance", "fuzz", "--model", str(model), "--config", str(tmp_path / "c.json"),
+            "--weights", str(tmp_path / "w.safetensors"), "--runtime", "jax", "--examples", "20"]
+    assert main([*argv, "--repro", str(tmp_path / "r0"), "--json", str(tmp_path / "r.json")]) == 0
+    assert "the program holds at most the positions it was exported with" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["artifact"] == {
+        "file": model.name, "sha256": hashlib.sha256(model.read_bytes()).hexdigest(), "runtime": "jax",
+        "runtime_version": importlib.metadata.version("jax")}
+    R.save_params(R.init_params(cfg, seed=1, perturb_norms=True), tmp_path / "other.safetensors")
+    assert main([*argv[:7], str(tmp_path / "other.safetensors"), *argv[8:], "--repro", str(tmp_path / "r1")]) == 1
+    wide = R.ODEConfig(hidden_size=12, num_heads=2)
+    (tmp_path / "wide.json").write_text(json.dumps(wide.to_dict()))
+    R.save_params(R.init_params(wide), tmp_path / "wide.safetensors")
+    with __import__("jax").enable_x64(True):
+        (tmp_path / "b64.jaxexport").write_bytes(export_jax_block(cfg, params, dtype="float64", max_positions=24))
+    capsys.readouterr()
+    for changed, message in (({5: str(tmp_path / "wide.json"), 7: str(tmp_path / "wide.safetensors")},
+                              "--config: expected the config the file was exported with; its hidden_size is 12, the "
+                              "program's d_model 8"),
+                             ({9: "onnxruntime"}, "is a package that --runtime jax runs; got --runtime onnxruntime"),
+                             ({3: str(tmp_path / "c.json")}, "expected a serialized jax.export program"),
+                             ({3: str(tmp_path / "b64.jaxexport")}, "expected a float32 program (fuzz judges float32)")):
+        args = list(argv)
+        for i, value in changed.items():
+            args[i] = value
+        assert main([*args, "--repro", str(tmp_path / "r2")]) == 2
+        line, = capsys.readouterr().err.strip().splitlines()
+        assert message in line, line
