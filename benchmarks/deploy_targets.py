@@ -2,12 +2,12 @@
 run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime and in
 OpenVINO (its float32 hint, as the openvino backend) and compiled by IREE for this CPU, the
 AOTInductor package (export/aoti_program.py), the ExecuTorch program (export/executorch_program.py,
-portable operators), the torch port's program after torch.export (Core ATen, the form LiteRT takes;
-run here by torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
+portable operators), the LiteRT model (export/litert_program.py, at the call's shape), the torch port's
+program after torch.export (Core ATen; run here by torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
 
     python benchmarks/deploy_targets.py [--rounds 7] [--calls 20] [--threads 1]
 
-It needs `[all]` and the `executorch` extra (outside `[all]`), and a C++ compiler for AOTInductor.
+It needs `[all]` and the `executorch` and `litert` extras (outside `[all]`), and a C++ compiler for AOTInductor.
 
 The block is issue 62's: d_model 32, 4 heads, rk4 x 2 steps, float32, batch 2 x seq 8, the second
 row's last 3 tokens padded. Method (as benchmarks/opset_forms.py): rounds, each path called once
@@ -41,6 +41,7 @@ def paths(threads: int):
     from odeattn.export.executorch_program import executorch_runner, export_executorch_block
     from odeattn.export.iree_program import compile_iree, iree_runner
     from odeattn.export.jax_program import export_jax_block
+    from odeattn.export.litert_program import export_litert_block, litert_runner
     from odeattn.export.options import ExportOptions
     from odeattn.export.runtime import session
 
@@ -67,9 +68,11 @@ def paths(threads: int):
     core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
     aoti = aoti_runner(export_aoti_block(cfg, params))
     pte = executorch_runner(export_executorch_block(cfg, params))
+    lite = litert_runner(export_litert_block(cfg, params, batch=2, seq=8), threads=threads)
     fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
            "openvino": lambda: vino(feed)[vino.outputs[0]], "iree": lambda: iree(feed)["z"],
            "AOTInductor package": lambda: aoti(x32, mask), "ExecuTorch program": lambda: pte(x32, mask),
+           "LiteRT model": lambda: lite(x32, mask),
            "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),
            "torch eager": lambda: block(xt, padding_mask=mt).detach().numpy()}
     with torch.no_grad():

@@ -1,16 +1,18 @@
 """Export of the ODE attention block: the unrolled ONNX graph and inference with ONNX Runtime, and
 the other targets' artifacts (jax_program.py, iree_program.py, aoti_program.py,
-executorch_program.py). Here: the batch every export's check against the spec runs, and the
+executorch_program.py, litert_program.py). Here: the batch every export's check against the spec runs, and the
 checks of an artifact's inputs that its runtime does not make."""
 
 import numpy as np
 
 
-def check_batch(d_model: int, seq: int = 8, *, padded: bool = True):
-    """(x, padding_mask) of an export's check against the spec: x normal [2, seq, d_model], seed 0,
-    float64; the second row's tokens after the fifth padded (none when seq <= 5), or no mask."""
-    x = np.random.default_rng(0).normal(size=(2, seq, d_model))
-    return x, (np.arange(seq)[None, :] < np.array([[seq], [min(5, seq)]])) if padded else None
+def check_batch(d_model: int, seq: int = 8, *, padded: bool = True, batch: int = 2):
+    """(x, padding_mask) of an export's check against the spec: x normal [batch, seq, d_model], seed
+    0, float64; every second row's tokens after the fifth padded (none when seq <= 5; a batch of one
+    is that padded row), or no mask."""
+    x = np.random.default_rng(0).normal(size=(batch, seq, d_model))
+    lengths = np.resize([seq, min(5, seq)] if batch > 1 else [min(5, seq)], batch)
+    return x, (np.arange(seq)[None, :] < lengths[:, None]) if padded else None
 
 
 def artifact_inputs(x, padding_mask, *, d_model: int, dtype, takes_mask: bool, what: str = "program"):

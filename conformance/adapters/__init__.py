@@ -34,7 +34,7 @@ from . import external
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, IreeAdapter,
                        other_steps as other_steps)
-from .compiled import AotiAdapter, ExecuTorchAdapter
+from .compiled import AotiAdapter, ExecuTorchAdapter, LiteRtAdapter
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
@@ -57,14 +57,15 @@ class Builtin:
     shares_process: bool = False  # the adapter's own (BackendRef.shares_process)
     case_timeout: Optional[float] = None  # the adapter's own (BackendRef.case_timeout)
     compiler: bool = False  # it builds each case with the machine's C++ compiler (AOTInductor), which must be on the PATH
+    imports: Optional[tuple[str, ...]] = None  # what its worker imports first, if not all of requires (the adapter imports the rest itself)
 
     @classmethod
     def of(cls, adapter: type, requires: tuple[str, ...] = (), on_request: str = "") -> "Builtin":
-        """The built-in of an adapter class: its reference, dtypes, shares_process, case_timeout and
-        compiler read off the class."""
+        """The built-in of an adapter class: its reference, dtypes, shares_process, case_timeout,
+        compiler and imports read off the class."""
         return cls(f"{adapter.__module__}:{adapter.__qualname__}", requires, tuple(adapter.dtypes), on_request,
                    shares_process=getattr(adapter, "shares_process", False), case_timeout=getattr(adapter, "case_timeout", None),
-                   compiler=getattr(adapter, "compiler", False))
+                   compiler=getattr(adapter, "compiler", False), imports=getattr(adapter, "imports", None))
 
 
 _JS_SLOW = "each case's model exported, sent to Node.js and run there (20 to 90 s on 2 cores)"
@@ -81,6 +82,8 @@ BUILTIN = {
                        "each case's block compiled by AOTInductor into a .pt2 package (about 30 min a dtype on 2 cores)"),
     "executorch": Builtin.of(ExecuTorchAdapter, ("torch", "executorch"),
                              "each case's block lowered to an ExecuTorch program (about 35 min on 2 cores)"),
+    "litert": Builtin.of(LiteRtAdapter, ("torch", "litert_torch", "ai_edge_litert"),
+                         "each case's block converted to a LiteRT model at its shape (minutes on 2 cores)"),
     "onnxruntime": Builtin.of(OnnxRuntimeAdapter, ("onnx", "onnxruntime")),
     "onnxruntime-opset23": Builtin.of(OnnxRuntimeOpset23Adapter, ("onnx", "onnxruntime")),
     "onnxruntime-integer": Builtin.of(OnnxRuntimeIntegerAdapter, ("onnx", "onnxruntime")),
@@ -303,7 +306,8 @@ def discover(requested=(), timeout: float = 120.0, declared=None) -> tuple[list[
             if built.on_request and not requested:
                 notes.append(f"{name}: runs on request (--backend {name}): {built.on_request}")
                 continue
-            refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes, imports=built.requires,
+            refs.append(BackendRef(name, built.reference, builtin=True, dtypes=built.dtypes,
+                                   imports=built.requires if built.imports is None else built.imports,
                                    shares_process=built.shares_process, case_timeout=built.case_timeout))
         elif name in entry_points:
             refs.append(entry_points[name])

@@ -1,8 +1,9 @@
 """The torch port compiled ahead of time, as backends: each case's block exported by torch.export
 with dynamic batch and sequence, then compiled into an AOTInductor package (aoti) or lowered to
-an ExecuTorch program (executorch), loaded and called as a deployer's runtime runs it
-(export/aoti_program.py, export/executorch_program.py). Either returns z(1) only, so a block case
-is judged at z1; neither has cached decoding, a backward pass, the encoder or the language model."""
+an ExecuTorch program (executorch), or converted by litert-torch at the case's shape into a LiteRT
+model (litert), loaded and called as a deployer's runtime runs it (export/aoti_program.py,
+export/executorch_program.py, export/litert_program.py). Each returns z(1) only, so a block case
+is judged at z1; none has cached decoding, a backward pass, the encoder or the language model."""
 
 from __future__ import annotations
 
@@ -43,3 +44,34 @@ class ExecuTorchAdapter:
         program = export_executorch_block(config, params, padding_mask=padding_mask is not None,
                                           max_batch=max(MAX_BATCH, x.shape[0]), max_seq=max(MAX_SEQ, x.shape[1]))
         return run_executorch_block(program, x, padding_mask)
+
+
+class LiteRtAdapter:
+    name = "litert"
+    dtypes = ("float32",)
+    case_timeout = CASE_TIMEOUT
+    imports = ("torch",)  # litert-torch's own import is noisy (TensorFlow's and torchao's logs): made quietly below
+
+    def __init__(self):
+        from odeattn.export.litert_program import import_quietly
+
+        import_quietly()
+
+    def supports(self, config, dtype):
+        """None, or why LiteRT cannot hold the config (litert_program.check_config: float64 or int64 tables)."""
+        from ode_ref.config import ODEConfig
+        from odeattn.export.litert_program import check_config
+
+        if not isinstance(config, ODEConfig):  # an encoder's or a language model's: no run_encoder, no run_lm
+            return None
+        try:
+            check_config(config)
+        except ValueError as err:
+            return f"not supported: {err}"
+        return None
+
+    def run_block(self, config, params, x, padding_mask, dtype):
+        from odeattn.export.litert_program import export_litert_block, run_litert_block
+
+        model = export_litert_block(config, params, batch=x.shape[0], seq=x.shape[1], padding_mask=padding_mask is not None)
+        return run_litert_block(model, x, padding_mask)

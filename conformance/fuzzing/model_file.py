@@ -11,10 +11,10 @@ the first stage of f that diverges (stages.py).
 The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or IREE (the
 file compiled for this CPU once, as the iree backend) in this process, or one of ONNX Runtime's
 JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
-adapters/external.py, sent the file once. With --runtime aoti, executorch or jax the file is no
-ONNX file but an AOTInductor package (.pt2, `odeattn export --target aoti`), an ExecuTorch program
-(.pte, `--target executorch`) or a serialized jax.export program (.jaxexport, `--target jax`),
-loaded once by its runtime here: PackageFile.
+adapters/external.py, sent the file once. With --runtime aoti, executorch, jax or litert the file
+is no ONNX file but an AOTInductor package (.pt2, `odeattn export --target aoti`), an ExecuTorch
+program (.pte, `--target executorch`), a serialized jax.export program (.jaxexport, `--target
+jax`) or a LiteRT model (.tflite, `--target litert`), loaded once by its runtime here: PackageFile.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -30,9 +30,10 @@ import numpy as np
 from ..adapters import external, missing_requirements
 
 # built-in backend names (adapters.BUILTIN)
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch", "jax")
-RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport"}  # the runtimes whose file is no ONNX file: its suffix
-PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch"}  # a runtime whose Python package has another name (its version is the record's)
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch", "jax", "litert")
+# the runtimes whose file is no ONNX file: its suffix
+RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport", "litert": ".tflite"}
+PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch", "litert": "ai-edge-litert"}  # a runtime whose Python package has another name (its version is the record's)
 FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
@@ -241,16 +242,18 @@ class ModelFile:
 
 class PackageFile:
     """An adapter over one compiled block package, run here: an AOTInductor .pt2 by torch's runtime
-    (--runtime aoti), an ExecuTorch .pte by ExecuTorch's (--runtime executorch) or a jax.export
-    program by jax (--runtime jax), in float32. It returns z(1) alone and takes a padding mask where
-    it was exported with one. A draw past what the file holds is not supported, not a failure: an
-    ExecuTorch program's batch and sequence bounds, and a jax program's positions (RoPE,
-    sinusoidal_rotary and HoPE: seq <= the --max-positions it was exported with, which jax checks
-    at each call). The config an .pt2 or .pte stores must be the one given; a jax program stores
-    none, so its width is checked and the config taken as given (a wrong one diverges)."""
+    (--runtime aoti), an ExecuTorch .pte by ExecuTorch's (--runtime executorch), a jax.export
+    program by jax (--runtime jax) or a LiteRT .tflite by LiteRT's interpreter (--runtime litert),
+    in float32. It returns z(1) alone and takes a padding mask where it was exported with one. A
+    LiteRT model holds one batch and sequence, which every draw takes; a draw past what another file
+    holds is not supported, not a failure: an ExecuTorch program's batch and sequence bounds, and a
+    jax program's positions (RoPE, sinusoidal_rotary and HoPE: seq <= the --max-positions it was
+    exported with, which jax checks at each call). The config a .pt2 or .pte stores must be the one
+    given; a jax program and a LiteRT model store none, so their width is checked and the config
+    taken as given (a wrong one diverges)."""
 
     dtypes = ("float32",)
-    batch = seq = loop_steps = None
+    loop_steps = None
     run_func = run_trajectory = run_stages = None  # no diagnostic outputs
 
     def __init__(self, path: Path, config, params: dict, runtime: str):
@@ -259,21 +262,25 @@ class PackageFile:
             from odeattn.export.aoti_program import aoti_runner as runner
         elif runtime == "executorch":
             from odeattn.export.executorch_program import executorch_runner as runner
-        else:
+        elif runtime == "jax":
             from odeattn.export.jax_program import jax_runner as runner
+        else:
+            from odeattn.export.litert_program import litert_runner as runner
         try:
             self.run = runner(Path(path).read_bytes())
         except ValueError as err:
             raise ValueError(f"--model: {str(path)!r}: {str(err).partition(': ')[2]}") from None
+        kind = "package" if runtime in ("aoti", "executorch") else "model" if runtime == "litert" else "program"
         if self.run.dtype != "float32":
-            raise ValueError(f"--model: expected a float32 {'program' if runtime == 'jax' else 'package'} (fuzz judges "
-                             f"float32); {str(path)!r} computes in {self.run.dtype}")
-        if runtime == "jax":
-            if self.run.d_model != config.hidden_size:
-                raise ValueError(f"--config: expected the config the file was exported with; its hidden_size is "
-                                 f"{config.hidden_size}, the program's d_model {self.run.d_model}")
-        else:
-            _check_stored_config(self.run.config, config)
+            raise ValueError(f"--model: expected a float32 {kind} (fuzz judges float32); {str(path)!r} computes in "
+                             f"{self.run.dtype}")
+        stored = getattr(self.run, "config", None)
+        if stored is not None:
+            _check_stored_config(stored, config)
+        elif self.run.d_model != config.hidden_size:
+            raise ValueError(f"--config: expected the config the file was exported with; its hidden_size is "
+                             f"{config.hidden_size}, the {kind}'s d_model {self.run.d_model}")
+        self.batch, self.seq = getattr(self.run, "shape", (None, None))  # a fixed shape every draw takes
         self.takes_mask, self.runtime = self.run.takes_mask, runtime
         self.name, self.config, self.params = f"model:{Path(path).name}@{runtime}", config, params
 

@@ -1,7 +1,5 @@
-"""`odeattn export`: a block's config and weights in, an .onnx file out (or, with --target jax,
-jax.export's serialized program; with --target iree, an IREE module; with --target aoti, an
-AOTInductor package; with --target executorch, an ExecuTorch program), checked against the spec
-on a random batch."""
+"""`odeattn export`: a block's config and weights in, an .onnx file out, checked against the spec
+on a random batch; with --target, another runtime's artifact (export_targets.py)."""
 
 from __future__ import annotations
 
@@ -15,23 +13,12 @@ from ode_ref.cache import evaluations
 
 from ode_ref.files import replacing
 from odeattn.commands.args import CommandFailed, UsageError, add_force, check_output_path, require, user_input
+from odeattn.commands.export_targets import TARGETS, check_onnx_target, inputs_of, run_target
 from odeattn.commands.inputs import load_block, unused_encoding
 from odeattn.export.from_torch import TORCH_OPSETS
 from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
 
 DEPLOY_OPTIONS = ("quantize", "optimize")  # ONNX Runtime's tools on the written block model, not its form
-TARGETS = ("onnx", "jax", "iree", "aoti", "executorch")
-SUFFIXES = {"jax": ".jaxexport", "iree": ".vmfb", "aoti": ".pt2", "executorch": ".pte"}
-# the options that shape an ONNX file, each with whether it was given: none applies to another --target
-ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
-             "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode, "--genai": lambda a: a.genai is not None,
-             "--shared-buffer": lambda a: a.shared_buffer, "--bitlinear": lambda a: a.bitlinear != "float",
-             "--steps-input": lambda a: a.steps_input, "--steps-required": lambda a: a.steps_required,
-             "--dtype": lambda a: a.dtype != "float32",
-             "--keep-io-types": lambda a: a.keep_io_types, "--functions": lambda a: a.functions,
-             "--quantize": lambda a: a.quantize is not None, "--optimize": lambda a: a.optimize}
-
-
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a block (config + weights) to ONNX",
                        description="`odeattn export` (config and weights in, .onnx out) and `odeattn run` (an exported "
@@ -40,19 +27,25 @@ def register(sub) -> None:
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path,
                    help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file; "
-                        "with --target iree, a .vmfb file; with --target aoti, a .pt2 file; with --target executorch, a .pte file")
+                        "with --target iree, a .vmfb file; with --target aoti, a .pt2 file; with --target executorch, a .pte file; "
+                        "with --target litert, a .tflite file")
     add_force(p)
     p.add_argument("--target", choices=TARGETS, default="onnx",
                    help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; jax: the "
                         "block as jax.export's serialized StableHLO program, batch and sequence symbolic, run by jax "
                         "alone; iree: the ONNX file compiled by IREE for this CPU, an IREE module; aoti: the torch port compiled "
                         "by AOTInductor for this CPU, a .pt2 package for torch's runtime; executorch: the torch port "
-                        "lowered to ExecuTorch's portable operators, a .pte program (docs/deployment.md)")
+                        "lowered to ExecuTorch's portable operators, a .pte program; litert: the torch port converted by "
+                        "litert-torch at one batch and sequence, a .tflite model (docs/deployment.md)")
     p.add_argument("--max-batch", type=int, default=None,
                    help="with --target executorch: the largest batch the program takes (its memory is planned for it; "
                         "default 16)")
     p.add_argument("--max-seq", type=int, default=None,
                    help="with --target executorch: the longest sequence the program takes (default 512)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="with --target litert: the batch the model holds (its shapes are fixed; default 1)")
+    p.add_argument("--seq", type=int, default=None,
+                   help="with --target litert: the sequence length the model holds (default 128)")
     p.add_argument("--max-positions", type=int, default=None,
                    help="with --target jax and rope, sinusoidal_rotary or hope: the most positions a sequence holds "
                         "(the program's angle tables are made when it is traced; seq <= N is checked at every call)")
@@ -104,11 +97,6 @@ def register(sub) -> None:
     p.add_argument("--optimize", action="store_true",
                    help="also write the graph ONNX Runtime runs after its optimisations, as <output>.optimized.onnx "
                         "(it may hold kernels specific to this machine's CPU)")
-
-
-def inputs_of(args) -> dict:
-    """The files the command reads, by option: no output may be one of them."""
-    return {"--config": args.config, "--weights": args.weights}
 
 
 def check_options(args):
@@ -187,15 +175,9 @@ def as_option(err: Exception, form: dict) -> UsageError:
 
 
 def run(args) -> int:
-    if args.target == "executorch":
-        return export_executorch(args)
-    _executorch_only(args)
     if args.target != "onnx":
-        return {"jax": export_jax, "iree": export_iree, "aoti": export_aoti}[args.target](args)
-    if args.max_positions is not None:
-        raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
-    if args.platforms != "cpu":
-        raise UsageError("--platforms: applies to --target jax (an ONNX file names no backend)")
+        return run_target(args)
+    check_onnx_target(args)
     import onnx
 
     from odeattn.export.deploy import check_against_spec, node_counts
@@ -393,176 +375,4 @@ def export_cached(args, config, params, options) -> int:
     print(f"wrote {args.output}: {args.output.stat().st_size / 1e3:.1f} kB, opset {options.opset}, {len(model.graph.node)} nodes, "
           f"{len(decode_names(config)[0]) - 1} cache arrays; max relative error vs ode_ref on the whole sequence, {what} "
           f"(batch 2): {err:.2e}")
-    return 0
-
-
-def _other_target(args, form: str) -> None:
-    """UsageError where an option of the ONNX file is given to another --target (form: what the
-    target writes), or -o/--output is missing."""
-    given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
-    if given:
-        raise UsageError(f"{given[0]}: applies to --target onnx; the {args.target} target writes {form}")
-    if args.output is None:
-        raise UsageError(f"-o/--output: required (the {SUFFIXES[args.target]} file to write)")
-
-
-def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8) -> str:
-    """The check as ONNX's (export.deploy.check_against_spec): z(1) of run(x, mask) on 2 x seq
-    tokens, the second row padded after 5, then the same batch padded on the left, against the
-    spec in float64, within float32's tolerance for this block (the smaller of the two), or
-    CommandFailed and nothing written; then blob written to -o.
-    run None: no check here (the jax target lowered for no CPU). The check's words for the report."""
-    import numpy as np
-
-    import ode_ref as R
-    from odeattn.conformance.cases.tolerance import relative_error, tolerance
-    from odeattn.export import check_batch
-
-    x, mask = check_batch(config.hidden_size, seq, padded=not args.no_padding_mask)
-    masks = [mask] if args.no_padding_mask else [mask, mask[:, ::-1].copy()]  # the padding on the right, then the left
-    wants = [R.ode_block(params, x, config, m) for m in masks]
-    allowed = min(tolerance(relative_error(R.ode_block(params, x.astype(np.float32), config, m), want), "float32")
-                  for m, want in zip(masks, wants))
-    err = None if run is None else float(np.max([relative_error(run(x.astype(np.float32), m), want)  # NaN kept
-                                                 for m, want in zip(masks, wants)]))
-    if err is not None and not err <= allowed:  # NaN too: the file would be no model of the spec
-        raise CommandFailed(f"--target {args.target}: the artifact's check against ode_ref (float64) gives a relative "
-                            f"error of {err:.2e}, over float32's tolerance {allowed:.1e} for this block; "
-                            f"{args.output} not written")
-    with replacing(args.output) as tmp:
-        tmp.write_bytes(blob)
-    padded = "" if args.no_padding_mask else ", padded on each side"
-    return (f"max relative error vs ode_ref (float64) on a random batch (2 x {seq}{padded}): {err:.2e}" if err is not None
-            else "not run here (no cpu among its platforms)")
-
-
-def export_jax(args) -> int:
-    """--target jax: the block as jax.export's serialized program (export/jax_program.py), checked
-    against the spec on a random batch (2 x 8) through jax alone, as export checks an ONNX file."""
-    _other_target(args, "the block as jax.export's program, float32, batch and sequence symbolic")
-    platforms = tuple(p.strip() for p in args.platforms.split(","))
-    from odeattn.export.jax_program import check_export_arguments, export_jax_block, run_jax_block
-
-    with user_input():
-        check_output_path("-o", args.output, SUFFIXES["jax"], force=args.force, others=inputs_of(args))
-        config, params = load_block(args.config, args.weights)
-    with as_options():
-        check_export_arguments(config, "float32", args.max_positions, platforms)
-    require("jax")
-    blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
-                            platforms=platforms)
-    seq = min(8, args.max_positions or 8)
-    checked = _check_and_write(args, config, params, blob, (lambda x, mask: run_jax_block(blob, x, mask))
-                               if "cpu" in platforms else None, seq)
-    bound = f", seq <= {args.max_positions}" if args.max_positions else ""
-    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program for {', '.join(platforms)} (float32, "
-          f"batch x seq symbolic{bound}), {checked}")
-    return 0
-
-
-@contextlib.contextmanager
-def as_options():
-    """A library's ValueError ("max_seq: ...") as a usage error naming the option (--max-seq)."""
-    try:
-        yield
-    except ValueError as err:
-        name, _, rest = str(err).partition(": ")
-        raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
-
-
-def _executorch_only(args) -> None:
-    """UsageError where an option of --target executorch is given to another target."""
-    for option, value in (("--max-batch", args.max_batch), ("--max-seq", args.max_seq)):
-        if value is not None:
-            raise UsageError(f"{option}: applies to --target executorch (its memory is planned for the largest shapes); "
-                             f"got --target {args.target}")
-
-
-def _jax_only(args, what: str) -> None:
-    """UsageError where an option of --target jax is given to another target (what: how it compiles)."""
-    for option, given in (("--max-positions", args.max_positions is not None), ("--platforms", args.platforms != "cpu")):
-        if given:
-            raise UsageError(f"{option}: applies to --target jax; {what}")
-
-
-def _compiled_target_inputs(args, form: str, how: str):
-    """(config, params) for a target that compiles the block (iree, aoti, executorch) once no
-    option of another target is given (form: what it writes; how: how it compiles) and -o fits."""
-    _other_target(args, form)
-    _jax_only(args, how)
-    with user_input():
-        check_output_path("-o", args.output, SUFFIXES[args.target], force=args.force, others=inputs_of(args))
-        return load_block(args.config, args.weights)
-
-
-def export_iree(args) -> int:
-    """--target iree: the block's ONNX file (the default form) compiled by IREE for this CPU
-    (export/iree_program.py), checked against the spec on a random batch through IREE's runtime."""
-    config, params = _compiled_target_inputs(
-        args, "the default ONNX form compiled by IREE for this CPU, float32, batch and sequence dynamic",
-        "IREE compiles the ONNX file for this CPU")
-    require("onnx")
-    require("iree.compiler")
-    require("iree.runtime")
-    from odeattn.export.block import export_model
-    from odeattn.export.iree_program import compile_iree, run_iree_block
-
-    blob = compile_iree(export_model(config, params, ExportOptions(padding_mask=not args.no_padding_mask)))
-    checked = _check_and_write(args, config, params, blob,
-                               lambda x, mask: run_iree_block(blob, x, mask))
-    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
-          f"{checked}")
-    return 0
-
-
-def export_aoti(args) -> int:
-    """--target aoti: the torch port's block through torch.export, compiled by AOTInductor for this
-    CPU into a .pt2 package (export/aoti_program.py), checked against the spec on a random batch
-    through the loaded package."""
-    config, params = _compiled_target_inputs(
-        args, "the torch port compiled by AOTInductor for this CPU, float32, batch and sequence dynamic",
-        "AOTInductor compiles the torch port for this CPU")
-    require("torch")
-    from odeattn.export.aoti_program import missing_compiler
-
-    missing = missing_compiler()
-    if missing:
-        raise CommandFailed(f"--target aoti: AOTInductor builds the package with {missing[0]}, which is not "
-                            "on the PATH; install one (Debian: apt install g++)", code=2)
-    from odeattn.export.aoti_program import aoti_runner, export_aoti_block
-
-    print("compiling with AOTInductor: it generates and builds the block's C++ kernels, which takes tens of seconds",
-          file=sys.stderr, flush=True)
-    blob = export_aoti_block(config, params, padding_mask=not args.no_padding_mask)
-    run = aoti_runner(blob)
-    checked = _check_and_write(args, config, params, blob, run)
-    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, AOTInductor package for this CPU (float32, batch x seq "
-          f"dynamic), {checked}")
-    return 0
-
-
-def export_executorch(args) -> int:
-    """--target executorch: the torch port's block through torch.export, lowered to ExecuTorch's
-    portable operators (export/executorch_program.py), batch and sequence dynamic up to
-    --max-batch and --max-seq, checked against the spec on a random batch through ExecuTorch's
-    runtime."""
-    from odeattn.export.executorch_program import MAX_BATCH, MAX_SEQ, check_bounds
-
-    config, params = _compiled_target_inputs(
-        args, "the torch port lowered to ExecuTorch's portable operators, float32, batch and sequence dynamic up to "
-              "--max-batch and --max-seq", "ExecuTorch lowers the torch port")
-    bounds = {"max_batch": MAX_BATCH if args.max_batch is None else args.max_batch,
-              "max_seq": MAX_SEQ if args.max_seq is None else args.max_seq}
-    with as_options():
-        check_bounds(**bounds)
-    require("torch")
-    require("executorch")
-    from odeattn.export.executorch_program import executorch_runner, export_executorch_block
-
-    print("lowering to ExecuTorch: it traces and lowers every evaluation of f, which takes tens of seconds",
-          file=sys.stderr, flush=True)
-    blob = export_executorch_block(config, params, padding_mask=not args.no_padding_mask, **bounds)
-    checked = _check_and_write(args, config, params, blob, executorch_runner(blob))
-    print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, ExecuTorch program, portable operators (float32, batch <= "
-          f"{bounds['max_batch']} x seq <= {bounds['max_seq']}), {checked}")
     return 0

@@ -49,13 +49,13 @@ def add_options(p) -> None:
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
     p.add_argument("--model", type=Path, default=None, metavar="FILE",
                    help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend: "
-                        "an .onnx file, a .pt2 (--runtime aoti) or .pte (--runtime executorch) package, or a .jaxexport "
-                        "program (--runtime jax)")
+                        "an .onnx file, a .pt2 (--runtime aoti) or .pte (--runtime executorch) package, a .jaxexport "
+                        "program (--runtime jax) or a .tflite model (--runtime litert)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
     p.add_argument("--runtime", default=None, metavar="NAME",
                    help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino or iree (in this process), "
-                        "onnxruntime-node or onnxruntime-web; aoti, executorch or jax for their packages (in this process)")
+                        "onnxruntime-node or onnxruntime-web; aoti, executorch, jax or litert for their files (in this process)")
 
 
 def check_not_given(args) -> None:
@@ -195,7 +195,8 @@ def model_file(args):
 
 def package_file(args):
     """model_file's (path, adapter, strategy, weights) for a compiled package: an AOTInductor .pt2
-    (--runtime aoti), an ExecuTorch .pte (--runtime executorch) or a jax.export program (--runtime jax)."""
+    (--runtime aoti), an ExecuTorch .pte (--runtime executorch), a jax.export program (--runtime jax)
+    or a LiteRT .tflite model (--runtime litert)."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
     from odeattn.conformance.fuzzing.model_file import PackageFile
@@ -204,7 +205,7 @@ def package_file(args):
     check_float32_weights(params)
     with user_input():
         adapter = PackageFile(args.model, config, params, args.runtime)
-    return str(args.model), adapter, fixed_draws(config, None, None, adapter.takes_mask), params
+    return str(args.model), adapter, fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask), params
 
 
 def check_float32_weights(params) -> None:

@@ -144,7 +144,7 @@ def _repro(tmp_path, spoil=None):
     (["--backend", "spec", "--dtype", "float32"], None, "--dtype: no backend runs any of the dtypes asked for (float32)"),
     (["--model", "{r}/none.onnx"], None, "--model: takes --config and --weights"),
     (["--model", "{r}/none.onnx", "--config", "{r}/config.json", "--weights", "{r}/weights.safetensors", "--runtime", "onnxruntime-deno"],
-     None, "--runtime: expected one of onnxruntime, onnxruntime-node, onnxruntime-web, openvino, iree, aoti, executorch, jax; "
+     None, "--runtime: expected one of onnxruntime, onnxruntime-node, onnxruntime-web, openvino, iree, aoti, executorch, jax, litert; "
            "got 'onnxruntime-deno'"),
     (["--replay", "{r}", "--backend", "spec"], lambda d: (d / "x.npy").unlink(), "is missing x.npy"),
     (["--replay", "{r}", "--backend", "spec"],
