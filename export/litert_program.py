@@ -87,10 +87,27 @@ def _quiet():
             log.setLevel(level)
 
 
+@contextlib.contextmanager
+def _x64_for_litert():
+    """JAX's x64 mode on inside, the caller's mode back after. litert-torch turns it on for the
+    whole process when it is imported (its JAX-bridged lowerings need 64-bit types while they
+    convert), which would silently change every later JAX computation of the process: float64
+    inputs no longer refused, times in float64."""
+    import jax
+
+    before = jax.config.jax_enable_x64
+    try:
+        with jax.enable_x64(True):
+            yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
 def import_quietly() -> None:
-    """litert-torch and LiteRT's interpreter imported without their logs (_quiet): a caller that
-    imports them first keeps a deployer's output clean."""
-    with _quiet():
+    """litert-torch and LiteRT's interpreter imported without their logs (_quiet) and with JAX's
+    x64 mode left as it was (_x64_for_litert): a caller that imports them first keeps a
+    deployer's output clean."""
+    with _quiet(), _x64_for_litert():
         import ai_edge_litert.interpreter  # noqa: F401
         import litert_torch  # noqa: F401
 
@@ -110,7 +127,7 @@ def export_litert_block(config, params, *, batch: int = BATCH, seq: int = SEQ, p
     args = (x, torch.ones(batch, seq, dtype=torch.bool)) if padding_mask else (x,)
     module = _masked(block) if padding_mask else block
     import_quietly()
-    with _quiet():
+    with _quiet(), _x64_for_litert():
         import litert_torch
 
         with torch.no_grad():

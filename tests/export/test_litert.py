@@ -4,6 +4,7 @@ neither odeattn nor ode_ref is imported."""
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,13 +12,17 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("litert_torch")
-pytest.importorskip("ai_edge_litert")
-
 import ode_ref as R
 from odeattn.cli import main
 from odeattn.conformance.cases.tolerance import relative_error, tolerance
+
+pytest.importorskip("torch")
+# found, not imported: litert-torch turns JAX's x64 mode on for the whole process at its import (the
+# target imports it with the mode kept, litert_program._x64_for_litert), which would change the
+# JAX tests that share this process
+for _module in ("litert_torch", "ai_edge_litert"):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(f"{_module} is not installed (the litert extra)", allow_module_level=True)
 
 pytestmark = pytest.mark.xdist_group("export/test_litert")
 
@@ -55,9 +60,14 @@ def written(tmp_path_factory):
 def test_the_command_refuses_what_litert_cannot_hold_and_a_model_off_the_spec(written, capsys, monkeypatch):
     """A config with tables in float64 or int64 (rope), a shape of no tokens, the other targets'
     options and another suffix are refused in one line before anything is built; a model whose
-    output is 1e-3 off where a row is padded on the left exits 1 and writes nothing."""
+    output is 1e-3 off where a row is padded on the left exits 1 and writes nothing. The build left
+    JAX's x64 mode as it was."""
+    import jax
+
     from odeattn.export import litert_program
 
+    # litert-torch turns JAX's x64 mode on for the process at its import; the target turns it back
+    assert not jax.config.jax_enable_x64
     folder, argv = written
     rope = folder / "rope.json"
     rope.write_text(json.dumps({**CONFIG.to_dict(), "ode_use_pe": True, "positional_encoding": "rope"}))
