@@ -131,7 +131,7 @@ def test_the_artifact_runs_at_any_batch_and_sequence_in_a_process_without_odeatt
         assert relative_error(np.asarray(report["outputs"][name]), want) <= tolerance(e32, "float32"), name
 
 
-def test_fuzz_judges_the_artifact_records_its_runtime_and_catches_other_weights(written, capsys):
+def test_fuzz_judges_the_artifact_records_its_runtime_and_catches_other_weights(written, capsys, refused_in_one_line):
     """fuzz --model --runtime T: drawn inputs judged against the spec, the report naming the
     artifact's sha256 and its runtime's version; the same artifact judged against other weights
     diverges (exit 1); an artifact given to another runtime, a config that is not the artifact's
@@ -153,12 +153,7 @@ def test_fuzz_judges_the_artifact_records_its_runtime_and_catches_other_weights(
                              ({5: str(other)}, "--config: expected the config the file was exported with; differs at ode_steps=3"),
                              ({3: str(folder / "config.json")}, {"aoti": "expected an AOTInductor .pt2 package",
                                                                   "executorch": "expected an ExecuTorch .pte program"}[target.name])):
-        args = list(argv)
-        for i, value in changed.items():
-            args[i] = value
-        assert main([*args, "--repro", str(folder / "r2")]) == 2
-        line, = capsys.readouterr().err.strip().splitlines()
-        assert message in line, line
+        refused_in_one_line([*argv, "--repro", str(folder / "r2")], changed, message)
 
 
 def test_a_program_s_bounds_and_inputs_are_checked_before_it_runs(monkeypatch):

@@ -106,7 +106,7 @@ def test_the_jax_export_backend_passes_the_golden_cases_of_its_form():
     assert main(["conformance", "--backend", "jax-export", "-k", "_field_|tier_t17_", "--dtype", "float32"]) == 0
 
 
-def test_fuzz_judges_the_program_within_its_positions_and_catches_other_weights(tmp_path, capsys):
+def test_fuzz_judges_the_program_within_its_positions_and_catches_other_weights(tmp_path, capsys, refused_in_one_line):
     """fuzz --model block.jaxexport --runtime jax: drawn inputs judged against the spec, a draw past
     the program's positions not supported (jax refuses it), the report naming jax's version; the
     same program judged against other weights diverges (exit 1). Refused in one line: a program
@@ -143,9 +143,4 @@ def test_fuzz_judges_the_program_within_its_positions_and_catches_other_weights(
                              ({9: "onnxruntime"}, "is a package that --runtime jax runs; got --runtime onnxruntime"),
                              ({3: str(tmp_path / "c.json")}, "expected a serialized jax.export program"),
                              ({3: str(tmp_path / "b64.jaxexport")}, "expected a float32 program (fuzz judges float32)")):
-        args = list(argv)
-        for i, value in changed.items():
-            args[i] = value
-        assert main([*args, "--repro", str(tmp_path / "r2")]) == 2
-        line, = capsys.readouterr().err.strip().splitlines()
-        assert message in line, line
+        refused_in_one_line([*argv, "--repro", str(tmp_path / "r2")], changed, message)

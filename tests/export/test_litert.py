@@ -119,7 +119,7 @@ def test_the_model_runs_at_its_shape_where_litert_alone_is_imported(written):
     assert np.isnan(xnnpack[2]).any() and not np.isnan(xnnpack[:2]).any()
 
 
-def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, capsys):
+def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, capsys, refused_in_one_line):
     """fuzz --model --runtime litert: every draw at the model's shape, judged against the spec, the
     report naming the model's sha256 and LiteRT's version; the same model judged against other
     weights diverges (exit 1). Refused in one line: a config of another width (the model stores no
@@ -143,12 +143,7 @@ def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, c
                               "model's d_model 8"),
                              ({9: "onnxruntime"}, "is a package that --runtime litert runs; got --runtime onnxruntime"),
                              ({3: str(folder / "config.json")}, "expected a LiteRT .tflite block model")):
-        args = list(argv)
-        for i, value in changed.items():
-            args[i] = value
-        assert main([*args, "--repro", str(folder / "r2")]) == 2
-        line, = capsys.readouterr().err.strip().splitlines()
-        assert message in line, line
+        refused_in_one_line([*argv, "--repro", str(folder / "r2")], changed, message)
 
 
 def test_the_backend_passes_a_block_case_and_skips_one_litert_cannot_hold():
