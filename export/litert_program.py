@@ -10,8 +10,8 @@ The model computes in float32. LiteRT's converter takes static shapes here (lite
 at the padding mask's unsqueeze with a dynamic batch and sequence), so a model holds one (batch,
 seq) and the runner refuses any other. Its signature "serving_default" takes args_0, x (batch,
 seq, d_model), and, unless padding_mask=False, args_1, the bool padding mask (batch, seq), and
-returns z(1). The model stores no config: `odeattn conformance fuzz --model` checks its width and
-shape against the config it is given.
+returns z(1). The model stores no config: `odeattn conformance fuzz --model` checks its width
+against the config it is given and draws every example at its shape.
 
 Two settings are fixed for exactness. The runner's interpreter runs LiteRT's built-in kernels
 without its default XNNPACK delegate: with XNNPACK, a decoder row padded on the left came out NaN
@@ -158,12 +158,11 @@ def _masked(block):
 class LiteRtRunner:
     """A block model loaded once by LiteRT's interpreter (its built-in kernels, no XNNPACK: see the
     module docstring) and called: run(x, padding_mask=None) -> z(1) as NumPy. shape (batch, seq),
-    d_model and takes_mask are read off the model; dtype is float32. Its inputs are checked here
+    d_model, takes_mask and dtype (x's) are read off the model. Its inputs are checked here
     (export.artifact_inputs), and another batch or sequence than the model's is refused
     (ValueError). threads: the interpreter's (None: LiteRT's choice). ValueError for bytes that
     are no block model of export_litert_block."""
 
-    dtype = "float32"
     bounds = None  # one fixed shape, self.shape, not bounds
 
     def __init__(self, model: bytes, threads: int | None = None):
@@ -180,12 +179,17 @@ class LiteRtRunner:
         if "args_0" not in inputs or set(inputs) - {"args_0", "args_1"}:
             raise ValueError(f"model: expected a block model written by odeattn (inputs args_0 and args_1); found "
                              f"{', '.join(sorted(inputs)) or 'none'}")
-        batch, seq, self.d_model = (int(n) for n in inputs["args_0"]["shape"])
+        x = inputs["args_0"]
+        if len(x["shape"]) != 3:
+            raise ValueError(f"model: expected its input args_0 of rank 3 (batch, seq, d_model); got shape "
+                             f"{tuple(int(n) for n in x['shape'])}")
+        batch, seq, self.d_model = (int(n) for n in x["shape"])
+        self.dtype = np.dtype(x["dtype"]).name
         self.shape, self.takes_mask = (batch, seq), "args_1" in inputs
 
     def __call__(self, x, padding_mask=None):
-        x, mask = artifact_inputs(x, padding_mask, d_model=self.d_model, dtype=np.float32, takes_mask=self.takes_mask,
-                                  what="model")
+        x, mask = artifact_inputs(x, padding_mask, d_model=self.d_model, dtype=np.dtype(self.dtype),
+                                  takes_mask=self.takes_mask, what="model")
         if x.shape[:2] != self.shape:
             raise ValueError(f"x: the model holds batch {self.shape[0]} x seq {self.shape[1]}; got {x.shape[0]} x "
                              f"{x.shape[1]}")

@@ -85,7 +85,7 @@ MAIN_JOB_SAMPLE = (
     "block_dynamic_tanh_midpoint_decoder_bitnet_pad_s2_b1t1h1d6_positions-alibi", "block_rope_decoder_bitnet_pad",
     "block_large_magnitude_layer_norm_bitnet_decoder",  # BitLinear blocks with alibi, rope, magnitude 10^3
     "grad_rms_norm_euler_encoder_bitnet_pad_s2_rope_b1t4h1d6",  # no backward pass in the exported graphs
-    "decode_euler_s3_rms_norm_alibi_bitnet",  # cached decoding: not in opset 23, Loop, integer or half ONNX
+    "decode_rk38_derf_rope_bitnet_pad_odd_head_dim",  # cached decoding: not in opset 23, Loop, integer or half ONNX
     "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12",  # run_encoder: the spec, torch, jax and onnxruntime
     "lm_rope_bitnet_rms_heun_s3_ssmax_padded_pad",  # run_lm: the spec and torch
 )

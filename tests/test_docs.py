@@ -238,6 +238,8 @@ NOT_RUN = {
     "python benchmarks/": "a benchmark script's run, minutes (the files it names are checked to exist)",
     "odeattn export --target aoti": "a C++ build of tens of seconds (tests/export/test_compiled.py runs the command)",
     "odeattn export --target executorch": "a lowering of a minute (tests/export/test_compiled.py runs the command)",
+    "odeattn export --target litert": "needs the litert extra, outside [all], which the quick start's test command "
+    "does not install (tests/export/test_litert.py runs the command)",
 }
 
 

@@ -33,7 +33,7 @@ class Norms(spec.Norms):
         """A power of two s >= 1 per token, within a factor 2 of max|x|: see ode_ref.norms.pow2_scale
         (any power of two keeps the norms exact; log2 and pow(2, e) rather than frexp, which
         torch.onnx.export cannot translate, or exp2, which is outside the Core ATen opset that
-        ExecuTorch and LiteRT take; pow of 2 is exact at every integer e, tests/backends/torch)."""
+        ExecuTorch takes and that LiteRT's converter lacks; pow of 2 is exact at every integer e, tests/backends/torch)."""
         top = math.frexp(torch.finfo(x.dtype).max)[1] - 2  # 126 for float32, 1022 for float64: 1 / s stays normal
         return torch.pow(2.0, torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True))).clamp(0, top))
 

@@ -27,13 +27,15 @@ from typing import Optional
 
 import numpy as np
 
-from ..adapters import external, missing_requirements
+from ..adapters import external, installed, missing_requirements
 
 # built-in backend names (adapters.BUILTIN)
 RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch", "jax", "litert")
 # the runtimes whose file is no ONNX file: its suffix
 RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport", "litert": ".tflite"}
 PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch", "litert": "ai-edge-litert"}  # a runtime whose Python package has another name (its version is the record's)
+# a runtime whose file needs less than its conformance backend (which also builds each case's file): what it needs
+RUNTIME_REQUIRES = {"litert": ("ai_edge_litert",)}
 FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
@@ -62,7 +64,8 @@ def check_runtime(runtime: str) -> str:
     """runtime, if it is one of RUNTIMES and installed; ValueError naming --runtime otherwise."""
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime: expected one of {', '.join(RUNTIMES)}; got {runtime!r}")
-    missing = missing_requirements(runtime)
+    missing = ([m for m in RUNTIME_REQUIRES[runtime] if not installed(m)] if runtime in RUNTIME_REQUIRES
+               else missing_requirements(runtime))
     if missing:
         raise ValueError(f"--runtime {runtime}: not installed (missing {', '.join(missing)})")
     return runtime

@@ -31,14 +31,13 @@ def inputs_of(args) -> dict:
 
 
 def run_target(args) -> int:
-    """--target T (not onnx): its options checked, then its artifact written."""
-    if args.target == "executorch":
-        return export_executorch(args)
-    _executorch_only(args)
-    if args.target == "litert":
-        return export_litert(args)
-    _litert_only(args)
-    return {"jax": export_jax, "iree": export_iree, "aoti": export_aoti}[args.target](args)
+    """--target T (not onnx): the options of another target refused, then its artifact written."""
+    if args.target != "executorch":
+        _executorch_only(args)
+    if args.target != "litert":
+        _litert_only(args)
+    return {"jax": export_jax, "iree": export_iree, "aoti": export_aoti, "executorch": export_executorch,
+            "litert": export_litert}[args.target](args)
 
 
 def check_onnx_target(args) -> None:
@@ -86,7 +85,7 @@ def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8, batch
                             f"{args.output} not written")
     with replacing(args.output) as tmp:
         tmp.write_bytes(blob)
-    padded = "" if args.no_padding_mask else ", padded on each side"
+    padded = "" if args.no_padding_mask or mask.all() else ", padded on each side"
     return (f"max relative error vs ode_ref (float64) on a random batch ({batch} x {seq}{padded}): {err:.2e}" if err is not None
             else "not run here (no cpu among its platforms)")
 

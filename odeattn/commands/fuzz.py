@@ -174,9 +174,10 @@ def model_file(args):
     if not args.model.is_file():
         raise UsageError(f"--model: expected a{'n' if suffix == '.onnx' else ''} {suffix} file; got {str(args.model)!r}, "
                          f"{'a folder' if args.model.is_dir() else 'which does not exist'}")
-    runs = {s: r for r, s in RUNTIME_SUFFIXES.items()}.get(args.model.suffix)  # the runtime a package's suffix names
+    runs = {s: r for r, s in RUNTIME_SUFFIXES.items()}.get(args.model.suffix)  # the runtime a file's suffix names
     if runs is not None and runs != runtime:
-        raise UsageError(f"--model: {str(args.model)!r} is a package that --runtime {runs} runs; got --runtime {runtime}")
+        raise UsageError(f"--model: {str(args.model)!r} is a {args.model.suffix} file, which --runtime {runs} runs; got "
+                         f"--runtime {runtime}")
     if runtime in RUNTIME_SUFFIXES:
         if args.model.suffix == ".onnx":
             raise UsageError(f"--model: expected a {suffix} file for --runtime {runtime}; got the ONNX file "

@@ -1,8 +1,8 @@
 """export_model(..., bitlinear="integer"): BitLinear's projections as exact integer products
 (MatMulInteger on the stored int8 ternary weights) times one float scale per token. Its agreement
-with the spec on every use_bitnet golden case runs in the main job
-(tests/odeattn/commands/test_conformance.py) through the onnxruntime-integer backend, and a few
-of them are read from that run here; the option's refusals and what the file holds (`odeattn
+with the spec on every use_bitnet golden case runs in the main job (CI runs it whole, .ci/run)
+through the onnxruntime-integer backend, and the suite's run of its sample
+(tests/odeattn/commands/test_conformance.py) is read here; the option's refusals and what the file holds (`odeattn
 export --bitlinear`: tests/odeattn/commands/test_export.py)."""
 
 

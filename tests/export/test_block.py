@@ -1,8 +1,8 @@
 """The exported graph: validity, structure, shapes and masks (running it: test_runtime.py; the
 torch.onnx route: test_from_torch.py).
-(Agreement with the spec on every golden case runs in the main job,
-tests/odeattn/commands/test_conformance.py, through the onnxruntime, onnxruntime-opset23 and
-onnx-reference backends.)"""
+(Agreement with the spec on every golden case runs in the main job, which CI runs whole (.ci/run)
+and the suite on a sample (tests/odeattn/commands/test_conformance.py), through the onnxruntime,
+onnxruntime-opset23 and onnx-reference backends.)"""
 
 import json
 

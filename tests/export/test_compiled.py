@@ -93,6 +93,7 @@ def test_the_command_refuses_other_targets_options_and_an_artifact_off_the_spec(
     refused = [(["--opset", "23"], "--opset: applies to --target onnx"),
                (["--steps-input"], "--steps-input: applies to --target onnx"),
                (["--max-positions", "8"], "--max-positions: applies to --target jax"),
+               (["--batch", "2"], "--batch: applies to --target litert"),
                (["-o", str(folder / "block.onnx")], f"-o: expected a file ending in {target.suffix}")]
     refused += ([(["--max-seq", "4", "-o", str(folder / "b4.pte")], "--max-seq: expected an integer >= 8")] if target.name == "executorch"
                 else [(["--max-batch", "4"], "--max-batch: applies to --target executorch")])
@@ -149,7 +150,7 @@ def test_fuzz_judges_the_artifact_records_its_runtime_and_catches_other_weights(
     other = folder / "other.json"
     other.write_text(json.dumps({**CONFIG.to_dict(), "ode_steps": 3}))
     capsys.readouterr()
-    for changed, message in (({9: "onnxruntime"}, f"is a package that --runtime {target.name} runs; got --runtime onnxruntime"),
+    for changed, message in (({9: "onnxruntime"}, f"is a {target.suffix} file, which --runtime {target.name} runs; got --runtime onnxruntime"),
                              ({5: str(other)}, "--config: expected the config the file was exported with; differs at ode_steps=3"),
                              ({3: str(folder / "config.json")}, {"aoti": "expected an AOTInductor .pt2 package",
                                                                   "executorch": "expected an ExecuTorch .pte program"}[target.name])):

@@ -140,7 +140,7 @@ def test_fuzz_judges_the_program_within_its_positions_and_catches_other_weights(
     for changed, message in (({5: str(tmp_path / "wide.json"), 7: str(tmp_path / "wide.safetensors")},
                               "--config: expected the config the file was exported with; its hidden_size is 12, the "
                               "program's d_model 8"),
-                             ({9: "onnxruntime"}, "is a package that --runtime jax runs; got --runtime onnxruntime"),
+                             ({9: "onnxruntime"}, "is a .jaxexport file, which --runtime jax runs; got --runtime onnxruntime"),
                              ({3: str(tmp_path / "c.json")}, "expected a serialized jax.export program"),
                              ({3: str(tmp_path / "b64.jaxexport")}, "expected a float32 program (fuzz judges float32)")):
         refused_in_one_line([*argv, "--repro", str(tmp_path / "r2")], changed, message)

@@ -141,7 +141,7 @@ def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, c
     for changed, message in (({5: str(folder / "wide.json"), 7: str(folder / "wide.safetensors")},
                               "--config: expected the config the file was exported with; its hidden_size is 12, the "
                               "model's d_model 8"),
-                             ({9: "onnxruntime"}, "is a package that --runtime litert runs; got --runtime onnxruntime"),
+                             ({9: "onnxruntime"}, "is a .tflite file, which --runtime litert runs; got --runtime onnxruntime"),
                              ({3: str(folder / "config.json")}, "expected a LiteRT .tflite block model")):
         refused_in_one_line([*argv, "--repro", str(folder / "r2")], changed, message)
 

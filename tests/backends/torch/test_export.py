@@ -1,5 +1,5 @@
 """The torch port through torch.export: the Core ATen opset, with batch and sequence dynamic, as
-ExecuTorch, LiteRT and AOTInductor take it."""
+ExecuTorch and AOTInductor take it (litert-torch runs torch.export itself, at fixed shapes)."""
 
 import numpy as np
 import pytest
