@@ -95,7 +95,7 @@ def export_jax(args) -> int:
     against the spec on a random batch (2 x 8) through jax alone, as export checks an ONNX file."""
     _other_target(args, "the block as jax.export's program, float32, batch and sequence symbolic")
     platforms = tuple(p.strip() for p in args.platforms.split(","))
-    from odeattn.export.jax_program import check_export_arguments, export_jax_block, run_jax_block
+    from odeattn.export.jax_program import check_export_arguments, export_jax_block, jax_runner
 
     with user_input():
         check_output_path("-o", args.output, SUFFIXES["jax"], force=args.force, others=inputs_of(args))
@@ -106,7 +106,7 @@ def export_jax(args) -> int:
     blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
                             platforms=platforms)
     seq = min(8, args.max_positions or 8)
-    checked = _check_and_write(args, config, params, blob, (lambda x, mask: run_jax_block(blob, x, mask))
+    checked = _check_and_write(args, config, params, blob, jax_runner(blob)
                                if "cpu" in platforms else None, seq)
     bound = f", seq <= {args.max_positions}" if args.max_positions else ""
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, jax.export program for {', '.join(platforms)} (float32, "

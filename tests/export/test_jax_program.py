@@ -87,11 +87,11 @@ def test_the_command_writes_the_program_and_refuses_onnx_options(tmp_path, capsy
         assert err.startswith("odeattn export: ") and message in err and "\n" not in err
     from odeattn.export import jax_program
 
-    run = jax_program.run_jax_block  # a program off by 1e-3 fails the check: exit 1, nothing written
-    monkeypatch.setattr(jax_program, "run_jax_block", lambda *a: run(*a) * 1.001)
+    made = jax_program.jax_runner  # a program off by 1e-3 fails the check: exit 1, nothing written
+    monkeypatch.setattr(jax_program, "jax_runner", lambda blob: lambda x, m: made(blob)(x, m) * 1.001)
     assert main([*argv, "--max-positions", "32"]) == 1 and not (tmp_path / "block.jaxexport").exists()
     assert "over float32's tolerance" in capsys.readouterr().err
-    monkeypatch.setattr(jax_program, "run_jax_block", run)
+    monkeypatch.setattr(jax_program, "jax_runner", made)
     assert main([*argv, "--max-positions", "32", "--platforms", "cpu,cuda"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {tmp_path / 'block.jaxexport'}: ") and "for cpu, cuda" in out and "seq <= 32" in out
