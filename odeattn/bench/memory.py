@@ -134,7 +134,7 @@ def live_tensor_bytes_mode():
         """Within `with LiveTensorBytes() as m:`, m.live is the bytes of the storages that
         operations created and are still alive, m.peak its maximum. A storage counts once however
         many views share it; it stops counting when it is freed (a weakref finalizer), which may
-        be after the block ends."""
+        be after the block ends. A oneDNN tensor, which has no storage, counts its elements' bytes."""
 
         def __init__(self):
             super().__init__()
@@ -148,12 +148,15 @@ def live_tensor_bytes_mode():
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    storage = t.untyped_storage()
-                    key, size = storage.data_ptr(), storage.nbytes()
+                    if t.is_mkldnn:  # oneDNN's opaque layout (a packed weight, gemm.py) has no storage
+                        owner, key, size = t, ("mkldnn", id(t)), t.numel() * t.element_size()
+                    else:
+                        owner = t.untyped_storage()
+                        key, size = owner.data_ptr(), owner.nbytes()
                     if size and key not in self._sizes:
                         self._sizes[key] = size
                         self.live += size
-                        weakref.finalize(storage, self._free, key)
+                        weakref.finalize(owner, self._free, key)
             self.peak = max(self.peak, self.live)
             return out
 

@@ -174,3 +174,21 @@ def test_torch_compile_traces_a_module_set_to_onednn():
     with torch.no_grad():
         got, want = torch.compile(_block(), fullgraph=True, backend="eager")(x), _block("torch")(x)
     assert _close(got, want)
+
+
+@needs_onednn
+def test_live_tensor_bytes_count_the_packed_weights_until_they_are_freed():
+    """bench's live tensor bytes, which the memory tests and `bench --memory` read, take a oneDNN
+    tensor (no storage) at its elements' bytes, and let it go when it is freed."""
+    from odeattn.bench import live_tensor_bytes_mode
+
+    block, x = _block(), _x()
+    with torch.no_grad(), live_tensor_bytes_mode() as counter:
+        block(x)
+        f = block.ode_func
+        packed = [f._packed.lookup(w) for w in (f.qkv.weight, f.out_proj.weight)]
+        assert all(p.is_mkldnn for p in packed) and counter.live >= sum(p.numel() * 4 for p in packed)
+        live = counter.live
+        del packed
+        gemm.use_gemm(block, "torch")  # clears the packed weights (and their copies)
+        assert counter.live < live
