@@ -43,6 +43,10 @@ FACTORS = {
 }
 
 
+_ORDER = {name: i for i, name in enumerate(FACTORS)}
+_KINDS = {k.name: k for k in D.DRAWN_KINDS}
+
+
 def _least(factor: str, level: str, row: Optional[dict] = None, support: Optional[dict] = None):
     """The value a cell's example takes for a size factor: its level's least (of those a declared
     support keeps), a head's width the least giving CELL_WIDTH channels at the row's least heads."""
@@ -55,12 +59,18 @@ def _least(factor: str, level: str, row: Optional[dict] = None, support: Optiona
     return values[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _least_of(factor: str, level: str, heads: Optional[str]) -> int:
+    """_least with no declared support, the row given by its heads' level alone (what it reads)."""
+    return _least(factor, level, None if heads is None else {"heads": heads})
+
+
 def _why_not(row: dict) -> Optional[str]:
     """Why a (partial) row holds no draw at all, or None: the kinds' own rules (cases/kinds.py) and
     the draw space's caps (draw.MAX_ELEMENTS, draw.MAX_WORK)."""
-    kinds = {k.name: k for k in D.DRAWN_KINDS}
-    kind = kinds.get(row.get("kind"))
-    if kind is not None and "steps" in row and _least("steps", row["steps"], row) > kind.most_steps:
+    kind = _KINDS.get(row.get("kind"))
+    least = {f: _least_of(f, row[f], row.get("heads")) for f in SIZES if f in row}
+    if kind is not None and "steps" in row and least["steps"] > kind.most_steps:
         return f"a {kind} draw takes at most {kind.most_steps} steps"
     if kind is not None and "mode" in row and row["mode"] != kind.fixed_fields.get("mode", row["mode"]):
         return f"a {kind} draw runs in {kind.fixed_fields['mode']} mode"
@@ -76,9 +86,8 @@ def _why_not(row: dict) -> Optional[str]:
     if (row.get("encoding", "none") != "none" and row.get("padding") in ("all_but_one", "full") and row.get("batch") == "1"
             and row.get("kind", "decode") != "decode"):
         return "a positional encoding needs two real tokens in a row: one row, all but one or all padded, has none"
-    if "decoded" in row and "seq" in row and _least("decoded", row["decoded"], row) >= max(FACTORS["seq"][row["seq"]]):
+    if "decoded" in row and "seq" in row and least["decoded"] >= max(FACTORS["seq"][row["seq"]]):
         return "the decoded tokens need a prompt before them in the sequence"
-    least = {f: _least(f, row[f], row) for f in SIZES if f in row}
     if "heads" in least and "head_dim" in least and least["heads"] * least["head_dim"] > D.MAX_WIDTH:
         return f"heads x head_dim over the widest d_model ({D.MAX_WIDTH})"
     elements = 1
@@ -111,16 +120,20 @@ def complete(row: dict, kept: Optional[frozenset] = None) -> Optional[dict]:
     """A whole feasible row holding row's levels (the first, depth first), or None: two levels
     may each fit a pair and still no row hold both (a decoder's decoded tokens need its kind).
     kept: the levels a declared support allows (allowed()), None for all."""
+    found = _complete(frozenset(row.items()), kept)
+    return None if found is None else {name: found[name] for name in FACTORS}
+
+
+@functools.lru_cache(maxsize=1 << 17)  # the array's greedy search asks the same partial rows again and again
+def _complete(items: frozenset, kept: Optional[frozenset]) -> Optional[dict]:
+    row = dict(items)
     if _why_not(row) is not None:
         return None
-    missing = [name for name in FACTORS if name not in row]
-    if not missing:
+    missing = next((name for name in FACTORS if name not in row), None)
+    if missing is None:
         return row
-    for level in levels(missing[0], kept):
-        found = complete({**row, missing[0]: level}, kept)
-        if found is not None:
-            return found
-    return None
+    return next((found for level in levels(missing, kept)
+                 if (found := _complete(items | {(missing, level)}, kept)) is not None), None)
 
 
 def _no_third(row: dict, kept: Optional[frozenset] = None) -> str:
@@ -147,6 +160,11 @@ def feasible_pairs(kept: Optional[frozenset] = None) -> tuple[frozenset, dict]:
     return frozenset(feasible), infeasible
 
 
+def _pair(x: tuple, y: tuple) -> tuple:
+    """Two (factor, level) as pairs_of orders them: the factor first in FACTORS first."""
+    return (x, y) if _ORDER[x[0]] < _ORDER[y[0]] else (y, x)
+
+
 def pairs_of(row: dict) -> set:
     names = list(FACTORS)
     return {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2) if a in row and b in row}
@@ -169,7 +187,7 @@ def covering_array(seed: int = 0, kept: Optional[frozenset] = None) -> tuple[dic
                 continue
             fits = [lv for lv in levels(name, kept) if complete({**row, name: lv}, kept) is not None]
             rng.shuffle(fits)
-            row[name] = max(fits, key=lambda lv: len(pairs_of({**row, name: lv}) & uncovered))
+            row[name] = max(fits, key=lambda lv: sum(_pair((other, row[other]), (name, lv)) in uncovered for other in row))
         rows.append({name: row[name] for name in FACTORS})
         uncovered -= pairs_of(row)
     return tuple(rows)
