@@ -4,10 +4,17 @@ import importlib.util
 import io
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+# Bytecode caches on, whatever PYTHONDONTWRITEBYTECODE says: the suite starts hundreds of Python
+# processes (conformance workers, commands, pytest runs of a port's tests), and without the caches
+# each one compiles the project's modules again, and pytest rewrites the plugin's asserts again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # The test processes (-n auto, one per core) share the cores: each keeps its math libraries, and
 # the conformance workers it starts (conformance.running.pool.worker_threads), to one thread.
