@@ -8,7 +8,6 @@ axis, maximum with a number) and what creates an array, which is made on the mod
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -58,7 +57,11 @@ class Namespace:
         return torch.full(shape, fill_value, device=self.device)
 
 
-@functools.lru_cache(maxsize=None)
+_NAMESPACES: dict = {}  # a plain dict, not functools.lru_cache: torch.compile traces a dict's lookup as it is
+
+
 def namespace(device: torch.device) -> Namespace:
     """The namespace of a device (one object per device)."""
-    return Namespace(device)
+    if device not in _NAMESPACES:
+        _NAMESPACES[device] = Namespace(device)
+    return _NAMESPACES[device]

@@ -9,6 +9,9 @@ from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz
 from odeattn.conformance.mutation import planted
 
 SEEDS = range(20)
+# one test process for the file: the covering arrays of seeds 0-19 (a third of a second each) built
+# once (cover.covering_array's cache), not once in each process
+pytestmark = pytest.mark.xdist_group("conformance/test_fuzz_cover")
 
 
 def _array(port, seed: int) -> tuple:

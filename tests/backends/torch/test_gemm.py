@@ -5,6 +5,7 @@ the main job's torch-onednn backend."""
 
 import copy
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -171,9 +172,11 @@ def test_torch_compile_traces_a_module_set_to_onednn():
     choice is made in eager mode alone, and the graph runs torch's matmul (the traced stages skip
     eager's shortcuts, so a last bit may move)."""
     x = _x()
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
         got, want = torch.compile(_block(), fullgraph=True, backend="eager")(x), _block("torch")(x)
     assert _close(got, want)
+    assert not [w for w in said if "lru_cache" in str(w.message)]  # dynamo's warning on a cached function it traces
 
 
 @needs_onednn
