@@ -18,11 +18,8 @@ reshape only supports 1 dynamic dimension").
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import numbers
-import os
 import tempfile
 
 import numpy as np
@@ -42,42 +39,12 @@ def check_bounds(max_batch, max_seq) -> None:
                              f"torch.export traces at batch 2 x seq 8); got {value!r}")
 
 
-@contextlib.contextmanager
-def _fd2_to(file):
-    """ExecuTorch's runtime logs sent to file for the block: those its C++ writes to file
-    descriptor 2, and those its Python binding writes to sys.stderr (a test runner's capture)."""
-    saved = os.dup(2)
-    try:
-        os.dup2(file.fileno(), 2)
-        with contextlib.redirect_stderr(file):
-            yield
-    finally:
-        file.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-@contextlib.contextmanager
-def _quiet_runtime():
-    """ExecuTorch's import and runtime start without their messages that are not the user's
-    business: torchao's CUDA libraries it cannot load on a CPU machine, torch's note on an Enum
-    torchao registers (both logged), and the C++ runtime's CPU probe, written to file descriptor 2."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.setLevel(logging.ERROR)
-    try:
-        with open(os.devnull, "w") as null, _fd2_to(null):
-            yield
-    finally:
-        for log, level in zip(loggers, levels):
-            log.setLevel(level)
-
-
 def _runtime():
     """ExecuTorch's runtime (executorch.runtime.Runtime), started quietly: its thread pool too,
     made here rather than at a program's first call (where the probe would print)."""
-    with _quiet_runtime():
+    from .torch_program import silenced
+
+    with silenced():  # the C++ runtime's CPU probe, written to file descriptor 2, among them
         from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime
 
@@ -88,10 +55,10 @@ def _runtime():
 def export_executorch_block(config, params, *, padding_mask: bool = True, max_batch: int = MAX_BATCH,
                             max_seq: int = MAX_SEQ) -> bytes:
     """The .pte program of config's block with params (see the module docstring)."""
-    from .torch_program import block_program, quiet
+    from .torch_program import block_program, quiet, silenced
 
     check_bounds(max_batch, max_seq)
-    with _quiet_runtime():
+    with silenced():
         from executorch.exir import to_edge_transform_and_lower
     cfg = R.ODEConfig.from_any(config)
     program = block_program(cfg, params, padding_mask=padding_mask, max_batch=max_batch, max_seq=max_seq)
@@ -102,10 +69,12 @@ def export_executorch_block(config, params, *, padding_mask: bool = True, max_ba
 
 def _load(program: bytes):
     """The program loaded by ExecuTorch's runtime; ValueError where the bytes are none."""
+    from .torch_program import descriptors_to
+
     runtime = _runtime()
     with tempfile.TemporaryFile("w+") as log:
         try:
-            with _fd2_to(log):
+            with descriptors_to(log):
                 return runtime.load_program(program)
         except (RuntimeError, ValueError) as err:
             log.seek(0)

@@ -25,7 +25,6 @@ kernels for their cos, sin, abs, maximum and log.
 from __future__ import annotations
 
 import contextlib
-import logging
 import numbers
 import os
 import tempfile
@@ -64,27 +63,12 @@ def check_shape(batch, seq) -> None:
 @contextlib.contextmanager
 def _quiet():
     """litert-torch's conversion without its messages that are not the user's business: the
-    converter's progress lines and TensorFlow's C++ logs (written to file descriptors 1 and 2), torchao's
-    CUDA libraries it cannot load on a CPU machine and torch's note on an Enum it registers."""
-    from .torch_program import quiet
+    converter's progress lines and TensorFlow's C++ logs (file descriptors 1 and 2, absl's logger),
+    and what torch and torchao say of themselves (torch_program.silenced, torch_program.quiet)."""
+    from .torch_program import quiet, silenced
 
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree", "absl")]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.setLevel(logging.ERROR)
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    try:
-        with open(os.devnull, "w") as null, quiet():
-            for fd in saved:
-                os.dup2(null.fileno(), fd)
-            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-                yield
-    finally:
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-            os.close(copy)
-        for log, level in zip(loggers, levels):
-            log.setLevel(level)
+    with silenced(fds=(1, 2), loggers=("absl",)), quiet():
+        yield
 
 
 @contextlib.contextmanager

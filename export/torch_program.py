@@ -12,6 +12,8 @@ bound the Dims for a runtime that plans its memory ahead (ExecuTorch), None leav
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import warnings
 
 import ode_ref as R
@@ -23,6 +25,43 @@ def quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
         yield
+
+
+@contextlib.contextmanager
+def descriptors_to(file, fds=(2,)):
+    """What C++ writes to the file descriptors fds (1, 2) and Python to sys.stdout or sys.stderr (a
+    test runner's capture too) sent to file, an open file, for the block."""
+    streams = {1: contextlib.redirect_stdout, 2: contextlib.redirect_stderr}
+    saved = {fd: os.dup(fd) for fd in fds}
+    try:
+        for fd in fds:
+            os.dup2(file.fileno(), fd)
+        with contextlib.ExitStack() as stack:
+            for fd in fds:
+                stack.enter_context(streams[fd](file))
+            yield
+    finally:
+        file.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+@contextlib.contextmanager
+def silenced(fds=(2,), loggers=()):
+    """A torch-based toolchain's messages that are not the user's business kept off the output:
+    torchao's (the CUDA libraries it cannot load on a CPU machine), torch's note on an Enum torchao
+    registers and the loggers named, at ERROR; what is written to fds, to /dev/null (descriptors_to)."""
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree", *loggers)]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        with open(os.devnull, "w") as null, descriptors_to(null, fds):
+            yield
+    finally:
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def block_program(config, params, *, dtype: str = "float32", padding_mask: bool = True, max_batch=None, max_seq=None):
