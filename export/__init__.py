@@ -1,9 +1,15 @@
 """Export of the ODE attention block: the unrolled ONNX graph and inference with ONNX Runtime, and
 the other targets' artifacts (jax_program.py, iree_program.py, aoti_program.py,
-executorch_program.py, litert_program.py). Here: the batch every export's check against the spec runs, and the
-checks of an artifact's inputs that its runtime does not make."""
+executorch_program.py, litert_program.py). Here: the batch every export's check against the spec runs, the
+checks of an artifact's inputs that its runtime does not make, and the refusal of a shape it does not hold."""
 
 import numpy as np
+
+
+class PastBounds(ValueError):
+    """A shape an artifact was not built to hold: past an ExecuTorch program's planned batch and
+    sequence, or past the positions a jax.export program was exported with. Whoever judges drawn
+    inputs (fuzz --model) counts it as not supported, not as a failure."""
 
 
 def check_batch(d_model: int, seq: int = 8, *, padded: bool = True, batch: int = 2):

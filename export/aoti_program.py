@@ -62,12 +62,12 @@ def export_aoti_block(config, params, *, dtype: str = "float32", padding_mask: b
 class AotiRunner:
     """A block package loaded once (torch._inductor.aoti_load_package) and called:
     run(x, padding_mask=None) -> z(1) as NumPy. config, dtype and takes_mask are read off the
-    package; bounds is None (any batch and sequence). Its inputs are checked here
+    package; any batch and sequence runs. Its inputs are checked here
     (export.artifact_inputs: AOTInductor checks none unless told to by an environment variable),
     x cast to the package's dtype. ValueError for bytes that are no block package of
     export_aoti_block."""
 
-    bounds = None
+    kind = "package"
 
     def __init__(self, package: bytes):
         import torch

@@ -26,7 +26,7 @@ import numpy as np
 
 import ode_ref as R
 
-from . import artifact_inputs
+from . import PastBounds, artifact_inputs
 
 MAX_BATCH, MAX_SEQ = 16, 512  # the default bounds: memory planned for 16 x 512 tokens
 
@@ -87,10 +87,10 @@ class ExecuTorchRunner:
     """A block program loaded once by ExecuTorch's runtime and called: run(x, padding_mask=None) ->
     z(1) as NumPy. config, takes_mask and bounds (max_batch, max_seq) are read off the program;
     dtype is float32. Its inputs are checked here (export.artifact_inputs), and a batch or
-    sequence past the bounds is refused (ValueError) rather than run past the planned memory.
+    sequence past the bounds is refused (export.PastBounds) rather than run past the planned memory.
     ValueError for bytes that are no block program of export_executorch_block."""
 
-    dtype = "float32"
+    dtype, kind = "float32", "package"
 
     def __init__(self, program: bytes):
         self.program = _load(program)
@@ -113,8 +113,8 @@ class ExecuTorchRunner:
         x, mask = artifact_inputs(x, padding_mask, d_model=self.config.hidden_size, dtype=np.float32,
                                   takes_mask=self.takes_mask)
         if x.shape[0] > self.bounds[0] or x.shape[1] > self.bounds[1]:
-            raise ValueError(f"x: the program's memory is planned for batch <= {self.bounds[0]} and seq <= "
-                             f"{self.bounds[1]}; got {x.shape[0]} x {x.shape[1]}")
+            raise PastBounds(f"x: {x.shape[0]} x {x.shape[1]} tokens; the program's memory is planned for batch <= "
+                             f"{self.bounds[0]} and seq <= {self.bounds[1]}")
         inputs = [torch.from_numpy(x)] + ([] if mask is None else [torch.from_numpy(mask)])
         return self.forward.execute(inputs)[0].numpy()
 

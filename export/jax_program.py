@@ -28,7 +28,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.config import ROTARY_ENCODINGS
 
-from . import artifact_inputs
+from . import PastBounds, artifact_inputs
 
 DTYPES = ("float32", "float64")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
@@ -90,12 +90,12 @@ class JaxRunner:
     """A serialized program (export_jax_block) deserialized once and called, as a server keeps it:
     run(x, padding_mask=None) -> z(1) as NumPy. dtype, d_model and takes_mask are read off the
     program. It stores no config and, once deserialized, no bound on the positions: jax checks a
-    declared seq <= max_positions at each call and refuses a longer sequence (ValueError "Error
-    refining shapes"). x is cast to the program's dtype; no mask: every token real. A program
+    declared seq <= max_positions, the program's one shape constraint, at each call, and a longer
+    sequence is refused (export.PastBounds, from jax's "Error refining shapes"). x is cast to the program's dtype; no mask: every token real. A program
     exported without the mask input refuses a mask that pads a token (ValueError), rather than
     reading padding as tokens. ValueError for bytes that are no serialized program."""
 
-    bounds = None  # batch and sequence are symbolic (a declared positions bound is jax's to check)
+    kind = "program"
 
     def __init__(self, blob: bytes):
         import jax
@@ -113,8 +113,14 @@ class JaxRunner:
     def __call__(self, x, padding_mask=None):
         x, mask = artifact_inputs(np.asarray(x), padding_mask, d_model=self.d_model, dtype=np.dtype(self.dtype),
                                   takes_mask=self.takes_mask, what="program")
-        with self._x64(self.dtype == "float64"):
-            return np.asarray(self.program.call(x) if mask is None else self.program.call(x, mask))
+        try:
+            with self._x64(self.dtype == "float64"):
+                return np.asarray(self.program.call(x) if mask is None else self.program.call(x, mask))
+        except ValueError as err:
+            if str(err).startswith("Error refining shapes"):
+                raise PastBounds(f"x: seq {x.shape[1]}; the program holds at most the positions it was exported "
+                                 "with (--max-positions)") from None
+            raise
 
 
 def jax_runner(blob: bytes) -> JaxRunner:

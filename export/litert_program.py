@@ -147,7 +147,7 @@ class LiteRtRunner:
     (ValueError). threads: the interpreter's (None: LiteRT's choice). ValueError for bytes that
     are no block model of export_litert_block."""
 
-    bounds = None  # one fixed shape, self.shape, not bounds
+    kind = "model"
 
     def __init__(self, model: bytes, threads: int | None = None):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType

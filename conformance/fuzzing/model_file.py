@@ -273,7 +273,7 @@ class PackageFile:
             self.run = runner(Path(path).read_bytes())
         except ValueError as err:
             raise ValueError(f"--model: {str(path)!r}: {str(err).partition(': ')[2]}") from None
-        kind = "package" if runtime in ("aoti", "executorch") else "model" if runtime == "litert" else "program"
+        kind = self.run.kind
         if self.run.dtype != "float32":
             raise ValueError(f"--model: expected a float32 {kind} (fuzz judges float32); {str(path)!r} computes in "
                              f"{self.run.dtype}")
@@ -291,21 +291,14 @@ class PackageFile:
         return None if config == self.config else "the model file holds one config"
 
     def run_block(self, config, params, x, padding_mask, dtype):
-        from odeattn.export.jax_program import TABULATED
+        from odeattn.export import PastBounds
 
         from ..adapters.protocol import NotSupported
 
-        bounds = self.run.bounds
-        if bounds is not None and (x.shape[0] > bounds[0] or x.shape[1] > bounds[1]):
-            raise NotSupported(f"not supported: {x.shape[0]} x {x.shape[1]} tokens; the program holds batch <= "
-                               f"{bounds[0]} and seq <= {bounds[1]}")
         try:
             return self.run(x, padding_mask)
-        except ValueError as err:  # jax's check of a declared seq <= max_positions, the program's one constraint
-            if self.runtime == "jax" and config.position_encoding in TABULATED and str(err).startswith("Error refining shapes"):
-                raise NotSupported(f"not supported: seq {x.shape[1]}; the program holds at most the positions it was "
-                                   "exported with (--max-positions)") from None
-            raise
+        except PastBounds as err:  # a shape the file was not built to hold: no verdict on the port
+            raise NotSupported(f"not supported: {str(err).partition(': ')[2]}") from None
 
     def adapt(self):
         return self

@@ -136,9 +136,17 @@ def test_fuzz_judges_the_artifact_records_its_runtime_and_catches_other_weights(
     """fuzz --model --runtime T: drawn inputs judged against the spec, the report naming the
     artifact's sha256 and its runtime's version; the same artifact judged against other weights
     diverges (exit 1); an artifact given to another runtime, a config that is not the artifact's
-    and a file that is none are refused in one line."""
+    and a file that is none are refused in one line. An ExecuTorch program's runner refuses a
+    sequence past its planned memory (export.PastBounds, which fuzz counts as not supported)."""
     target, folder, _ = written
     model = folder / f"block{target.suffix}"
+    if target.name == "executorch":
+        from odeattn.export import PastBounds
+        from odeattn.export.executorch_program import MAX_BATCH, MAX_SEQ, executorch_runner
+
+        with pytest.raises(PastBounds, match=rf"^x: 1 x {MAX_SEQ + 1} tokens; the program's memory is planned for "
+                                             rf"batch <= {MAX_BATCH} and seq <= {MAX_SEQ}$"):
+            executorch_runner(model.read_bytes())(np.zeros((1, MAX_SEQ + 1, 8), np.float32))
     argv = ["conformance", "fuzz", "--model", str(model), "--config", str(folder / "config.json"),
             "--weights", str(folder / "w.safetensors"), "--runtime", target.name, "--examples", "20"]
     assert main([*argv, "--repro", str(folder / "r0"), "--json", str(folder / "r.json")]) == 0
@@ -163,19 +171,22 @@ def test_a_program_s_bounds_and_inputs_are_checked_before_it_runs(monkeypatch):
     without a mask input, each naming the input (a stub program: no build)."""
     from odeattn.conformance.adapters.protocol import NotSupported
     from odeattn.conformance.fuzzing.model_file import PackageFile
-    from odeattn.export import artifact_inputs
+    from odeattn.export import PastBounds, artifact_inputs
 
     class Stub:
-        config, dtype, takes_mask, bounds = CONFIG, "float32", True, (2, 16)
+        """A program past whose bounds the runner refuses (export.PastBounds), as ExecuTorchRunner does."""
+        config, dtype, takes_mask, kind = CONFIG, "float32", True, "package"
 
         def __call__(self, x, padding_mask=None):
+            if x.shape[0] > 2 or x.shape[1] > 16:
+                raise PastBounds(f"x: {x.shape[0]} x {x.shape[1]} tokens; planned for batch <= 2 and seq <= 16")
             return x
 
     adapter = PackageFile.__new__(PackageFile)
     adapter.run = Stub()
     assert adapter.run_block(CONFIG, None, np.zeros((2, 16, 8)), None, "float32").shape == (2, 16, 8)
     for shape in ((3, 4, 8), (1, 17, 8)):
-        with pytest.raises(NotSupported, match=r"the program holds batch <= 2 and seq <= 16"):
+        with pytest.raises(NotSupported, match=rf"^not supported: {shape[0]} x {shape[1]} tokens; planned for batch <= 2"):
             adapter.run_block(CONFIG, None, np.zeros(shape), None, "float32")
     x = np.zeros((2, 3, 8))
     for args, message in (((np.zeros((2, 3, 6)), None), r"^x: expected \(batch, seq, 8\), the program's d_model; got shape \(2, 3, 6\)$"),
