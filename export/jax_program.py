@@ -90,10 +90,10 @@ class JaxRunner:
     """A serialized program (export_jax_block) deserialized once and called, as a server keeps it:
     run(x, padding_mask=None) -> z(1) as NumPy. dtype, d_model and takes_mask are read off the
     program. It stores no config and, once deserialized, no bound on the positions: jax checks a
-    declared seq <= max_positions, the program's one shape constraint, at each call, and a longer
-    sequence is refused (export.PastBounds, from jax's "Error refining shapes"). x is cast to the program's dtype; no mask: every token real. A program
-    exported without the mask input refuses a mask that pads a token (ValueError), rather than
-    reading padding as tokens. ValueError for bytes that are no serialized program."""
+    declared seq <= max_positions, the program's one shape constraint, at each call, and a
+    longer sequence is refused (export.PastBounds, from jax's "Error refining shapes"). x is
+    cast to the program's dtype; no mask: every token real. A program exported without the mask
+    input refuses a mask that pads a token (ValueError), rather than reading padding as tokens. ValueError for bytes that are no serialized program."""
 
     kind = "program"
 

@@ -120,20 +120,12 @@ def complete(row: dict, kept: Optional[frozenset] = None) -> Optional[dict]:
     """A whole feasible row holding row's levels (the first, depth first), or None: two levels
     may each fit a pair and still no row hold both (a decoder's decoded tokens need its kind).
     kept: the levels a declared support allows (allowed()), None for all."""
-    found = _complete(frozenset(row.items()), kept)
-    return None if found is None else {name: found[name] for name in FACTORS}
-
-
-@functools.lru_cache(maxsize=1 << 17)  # the array's greedy search asks the same partial rows again and again
-def _complete(items: frozenset, kept: Optional[frozenset]) -> Optional[dict]:
-    row = dict(items)
     if _why_not(row) is not None:
         return None
     missing = next((name for name in FACTORS if name not in row), None)
     if missing is None:
         return row
-    return next((found for level in levels(missing, kept)
-                 if (found := _complete(items | {(missing, level)}, kept)) is not None), None)
+    return next((found for level in levels(missing, kept) if (found := complete({**row, missing: level}, kept)) is not None), None)
 
 
 def _no_third(row: dict, kept: Optional[frozenset] = None) -> str:

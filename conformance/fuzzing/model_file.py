@@ -298,7 +298,7 @@ class PackageFile:
         try:
             return self.run(x, padding_mask)
         except PastBounds as err:  # a shape the file was not built to hold: no verdict on the port
-            raise NotSupported(f"not supported: {str(err).partition(': ')[2]}") from None
+            raise NotSupported(f"not supported: {str(err).removeprefix('x: ')}") from None
 
     def adapt(self):
         return self
