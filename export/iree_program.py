@@ -3,6 +3,7 @@ compiled for the CPU by IREE's llvm-cpu backend, batch and sequence kept dynamic
 
     compile_iree(model, *, target_cpu="host") -> bytes     an ONNX ModelProto to a .vmfb
     iree_runner(vmfb, inputs, outputs) -> run(feed) -> {output name: array}
+    iree_block_runner(vmfb) -> run(x, padding_mask=None) -> z(1)   (the module loaded once)
     run_iree_block(vmfb, x, padding_mask=None) -> z(1)
 
 What IREE 3.13 compiles (docs/deployment.md): the default form (opset 17), the prefill and
@@ -76,9 +77,20 @@ def iree_runner(vmfb: bytes, inputs: list[str], outputs: list[str], *, threads: 
     return run
 
 
+def iree_block_runner(vmfb: bytes, threads: int | None = None):
+    """run(x, padding_mask=None) -> z(1) of a block module (compile_iree of export_model's block),
+    the module loaded once, through IREE's runtime alone: called with x, and padding_mask where
+    given (a model exported with the mask input takes it, every token real or not; one exported
+    without it takes x alone)."""
+    function = _function(vmfb, threads)
+
+    def run(x, padding_mask=None) -> np.ndarray:
+        args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
+        return np.asarray(_results(function(*args))[0].to_host())  # z: the model's first output
+
+    return run
+
+
 def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
-    """z(1) of a block module (compile_iree of export_model's block) on x, through IREE's runtime
-    alone: called with x, and padding_mask where given (a model exported with the mask input takes
-    it, every token real or not; one exported without it takes x alone)."""
-    args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
-    return np.asarray(_results(_function(vmfb)(*args))[0].to_host())  # z: the model's first output
+    """z(1) of a block module on x (a one-shot: a server keeps iree_block_runner's run)."""
+    return iree_block_runner(vmfb)(x, padding_mask)

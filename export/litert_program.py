@@ -34,7 +34,7 @@ import numpy as np
 import ode_ref as R
 from ode_ref.config import BIAS_ENCODINGS, ROTARY_ENCODINGS
 
-from . import artifact_inputs
+from . import PastBounds, artifact_inputs
 
 BATCH, SEQ = 1, 128  # the default shape a model holds
 WIDE_ENCODINGS = (*ROTARY_ENCODINGS, "hope", *BIAS_ENCODINGS)  # tables made in float64 or int64
@@ -109,13 +109,13 @@ def export_litert_block(config, params, *, batch: int = BATCH, seq: int = SEQ, p
     block = ODEAttentionBlock.from_params(cfg, params, dtype=torch.float32).eval()
     x = torch.zeros(batch, seq, cfg.hidden_size)
     args = (x, torch.ones(batch, seq, dtype=torch.bool)) if padding_mask else (x,)
-    module = _masked(block) if padding_mask else block
+    module = _masked(block).eval() if padding_mask else block
     import_quietly()
     with _quiet(), _x64_for_litert():
         import litert_torch
 
         with torch.no_grad():
-            model = litert_torch.convert(module.eval(), args)
+            model = litert_torch.convert(module, args)
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "block.tflite")
             model.export(path)
@@ -138,13 +138,12 @@ def _masked(block):
     return Masked()
 
 
-
 class LiteRtRunner:
     """A block model loaded once by LiteRT's interpreter (its built-in kernels, no XNNPACK: see the
     module docstring) and called: run(x, padding_mask=None) -> z(1) as NumPy. shape (batch, seq),
     d_model, takes_mask and dtype (x's) are read off the model. Its inputs are checked here
     (export.artifact_inputs), and another batch or sequence than the model's is refused
-    (ValueError). threads: the interpreter's (None: LiteRT's choice). ValueError for bytes that
+    (export.PastBounds). threads: the interpreter's (None: LiteRT's choice). ValueError for bytes that
     are no block model of export_litert_block."""
 
     kind = "model"
@@ -175,7 +174,7 @@ class LiteRtRunner:
         x, mask = artifact_inputs(x, padding_mask, d_model=self.d_model, dtype=np.dtype(self.dtype),
                                   takes_mask=self.takes_mask, what="model")
         if x.shape[:2] != self.shape:
-            raise ValueError(f"x: the model holds batch {self.shape[0]} x seq {self.shape[1]}; got {x.shape[0]} x "
+            raise PastBounds(f"x: the model holds batch {self.shape[0]} x seq {self.shape[1]}; got {x.shape[0]} x "
                              f"{x.shape[1]}")
         feeds = {"args_0": x} if mask is None else {"args_0": x, "args_1": mask}
         return np.array(self.signature(**feeds)["output_0"])

@@ -124,19 +124,19 @@ def as_options():
         raise UsageError(f"--{name.replace('_', '-')}: {rest}") from None
 
 
+def _only(args, target: str, why: str, options: dict) -> None:
+    """UsageError where an option of target (option -> its value, None: not given) is given to another."""
+    given = next((option for option, value in options.items() if value is not None), None)
+    if given is not None:
+        raise UsageError(f"{given}: applies to --target {target} ({why}); got --target {args.target}")
+
+
 def _executorch_only(args) -> None:
-    """UsageError where an option of --target executorch is given to another target."""
-    for option, value in (("--max-batch", args.max_batch), ("--max-seq", args.max_seq)):
-        if value is not None:
-            raise UsageError(f"{option}: applies to --target executorch (its memory is planned for the largest shapes); "
-                             f"got --target {args.target}")
+    _only(args, "executorch", "its memory is planned for the largest shapes", {"--max-batch": args.max_batch, "--max-seq": args.max_seq})
 
 
 def _litert_only(args) -> None:
-    """UsageError where an option of --target litert is given to another target."""
-    for option, value in (("--batch", args.batch), ("--seq", args.seq)):
-        if value is not None:
-            raise UsageError(f"{option}: applies to --target litert (its shapes are fixed); got --target {args.target}")
+    _only(args, "litert", "its shapes are fixed", {"--batch": args.batch, "--seq": args.seq})
 
 
 def _jax_only(args, what: str) -> None:
@@ -166,12 +166,11 @@ def export_iree(args) -> int:
     require("iree.compiler")
     require("iree.runtime")
     from odeattn.export.block import export_model
-    from odeattn.export.iree_program import compile_iree, run_iree_block
+    from odeattn.export.iree_program import compile_iree, iree_block_runner
     from odeattn.export.options import ExportOptions
 
     blob = compile_iree(export_model(config, params, ExportOptions(padding_mask=not args.no_padding_mask)))
-    checked = _check_and_write(args, config, params, blob,
-                               lambda x, mask: run_iree_block(blob, x, mask))
+    checked = _check_and_write(args, config, params, blob, iree_block_runner(blob))
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
           f"{checked}")
     return 0

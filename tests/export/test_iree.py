@@ -46,9 +46,10 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
         assert err.startswith("odeattn export: ") and message in err and "\n" not in err
     assert main(argv) == 0 and "IREE module for this CPU" in capsys.readouterr().out
     # that module off by 1e-3 where a row is padded on the left: exit 1, nothing written
-    vmfb, run = (tmp_path / "block.vmfb").read_bytes(), iree_program.run_iree_block
+    vmfb, runner = (tmp_path / "block.vmfb").read_bytes(), iree_program.iree_block_runner
     monkeypatch.setattr(iree_program, "compile_iree", lambda model: vmfb)
-    monkeypatch.setattr(iree_program, "run_iree_block", lambda b, x, m: run(b, x, m) * (1.001 if not m[:, 0].all() else 1))
+    monkeypatch.setattr(iree_program, "iree_block_runner",
+                        lambda b: lambda x, m: runner(b)(x, m) * (1.001 if not m[:, 0].all() else 1))
     assert main([*argv[:-1], str(tmp_path / "other.vmfb")]) == 1 and not (tmp_path / "other.vmfb").exists()
     assert "over float32's tolerance" in capsys.readouterr().err
     shutil.copy(iree_program.__file__, tmp_path)  # the deployer's copy of the runner: NumPy and IREE's runtime alone
