@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "4d62a4f1b3baceb87108fd5ddb4ecfb628b995b1aea578ce17a59f78d2be44e6"  # sha256 of golden/manifest.json
+DIGEST = "ad216162a0e86c87172e2070f2ac8c60a2be013046b210fab8c9943be92b4fdd"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -172,4 +172,13 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "lm_bam_eps_mu_init": "c1b9ac8960f1896495e223a64e0e57ea6c4552f93324cae02bbed4c56298641f",
     "lm_bam_learn_mu_pad": "b2216f425a2997ab557e55da59b0b1606c452b38cd2bfe585a5f1cb71fc83c5a",
     "lm_layer_rk2_gated_ffn12_pad": "ad8fd1d1caf602afb346cf97b8c2e12e87010a9cefea258090cd86c85907fd3f",
+    "encoder_rk2_paper_post_pad_l2_b2t5h2c8f12_macaron": "8fd0bd2cb1d280ee31734e6e91f78616d679505d8651639e4789aa3e607f4292",
+    "encoder_rk4_released_pre_nopad_l1_b1t4h1c6f10_macaron_macaronreleased": "b479b412ab44d3e7b00c6827867a04b630adcdeb3bba6e517ae52720a0b06db1",
+    "encoder_euler_paper_pre_pad_l2_b3t6h3c12f20_macaron": "a9cd27feeab2f9a37fdf9f0b30b33b3ceda89e7985dbc408ee665fbd649e0a71",
+    "encoder_rk2_ema_released_post_pad_l2_b2t5h2c8f12_corrector": "cd13749f88993db6199626b9d7dd838597f1c156646db3729a64a6d1c10ceab9",
+    "encoder_rk4_ema_released_pre_nopad_l3_b2t5h2c8f12_corrector_layerwise": "43a72a9fc23c39f33d5afa634ded9c13690641c5a58a149b515a0e327eccc3d2",
+    "encoder_rk3_ema_released_pre_pad_l2_b1t4h1c6f10": "e2348ecc9172456ffcfca08350c7989d4bf615ed84860e1f68d171b30b880a23",
+    "encoder_rk4_ema_paper_post_nopad_l1_b3t6h3c12f20_alphavector": "224e36e72534b6115ace538bb7404e0dc44bc271a85b2492f41cc916e5608d93",
+    "encoder_rk2_ema_released_pre_pad_l2_b2t5h2c8f12_alphavector_corrector_macaron": "94d8515996d1e19056f685ac85ccee6620b5cd11b1f67aa1971351ba60d2dbf8",
+    "encoder_rk2_gated_released_post_nopad_l2_b1t4h1c6f10_corrector": "afe104d3582fe7ff6fa58918129ad7b7ca4c9401f6dc3492493748575b08689d",
 }

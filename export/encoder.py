@@ -6,7 +6,7 @@
 The layer, block and stack are the spec's own code (ode_ref.encoder.ODEEncoderStages) run on
 symbolic values (export/graph.py); this file supplies the primitives as ONNX nodes. Every layer
 evaluation is written out in the main graph (stages x layers of them); the parameters are
-initializers under the released state_dict keys, stored once, in float32. The model's metadata
+initializers under the released state_dict keys, stored once, in float32 (those the graph reads). The model's metadata
 holds the config (encoder_config). run_encoder_model feeds it after the spec's input checks.
 """
 
@@ -101,12 +101,13 @@ def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.M
     z = OnnxEncoderStages(cfg).encoder(weights, x, mask)
     main.nodes.append(helper.make_node("Identity", [z.name], ["z"]))
     c = cfg.encoder_embed_dim
+    read = {name for node in main.nodes for name in node.input}  # post-norm, PCformer's W and LNp are never read
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", c])]
     if padding_mask:
         inputs.append(helper.make_tensor_value_info("padding_mask", TensorProto.BOOL, ["batch", "seq"]))
     graph = helper.make_graph(
         main.nodes, "ode_encoder", inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", c])],
-        initializer=[numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in params.items()])
+        initializer=[numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in params.items() if k in read])
     opsets = [helper.make_opsetid("", OPSET)]
     model = helper.make_model(graph, producer_name="odeattn", producer_version=R.__version__, opset_imports=opsets,
                               ir_version=ir_version(opsets))

@@ -23,6 +23,7 @@ from .variants import TiedKeysAttention as TiedKeysAttention, UnitNormQKAttentio
 from .encoder import ode_encoder as ode_encoder
 from .encoder_backward import ode_encoder_vjp as ode_encoder_vjp
 from .encoder_config import FAMILIES as FAMILIES, PROFILES as PROFILES, ODEEncoderConfig as ODEEncoderConfig
+from .encoder_config import CORRECTOR as CORRECTOR, EMA_FAMILIES as EMA_FAMILIES
 from .encoder_params import check_encoder_params as check_encoder_params, encoder_param_shapes as encoder_param_shapes
 from .encoder_params import init_encoder_params as init_encoder_params
 from .lm import LMConfig as LMConfig, init_lm_params as init_lm_params, lm_greedy as lm_greedy

@@ -19,11 +19,34 @@ y + sum_i w_i k_i:
     rk2_gated     RK2_GATED (Heun's stages)                    (g, 1 - g), g = sigmoid(gate_linear([k_1; k_2])) per token
     rk2_weighted  HEUN's stages                                (alpha[0], alpha[1]), learnt
 
+    rk2_ema       HEUN's stages                                (a(1-a), a), a learnt: PCformer's predictor
+    rk3_ema       RK3_KUTTA (both profiles, as released)       (a(1-a)^2, a(1-a), a)
+    rk4_ema       RK4_CLASSIC                                  (a(1-a)^3, a(1-a)^2, a(1-a), a)
+
 So under "released" every stage and the output carry y again: its RK2 is y + (L(y) + L(y + L(y))) / 2,
 its RK3's third stage input is y + k_2 (the released line y - k_2 + 2 k_2, which means y - k_1 + 2 k_2).
 The arithmetic is rk.py's: y + (1.0 * w_i) * k_i in index order; the released code's (L1 + L2) / 2
 and y - L2 + 2 L2 give the same values up to rounding. After the blocks, pre-norm applies the
-final layer_norm. The stack's gate_linear and alpha are shared by every block, as released.
+final layer_norm. The stack's gate_linear and alpha are shared by every block, as released (an
+ema family's alpha may be one per layer: layer_wise). An ema weight a (1-a)^m is a times m factors
+(1 - a), multiplied in that order (the released code's torch.pow gives the same up to rounding).
+
+PCformer's corrector (encoder_history_type, its NMT encoder's RKPredictorMultistepCorrectorHistory)
+keeps a history h_0 = x, h_1, ... across the stack. After layer n's block gives the prediction P
+(c = n + 2 entries once it is added, W = history.weight, W_c = history.weight_c):
+
+    pre-norm    h_{n+1} = LNp_n(P)                   LNp = history.rouge_predictions_norm
+                u = sum_m W[c-1, m] h_m              (m = 0 .. c-1, in order)
+                h_{n+1} = LN_n(L_n(u))               the prediction's entry replaced; LN = history.layer_norms
+                y = sum_m W_c[c-1, m] h_m
+    post-norm   h_{n+1} = P
+                y = LN_n(sum_m W_c[c-1, m] h_m)
+
+The released post-norm code also computes u = LN_n(sum W h) and L_n(u), then discards them (its
+update() does nothing after post-norm): the spec skips that dead work, so W is read pre-norm only.
+The NMT code reads weight_c without defining it (its definition is commented out; only the LM code
+has it): the spec takes the LM's, a parameter initialised like weight, and so needs it in a
+checkpoint. Cached decoding is not specified: this is an encoder (no decoder cases).
 """
 
 from __future__ import annotations
@@ -32,14 +55,15 @@ import numpy as np
 
 from .attention import sigmoid
 from .block import check_input
-from .encoder_config import ODEEncoderConfig
+from .encoder_config import EMA_FAMILIES, ODEEncoderConfig
 from .encoder_layer import EncoderStages
-from .encoder_params import ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, check_encoder_params, layer_prefix
+from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_NORM, HISTORY_WEIGHT, HISTORY_WEIGHT_C,
+                             PREDICTION_NORM, check_encoder_params, layer_prefix)
 from .rk import _combine
 from .tableaus import EULER, HEUN, RK2_GATED, RK3_KUTTA, RK3_RELEASED, RK4_CLASSIC, ButcherTableau
 
 FAMILY_TABLEAUS = {"euler": EULER, "rk2": HEUN, "rk3": RK3_KUTTA, "rk4": RK4_CLASSIC,
-                   "rk2_gated": RK2_GATED, "rk2_weighted": HEUN}
+                   "rk2_gated": RK2_GATED, "rk2_weighted": HEUN, "rk2_ema": HEUN, "rk3_ema": RK3_KUTTA, "rk4_ema": RK4_CLASSIC}
 
 
 def block_tableau(config) -> ButcherTableau:
@@ -60,16 +84,26 @@ class ODEEncoderStages(EncoderStages):
             return layer
         return lambda z: layer(z) - z
 
-    def stage_weights(self, params: dict, ks: list):
-        """The learnt weights (w_1, w_2) of rk2_gated ((g, 1 - g), g (batch, seq, 1)) and
-        rk2_weighted (alpha[0], alpha[1]); None for a family of constant weights."""
+    def stage_weights(self, params: dict, ks: list, i: int = 0):
+        """The learnt weights (w_1, ...) of block i: rk2_gated's ((g, 1 - g), g (batch, seq, 1)),
+        rk2_weighted's (alpha[0], alpha[1]), an ema family's (ema_weights); None for a family of
+        constant weights."""
         family = self.config.family
         if family == "rk2_gated":
             g = self.sigmoid(self.linear(self.concat(ks[0], ks[1]), params[GATE_WEIGHT], params[GATE_BIAS]))
             return g, 1.0 - g
         if family == "rk2_weighted":
             return self.item(params[ALPHA], 0), self.item(params[ALPHA], 1)
+        if family in EMA_FAMILIES:
+            return self.ema_weights(self.item(params[ALPHA], i) if self.config.layer_wise else params[ALPHA], len(ks))
         return None
+
+    def ema_weights(self, a, stages: int) -> list:
+        """(a (1-a)^(s-1), ..., a (1-a), a) for s stages; a (1,) or (C,)."""
+        q, weights = 1.0 - a, [a]
+        for _ in range(stages - 1):
+            weights.insert(0, weights[0] * q)
+        return weights
 
     def block(self, params: dict, i: int, y, key_mask):
         """One RK block with layer i: y (batch, seq, C) -> y + sum_i w_i k_i (module docstring)."""
@@ -77,17 +111,45 @@ class ODEEncoderStages(EncoderStages):
         ks = []
         for a_i in tableau.a:
             ks.append(stage(_combine(y, 1.0, a_i, ks)))
-        weights = self.stage_weights(params, ks)
-        return _combine(y, 1.0, tableau.b, ks) if weights is None else y + weights[0] * ks[0] + weights[1] * ks[1]
+        weights = self.stage_weights(params, ks, i)
+        if weights is None:
+            return _combine(y, 1.0, tableau.b, ks)
+        for w, k in zip(weights, ks):
+            y = y + w * k
+        return y
 
     def encoder(self, params: dict, x, padding_mask=None):
-        """The stack: encoder_layers blocks, then the final layer_norm when pre-norm."""
+        """The stack: encoder_layers blocks (each followed by PCformer's corrector when set), then
+        the final layer_norm when pre-norm."""
         key_mask = self.key_mask(padding_mask)
+        history = [x]
         for i in range(self.config.encoder_layers):
             x = self.block(params, i, x, key_mask)
+            if self.config.corrector:
+                x = self.correct(params, i, x, history, key_mask)
         if self.config.encoder_normalize_before:
             x = self.layer_norm(x, params[FINAL_NORM + "weight"], params[FINAL_NORM + "bias"])
         return x
+
+    def correct(self, params: dict, i: int, prediction, history: list, key_mask):
+        """PCformer's corrector after block i (module docstring): adds the prediction to history
+        (in place) and returns the block's corrected output."""
+        norm = lambda name, z: self.layer_norm(z, params[f"{name}{i}.weight"], params[f"{name}{i}.bias"])  # noqa: E731
+        pre = self.config.encoder_normalize_before
+        history.append(norm(PREDICTION_NORM, prediction) if pre else prediction)
+        if pre:
+            u = self.history_sum(params[HISTORY_WEIGHT], history)
+            history[-1] = norm(HISTORY_NORM, self.layer(params, layer_prefix(i), u, key_mask))
+        y = self.history_sum(params[HISTORY_WEIGHT_C], history)
+        return y if pre else norm(HISTORY_NORM, y)
+
+    def history_sum(self, weight, history: list):
+        """sum_m weight[c-1, m] h_m over the c entries of history, in order."""
+        row = self.item(weight, len(history) - 1)
+        total = self.item(row, 0) * history[0]
+        for m in range(1, len(history)):
+            total = total + self.item(row, m) * history[m]
+        return total
 
     # ---- primitives of the learnt weights ----------------------------------------------------
     def sigmoid(self, x):

@@ -17,8 +17,9 @@ import numpy as np
 from .backward import softmax_vjp
 from .bitlinear import linear_vjp
 from .encoder import ODEEncoderStages, block_tableau, check_encoder_input
-from .encoder_config import ODEEncoderConfig
-from .encoder_params import ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, check_encoder_params, layer_prefix
+from .encoder_config import EMA_FAMILIES, ODEEncoderConfig
+from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_NORM, HISTORY_WEIGHT, HISTORY_WEIGHT_C,
+                             PREDICTION_NORM, check_encoder_params, layer_prefix)
 from .norms import layer_norm_vjp
 from .rk import _combine, add_grads
 
@@ -27,6 +28,13 @@ def _linear_vjp(y_bar, x, weight, prefix: str) -> tuple:
     """(x_bar, {prefix + 'weight', prefix + 'bias'}) of x @ weight^T + bias."""
     x_bar, w_bar = linear_vjp(y_bar, x, weight)
     return x_bar, {prefix + "weight": w_bar, prefix + "bias": y_bar.reshape(-1, y_bar.shape[-1]).sum(axis=0)}
+
+
+def _row(like, i: int, value):
+    """An array of like's shape, zero but its row i, which is value."""
+    out = np.zeros_like(like)
+    out[i] = value
+    return out
 
 
 def _norm_vjp(params, norm: str, x, y_bar) -> tuple:
@@ -63,34 +71,53 @@ def ffn_vjp(s: ODEEncoderStages, params, prefix: str, x, y_bar) -> tuple:
     return x_bar, {**grads, **fc1}
 
 
-def sublayer_vjp(s: ODEEncoderStages, params, norm: str, x, fn, fn_vjp, y_bar) -> tuple:
+def sublayer_vjp(s: ODEEncoderStages, params, norm: str, x, fn, fn_vjp, y_bar, factor: float = 1.0) -> tuple:
     """(x_bar, grads) of EncoderStages.sublayer: fn(h) its function, fn_vjp(h, h_bar) its VJP."""
-    if s.config.encoder_normalize_before:  # x + fn(norm(x))
+    if s.config.encoder_normalize_before:  # x + factor fn(norm(x))
         h = s.layer_norm(x, params[norm + "weight"], params[norm + "bias"])
-        h_bar, grads = fn_vjp(h, y_bar)
+        h_bar, grads = fn_vjp(h, factor * y_bar)
         x_bar, norm_grads = _norm_vjp(params, norm, x, h_bar)
         return y_bar + x_bar, {**grads, **norm_grads}
-    u = x + fn(x)  # norm(x + fn(x))
+    u = x + factor * fn(x)  # norm(x + factor fn(x))
     u_bar, norm_grads = _norm_vjp(params, norm, u, y_bar)
-    x_bar, grads = fn_vjp(x, u_bar)
+    x_bar, grads = fn_vjp(x, factor * u_bar)
     return u_bar + x_bar, {**grads, **norm_grads}
 
 
 def layer_vjp(s: ODEEncoderStages, params, prefix: str, x, key_mask, y_bar) -> tuple:
-    """(x_bar, grads) of EncoderStages.layer, L(x), under prefix."""
+    """(x_bar, grads) of EncoderStages.layer, L(x), under prefix: its sublayers reversed."""
     attention = lambda h: s.self_attn(params, prefix + "self_attn.", h, key_mask)  # noqa: E731
     attention_vjp = lambda h, h_bar: self_attn_vjp(s, params, prefix + "self_attn.", h, key_mask, h_bar)  # noqa: E731
-    mid = s.sublayer(params, prefix + "layer_norms.0.", x, attention)
-    mid_bar, ffn_grads = sublayer_vjp(s, params, prefix + "layer_norms.1.", mid, lambda h: s.ffn(params, prefix, h),
-                                      lambda h, h_bar: ffn_vjp(s, params, prefix, h, h_bar), y_bar)
-    x_bar, attn_grads = sublayer_vjp(s, params, prefix + "layer_norms.0.", x, attention, attention_vjp, mid_bar)
-    return x_bar, {**ffn_grads, **attn_grads}
+    ffn = lambda p: (lambda h: s.ffn(params, p, h), lambda h, h_bar: ffn_vjp(s, params, p, h, h_bar))  # noqa: E731
+    factor_a, factor_b = s.config.ffn_factors
+    sublayers = [("layer_norms.2.", *ffn(prefix + "macaron_"), factor_a)] if s.config.macaron else []
+    sublayers += [("layer_norms.0.", attention, attention_vjp, 1.0), ("layer_norms.1.", *ffn(prefix), factor_b)]
+    inputs = [x]
+    for norm, fn, _, factor in sublayers[:-1]:
+        inputs.append(s.sublayer(params, prefix + norm, inputs[-1], fn, factor))
+    grads: dict = {}
+    for (norm, fn, fn_vjp, factor), h in reversed(list(zip(sublayers, inputs))):
+        y_bar, more = sublayer_vjp(s, params, prefix + norm, h, fn, fn_vjp, y_bar, factor)
+        grads.update(more)
+    return y_bar, grads
 
 
-def stage_weights_vjp(s: ODEEncoderStages, params, ks, w_bar) -> tuple:
-    """(k_bars, grads) of ODEEncoderStages.stage_weights for (w_1_bar, w_2_bar)."""
+def stage_weights_vjp(s: ODEEncoderStages, params, ks, w_bar, i: int = 0) -> tuple:
+    """(k_bars, grads) of ODEEncoderStages.stage_weights of block i for (w_1_bar, ...), each
+    y_bar * k_j: the cotangents the weights' own inputs get (the gate's stage values; none for
+    alpha) and the weights' parameters'."""
     if s.config.family == "rk2_weighted":
         return [0.0, 0.0], {ALPHA: np.array([w_bar[0].sum(), w_bar[1].sum()])}
+    if s.config.family in EMA_FAMILIES:  # w_j = a q^m, q = 1 - a: dw_j/da = q^m - m a q^(m-1)
+        a = params[ALPHA][i] if s.config.layer_wise else params[ALPHA]
+        stages = len(ks)
+        a_bar = sum(wb.reshape(-1, wb.shape[-1]).sum(axis=0) * ((1 - a) ** m - m * a * (1 - a) ** max(m - 1, 0))
+                    for wb, m in zip(w_bar, range(stages - 1, -1, -1)))  # (C,) per channel
+        if s.config.alpha_type == "scalar":
+            a_bar = np.array([a_bar.sum()])
+        if s.config.layer_wise:
+            a_bar = _row(params[ALPHA], i, a_bar)
+        return [0.0] * stages, {ALPHA: a_bar}
     both = np.concatenate(ks[:2], axis=-1)  # rk2_gated: w = (g, 1 - g)
     g = s.sigmoid(s.linear(both, params[GATE_WEIGHT], params[GATE_BIAS]))
     u_bar = ((w_bar[0] - w_bar[1]).sum(axis=-1, keepdims=True)) * g * (1.0 - g)  # (batch, seq, 1)
@@ -109,13 +136,13 @@ def block_vjp(s: ODEEncoderStages, params, i: int, y, key_mask, y_bar) -> tuple:
     for a_i in tableau.a:
         ys.append(_combine(y, 1.0, a_i, ks))
         ks.append(s.stage(params, prefix, key_mask)(ys[-1]))
-    weights = s.stage_weights(params, ks)
+    weights = s.stage_weights(params, ks, i)
     grads: dict = {}
     if weights is None:
         k_bars = [b_i * y_bar for b_i in tableau.b]
     else:
-        extra, grads = stage_weights_vjp(s, params, ks, (y_bar * ks[0], y_bar * ks[1]))
-        k_bars = [weights[0] * y_bar + extra[0], weights[1] * y_bar + extra[1]]
+        extra, grads = stage_weights_vjp(s, params, ks, [y_bar * k for k in ks], i)
+        k_bars = [w * y_bar + e for w, e in zip(weights, extra)]
     out_bar = y_bar
     for j in reversed(range(tableau.num_stages)):
         stage_bar, layer_grads = layer_vjp(s, params, prefix, ys[j], key_mask, k_bars[j])
@@ -141,13 +168,59 @@ def ode_encoder_vjp(params, x, config, z_bar, padding_mask=None) -> tuple:
     params = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
     s = ODEEncoderStages(cfg)
     key_mask = s.key_mask(padding_mask)
-    states = [x]
+    states, predictions, history = [x], [], [x]
     for i in range(cfg.encoder_layers):
-        states.append(s.block(params, i, states[-1], key_mask))
+        predictions.append(s.block(params, i, states[-1], key_mask))
+        states.append(s.correct(params, i, predictions[-1], history, key_mask) if cfg.corrector else predictions[-1])
     grads: dict = {}
     if cfg.encoder_normalize_before:
         z_bar, grads = _norm_vjp(params, FINAL_NORM, states[-1], z_bar)
+    h_bars = [np.zeros_like(x) for _ in history]
     for i in reversed(range(cfg.encoder_layers)):
+        if cfg.corrector:
+            z_bar, more = correct_vjp(s, params, i, predictions[i], history, h_bars, key_mask, z_bar)
+            grads = add_grads(grads, more)
         z_bar, block_grads = block_vjp(s, params, i, states[i], key_mask, z_bar)
         grads = add_grads(grads, block_grads)
-    return z_bar, {name: np.asarray(grads[name]).reshape(np.shape(params[name])) for name in params}
+    z_bar = z_bar + h_bars[0]  # h_0 = x
+    return z_bar, {name: np.asarray(grads.get(name, np.zeros_like(params[name]))).reshape(np.shape(params[name]))
+                   for name in params}
+
+
+def correct_vjp(s: ODEEncoderStages, params, i: int, prediction, history: list, h_bars: list, key_mask, y_bar) -> tuple:
+    """(prediction_bar, grads) of ODEEncoderStages.correct after block i for y_bar, its output's
+    cotangent. history holds the final entries h_0 .. h_N; h_bars their cotangents so far, added
+    to in place (entry i + 1's is complete here: every later layer's sums have given theirs)."""
+    c, pre = i + 2, s.config.encoder_normalize_before
+    hs = history[:c]
+    grads = {HISTORY_WEIGHT: np.zeros_like(params[HISTORY_WEIGHT]), HISTORY_WEIGHT_C: np.zeros_like(params[HISTORY_WEIGHT_C])}
+    norm = lambda name: f"{name}{i}."  # noqa: E731
+
+    def sum_vjp(weight: str, entries: list, total_bar) -> list:
+        """Cotangents of sum_m weight[c-1, m] entries[m]; weight's row c - 1 into grads."""
+        grads[weight][c - 1, :c] = [(total_bar * h).sum() for h in entries]
+        return [params[weight][c - 1, m] * total_bar for m in range(c)]
+
+    total_bar = y_bar
+    if not pre:  # y = LN_i(sum W_c h)
+        total = s.history_sum(params[HISTORY_WEIGHT_C], hs)
+        total_bar, more = _norm_vjp(params, norm(HISTORY_NORM), total, y_bar)
+        grads.update(more)
+    for m, bar in enumerate(sum_vjp(HISTORY_WEIGHT_C, hs, total_bar)):
+        h_bars[m] = h_bars[m] + bar
+    if not pre:  # h_{i+1} = P
+        return h_bars[i + 1], grads
+    # h_{i+1} = LN_i(L_i(u)), u = sum W [h_0 .. h_i, LNp_i(P)]
+    predicted = s.layer_norm(prediction, params[norm(PREDICTION_NORM) + "weight"], params[norm(PREDICTION_NORM) + "bias"])
+    u = s.history_sum(params[HISTORY_WEIGHT], hs[:-1] + [predicted])
+    lu = s.layer(params, layer_prefix(i), u, key_mask)
+    lu_bar, more = _norm_vjp(params, norm(HISTORY_NORM), lu, h_bars[i + 1])
+    grads.update(more)
+    u_bar, layer_grads = layer_vjp(s, params, layer_prefix(i), u, key_mask, lu_bar)
+    grads = add_grads(grads, layer_grads)
+    entry_bars = sum_vjp(HISTORY_WEIGHT, hs[:-1] + [predicted], u_bar)
+    for m in range(c - 1):
+        h_bars[m] = h_bars[m] + entry_bars[m]
+    prediction_bar, more = _norm_vjp(params, norm(PREDICTION_NORM), prediction, entry_bars[-1])
+    grads.update(more)
+    return prediction_bar, grads

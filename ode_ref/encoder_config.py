@@ -20,6 +20,35 @@ fields are odeattn's: ``family``, one name for the pair (enc_calculate_num, rk_t
         rk2_weighted. All five are allowed here (their arithmetic is the forward's); euler is
         refused under "released": the released code has no one-stage RK block (its plain layer
         is euler under "paper").
+
+The Macaron layer (Lu et al. 2019, arXiv 1906.02762; macaron-net's ``--macaron``) puts a second FFN
+of its own weights before the attention: x1 = x + 1/2 FFN_a(LN2 x), x2 = x1 + Attn(LN0 x1),
+x3 = x2 + 1/2 FFN_b(LN1 x2) pre-norm (each sublayer norm-after under post-norm), a Strang-like
+splitting of dz/dt = Attn(z) + FFN(z). ``macaron_profile`` says whose halves:
+
+    "paper"      1/2 on both FFNs: the paper, and macaron-net's released layer (fc_factor 0.5)
+    "released"   1/2 on FFN_a alone: the ODE Transformer's copy (macaron_transformer.py), whose
+                 second FFN adds whole
+
+It is the encoder's layer L, so every family and profile above runs over it.
+
+PCformer (Li et al., NeurIPS 2024, arXiv 2411.03042; its NMT code's encoder) adds a predictor and a
+corrector (encoder.py writes both out):
+
+    family    enc_calculate_num  rk_type  the predictor (released profile, k_i = L(Y_i))
+    rk2_ema   2                  ema      P = y + a(1-a) k_1 + a k_2              Heun's stages
+    rk3_ema   3                  ema      P = y + a(1-a)^2 k_1 + a(1-a) k_2 + a k_3   Kutta's stages
+    rk4_ema   4                  ema      P = y + a(1-a)^3 k_1 + ... + a k_4       classical RK4's stages
+
+    a = alpha, learnt, initialised to 1/2: one scalar (alpha_type "scalar"), one per layer
+    (layer_wise), or one per channel (alpha_type "vector"). The released code gives its 3-stage
+    predictor one scalar whatever those say: rk3_ema takes their defaults only. The weights do not
+    sum to 1 (0.75 and 0.9375 at a = 1/2): this is a weighted combination of its own, not a
+    consistent RK tableau. Its code's enc_learnable_type "ema" is rk_type here.
+
+    encoder_history_type "rk_predicotor_multistep_corrector" (the released spelling): the corrector
+    across layers, a history of states with learnt lower-triangular weights (encoder.py), after any
+    family's block. None (the default): the blocks alone, as the ODE Transformer stacks them.
 """
 
 from __future__ import annotations
@@ -43,20 +72,25 @@ FAMILIES: dict[str, tuple[int, str]] = {
     "rk2_weighted": (2, "initialization"),
 }
 PROFILES: tuple[str, ...] = ("paper", "released")
-RELEASED_FAMILIES: tuple[str, ...] = ("rk2", "rk3", "rk4", "rk2_gated", "rk2_weighted")  # the released forward's formulas
+MACARON_PROFILES: tuple[str, ...] = ("paper", "released")  # the Macaron layer's halves (module docstring)
+EMA_FAMILIES: dict[str, tuple[int, str]] = {"rk2_ema": (2, "ema"), "rk3_ema": (3, "ema"), "rk4_ema": (4, "ema")}  # PCformer's
+ALL_FAMILIES: dict[str, tuple[int, str]] = {**FAMILIES, **EMA_FAMILIES}
+ALPHA_TYPES: tuple[str, ...] = ("scalar", "vector")
+CORRECTOR = "rk_predicotor_multistep_corrector"  # PCformer's encoder_history_type, spelt as released
+RELEASED_FAMILIES: tuple[str, ...] = ("rk2", "rk3", "rk4", "rk2_gated", "rk2_weighted", *EMA_FAMILIES)  # the released forwards' formulas
 RELEASED_BUILDS: tuple[str, ...] = ("rk2_gated", "rk2_weighted")  # what the released constructor accepts
 
 
 def _pairs(families) -> str:
-    return ", ".join(f"{name} = ({FAMILIES[name][0]}, {FAMILIES[name][1]!r})" for name in families)
+    return ", ".join(f"{name} = ({ALL_FAMILIES[name][0]}, {ALL_FAMILIES[name][1]!r})" for name in families)
 
 
 def family_of(enc_calculate_num, rk_type) -> str:
     """The family of a (enc_calculate_num, rk_type) pair; ValueError listing the pairs otherwise."""
-    for name, pair in FAMILIES.items():
+    for name, pair in ALL_FAMILIES.items():
         if pair == (enc_calculate_num, rk_type):
             return name
-    raise ValueError(f"enc_calculate_num, rk_type: expected one of the pairs {_pairs(FAMILIES)}; "
+    raise ValueError(f"enc_calculate_num, rk_type: expected one of the pairs {_pairs(ALL_FAMILIES)}; "
                      f"got ({enc_calculate_num!r}, {rk_type!r})")
 
 
@@ -83,6 +117,11 @@ class ODEEncoderConfig:
     rk_type: str | None = None  # "standard", "learnable" or "initialization"; None: from family
     family: str | None = None  # a name for the pair above (FAMILIES); None: from the pair, else "euler"
     profile: str = "paper"  # "paper" (stages F = L(y) - y) or "released" (stages L(y))
+    macaron: bool = False  # the Macaron layer (macaron-net's argument; its "new" reads as True)
+    macaron_profile: str = "paper"  # "paper" (1/2 on both FFNs) or "released" (the ODE Transformer's copy)
+    alpha_type: str = "scalar"  # an ema family's alpha: "scalar" or "vector" (one per channel)
+    layer_wise: bool = False  # a scalar alpha per layer, not one for the stack
+    encoder_history_type: str | None = None  # PCformer's corrector (CORRECTOR), or None
     # training only, as released: the spec is evaluation, a port draws them anew at every stage
     dropout: float = 0.0  # after the attention and after fc2
     attention_dropout: float = 0.0  # on the attention weights
@@ -104,6 +143,8 @@ class ODEEncoderConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             set_(name, _probability(name, getattr(self, name)))
         self._resolve_family()
+        self._check_macaron()
+        self._check_pcformer()
         if self.profile not in PROFILES:
             raise ValueError(f"profile: expected one of {', '.join(map(repr, PROFILES))}; got {self.profile!r}")
         if self.profile == "released" and self.family not in RELEASED_FAMILIES:
@@ -111,21 +152,70 @@ class ODEEncoderConfig:
                 f"family: the released profile has no {self.family!r} block; it writes {_pairs(RELEASED_FAMILIES)} "
                 f"(its constructor builds only {' and '.join(RELEASED_BUILDS)}); {self.family} is profile 'paper'")
 
+    def _check_macaron(self) -> None:
+        """macaron a bool (macaron-net's "new", the value its WMT architectures set, is True), and
+        macaron_profile one of MACARON_PROFILES, its "released" only for a Macaron layer."""
+        if self.macaron == "new" or isinstance(self.macaron, np.bool_):
+            object.__setattr__(self, "macaron", bool(self.macaron))
+        if not isinstance(self.macaron, bool):
+            raise ValueError(f"macaron: expected True or False (or macaron-net's 'new', read as True); got {self.macaron!r}")
+        if self.macaron_profile not in MACARON_PROFILES:
+            raise ValueError(f"macaron_profile: expected one of {', '.join(map(repr, MACARON_PROFILES))}; "
+                             f"got {self.macaron_profile!r}")
+        if self.macaron_profile != "paper" and not self.macaron:
+            raise ValueError(f"macaron_profile: {self.macaron_profile!r} sets a Macaron layer's halves; "
+                             "got macaron=False (the layer has no Macaron FFN)")
+
+    def _check_pcformer(self) -> None:
+        """alpha_type and layer_wise set an ema family's alpha (rk3_ema's is one scalar, as released);
+        encoder_history_type is None or PCformer's corrector."""
+        if isinstance(self.layer_wise, np.bool_):
+            object.__setattr__(self, "layer_wise", bool(self.layer_wise))
+        if not isinstance(self.layer_wise, bool):
+            raise ValueError(f"layer_wise: expected True or False; got {self.layer_wise!r}")
+        if self.alpha_type not in ALPHA_TYPES:
+            raise ValueError(f"alpha_type: expected one of {', '.join(map(repr, ALPHA_TYPES))}; got {self.alpha_type!r}")
+        if self.alpha_type == "vector" and self.layer_wise:
+            raise ValueError("layer_wise: True sets a scalar alpha per layer; got alpha_type='vector' beside it "
+                             "(the released code reads layer_wise for a scalar alpha only)")
+        if (self.alpha_type, self.layer_wise) != ("scalar", False) and self.family not in EMA_FAMILIES:
+            raise ValueError(f"alpha_type, layer_wise: set an ema family's alpha ({', '.join(EMA_FAMILIES)}); "
+                             f"got ({self.alpha_type!r}, {self.layer_wise}) with family {self.family!r}")
+        if (self.alpha_type, self.layer_wise) != ("scalar", False) and self.family == "rk3_ema":
+            raise ValueError(f"alpha_type, layer_wise: rk3_ema's alpha is one scalar, as released; "
+                             f"got ({self.alpha_type!r}, {self.layer_wise})")
+        if self.encoder_history_type not in (None, CORRECTOR):
+            raise ValueError(f"encoder_history_type: expected None or {CORRECTOR!r} (PCformer's corrector, "
+                             f"spelt as released); got {self.encoder_history_type!r}")
+
+    @property
+    def corrector(self) -> bool:
+        """Whether PCformer's corrector follows each block."""
+        return self.encoder_history_type == CORRECTOR
+
+    @property
+    def ffn_factors(self) -> tuple[float, float]:
+        """(FFN_a's factor, FFN_b's): the Macaron layer's halves by macaron_profile; (1, 1) otherwise
+        (FFN_a absent)."""
+        if not self.macaron:
+            return 1.0, 1.0
+        return 0.5, 0.5 if self.macaron_profile == "paper" else 1.0
+
     def _resolve_family(self) -> None:
         """Fill family from the pair, or the pair from family; refuse a pair and family that disagree."""
         pair_given = self.enc_calculate_num is not None or self.rk_type is not None
         if self.family is None:
             family = family_of(self.enc_calculate_num, self.rk_type) if pair_given else "euler"
-        elif self.family not in FAMILIES:
-            raise ValueError(f"family: expected one of {', '.join(map(repr, FAMILIES))}; got {self.family!r}")
+        elif self.family not in ALL_FAMILIES:
+            raise ValueError(f"family: expected one of {', '.join(map(repr, ALL_FAMILIES))}; got {self.family!r}")
         else:
             family = self.family
-            if pair_given and (self.enc_calculate_num, self.rk_type) != FAMILIES[family]:
-                raise ValueError(f"family: {family!r} is (enc_calculate_num, rk_type) = {FAMILIES[family]}; "
+            if pair_given and (self.enc_calculate_num, self.rk_type) != ALL_FAMILIES[family]:
+                raise ValueError(f"family: {family!r} is (enc_calculate_num, rk_type) = {ALL_FAMILIES[family]}; "
                                  f"got ({self.enc_calculate_num!r}, {self.rk_type!r}) beside it")
         object.__setattr__(self, "family", family)
-        object.__setattr__(self, "enc_calculate_num", FAMILIES[family][0])
-        object.__setattr__(self, "rk_type", FAMILIES[family][1])
+        object.__setattr__(self, "enc_calculate_num", ALL_FAMILIES[family][0])
+        object.__setattr__(self, "rk_type", ALL_FAMILIES[family][1])
 
     @property
     def head_dim(self) -> int:

@@ -39,17 +39,24 @@ class EncoderStages:
     # ---- the layer L, written once -----------------------------------------------------------
     def layer(self, params: dict, prefix: str, x, key_mask):
         """L(x): (batch, seq, C) -> (batch, seq, C) with the parameters under prefix ('layers.0.').
-        key_mask: a port's form of the padded keys (key_mask below), or None."""
+        key_mask: a port's form of the padded keys (key_mask below), or None. A Macaron layer
+        (encoder_config.py) first adds its FFN_a (macaron_fc1, macaron_fc2, layer_norms.2)."""
+        factor_a, factor_b = self.config.ffn_factors
+        if self.config.macaron:
+            x = self.sublayer(params, prefix + "layer_norms.2.", x, lambda h: self.ffn(params, prefix + "macaron_", h),
+                              factor_a)
         x = self.sublayer(params, prefix + "layer_norms.0.", x,
                           lambda h: self.self_attn(params, prefix + "self_attn.", h, key_mask))
-        return self.sublayer(params, prefix + "layer_norms.1.", x, lambda h: self.ffn(params, prefix, h))
+        return self.sublayer(params, prefix + "layer_norms.1.", x, lambda h: self.ffn(params, prefix, h), factor_b)
 
-    def sublayer(self, params: dict, norm: str, x, fn):
-        """x + dropout(fn(norm(x))) (pre-norm) or norm(x + dropout(fn(x))) (post-norm)."""
+    def sublayer(self, params: dict, norm: str, x, fn, factor: float = 1.0):
+        """x + factor dropout(fn(norm(x))) (pre-norm) or norm(x + factor dropout(fn(x))) (post-norm);
+        a factor of 1 multiplies nothing."""
         norm_of = lambda z: self.layer_norm(z, params[norm + "weight"], params[norm + "bias"])  # noqa: E731
+        scaled = lambda h: h if factor == 1.0 else factor * h  # noqa: E731
         if self.config.encoder_normalize_before:
-            return x + self.dropout(fn(norm_of(x)), self.config.dropout)
-        return norm_of(x + self.dropout(fn(x), self.config.dropout))
+            return x + scaled(self.dropout(fn(norm_of(x)), self.config.dropout))
+        return norm_of(x + scaled(self.dropout(fn(x), self.config.dropout)))
 
     def self_attn(self, params: dict, prefix: str, x, key_mask):
         """Multi-head self-attention with the fused input projection: (batch, seq, C) -> the same."""

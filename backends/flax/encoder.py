@@ -8,7 +8,8 @@
 variables['params'] holds one leaf per released state_dict key ('layers.0.self_attn.in_proj_weight',
 ..., ode_ref/encoder_params.py), in the released layout (a weight is (out, in), not a Dense
 kernel), so from_state_dict and to_state_dict only check and copy. Their init is the released
-one: weight matrices Xavier-uniform, biases 0, the LayerNorms 1 and 0, alpha 1. The forward,
+one: weight matrices Xavier-uniform, biases 0, the LayerNorms 1 and 0, alpha 1 (an ema family's
+1/2), the corrector's weights their row means. The forward,
 its checks and its dropout (a key of its own at every call, so every stage evaluation draws its
 own masks) are the JAX port's.
 """
@@ -23,19 +24,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from ode_ref.block import check_flag
-from ode_ref.encoder_config import ODEEncoderConfig
-from ode_ref.encoder_params import ALPHA, check_encoder_params, encoder_param_shapes
+from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
+from ode_ref.encoder_params import (ALPHA, HISTORY_WEIGHT, HISTORY_WEIGHT_C, check_encoder_params, encoder_param_shapes,
+                                    lower_mean)
 
 from ..jax import block as jax_block
 from ..jax import encoder as jax_encoder
 from .attention import dropout_rng
 
 
-def _init(name: str, shape: tuple):
-    """The released init of a parameter by its name and shape."""
+def _init(name: str, shape: tuple, cfg: ODEEncoderConfig):
+    """The released init of a parameter by its name and shape (init_encoder_params')."""
+    if name in (HISTORY_WEIGHT, HISTORY_WEIGHT_C):
+        return lambda key, shape, dtype: jnp.asarray(lower_mean(shape[0]), dtype)  # row means: no draw
+    if name == ALPHA:
+        return nn.initializers.constant(0.5 if cfg.family in EMA_FAMILIES else 1.0)
     if len(shape) == 2:
         return nn.initializers.xavier_uniform()
-    return nn.initializers.ones if name == ALPHA or name.endswith("weight") else nn.initializers.zeros
+    return nn.initializers.ones if name.endswith("weight") else nn.initializers.zeros
 
 
 class ODEEncoder(nn.Module):
@@ -49,7 +55,7 @@ class ODEEncoder(nn.Module):
         check_flag("deterministic", deterministic)
         if not self.is_initializing():  # the spec's error for params of another config, not Flax's
             check_encoder_params(dict(self.variables.get("params", {})), cfg)
-        params = {name: self.param(name, _init(name, shape), shape, self.param_dtype)
+        params = {name: self.param(name, _init(name, shape, cfg), shape, self.param_dtype)
                   for name, shape in encoder_param_shapes(cfg).items()}
         rng = dropout_rng(self, deterministic, max(cfg.dropout, cfg.attention_dropout, cfg.activation_dropout))
         return jax_encoder.ode_encoder(params, x, cfg, padding_mask, dropout_rng=rng)

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ode_ref.encoder import ODEEncoderStages, check_encoder_input
-from ode_ref.encoder_config import ODEEncoderConfig
-from ode_ref.encoder_params import check_encoder_params, stack_params
+from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
+from ode_ref.encoder_params import ALPHA, check_encoder_params, encoder_param_shapes, lower_mean, stack_params
 
 from .params import params_to_state_dict
 from .xp import namespace
@@ -73,7 +73,8 @@ class SelfAttention(nn.Module):
 
 
 class ODEEncoderLayer(nn.Module):
-    """fairseq's encoder layer: self_attn, fc1, fc2, layer_norms.0 and .1 (released keys)."""
+    """fairseq's encoder layer: self_attn, fc1, fc2, layer_norms.0 and .1 (released keys); a
+    Macaron layer's macaron_fc1, macaron_fc2 and layer_norms.2 besides, as macaron-net names them."""
 
     def __init__(self, config):
         super().__init__()
@@ -82,7 +83,9 @@ class ODEEncoderLayer(nn.Module):
         c, ff = cfg.encoder_embed_dim, cfg.encoder_ffn_embed_dim
         self.self_attn = SelfAttention(c)
         self.fc1, self.fc2 = _xavier_linear(c, ff), _xavier_linear(ff, c)
-        self.layer_norms = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(2)])
+        if cfg.macaron:
+            self.macaron_fc1, self.macaron_fc2 = _xavier_linear(c, ff), _xavier_linear(ff, c)
+        self.layer_norms = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(3 if cfg.macaron else 2)])
 
     def forward(self, x, padding_mask=None):
         """L(x): (batch, seq, C) -> (batch, seq, C)."""
@@ -91,9 +94,23 @@ class ODEEncoderLayer(nn.Module):
         return self.stages.layer(dict(self.named_parameters()), "", x, self.stages.key_mask(padding_mask))
 
 
+class CorrectorHistory(nn.Module):
+    """PCformer's corrector's parameters, as its released history module holds them: weight and
+    weight_c (layers + 1, layers + 1) initialised to their row means over the lower triangle, and
+    a LayerNorm per layer in layer_norms and in rouge_predictions_norm."""
+
+    def __init__(self, layers: int, c: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.from_numpy(lower_mean(layers + 1)).float())
+        self.weight_c = nn.Parameter(torch.from_numpy(lower_mean(layers + 1)).float())
+        self.layer_norms = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(layers)])
+        self.rouge_predictions_norm = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(layers)])
+
+
 class ODEEncoder(nn.Module):
     """The stack: layers.0 .. layers.N-1, layer_norm (pre-norm), gate_linear (rk2_gated), alpha
-    (rk2_weighted), with the released init (Xavier-uniform weights, zero biases, alpha 1)."""
+    (rk2_weighted; an ema family's), history (PCformer's corrector), with the released init
+    (Xavier-uniform weights, zero biases, alpha 1, an ema family's 1/2)."""
 
     def __init__(self, config):
         super().__init__()
@@ -107,6 +124,10 @@ class ODEEncoder(nn.Module):
             self.gate_linear = _xavier_linear(2 * c, 1)
         if cfg.family == "rk2_weighted":
             self.alpha = nn.Parameter(torch.ones(cfg.enc_calculate_num))
+        if cfg.family in EMA_FAMILIES:
+            self.alpha = nn.Parameter(torch.full(encoder_param_shapes(cfg)[ALPHA], 0.5))
+        if cfg.corrector:
+            self.history = CorrectorHistory(cfg.encoder_layers, c)
 
     @classmethod
     def from_params(cls, config, params: dict, *, dtype=torch.float32) -> "ODEEncoder":
@@ -128,6 +149,6 @@ class ODEEncoder(nn.Module):
 def load_encoder_params(encoder: ODEEncoder, params: dict) -> None:
     """Check params (the spec's, or a released state_dict's stack_params) against the encoder's
     config, then copy them in, strict."""
-    params = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in stack_params(params).items()}
+    params = stack_params({k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in params.items()})
     check_encoder_params(params, encoder.config)
     encoder.load_state_dict(params_to_state_dict(params, next(encoder.parameters()).dtype), strict=True)

@@ -39,6 +39,25 @@ ENCODER_ROWS = [
 ]
 FACTORS = ("family", "profile", "pre", "padding", "layers")
 
+# The ODE Transformer's successors (ode_ref/encoder_config.py): the Macaron layer and PCformer's
+# predictor and corrector, each field off its default in some row, crossed with the factors above.
+# A row as above with the config's further fields last; built after the language model's cases.
+# Frozen: append only.
+_C = R.CORRECTOR
+SUCCESSOR_ROWS = [
+    ("rk2", "paper", False, True, 2, (2, 5, 2, 8, 12), {"macaron": True}),
+    ("rk4", "released", True, False, 1, (1, 4, 1, 6, 10), {"macaron": True, "macaron_profile": "released"}),
+    ("euler", "paper", True, True, 2, (3, 6, 3, 12, 20), {"macaron": True}),
+    ("rk2_ema", "released", False, True, 2, (2, 5, 2, 8, 12), {"encoder_history_type": _C}),
+    ("rk4_ema", "released", True, False, 3, (2, 5, 2, 8, 12), {"encoder_history_type": _C, "layer_wise": True}),
+    ("rk3_ema", "released", True, True, 2, (1, 4, 1, 6, 10), {}),
+    ("rk4_ema", "paper", False, False, 1, (3, 6, 3, 12, 20), {"alpha_type": "vector"}),
+    ("rk2_ema", "released", True, True, 2, (2, 5, 2, 8, 12), {"alpha_type": "vector", "encoder_history_type": _C, "macaron": True}),
+    ("rk2_gated", "released", False, False, 2, (1, 4, 1, 6, 10), {"encoder_history_type": _C}),
+]
+_TAGS = {"macaron": "macaron", "macaron_profile": "macaron{}", "encoder_history_type": "corrector", "layer_wise": "layerwise",
+         "alpha_type": "alpha{}"}
+
 
 def covered_pairs(rows=ENCODER_ROWS) -> set:
     """((factor, value), (factor, value)) of every pair of two factors some row holds."""
@@ -46,9 +65,10 @@ def covered_pairs(rows=ENCODER_ROWS) -> set:
 
 
 def row_name(row) -> str:
-    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
+    family, profile, pre, padding, layers, (b, t, h, c, ff), *more = row
+    tags = "".join(f"_{_TAGS[k].format(v)}" for k, v in (more[0] if more else {}).items())
     return (f"encoder_{family}_{profile}_{'pre' if pre else 'post'}_{'pad' if padding else 'nopad'}_l{layers}"
-            f"_b{b}t{t}h{h}c{c}f{ff}")
+            f"_b{b}t{t}h{h}c{c}f{ff}{tags}")
 
 
 def padding_of(batch: int, seq: int):
@@ -60,8 +80,9 @@ def padding_of(batch: int, seq: int):
 
 def encoder_inputs(row, param_seed: int, input_seed: int):
     """(config, params, x, padding_mask) of a row, drawn from its seeds (cases.build_encoder_case)."""
-    family, profile, pre, padding, layers, (b, t, h, c, ff) = row
-    cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile)
+    family, profile, pre, padding, layers, (b, t, h, c, ff), *more = row
+    cfg = R.ODEEncoderConfig(c, h, ff, encoder_layers=layers, encoder_normalize_before=pre, family=family, profile=profile,
+                             **(more[0] if more else {}))
     params = R.init_encoder_params(cfg, param_seed, perturb=True)
     x = np.random.default_rng(input_seed).normal(size=(b, t, c))
     return cfg, params, x, padding_of(b, t) if padding else None

@@ -315,9 +315,9 @@ class _SsmaxPaddedLength(R.SelfAttention):
         return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
 # ---- the ODE Transformer's encoder (encoder cases) --------------------------------------------------
-def _gate_stages_swapped(self, params, ks):
+def _gate_stages_swapped(self, params, ks, i=0):
     if self.config.family != "rk2_gated":
-        return _SPEC_STAGE_WEIGHTS(self, params, ks)
+        return _SPEC_STAGE_WEIGHTS(self, params, ks, i)
     g = self.sigmoid(self.linear(self.concat(ks[1], ks[0]), params[GATE_WEIGHT], params[GATE_BIAS]))  # bug: [k_2; k_1]
     return g, 1.0 - g
 
@@ -326,14 +326,33 @@ def _released_residual_in_paper(self, params, prefix, key_mask):
     return lambda z: self.layer(params, prefix, z, key_mask)  # bug: the stage L(y) under both profiles, not L(y) - y
 
 
-def _post_norm_applied_pre(self, params, norm, x, fn):
+def _post_norm_applied_pre(self, params, norm, x, fn, factor=1.0):
     h = self.layer_norm(x, params[norm + "weight"], params[norm + "bias"])
-    return x + self.dropout(fn(h), self.config.dropout)  # bug: x + fn(norm(x)) whatever encoder_normalize_before says
+    return x + factor * self.dropout(fn(h), self.config.dropout)  # bug: x + fn(norm(x)) whatever encoder_normalize_before says
 
 
 def _ffn_bias_dropped(self, params, prefix, x):
     h = self.relu(self.linear(x, params[prefix + "fc1.weight"], params[prefix + "fc1.bias"]))
     return self.linear(h, params[prefix + "fc2.weight"], 0.0 * params[prefix + "fc2.bias"])  # bug: fc2's bias dropped
+
+
+def _ema_power_off_by_one(self, a, stages):
+    q, weights = 1.0 - a, [a * (1.0 - a)]  # bug: a (1-a)^(s-i) for stage i (1-based); the last gets a (1-a), not a
+    for _ in range(stages - 1):
+        weights.insert(0, weights[0] * q)
+    return weights
+
+
+def _history_weights_transposed(self, weight, history):
+    column = self.xp.swapaxes(weight, 0, 1)[len(history) - 1]  # bug: weight[m, c-1], not weight[c-1, m]
+    total = column[0] * history[0]
+    for m in range(1, len(history)):
+        total = total + column[m] * history[m]
+    return total
+
+
+def _macaron_second_half_dropped(self):
+    return (0.5, 1.0) if self.macaron else (1.0, 1.0)  # bug: FFN_b whole under macaron_profile "paper" too
 
 
 _SPEC_STAGE_WEIGHTS = ODEEncoderStages.stage_weights
@@ -386,6 +405,12 @@ MUTANTS = [
     Mutant("encoder_post_norm_applied_pre", "encoder layer", "a post-norm layer's norms applied before each sublayer",
            patch=lambda: [(EncoderStages, "sublayer", _post_norm_applied_pre)]),
     Mutant("encoder_ffn_bias_dropped", "encoder layer", "the FFN's fc2 bias dropped", patch=lambda: [(EncoderStages, "ffn", _ffn_bias_dropped)]),
+    Mutant("ema_power_off_by_one", "PCformer predictor", "weights a (1-a)^(s-i): one power of (1 - a) too many on each",
+           patch=lambda: [(ODEEncoderStages, "ema_weights", _ema_power_off_by_one)]),
+    Mutant("corrector_weights_transposed", "PCformer corrector", "the history's weights read weight[m, c-1], not weight[c-1, m]",
+           patch=lambda: [(ODEEncoderStages, "history_sum", _history_weights_transposed)]),
+    Mutant("macaron_second_half_dropped", "Macaron layer", "the paper's second FFN added whole, not halved",
+           patch=lambda: [(R.ODEEncoderConfig, "ffn_factors", property(_macaron_second_half_dropped))]),
     Mutant("hope_relative", "hope", "k mapped at -j (as RoPE's inverse): the score made relative, i - j", stage=_HopeRelative),
     Mutant("pape_normed_state", "PaPE", "coefficients from the normed state h, not the raw z", stage=_PapeNormedState),
     Mutant("bam_alpha_on_key", "BAM", "alpha on the key index: abs(i - alpha j - mu)", stage=_BamAlphaOnKey),

@@ -1,10 +1,12 @@
 """The encoder cases (conformance/cases/encoder_cases.py): a pairwise cover of the valid pairs, twelve
-rows named once, and the golden files of every one loaded with its kind."""
+rows named once, the successors' rows setting every field of theirs, and the golden files of every
+one loaded with its kind."""
 
 import itertools
 
 import ode_ref as R
-from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, FACTORS, FAMILY_PROFILES, covered_pairs, row_name
+from odeattn.conformance.cases.encoder_cases import (ENCODER_ROWS, FACTORS, FAMILY_PROFILES, SUCCESSOR_ROWS, covered_pairs,
+                                                     encoder_inputs, row_name)
 from odeattn.conformance.golden import load_cases
 
 VALUES = {"family": list(R.FAMILIES), "profile": list(R.PROFILES), "pre": [False, True], "padding": [False, True],
@@ -24,10 +26,23 @@ def test_twelve_rows_each_named_once():
     assert names[0] == "encoder_euler_paper_post_nopad_l1_b2t5h2c8f12"
 
 
+def test_the_successor_rows_set_each_new_value_beside_both_norms_and_paddings():
+    """Every ema family, the Macaron layer under both halves' profiles and the corrector appear;
+    the corrector and the Macaron layer each under pre- and post-norm, and padded and not."""
+    configs = [(encoder_inputs(r, 0, 0)[0], r) for r in SUCCESSOR_ROWS]
+    assert {c.family for c, _ in configs} >= set(R.EMA_FAMILIES)
+    assert {c.macaron_profile for c, _ in configs if c.macaron} == {"paper", "released"}
+    assert {c.alpha_type for c, _ in configs} == {"scalar", "vector"} and any(c.layer_wise for c, _ in configs)
+    for field in ("macaron", "corrector"):
+        assert {(c.encoder_normalize_before, r[3]) for c, r in configs if getattr(c, field)} >= {(False, True), (True, False)}
+        assert {c.encoder_normalize_before for c, _ in configs if getattr(c, field)} == {False, True}
+    assert len({row_name(r) for r in ENCODER_ROWS + SUCCESSOR_ROWS}) == len(ENCODER_ROWS) + len(SUCCESSOR_ROWS)
+
+
 def test_the_golden_encoder_cases_load_with_their_config():
     cases = [c for c in load_cases() if c.kind.name == "encoder"]
-    assert [c.name for c in cases] == [row_name(r) for r in ENCODER_ROWS]
-    for case, row in zip(cases, ENCODER_ROWS):
+    assert [c.name for c in cases] == [row_name(r) for r in ENCODER_ROWS + SUCCESSOR_ROWS]
+    for case, row in zip(cases, ENCODER_ROWS + SUCCESSOR_ROWS):
         assert isinstance(case.config, R.ODEEncoderConfig) and case.config.family == row[0]
         assert list(case.quantities()) == ["z"] and set(case.e32) == {"z"}
         assert (case.padding_mask is not None) == row[3] and case.kind.name != "block"

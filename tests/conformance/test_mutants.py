@@ -68,7 +68,7 @@ def test_where_a_mutant_is_caught_first(rows):
     the first decoded token; a bug in the encoder at its one quantity, z."""
     first = {r["mutant"]: r["first_divergence"] for r in rows}
     where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1",
-             "encoder block": "z", "encoder layer": "z"}
+             "encoder block": "z", "encoder layer": "z", "PCformer predictor": "z", "PCformer corrector": "z", "Macaron layer": "z"}
     for m in MUTANTS:
         if m.ignores:  # a field ignored: wherever the field enters (the per-field table names it)
             continue

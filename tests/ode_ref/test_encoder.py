@@ -3,13 +3,16 @@ family's formula under both profiles written out by hand, the stack, the profile
 padding, the parameter names and init, and every refusal."""
 
 import math
+import types
 
 import numpy as np
 import pytest
 
 import ode_ref as R
-from ode_ref.encoder import block_tableau
+from ode_ref.encoder import ODEEncoderStages, block_tableau
+from ode_ref.tableaus import ButcherTableau
 from ode_ref.encoder_params import stack_params
+from odeattn.conformance.cases.encoder_cases import SUCCESSOR_ROWS
 
 C, H, FF = 8, 2, 12
 
@@ -52,22 +55,39 @@ def hand_attention(p, x, mask):
     return out
 
 
-def hand_layer(params, i, x, mask, pre):
+def hand_layer(params, i, x, mask, pre, cfg=None):
+    """fairseq's layer; with cfg.macaron, macaron-net's: residual + fc_factor * macaron FFN first
+    (norm 2), fc_factor 0.5 on both FFNs, or on the first alone for the ODE Transformer's copy."""
     p = {k[len(f"layers.{i}."):]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
-    ln = [lambda z, j=j: hand_layer_norm(z, p[f"layer_norms.{j}.weight"], p[f"layer_norms.{j}.bias"]) for j in (0, 1)]
-    ffn = lambda z: np.maximum(z @ p["fc1.weight"].T + p["fc1.bias"], 0) @ p["fc2.weight"].T + p["fc2.bias"]  # noqa: E731
+    ln = [lambda z, j=j: hand_layer_norm(z, p[f"layer_norms.{j}.weight"], p[f"layer_norms.{j}.bias"]) for j in (0, 1, 2)
+          if f"layer_norms.{j}.weight" in p]
+    ffn = lambda z, n="": np.maximum(z @ p[f"{n}fc1.weight"].T + p[f"{n}fc1.bias"], 0) @ p[f"{n}fc2.weight"].T + p[f"{n}fc2.bias"]  # noqa: E731
+    macaron = cfg is not None and cfg.macaron
+    factor = 0.5 if macaron and cfg.macaron_profile == "paper" else 1.0
     if pre:
+        if macaron:
+            x = x + 0.5 * ffn(ln[2](x), "macaron_")
         x = x + hand_attention(p, ln[0](x), mask)
-        return x + ffn(ln[1](x))
+        return x + factor * ffn(ln[1](x))
+    if macaron:
+        x = ln[2](x + 0.5 * ffn(x, "macaron_"))
     x = ln[0](x + hand_attention(p, x, mask))
-    return ln[1](x + ffn(x))
+    return ln[1](x + factor * ffn(x))
 
 
 def hand_block(params, i, y, mask, cfg):
     """Each family's block as the paper (F) and the released code (L) write it."""
-    L = lambda z: hand_layer(params, i, z, mask, cfg.encoder_normalize_before)  # noqa: E731
+    L = lambda z: hand_layer(params, i, z, mask, cfg.encoder_normalize_before, cfg)  # noqa: E731
     k = L if cfg.profile == "released" else (lambda z: L(z) - z)
     fam = cfg.family
+    if fam.endswith("_ema"):  # PCformer's predictor, its code's stage inputs and alpha * torch.pow(1 - alpha, m)
+        a = params["alpha"][i] if cfg.layer_wise else params["alpha"]
+        ks = [k(y)]
+        inputs = {"rk2_ema": [lambda: y + ks[0]], "rk3_ema": [lambda: y + 1 / 2 * ks[0], lambda: y - ks[0] + 2 * ks[1]],
+                  "rk4_ema": [lambda: y + 1 / 2 * ks[0], lambda: y + 1 / 2 * ks[1], lambda: y + ks[2]]}[fam]
+        for stage_input in inputs:
+            ks.append(k(stage_input()))
+        return y + sum(a * np.power(1 - a, len(ks) - 1 - j) * kj for j, kj in enumerate(ks))
     if fam == "euler":
         return y + k(y)
     k1 = k(y)
@@ -90,20 +110,36 @@ def hand_block(params, i, y, mask, cfg):
 
 
 def hand_encoder(params, x, mask, cfg):
+    """The blocks; with PCformer's corrector, its history as the released code keeps it: stacked,
+    weighted by a row of weight or weight_c and summed over the stack's axis."""
+    ln = lambda z, name: hand_layer_norm(z, params[name + ".weight"], params[name + ".bias"])  # noqa: E731
+    history = [x]
     for i in range(cfg.encoder_layers):
         x = hand_block(params, i, x, mask, cfg)
+        if cfg.encoder_history_type is None:
+            continue
+        c = len(history) + 1
+        pop = lambda w: (np.stack(history) * params[w][c - 1, :c].reshape(-1, 1, 1, 1)).sum(0)  # noqa: E731
+        if cfg.encoder_normalize_before:
+            history.append(ln(x, f"history.rouge_predictions_norm.{i}"))
+            history[-1] = ln(hand_layer(params, i, pop("history.weight"), mask, True, cfg), f"history.layer_norms.{i}")
+            x = pop("history.weight_c")
+        else:
+            history.append(x)
+            x = ln(pop("history.weight_c"), f"history.layer_norms.{i}")
     if cfg.encoder_normalize_before:
         x = hand_layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"])
     return x
 
 
-CONFIGS = [(fam, prof, pre) for fam in R.FAMILIES for prof in R.PROFILES for pre in (False, True)
+CONFIGS = [(fam, prof, pre, {}) for fam in R.FAMILIES for prof in R.PROFILES for pre in (False, True)
            if not (fam == "euler" and prof == "released")]
+SUCCESSORS = [(r[0], r[1], pre, r[6]) for r in SUCCESSOR_ROWS for pre in (False, True)]  # both norms for each
 
 
-@pytest.mark.parametrize("family, profile, pre", CONFIGS)
-def test_each_formula_is_the_hand_written_one(family, profile, pre):
-    cfg = config(family, profile, pre, layers=2)
+@pytest.mark.parametrize("family, profile, pre, more", CONFIGS + SUCCESSORS)
+def test_each_formula_is_the_hand_written_one(family, profile, pre, more):
+    cfg = config(family, profile, pre, layers=2, **more)
     params, x, mask = inputs(cfg)
     np.testing.assert_allclose(R.ode_encoder(params, x, cfg, mask), hand_encoder(params, x, mask, cfg), rtol=0, atol=1e-12)
 
@@ -203,6 +239,21 @@ def test_family_maps_onto_the_released_pair():
     assert R.ODEEncoderConfig(C, H, FF).family == "euler"
     cfg = config("rk4", "released", pre=True, layers=3)
     assert R.ODEEncoderConfig.from_any(cfg.to_dict()) == cfg
+    assert R.ODEEncoderConfig(C, H, FF, enc_calculate_num=4, rk_type="ema").family == "rk4_ema"
+    macaron_net_args = types.SimpleNamespace(encoder_embed_dim=C, encoder_attention_heads=H, encoder_ffn_embed_dim=FF,
+                                             macaron="new", encoder_normalize_before=True, relu_dropout=0.1)
+    assert R.ODEEncoderConfig.from_any(macaron_net_args).macaron is True  # its WMT architectures' value
+
+
+def test_pcformers_ema_weights_are_no_consistent_tableau():
+    """At alpha = 1/2 the weights sum to 1 - (1/2)^s: 0.75 (two stages), 0.9375 (four); a tableau
+    with them is refused, which is why the predictor is a combination of its own."""
+    stages = ODEEncoderStages(config("rk4_ema"))
+    for s, total in ((2, 0.75), (3, 0.875), (4, 0.9375)):
+        weights = stages.ema_weights(np.array([0.5]), s)
+        assert float(sum(weights)[0]) == total and float(weights[-1][0]) == 0.5
+    with pytest.raises(ValueError, match=r"sum\(b\) = 0.9375 != 1"):
+        ButcherTableau("ema", 1, (0.0, 0.5, 0.5, 1.0), ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 16, 1 / 8, 1 / 4, 1 / 2))
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -217,6 +268,16 @@ def test_family_maps_onto_the_released_pair():
     (dict(encoder_layers=0), r"encoder_layers: expected an integer >= 1; got 0"),
     (dict(encoder_normalize_before="yes"), r"encoder_normalize_before: expected True or False"),
     (dict(dropout=1.0), r"dropout: expected a number in \[0, 1\); got 1.0"),
+    (dict(macaron="yes"), r"macaron: expected True or False \(or macaron-net's 'new', read as True\); got 'yes'"),
+    (dict(macaron=True, macaron_profile="odet"), r"macaron_profile: expected one of 'paper', 'released'; got 'odet'"),
+    (dict(macaron_profile="released"), r"macaron_profile: 'released' sets a Macaron layer's halves; got macaron=False"),
+    (dict(family="rk2_ema", alpha_type="channel"), r"alpha_type: expected one of 'scalar', 'vector'; got 'channel'"),
+    (dict(family="rk2_ema", alpha_type="vector", layer_wise=True), r"layer_wise: True sets a scalar alpha per layer"),
+    (dict(family="rk2", layer_wise=True), r"alpha_type, layer_wise: set an ema family's alpha .* with family 'rk2'"),
+    (dict(family="rk3_ema", alpha_type="vector"), r"rk3_ema's alpha is one scalar, as released; got \('vector', False\)"),
+    (dict(family="rk2_ema", layer_wise=1), r"layer_wise: expected True or False; got 1"),
+    (dict(encoder_history_type="dense"), r"encoder_history_type: expected None or 'rk_predicotor_multistep_corrector' .*got 'dense'"),
+    (dict(enc_calculate_num=4, rk_type="gated"), r"expected one of the pairs .*rk4_ema = \(4, 'ema'\); got \(4, 'gated'\)"),
 ])
 def test_bad_config_is_refused(fields, message):
     base = dict(encoder_embed_dim=C, encoder_attention_heads=H, encoder_ffn_embed_dim=FF)

@@ -41,6 +41,11 @@ def test_init_holds_the_released_keys_and_init():
     assert float(jnp.abs(p["layers.0.fc1.weight"]).max()) <= (6 / (256 + 64)) ** 0.5
     assert float(jnp.abs(p["layers.0.fc1.bias"]).max()) == 0 and bool((p["alpha"] == 1).all())
     assert bool((p["layers.0.layer_norms.1.weight"] == 1).all())
+    pc = R.ODEEncoderConfig(8, 2, 12, encoder_layers=2, family="rk4_ema", alpha_type="vector", encoder_history_type=R.CORRECTOR,
+                            macaron=True)
+    p = ODEEncoder(config=pc).init(jax.random.PRNGKey(0), jnp.ones((1, 3, 8)))["params"]
+    assert {k: tuple(v.shape) for k, v in p.items()} == R.encoder_param_shapes(pc)
+    assert bool((p["alpha"] == 0.5).all()) and np.array_equal(np.asarray(p["history.weight_c"]), R.init_encoder_params(pc, dtype=np.float32)["history.weight_c"])
 
 
 def test_the_converters_check_and_copy():
