@@ -302,11 +302,15 @@ def memory_needs(attention: SelfAttention, x, padding_mask=None, max_len: int | 
     """What a forward (or a prefill of max_len slots) of this port allocates beyond its states,
     from shapes: the scores only where they are written out (ALiBi, hope; CPU dropout in training),
     never for SDPA's fused kernels, which hold none; the dense (seq_q, seq_k) mask and SDPA's
-    float copy of it where the decoder's mask meets a padding mask; and the cache."""
+    float copy of it where the decoder's mask meets a padding mask; the cache; and, on a first
+    forward through oneDNN (gemm.py), the projections packed and the copies they are checked against."""
     cfg, (batch, seq) = attention.config, x.shape[:2]
     dtype, itemsize = dtype_name(x.dtype), x.element_size()
     scores = (batch, cfg.num_heads, seq, seq)
     needs = []
+    if attention._runs_onednn(x) and attention._packed.empty():  # q, k, v (3D, D) and out_proj (D, D), twice
+        needs.append(Need("oneDNN's packed projections and their copies", 2, (4 * cfg.hidden_size, cfg.hidden_size),
+                          dtype, itemsize))
     if cfg.position_encoding in BIAS_ENCODINGS + PAPE_ENCODINGS:
         what = "the ALiBi scores" if cfg.position_encoding == "alibi" else "the biased scores"
         needs.append(Need(f"{what}, written out", ALIBI_SCORE_ARRAYS, scores, dtype, itemsize))

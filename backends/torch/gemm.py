@@ -96,6 +96,10 @@ class PackCache:
             if entry is None or entry[0] is not w or not torch.equal(entry[1], w):
                 self._entries[name] = (w, w.detach().clone(), pack(w))
 
+    def empty(self) -> bool:
+        """Whether nothing is packed yet (the next forward on oneDNN packs every projection)."""
+        return not self._entries
+
     def lookup(self, w: torch.Tensor):
         """The packed form of the parameter w, or None where w is not one refreshed."""
         return next((packed for p, _, packed in self._entries.values() if p is w), None)

@@ -44,10 +44,7 @@ def check_onnx_target(args) -> None:
     """UsageError where an option of another target is given to the ONNX file."""
     _executorch_only(args)
     _litert_only(args)
-    if args.max_positions is not None:
-        raise UsageError("--max-positions: applies to --target jax (an ONNX file computes every position's angle)")
-    if args.platforms != "cpu":
-        raise UsageError("--platforms: applies to --target jax (an ONNX file names no backend)")
+    _jax_only(args, "an ONNX file computes every position's angle and names no backend")
 
 
 def _other_target(args, form: str) -> None:

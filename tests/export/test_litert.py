@@ -119,6 +119,21 @@ def test_the_model_runs_at_its_shape_where_litert_alone_is_imported(written):
     assert np.isnan(xnnpack[2]).any() and not np.isnan(xnnpack[:2]).any()
 
 
+def test_the_runner_takes_a_half_input_as_its_float32_value_and_refuses_another_shape(written):
+    """x in float16 is run as float32 holds it (exactly), as every artifact runner takes it
+    (export.artifact_inputs): the same bits as the float32 input's; another batch is PastBounds."""
+    from odeattn.export import PastBounds
+    from odeattn.export.litert_program import litert_runner
+
+    folder, _ = written
+    run = litert_runner((folder / "block.tflite").read_bytes())
+    x16 = np.random.default_rng(2).normal(size=(*SHAPE, 8)).astype(np.float16)
+    got = run(x16)
+    assert got.dtype == np.float32 and np.array_equal(got, run(x16.astype(np.float32)))
+    with pytest.raises(PastBounds, match=r"^x: the model holds batch 3 x seq 8; got 2 x 8$"):
+        run(x16[:2])
+
+
 def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, capsys, refused_in_one_line):
     """fuzz --model --runtime litert: every draw at the model's shape, judged against the spec, the
     report naming the model's sha256 and LiteRT's version; the same model judged against other

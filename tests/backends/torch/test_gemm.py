@@ -180,6 +180,20 @@ def test_torch_compile_traces_a_module_set_to_onednn():
 
 
 @needs_onednn
+def test_the_memory_estimate_counts_the_packing_of_a_first_forward():
+    """memory_needs holds the packed projections and their copies (2 x 4 D^2 floats) before the
+    first forward on oneDNN packs them, and not after, nor for torch's matmul."""
+    block, x = _block(), _x()
+    needs = lambda: [n for n in attention.memory_needs(block.ode_func, x) if "oneDNN" in n.what]  # noqa: E731
+    with torch.no_grad():
+        assert [n.nbytes for n in needs()] == [2 * 4 * 64 * 64 * 4]
+        block(x)
+        assert needs() == []
+        gemm.use_gemm(block, "torch")
+        assert needs() == []
+
+
+@needs_onednn
 def test_live_tensor_bytes_count_the_packed_weights_until_they_are_freed():
     """bench's live tensor bytes, which the memory tests and `bench --memory` read, take a oneDNN
     tensor (no storage) at its elements' bytes, and let it go when it is freed."""

@@ -56,6 +56,16 @@ def test_a_missing_extra_is_named(capsys, monkeypatch):
         "odeattn run: needs the package 'onnx', which is not installed; install it with: pip install 'odeattn[onnx]'")
 
 
+def test_require_names_a_missing_module_and_its_absent_parent():
+    from odeattn.commands.args import require
+
+    require("numpy.linalg")
+    for name in ("odeattn_no_such_module", "odeattn_no_such_module.child"):
+        with pytest.raises(ModuleNotFoundError) as err:
+            require(name)
+        assert err.value.name == name
+
+
 def test_a_missing_package_of_no_extra_is_not_hidden(monkeypatch):
     from odeattn.commands import run
 
