@@ -44,11 +44,14 @@ corrector (encoder.py writes both out):
     (layer_wise), or one per channel (alpha_type "vector"). The released code gives its 3-stage
     predictor one scalar whatever those say: rk3_ema takes their defaults only. The weights do not
     sum to 1 (0.75 and 0.9375 at a = 1/2): this is a weighted combination of its own, not a
-    consistent RK tableau. Its code's enc_learnable_type "ema" is rk_type here.
+    consistent RK tableau. Its code's enc_learnable_type is rk_type here ("ema"; its "gated" is
+    "learnable", rk2_gated; another value "standard"): from_any reads it from PCformer's args.
 
     encoder_history_type "rk_predicotor_multistep_corrector" (the released spelling): the corrector
     across layers, a history of states with learnt lower-triangular weights (encoder.py), after any
     family's block. None (the default): the blocks alone, as the ODE Transformer stacks them.
+    PCformer's NMT forward always runs its history and refuses a one-stage predictor; here an ema
+    family runs without the corrector too, and euler (the plain layer) with it.
 """
 
 from __future__ import annotations
@@ -76,9 +79,12 @@ MACARON_PROFILES: tuple[str, ...] = ("paper", "released")  # the Macaron layer's
 EMA_FAMILIES: dict[str, tuple[int, str]] = {"rk2_ema": (2, "ema"), "rk3_ema": (3, "ema"), "rk4_ema": (4, "ema")}  # PCformer's
 ALL_FAMILIES: dict[str, tuple[int, str]] = {**FAMILIES, **EMA_FAMILIES}
 ALPHA_TYPES: tuple[str, ...] = ("scalar", "vector")
+# PCformer's enc_learnable_type -> rk_type: its "ema" weights, its "gated" rk2 (the ODE Transformer's
+# learnable one); any other value runs the constant RK weights (its forward's else branch)
+LEARNABLE_TYPES = {"ema": "ema", "gated": "learnable"}
 CORRECTOR = "rk_predicotor_multistep_corrector"  # PCformer's encoder_history_type, spelt as released
 RELEASED_FAMILIES: tuple[str, ...] = ("rk2", "rk3", "rk4", "rk2_gated", "rk2_weighted", *EMA_FAMILIES)  # the released forwards' formulas
-RELEASED_BUILDS: tuple[str, ...] = ("rk2_gated", "rk2_weighted")  # what the released constructor accepts
+RELEASED_BUILDS: tuple[str, ...] = ("rk2_gated", "rk2_weighted", *EMA_FAMILIES)  # what the released constructors build
 
 
 def _pairs(families) -> str:
@@ -150,7 +156,7 @@ class ODEEncoderConfig:
         if self.profile == "released" and self.family not in RELEASED_FAMILIES:
             raise ValueError(
                 f"family: the released profile has no {self.family!r} block; it writes {_pairs(RELEASED_FAMILIES)} "
-                f"(its constructor builds only {' and '.join(RELEASED_BUILDS)}); {self.family} is profile 'paper'")
+                f"(the constructors build {', '.join(RELEASED_BUILDS)}); {self.family} is profile 'paper'")
 
     def _check_macaron(self) -> None:
         """macaron a bool (macaron-net's "new", the value its WMT architectures set, is True), and
@@ -177,7 +183,7 @@ class ODEEncoderConfig:
             raise ValueError(f"alpha_type: expected one of {', '.join(map(repr, ALPHA_TYPES))}; got {self.alpha_type!r}")
         if self.alpha_type == "vector" and self.layer_wise:
             raise ValueError("layer_wise: True sets a scalar alpha per layer; got alpha_type='vector' beside it "
-                             "(the released code reads layer_wise for a scalar alpha only)")
+                             "(the released constructor reads layer_wise for a scalar alpha only)")
         if (self.alpha_type, self.layer_wise) != ("scalar", False) and self.family not in EMA_FAMILIES:
             raise ValueError(f"alpha_type, layer_wise: set an ema family's alpha ({', '.join(EMA_FAMILIES)}); "
                              f"got ({self.alpha_type!r}, {self.layer_wise}) with family {self.family!r}")
@@ -235,4 +241,8 @@ class ODEEncoderConfig:
         with the fields as attributes (a released model's args; other attributes are ignored)."""
         if isinstance(obj, cls):
             return obj
-        return cls(**field_values(cls, obj, ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")))
+        values = field_values(cls, obj, ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim"))
+        learnable = getattr(obj, "enc_learnable_type", None) if not isinstance(obj, dict) else None
+        if learnable is not None and values.get("rk_type") is None:  # PCformer's args name rk_type so
+            values["rk_type"] = LEARNABLE_TYPES.get(learnable, "standard")
+        return cls(**values)

@@ -18,10 +18,11 @@ and, once for the stack:
     alpha (2,)                           rk2_weighted only, one weight per stage, shared likewise
     alpha (1,), (layers, 1) or (C,)      an ema family's (PCformer): one scalar, one per layer
                                          (layer_wise) or one per channel (alpha_type "vector")
-and, with PCformer's corrector (encoder_history_type), its history's, as released:
+and, with PCformer's corrector (encoder_history_type), its history's, as released (each present
+under both norm placements; history.weight and the prediction norms are read pre-norm only):
     history.weight, history.weight_c (layers + 1, layers + 1)   lower-triangular, row r initialised to 1 / (r + 1)
     history.layer_norms.N.weight / .bias (C,)                   the corrector's norm after layer N
-    history.rouge_predictions_norm.N.weight / .bias (C,)        pre-norm: the prediction's norm
+    history.rouge_predictions_norm.N.weight / .bias (C,)        the prediction's norm
 
 The embedding's keys (embed_tokens.*, embed_positions.*, version) are not the stack's
 (stack_params keeps them out).

@@ -4,8 +4,9 @@
     ODEEncoder(config).forward(x, padding_mask=None)        the stack of RK blocks
 
 The modules' state_dict keys are the released encoder's (ode_ref/encoder_params.py), so the stack
-of a released checkpoint loads strict: ``encoder.load_state_dict(stack_params(state_dict))``
-(stack_params leaves out the embedding's keys). x is (batch, seq, C) and padding_mask True for a
+of a released checkpoint loads strict: ``load_encoder_params(encoder, state_dict)`` (the spec's
+checks, then stack_params, which leaves out the embedding's keys and stacks a fairseq 0.10 layer's
+q, k and v projections, then a strict load). x is (batch, seq, C) and padding_mask True for a
 real token, as everywhere in odeattn (fairseq's layers take (seq, batch, C) and True for a pad).
 
 The block, the stack, the layer's orchestration and its primitives are the spec's
@@ -101,8 +102,8 @@ class CorrectorHistory(nn.Module):
 
     def __init__(self, layers: int, c: int):
         super().__init__()
-        self.weight = nn.Parameter(torch.from_numpy(lower_mean(layers + 1)).float())
-        self.weight_c = nn.Parameter(torch.from_numpy(lower_mean(layers + 1)).float())
+        self.weight = nn.Parameter(torch.tensor(lower_mean(layers + 1), dtype=torch.get_default_dtype()))
+        self.weight_c = nn.Parameter(torch.tensor(lower_mean(layers + 1), dtype=torch.get_default_dtype()))
         self.layer_norms = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(layers)])
         self.rouge_predictions_norm = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(layers)])
 

@@ -240,11 +240,11 @@ class OnnxReferenceAdapter(_ExportedWithDecode):
         return run
 
 
-class OpenVinoAdapter(_ExportedWithDecode):
+class OpenVinoAdapter(_ExportedWithEncoder):
     """Each model read from its ONNX bytes by OpenVINO's ONNX frontend and compiled for its CPU
     plugin with the float32 inference hint: without it OpenVINO runs float32 models in bfloat16 on a
     CPU that has bfloat16 instructions (relative error 4e-4 on a block, far past float32's
-    tolerance). The prefill and decode-step models too; no encoder cases (no run_encoder)."""
+    tolerance). The prefill and decode-step models too, and the encoder stack's."""
 
     name = "openvino"
 
@@ -280,10 +280,10 @@ def openvino_runner(model, *, threads=None):
     return run
 
 
-class IreeAdapter(_ExportedWithDecode):
+class IreeAdapter(_ExportedWithEncoder):
     """Each model imported from its ONNX file by IREE's ONNX importer and compiled by iree-compile
-    for this CPU (export/iree_program.py); the prefill and decode-step models too; no encoder
-    cases (no run_encoder)."""
+    for this CPU (export/iree_program.py); the prefill and decode-step models too, and the
+    encoder stack's."""
 
     name = "iree"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -148,10 +149,14 @@ EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "opta
 
 def require(module: str) -> None:
     """ModuleNotFoundError naming `module` unless it is installed (main() then names the extra that
-    installs it): an optional dependency checked, not imported, before any work starts."""
-    from odeattn.conformance.adapters import installed  # the suite's own check (0.1 s to import: here, not at start)
-
-    if not installed(module):
+    installs it): an optional dependency checked, not imported, before any work starts. The same
+    check as conformance.adapters.installed, written again: these helpers import nothing of the
+    project (tests/test_house.py)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent is absent
+        found = False
+    if not found:
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 

@@ -243,6 +243,15 @@ def test_family_maps_onto_the_released_pair():
     macaron_net_args = types.SimpleNamespace(encoder_embed_dim=C, encoder_attention_heads=H, encoder_ffn_embed_dim=FF,
                                              macaron="new", encoder_normalize_before=True, relu_dropout=0.1)
     assert R.ODEEncoderConfig.from_any(macaron_net_args).macaron is True  # its WMT architectures' value
+    pcformer_args = types.SimpleNamespace(encoder_embed_dim=C, encoder_attention_heads=H, encoder_ffn_embed_dim=FF,
+                                          enc_calculate_num=4, enc_learnable_type="ema", alpha_type="scalar", layer_wise=True,
+                                          encoder_history_type=R.CORRECTOR, encoder_normalize_before=True)
+    cfg = R.ODEEncoderConfig.from_any(pcformer_args)
+    assert (cfg.family, cfg.layer_wise, cfg.corrector) == ("rk4_ema", True, True)
+    for learnable, family in (("gated", "rk2_gated"), ("none", "rk2")):  # its forward's other branches
+        args = types.SimpleNamespace(**{**vars(pcformer_args), "enc_calculate_num": 2, "enc_learnable_type": learnable,
+                                        "layer_wise": False})
+        assert R.ODEEncoderConfig.from_any(args).family == family
 
 
 def test_pcformers_ema_weights_are_no_consistent_tableau():
@@ -252,8 +261,9 @@ def test_pcformers_ema_weights_are_no_consistent_tableau():
     for s, total in ((2, 0.75), (3, 0.875), (4, 0.9375)):
         weights = stages.ema_weights(np.array([0.5]), s)
         assert float(sum(weights)[0]) == total and float(weights[-1][0]) == 0.5
+    rk4 = block_tableau(config("rk4_ema"))
     with pytest.raises(ValueError, match=r"sum\(b\) = 0.9375 != 1"):
-        ButcherTableau("ema", 1, (0.0, 0.5, 0.5, 1.0), ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 16, 1 / 8, 1 / 4, 1 / 2))
+        ButcherTableau("rk4_ema", 1, rk4.c, rk4.a, tuple(float(w[0]) for w in weights))
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -76,36 +76,47 @@ def test_the_state_dict_keys_are_the_released_ones_and_load_strict():
         load_encoder_params(encoder, {**released, "decoder.layers.0.fc1.bias": torch.zeros(FF)})
 
 
-def released_pcformer_state_dict(params: dict) -> dict:
-    """params under PCformer's released keys: fairseq 0.10's layer (q_proj, k_proj, v_proj,
-    self_attn_layer_norm, final_layer_norm), the embedding's beside them."""
-    out = {"embed_tokens.weight": np.zeros((10, C)), "version": np.ones(1)}
-    for key, value in params.items():
-        if key.endswith(("in_proj_weight", "in_proj_bias")):
-            layer, kind = key.split(".self_attn.in_proj_")
-            for name, third in zip("qkv", np.split(value, 3)):
-                out[f"{layer}.self_attn.{name}_proj.{kind}"] = third
-        elif key.startswith("layers."):
-            out[key.replace("layer_norms.0.", "self_attn_layer_norm.").replace("layer_norms.1.", "final_layer_norm.")] = value
-        else:
-            out[key] = value
-    return {k: torch.as_tensor(v) for k, v in out.items()}
+def released_pcformer_state_dict(cfg, seed: int = 0) -> dict:
+    """A state_dict under PCformer's released keys, drawn key by key: its fairseq 0.10 layers
+    (self_attn.q_proj, k_proj, v_proj, out_proj, fc1, fc2, self_attn_layer_norm, final_layer_norm),
+    alpha, history.* (the LM code's, weight_c included) and the embedding's."""
+    rng = np.random.default_rng(seed)
+    c, ff = cfg.encoder_embed_dim, cfg.encoder_ffn_embed_dim
+    layer = {**{f"self_attn.{p}_proj.weight": (c, c) for p in "qkvo"}, **{f"self_attn.{p}_proj.bias": (c,) for p in "qkvo"},
+             "fc1.weight": (ff, c), "fc1.bias": (ff,), "fc2.weight": (c, ff), "fc2.bias": (c,),
+             **{f"{n}.{w}": (c,) for n in ("self_attn_layer_norm", "final_layer_norm") for w in ("weight", "bias")}}
+    shapes = {"embed_tokens.weight": (10, c), "version": (1,),
+              **{f"layers.{i}.{k.replace('o_proj', 'out_proj')}": s for i in range(cfg.encoder_layers) for k, s in layer.items()},
+              **{k: s for k, s in R.encoder_param_shapes(cfg).items() if not k.startswith("layers.")}}
+    return {k: torch.as_tensor(rng.normal(size=s) * 0.3) for k, s in shapes.items()}
 
 
 @pytest.mark.parametrize("more", [dict(family="rk2_ema", encoder_history_type=R.CORRECTOR, encoder_normalize_before=True),
                                   dict(family="rk4_ema", alpha_type="vector", encoder_history_type=R.CORRECTOR)])
 def test_a_released_pcformer_state_dict_loads_strict(more):
-    """PCformer's keys (its layer's, alpha, history.*) load strict through stack_params and give
-    the spec's output; a key of neither layout is named."""
+    """PCformer's keys (its layers', alpha, history.*) load strict; the module then computes the
+    spec on them with q, k and v stacked as in_proj's rows, as fairseq's own upgrade splits it. Its
+    NMT code's checkpoint, without history.weight_c, is refused naming it; so is a half-split layer."""
     cfg = R.ODEEncoderConfig(C, H, FF, encoder_layers=2, profile="released", **more)
-    params, x, mask = inputs(cfg)
-    released = released_pcformer_state_dict(params)
-    assert "layers.1.self_attn.k_proj.bias" in released and "history.rouge_predictions_norm.1.weight" in released
+    released = released_pcformer_state_dict(cfg)
     encoder = ODEEncoder(cfg).double().eval()
     load_encoder_params(encoder, released)
+    spec = {k: v.numpy() for k, v in released.items() if not k.startswith(("embed_tokens", "version"))}
+    for i in range(cfg.encoder_layers):
+        for kind in ("weight", "bias"):
+            spec[f"layers.{i}.self_attn.in_proj_{kind}"] = np.concatenate(
+                [spec.pop(f"layers.{i}.self_attn.{p}_proj.{kind}") for p in "qkv"])
+        for old, new in (("self_attn_layer_norm", "layer_norms.0"), ("final_layer_norm", "layer_norms.1")):
+            for kind in ("weight", "bias"):
+                spec[f"layers.{i}.{new}.{kind}"] = spec.pop(f"layers.{i}.{old}.{kind}")
+    x = np.random.default_rng(1).normal(size=(2, 5, C))
+    mask = np.ones((2, 5), bool)
+    mask[1, 3:] = False
     with torch.no_grad():
         got = encoder(torch.as_tensor(x), torch.as_tensor(mask)).numpy()
-    assert relative_error(got, R.ode_encoder(params, x, cfg, mask)) < 1e-12
+    assert relative_error(got, R.ode_encoder(spec, x, cfg, mask)) < 1e-12
+    with pytest.raises(ValueError, match=r"missing \['history.weight_c'\]"):
+        load_encoder_params(encoder, {k: v for k, v in released.items() if k != "history.weight_c"})
     with pytest.raises(ValueError, match=r"missing \['layers.0.self_attn.in_proj_weight'\], unexpected \['layers.0.self_attn.k_proj"):
         load_encoder_params(encoder, {k: v for k, v in released.items() if k != "layers.0.self_attn.q_proj.weight"})
 
@@ -120,8 +131,10 @@ def test_a_released_macaron_state_dict_loads_strict():
         "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "macaron_fc1.weight", "macaron_fc1.bias", "macaron_fc2.weight",
         "macaron_fc2.bias", "layer_norms.0.weight", "layer_norms.0.bias", "layer_norms.1.weight", "layer_norms.1.bias")]
     params, x, mask = inputs(cfg)
-    encoder.load_state_dict({k: torch.as_tensor(v, dtype=torch.float32) for k, v in params.items()}, strict=True)
-    assert relative_error(run(cfg, params, x, mask, torch.float64), R.ode_encoder(params, x, cfg, mask)) < 1e-12
+    encoder.double().eval().load_state_dict({k: torch.as_tensor(v) for k, v in params.items()}, strict=True)
+    with torch.no_grad():
+        got = encoder(torch.as_tensor(x), torch.as_tensor(mask)).numpy()
+    assert relative_error(got, R.ode_encoder(params, x, cfg, mask)) < 1e-12
 
 
 def test_init_is_the_released_one():
@@ -133,8 +146,8 @@ def test_init_is_the_released_one():
     assert torch.equal(encoder.alpha, torch.ones(2))
     pc = ODEEncoder(R.ODEEncoderConfig(8, 2, 12, encoder_layers=2, family="rk2_ema", layer_wise=True, encoder_history_type=R.CORRECTOR))
     assert torch.equal(pc.alpha, torch.full((2, 1), 0.5))  # PCformer's alpha.data.fill_(0.5)
-    assert torch.equal(pc.history.weight_c, pc.history.weight) and torch.equal(pc.history.weight[2], torch.full((3,), 1 / 3))
-    assert pc.history.weight[0].tolist() == [1.0, 0.0, 0.0]
+    for w in (pc.history.weight, pc.history.weight_c):  # row r: 1 / (r + 1) in its first r + 1 entries
+        assert w[0].tolist() == [1.0, 0.0, 0.0] and w[1].tolist() == [0.5, 0.5, 0.0] and torch.equal(w[2], torch.full((3,), 1 / 3))
 
 
 def test_dropout_is_drawn_at_every_stage_evaluation():
