@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "ad216162a0e86c87172e2070f2ac8c60a2be013046b210fab8c9943be92b4fdd"  # sha256 of golden/manifest.json
+DIGEST = "bf86337f2a1478ae247182bc554be5ab7092127035f52e29acfb2a84d1b7e827"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -163,6 +163,12 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_field_sinusoidal_base": "1aa9f378f65dd1f39b7a09d85ef2aed871476f8d6817fccb050edf3284e45405",
     "block_field_hope_base_damping_decoder": "3fa60adf44ad6f5df72fdf27ae961dc35306050358757db8ee1e8e93598d0ba8",
     "block_field_bam_eps_mu_init_decoder": "47437b3f9d6e5fce1d16a5e9ee87337a21c719e1bb46e649b1e434a4ec7f1906",
+    "block_ab2_s5_encoder_pad": "c9f5b676391154ce73fb95e9d5d13726621eb4346b9d8a42df13c54beb5ad477",
+    "block_ab3_s6_decoder_rope_bitnet_pad": "74e3b711bd42326c4c046e620bcf858daef697efe80b1ad449735caf629c5b1b",
+    "block_momentum_gamma_s4_rms_norm": "6b0d2b0f4c3a2a651b98b7d61149080797075bbc41a676f19fd78a565ee33c3f",
+    "decode_ab3_s4_alibi_pad": "3c72ddcd38dfd005a51bb21260747b5923f04bb80bc866469edf2f361e923c12",
+    "grad_ab2_s3_decoder_pad": "e7ea45420d057c1e304d4786fe6c4240a8f24cee8081a4a6a35bf671d6f0b059",
+    "grad_momentum_s3_encoder": "b86dd717b903ee7552589cc8c05b07f161e22419986379c6eb95a42bd2a2080d",
     "lm_rope_bitnet_rms_heun_s3_ssmax_padded_pad": "8d7f89ccd0f6c1ec2c7d9ca30206404a59be6b12a486733647bd88598bc5eae4",
     "lm_alibi_encoder_derf_midpoint_s1_pad": "45ff4ed60eba89e06bf516477bb5f7d77bc1dbb8c8ac4144dbb88a929831fb15",
     "lm_sinusoidal_rotary_dynamic_tanh_rk38": "8cad2997fa9a3a9896bf80461e17d1632eea6493d426c0eaa701ae0ce4a717f4",
@@ -172,6 +178,7 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "lm_bam_eps_mu_init": "c1b9ac8960f1896495e223a64e0e57ea6c4552f93324cae02bbed4c56298641f",
     "lm_bam_learn_mu_pad": "b2216f425a2997ab557e55da59b0b1606c452b38cd2bfe585a5f1cb71fc83c5a",
     "lm_layer_rk2_gated_ffn12_pad": "ad8fd1d1caf602afb346cf97b8c2e12e87010a9cefea258090cd86c85907fd3f",
+    "lm_momentum_gamma_s3_pad": "52555b362097da2e57098e8fcf199c6244291341d8d610094c1fa94166798846",
     "encoder_rk2_paper_post_pad_l2_b2t5h2c8f12_macaron": "8fd0bd2cb1d280ee31734e6e91f78616d679505d8651639e4789aa3e607f4292",
     "encoder_rk4_released_pre_nopad_l1_b1t4h1c6f10_macaron_macaronreleased": "b479b412ab44d3e7b00c6827867a04b630adcdeb3bba6e517ae52720a0b06db1",
     "encoder_euler_paper_pre_pad_l2_b3t6h3c12f20_macaron": "a9cd27feeab2f9a37fdf9f0b30b33b3ceda89e7985dbc408ee665fbd649e0a71",

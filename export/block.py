@@ -58,6 +58,7 @@ from ode_ref.params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PR
 from ode_ref.recording import STAGES, recording
 from ode_ref.rk import rk_step, step_times
 from ode_ref.variants import port_variant
+from ode_ref.multistep import MultistepMethod, solve, solver, solver_of
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention
@@ -108,7 +109,7 @@ def block_initializers(cfg, params, bitlinear: str = "float") -> dict:
     for k, name in _encoder_names(cfg).items():
         w = np.asarray(params[POS_PREFIX + k], np.float32)
         out[name] = np.ascontiguousarray(w.T) if name.endswith("_t") else w
-    if TABLEAUS[cfg.ode_solver].gated:
+    if solver(cfg.ode_solver).gated:
         out["gate.weight_t"] = np.ascontiguousarray(np.asarray(params[GATE_WEIGHT], np.float32).T)
         out[GATE_BIAS] = np.asarray(params[GATE_BIAS], np.float32)
     return out
@@ -144,7 +145,7 @@ def block_weights(cfg, main, bitlinear: str = "float") -> dict:
     for k in NORM_PARAMS[cfg.norm_type]:
         w["norm." + k] = Value(main, NORM_PREFIX + k)
     w["encoder"] = {k: Value(main, name) for k, name in _encoder_names(cfg).items()}
-    if TABLEAUS[cfg.ode_solver].gated:
+    if solver(cfg.ode_solver).gated:
         w["gate"] = (Value(main, "gate.weight_t"), Value(main, GATE_BIAS))
     return w
 
@@ -196,6 +197,9 @@ def _checked(config, params, options: ExportOptions, attention):
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     check_form(options.bitlinear, cfg)
+    if options.steps_input and isinstance(solver(cfg.ode_solver), MultistepMethod):
+        raise ValueError(f"steps_input: the Loop form's body is one step of an RK tableau; ode_solver {cfg.ode_solver!r} "
+                         "carries its past evaluations from step to step (export the default form)")
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
     att = export_attention(attention, options.opset, options.bitlinear)
     for name, value in params.items():
@@ -328,30 +332,39 @@ def _output(main: Body, value: Value, name: str) -> None:
 
 
 def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict, diagnostics: bool, io: HalfIO):
-    """(outputs, local functions) of the default form: one call of ode_step per step."""
+    """(outputs, local functions) of the default form: one call of ode_step per step (a multistep
+    solver's steps, which carry their past evaluations, written in the main graph: one call of
+    ode_func per evaluation)."""
     shared = _step_arguments(main, prepared, weights)
     names = ["z", "t"] + [f"shared_{i}" for i in range(len(shared))]  # t: the stage's time (ode_step: the step's)
 
     func = Function("ode_func", names, main.opset)
     func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[2:]), func.inputs[1], func.inputs[0])]
-    step = Function("ode_step", names, main.opset)
-    stage = lambda t, y: func.call(step, y, t, *step.inputs[2:])  # noqa: E731
-    gate = att.solution_gate(_as_prepared(prepared, step.inputs[2:]))
-    step.outputs = [rk_step(stage, step.inputs[1], 1.0 / cfg.ode_steps, step.inputs[0], TABLEAUS[cfg.ode_solver], gate)]
+    method, functions, evaluated = solver_of(cfg), [func.proto()], []
+    if isinstance(method, MultistepMethod):  # each evaluation kept: f0 is the first, not a second call of f(0, x)
+        f = lambda t, y: evaluated.append(func.call(main, y, main.const(t), *shared)) or evaluated[-1]  # noqa: E731
+        states = solve(f, x, method, cfg.ode_steps)
+    else:
+        step = Function("ode_step", names, main.opset)
+        stage = lambda t, y: func.call(step, y, t, *step.inputs[2:])  # noqa: E731
+        gate = att.solution_gate(_as_prepared(prepared, step.inputs[2:]))
+        step.outputs = [rk_step(stage, step.inputs[1], 1.0 / cfg.ode_steps, step.inputs[0], method, gate)]
+        functions.append(step.proto())
+        states = [x]
+        for t0 in step_times(cfg.ode_steps):
+            states.append(step.call(main, states[-1], main.const(t0), *shared))
 
     d = cfg.hidden_size
     extra = []
     if diagnostics:
-        _output(main, io.exit(main, func.call(main, x, main.const(0.0), *shared)), "f0")
+        f0 = evaluated[0] if evaluated else func.call(main, x, main.const(0.0), *shared)
+        _output(main, io.exit(main, f0), "f0")
         extra.append(_state_info("f0", d, elem=io.elem))
-    z = x
-    for k, t0 in enumerate(step_times(cfg.ode_steps), start=1):
-        z = step.call(main, z, main.const(t0), *shared)
-        if diagnostics:
+        for k, z in enumerate(states[1:], start=1):
             _output(main, io.exit(main, z), f"step_{k}")
             extra.append(_state_info(f"step_{k}", d, elem=io.elem))
-    _output(main, io.exit(main, z), "z")
-    return [_state_info("z", d, elem=io.elem)] + extra, [func.proto(), step.proto()]
+    _output(main, io.exit(main, states[-1]), "z")
+    return [_state_info("z", d, elem=io.elem)] + extra, functions
 
 
 def stage_outputs(cfg, att, main: Body, x: Value, prepared: Prepared, io: HalfIO) -> list:

@@ -263,4 +263,10 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
 
     out = inline_local_functions(model)
     onnx.helper.set_model_props(out, {**{p.key: p.value for p in model.metadata_props}, "form": "inlined"})
+    # a constant fed to a function input the body never reads (f's time, where no stage reads t) is
+    # left unread once inlined: dropped, so that no runtime warns of an unused initializer
+    read = {name for node in out.graph.node for name in node.input} | {o.name for o in out.graph.output}
+    kept = [n for n in out.graph.node if n.op_type != "Constant" or any(o in read for o in n.output)]
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
     return out

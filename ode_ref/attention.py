@@ -51,8 +51,7 @@ from .norms import NORM_PARAMS, apply_norm
 from .params import GATE_BIAS, GATE_WEIGHT, NORM_PREFIX, OUT_PROJ, POS_PREFIX, QKV, encoder_shapes
 from .positions import alibi_bias, apply_hope, apply_rope, bam_bias, content_bias, hope_tables, rope_cos_sin
 from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
-from .rk import integrate
-from .tableaus import TABLEAUS
+from .multistep import solve, solver, solver_of
 
 
 def softmax(s, axis=-1, xp=np):
@@ -156,7 +155,7 @@ class Stages:
         factor = self.ssmax_factor(encoder, positions, key_positions, bound, x) if cfg.ssmax else None
         if factor is not None and bias is not None:
             bias = self.ssmax_bias(bias, factor)
-        gate = self.gate_weights(params, x) if TABLEAUS[cfg.ode_solver].gated else None
+        gate = self.gate_weights(params, x) if solver(cfg.ode_solver).gated else None
         return Prepared(qkv, out_proj, norm, *self.merge_bias(mask, bias), padding_mask, positions, rope, gate,
                         key_positions, encoder, factor)
 
@@ -196,13 +195,13 @@ class Stages:
         return lambda f1, f2: self.gate(prepared.gate, f1, f2)
 
     def integrate(self, prepared: Prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True) -> list:
-        """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's tableau, or [z(1)] without
-        trajectory: ode_ref.rk.integrate over evaluate (kv: the cache hook; checkpoint: a port's
-        activation checkpointing, see rk.integrate). prepared is computed once, outside the steps,
+        """The states [z(0) = x, z(1/steps), ..., z(1)] by the config's solver, or [z(1)] without
+        trajectory: ode_ref.multistep.solve over evaluate (kv: the cache hook; checkpoint: a port's
+        activation checkpointing, see rk.integrate and solve). prepared is computed once, outside the steps,
         so a checkpointed step never recomputes it."""
         cfg = self.config
-        return integrate(lambda t, z: self.evaluate(prepared, t, z, kv), x, TABLEAUS[cfg.ode_solver], cfg.ode_steps,
-                         self.solution_gate(prepared), checkpoint=checkpoint, trajectory=trajectory)
+        return solve(lambda t, z: self.evaluate(prepared, t, z, kv), x, solver_of(cfg), cfg.ode_steps,
+                     self.solution_gate(prepared), checkpoint=checkpoint, trajectory=trajectory)
 
     def prefill(self, params, x, padding_mask, max_len: int):
         """(z(1) of the prompt x (batch, seq, d_model), a KVCache of max_len slots holding it)."""

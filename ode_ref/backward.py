@@ -25,7 +25,7 @@ from .config import PAPE_ENCODINGS
 from .params import POS_PREFIX
 from .positions import apply_hope, apply_rope_vjp, bam_bias_vjp, content_bias_vjp, ssmax_factor_vjp, ssmax_lengths
 from .rk import add_grads, rk_step_vjp, step_times
-from .tableaus import TABLEAUS
+from .multistep import MultistepMethod, multistep_vjp, solver_of
 
 
 def softmax_vjp(a_bar, a):
@@ -119,13 +119,17 @@ def ode_block_vjp(params, x, config, z1_bar, padding_mask=None):
         raise ValueError(f"z1_bar: expected x's shape {x.shape} and dtype {x.dtype}; got {z1_bar.shape} {z1_bar.dtype}")
     prepared = attention.prepare(params, x, padding_mask)
     states = attention.integrate(prepared, x)
-    tableau, steps = TABLEAUS[cfg.ode_solver], cfg.ode_steps
+    tableau, steps = solver_of(cfg), cfg.ode_steps
 
     def f(t, z):
         return attention.evaluate(prepared, t, z)
 
     def f_vjp(t, z, f_bar):
         return evaluate_vjp(attention, prepared, t, z, f_bar)
+
+    if isinstance(tableau, MultistepMethod):
+        z_bar, grads = multistep_vjp(f, f_vjp, x, tableau, steps, z1_bar, states)
+        return z_bar, params_bar(params, grads)
 
     def gate_back(g_bar, f1, f2):
         return gate_vjp(prepared.gate, g_bar, f1, f2)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import ODEConfig, dtype_name
-from .tableaus import TABLEAUS
+from .multistep import evaluations as solver_evaluations, solver_of
 
 
 class KVCache(NamedTuple):
@@ -46,8 +46,9 @@ class KVCache(NamedTuple):
 
 
 def evaluations(config: ODEConfig) -> int:
-    """How many times a block evaluates f: ode_steps x the tableau's stages (one cache slot each)."""
-    return config.ode_steps * len(TABLEAUS[config.ode_solver].c)
+    """How many times a block evaluates f (one cache slot each): ode_steps x a tableau's stages; a
+    multistep solver's one a step, its starter's stages besides (multistep.evaluations)."""
+    return solver_evaluations(solver_of(config), config.ode_steps)
 
 
 def cache_values(config: ODEConfig, batch: int, max_len: int) -> int:

@@ -16,10 +16,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .multistep import MULTISTEP, check_momentum_gamma
 from .norms import NORM_PARAMS
 from .tableaus import TABLEAUS
 
-SOLVERS: tuple[str, ...] = tuple(TABLEAUS)
+SOLVERS: tuple[str, ...] = (*TABLEAUS, *MULTISTEP)  # the RK tableaus, then the multistep solvers (multistep.py)
 MODES: tuple[str, ...] = ("encoder", "decoder")
 # The positional encodings, by the seed's names. The four null ones act outside f (at the embeddings)
 NULL_ENCODINGS: tuple[str, ...] = ("none", "nope", "sinusoidal_absolute", "learned_absolute")
@@ -97,8 +98,9 @@ class ODEConfig:
     dropout: float = 0.0  # on attention weights, training only; the spec is evaluation (no dropout)
     use_bitnet: bool = False  # BitLinear (BitNet b1.58) in place of both projections
     norm_type: str = "layer_norm"  # pre-norm applied at every evaluation of f
-    ode_solver: str = "rk4"  # a Butcher tableau name; "rk4" is classical RK4, "rk38" the 3/8 rule
+    ode_solver: str = "rk4"  # a Butcher tableau name ("rk4" is classical RK4, "rk38" the 3/8 rule) or a multistep solver's
     ode_steps: int = 2  # fixed steps over t in [0, 1]; h = 1 / ode_steps
+    momentum_gamma: float = 0.9  # the momentum solver's gamma (momentumnet's default), in [0, 1)
     mode: str = "encoder"  # "decoder" adds the causal mask j <= i
     # Positions, with the seed's names and defaults: the encoding is read only when ode_use_pe is
     # on (off, any string is kept and ignored, as the seed does); see positions.py
@@ -150,7 +152,8 @@ class ODEConfig:
                 "hidden_size: dynamic_tanh divides by the unbiased std (n - 1), so it needs "
                 f"hidden_size >= 2; got {self.hidden_size}"
             )
-        _choice("ode_solver", self.ode_solver, tuple(TABLEAUS))  # likewise a registered tableau
+        _choice("ode_solver", self.ode_solver, (*TABLEAUS, *MULTISTEP))  # likewise a registered tableau
+        object.__setattr__(self, "momentum_gamma", check_momentum_gamma(self.momentum_gamma, self.ode_solver))
         _choice("mode", self.mode, MODES)
         if not isinstance(self.ode_use_pe, bool):
             raise ValueError(f"ode_use_pe: expected True or False; got {self.ode_use_pe!r}")

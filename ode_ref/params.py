@@ -28,7 +28,7 @@ import numpy as np
 
 from .config import ODEConfig
 from .norms import NORM_PARAMS
-from .tableaus import TABLEAUS
+from .multistep import solver
 
 QKV = "ode_func.qkv.weight"
 OUT_PROJ = "ode_func.out_proj.weight"
@@ -64,7 +64,7 @@ def _shapes(cfg: ODEConfig) -> dict[str, tuple[int, ...]]:
     for name, (kind, _) in NORM_PARAMS[cfg.norm_type].items():
         shapes[NORM_PREFIX + name] = (d,) if kind == "vector" else ()
     shapes.update({POS_PREFIX + name: shape for name, shape in encoder_shapes(cfg).items()})
-    if TABLEAUS[cfg.ode_solver].gated:
+    if solver(cfg.ode_solver).gated:
         shapes[GATE_WEIGHT], shapes[GATE_BIAS] = (1, 2 * d), (1,)
     return shapes
 

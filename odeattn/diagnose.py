@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import ode_ref as R
+from ode_ref.multistep import MULTISTEP, evaluations as solver_evaluations
 
 REFERENCE_SOLVER = "rk4"
 NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
@@ -60,8 +61,8 @@ def solvers(config: R.ODEConfig, params: dict) -> list[Solver]:
     `params`, or skipped with the reason: the spec refuses it, or the weights lack its parameters."""
     out = []
     for name in R.SOLVERS:
-        tableau = R.TABLEAUS.get(name)
-        order, stages = (tableau.order, tableau.num_stages) if tableau else (None, None)
+        method = R.TABLEAUS.get(name) or MULTISTEP.get(name)  # a multistep solver evaluates f once a step after its start
+        order, stages = (method.order, getattr(method, "num_stages", 1)) if method else (None, None)
         try:
             own, missing = params_for(config, params, name)
         except ValueError as err:
@@ -198,7 +199,8 @@ def format_report(result: dict, *, knobs=("ref_steps", "tol")) -> str:
         fit = f"{r['fit_steps'][0]}..{r['fit_steps'][-1]}" if r["fit_steps"] else "-"
         fewest = f"not reached up to {result['steps'][-1]}"
         if r["fewest_steps"]:
-            evals = f" ({r['fewest_steps'] * r['stages']})" if r["stages"] else ""
+            method = R.TABLEAUS.get(r["solver"]) or MULTISTEP.get(r["solver"])
+            evals = f" ({solver_evaluations(method, r['fewest_steps'])})" if method else ""
             fewest = f"{r['fewest_steps']}{evals}"
         lines.append(f"{r['solver']:<10}{_order(r['stages']):>7}{_order(r['nominal_order']):>9}"
                      f"{_order(r['order']):>10}  {fit:<16}{fewest}")
@@ -214,7 +216,7 @@ def format_report(result: dict, *, knobs=("ref_steps", "tol")) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*", "<", ">")  # one a solver: the ten the spec knows
 DASHES = ("-", "--", "-.", ":")
 
 

@@ -39,7 +39,7 @@ from ode_ref.block import check_flag
 from ode_ref.cache import KVCache, check_cache_index, check_decode_input, check_max_len, check_mode, evaluations
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT, check_params
-from ode_ref.tableaus import TABLEAUS
+from ode_ref.multistep import solver
 
 from ode_ref.config import dtype_name
 from ode_ref.precision import HALF_DTYPES
@@ -113,7 +113,7 @@ class ODEAttentionBlock(_Configured):
 
     def setup(self):
         self.ode_func = attention_module(self, self.attention)
-        self.gate = Gate(self.config, param_dtype=self.param_dtype) if TABLEAUS[self.config.ode_solver].gated else None
+        self.gate = Gate(self.config, param_dtype=self.param_dtype) if solver(self.config.ode_solver).gated else None
 
     def state_dict(self) -> dict:
         """The block's parameters under the seed's names (creating them at init). Outside init the

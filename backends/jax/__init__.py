@@ -6,7 +6,8 @@ your own jit, grad or vmap) with the port's own SelfAttention keys its program b
 structure and takes the rest as data, so changing these runs the program already compiled:
 
 - `ode_steps` (unless the trajectory is returned: its length is part of its shape; or the solver
-  is gated, `rk2_gated`, whose solution is written with the step size);
+  is gated, `rk2_gated`, whose solution is written with the step size; or a multistep one,
+  `ab2`, `ab3`, `momentum`, whose start is written out and whose solver and steps stay static);
 - `ode_solver` for another tableau with as many stages (`euler`; `midpoint`, `heun`, `ralston`;
   `rk4`, `rk38`);
 - the rotary and hope tables' fields: `rope_base`, `rope_scaling`, `sinusoidal_base`,

@@ -189,9 +189,9 @@ class SelfAttention(spec.SelfAttention):
         long as the block. A decode step keeps them written out, each evaluation writing its own
         slot array: a scan would take the slots stacked, and stacking and splitting the whole cache
         every token made the step 3x as slow at a context of 2048 (odeattn bench --decode)."""
-        if kv is None or kv.past is not None or checkpoint is not None:
-            return super().integrate(prepared, x, kv, checkpoint=checkpoint, trajectory=trajectory)
         cfg = self.config
+        if kv is None or kv.past is not None or checkpoint is not None or cfg.ode_solver not in TABLEAUS:
+            return super().integrate(prepared, x, kv, checkpoint=checkpoint, trajectory=trajectory)  # a multistep one's too
 
         def f(t, z):
             new = []

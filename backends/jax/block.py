@@ -57,12 +57,13 @@ from ode_ref.config import ROTARY_ENCODINGS, ODEConfig, dtype_name
 from ode_ref.memory import cache_need, check_memory, scores_needs, subject
 from ode_ref.params import check_params
 from ode_ref.precision import DTYPES, HALF_DTYPES
+from ode_ref.multistep import MultistepMethod, solver, solver_of
 from ode_ref.tableaus import TABLEAUS
 
 from .attention import SelfAttention, symbolic
 from .positions import hope_table, rotary_table
 from .precision import in_storage, under_policy
-from .rk import coefficients, rk_step
+from .rk import coefficients, multistep_scan, rk_step
 
 
 def _as_jax(x, name: str, allowed=None):
@@ -155,6 +156,12 @@ def _block(params, x, config, padding_mask=None, attention=None, return_trajecto
     if data is not None and data["tables"] is not None:
         attention = attention_for(ODEConfig.from_any(config), attention, SelfAttention).with_tables(data["tables"])
     cfg, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_block")
+    if isinstance(solver(cfg.ode_solver), MultistepMethod):  # steps and solver static (shared_config)
+        f = lambda t, y: attention(prepared, t, y)  # noqa: E731
+        z1, states = multistep_scan(f, x, solver_of(cfg), cfg.ode_steps, trajectory=return_trajectory, checkpoint=checkpoint)
+        out = [z1] + ([states] if return_trajectory else []) + ([f(0.0, x)] if return_f0 else [])
+        out = in_storage(dtype, *out)
+        return out[0] if len(out) == 1 else out
     tableau = TABLEAUS[cfg.ode_solver]
     steps = cfg.ode_steps if data is None or data["steps"] is None else data["steps"]
     h = 1.0 / cfg.ode_steps  # read by a gated tableau only when data is given (its steps stay static)
@@ -202,18 +209,19 @@ _TABLE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ODEConfig) if f
 
 def runtime_steps(cfg: ODEConfig, return_trajectory: bool) -> bool:
     """Whether a shared program takes cfg's step count as data."""
-    return not return_trajectory and not TABLEAUS[cfg.ode_solver].gated
+    method = solver(cfg.ode_solver)
+    return not return_trajectory and not method.gated and not isinstance(method, MultistepMethod)
 
 
 def shared_config(cfg: ODEConfig, steps_as_data: bool, tables_as_data: bool) -> ODEConfig:
     """The config a shared program is keyed by: cfg with its data fields at fixed values (the first
-    solver of the same stage count; one step, where the steps are data; the default table fields,
-    where the tables are)."""
-    tableau = TABLEAUS[cfg.ode_solver]
-    solver = cfg.ode_solver if tableau.gated else next(
+    solver of the same stage count, where it is an RK tableau: a multistep solver stays, as its step
+    count does; one step, where the steps are data; the default table fields, where the tables are)."""
+    tableau = solver(cfg.ode_solver)
+    name = cfg.ode_solver if tableau.gated or isinstance(tableau, MultistepMethod) else next(
         name for name, t in TABLEAUS.items() if not t.gated and t.num_stages == tableau.num_stages)
     tables = _TABLE_DEFAULTS if tables_as_data else {}
-    return dataclasses.replace(cfg, ode_solver=solver, ode_steps=1 if steps_as_data else cfg.ode_steps, **tables)
+    return dataclasses.replace(cfg, ode_solver=name, ode_steps=1 if steps_as_data else cfg.ode_steps, **tables)
 
 
 def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool, tables_as_data: bool) -> dict:
@@ -225,7 +233,8 @@ def runtime_data(cfg: ODEConfig, dtype: str, bound: int, steps_as_data: bool, ta
     tables = None if not tables_as_data else (
         rotary_table(cfg, compute, bound) if encoding in ROTARY_ENCODINGS else
         hope_table(cfg, cfg.layer_idx, compute, bound) if encoding == "hope" else None)
-    data = {"coefficients": coefficients(TABLEAUS[cfg.ode_solver], 1.0 / cfg.ode_steps, compute),
+    method = solver(cfg.ode_solver)
+    data = {"coefficients": None if isinstance(method, MultistepMethod) else coefficients(method, 1.0 / cfg.ode_steps, compute),
             "steps": np.int32(cfg.ode_steps) if steps_as_data else None, "tables": tables}
     return jax.tree_util.tree_map(jnp.asarray, data)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -88,3 +89,35 @@ def integrate(f: Callable, y0, tableau: ButcherTableau, steps: int, gate: Callab
 
     y1, (states, outs) = lax.scan(step, y0, jnp.arange(steps))
     return ([y0, *states] if trajectory else [y1]), outs
+
+
+def multistep_scan(f: Callable, y0, method, steps: int, *, trajectory: bool = False, checkpoint: bool = False):
+    """(z(1), the trajectory (steps + 1, ...) or None) of ode_ref.multistep.solve for a multistep
+    solver: its first steps, until its past holds every evaluation a step reads (the starter's and
+    the first AB step, or momentum's first, whose speed starts at 0), written out by the spec's own
+    step, then a lax.scan over the rest whose carry is the state and that past, so the program
+    holds one evaluation of f for them. checkpoint: each scanned step
+    recomputed in the backward pass (jax.checkpoint)."""
+    from ode_ref.multistep import multistep
+
+    h = 1.0 / steps
+    first = min(steps, method.history)  # until the past is full: the scan's carry keeps one structure
+    f_y = lambda t, z: f(t, z).astype(y0.dtype)  # noqa: E731  t may promote f's output (rk_step's note)
+    y, past, states = y0, (), [y0]
+    for n in range(first):
+        y, past = multistep(f_y, n / steps, h, y, method, past, n)
+        states.append(y)
+
+    def step(carry, k):
+        y, past = carry
+        # k is an integer, k / steps in JAX's default float as the RK path's times; the step is one
+        # after the start (n = method.history selects it)
+        y, past = multistep(f_y, k / steps, h, y, method, past, method.history)
+        return (y, past), (y if trajectory else None)
+
+    if checkpoint:
+        step = jax.checkpoint(step, prevent_cse=False)
+    (y, _), rest = lax.scan(step, (y, past), jnp.arange(first, steps)) if steps > first else ((y, past), None)
+    if not trajectory:
+        return y, None
+    return y, jnp.concatenate([jnp.stack(states)] + ([rest] if rest is not None else []))

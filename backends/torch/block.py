@@ -37,7 +37,7 @@ from ode_ref.cache import CachePort, check_decode_input, check_max_len, check_mo
 from ode_ref.config import ODEConfig
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.precision import DTYPES
-from ode_ref.tableaus import TABLEAUS
+from ode_ref.multistep import solver
 
 from .attention import SelfAttention, check_seed_arguments, check_torch_memory
 from .params import check_state_dict, load_params, seed_state_dict
@@ -73,7 +73,7 @@ class ODEAttentionBlock(nn.Module):
         if hasattr(self.ode_func, "pos_encoder"):  # the seed's: one encoder, held by the block and by ODEFunc
             self.pos_encoder = self.ode_func.pos_encoder
         self.solver, self.steps = cfg.ode_solver, cfg.ode_steps
-        self.tableau = TABLEAUS[cfg.ode_solver]
+        self.tableau = solver(cfg.ode_solver)  # a tableau, or a multistep solver (never gated)
         if self.tableau.gated:  # the paper's learnable RK2: g = sigmoid(Linear(2 d_model -> 1)([F1; F2]))
             self.gate = nn.Linear(2 * cfg.hidden_size, 1)
             nn.init.xavier_uniform_(self.gate.weight)

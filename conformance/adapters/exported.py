@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from ode_ref.encoder import check_encoder_input
+from ode_ref.multistep import MULTISTEP
 from ode_ref.precision import HALF_DTYPES
 from odeattn.export.options import ExportOptions  # no onnx: the options name a form before any export
 
@@ -202,6 +203,11 @@ class OnnxRuntimeLoopAdapter(_OnnxRuntimeSessions):
     name = "onnxruntime-loop"
     dtypes = ("float32",)
     options = ExportOptions(steps_input=True)
+
+    def supports(self, config, dtype):
+        if getattr(config, "ode_solver", None) in MULTISTEP:
+            return f"not supported: the Loop form's body is one RK step; {config.ode_solver} carries its past evaluations"
+        return super().supports(config, dtype)
 
 
 def other_steps(steps: int) -> int:

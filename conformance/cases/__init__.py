@@ -265,6 +265,22 @@ FIELD_CASES = [
 ]
 
 
+# The multistep solvers (ode_ref/multistep.py): each in a block case past its start, ab3 through a
+# cached decoding past its start, ab2 and momentum through the backward pass; momentum at a gamma of
+# its own. Frozen: append, never edit. (name, config fields, batch, seq, padding, kind, decoded)
+MULTISTEP_CASES = [
+    ("block_ab2_s5_encoder_pad", dict(hidden_size=8, num_heads=2, ode_solver="ab2", ode_steps=5), 2, 5, True, BLOCK, 0),
+    ("block_ab3_s6_decoder_rope_bitnet_pad", dict(hidden_size=12, num_heads=3, mode="decoder", ode_solver="ab3", ode_steps=6,
+                                                  use_bitnet=True, ode_use_pe=True, positional_encoding="rope"), 2, 6, True, BLOCK, 0),
+    ("block_momentum_gamma_s4_rms_norm", dict(hidden_size=10, num_heads=2, norm_type="rms_norm", ode_solver="momentum",
+                                              ode_steps=4, momentum_gamma=0.3), 3, 4, False, BLOCK, 0),
+    ("decode_ab3_s4_alibi_pad", dict(hidden_size=8, num_heads=2, mode="decoder", ode_solver="ab3", ode_steps=4,
+                                     ode_use_pe=True, positional_encoding="alibi"), 2, 7, True, DECODE, 3),
+    ("grad_ab2_s3_decoder_pad", dict(hidden_size=8, num_heads=2, mode="decoder", ode_solver="ab2", ode_steps=3), 2, 5, True, GRAD, 0),
+    ("grad_momentum_s3_encoder", dict(hidden_size=8, num_heads=2, ode_solver="momentum", ode_steps=3), 1, 6, False, GRAD, 0),
+]
+
+
 def appended_specs() -> list[CaseSpec]:
     """The specs built after the encoder cases: those appended since the encoder cases were."""
     def spec(name, fields, b, t, padding, **more):
@@ -272,7 +288,8 @@ def appended_specs() -> list[CaseSpec]:
 
     return ([spec(name, fields, b, t, padding, offset=offset, decoded=k, kind=DECODE if k else BLOCK)
              for name, fields, b, t, padding, offset, k in TIER_AFTER_ENCODER]
-            + [spec(*row) for row in FIELD_CASES])
+            + [spec(*row) for row in FIELD_CASES]
+            + [spec(name, fields, b, t, padding, kind=kind, decoded=k) for name, fields, b, t, padding, kind, k in MULTISTEP_CASES])
 
 
 def _unique(specs: list) -> list:

@@ -42,6 +42,7 @@ LM_ROWS = [
     ("lm_bam_learn_mu_pad", dict(num_layers=1, ode_use_pe=True, positional_encoding="bam", bam_learn_mu=True), 2, 6, True),
     ("lm_layer_rk2_gated_ffn12_pad", dict(num_layers=2, block="layer", ffn_dim=12, ode_solver="rk2_gated", ode_steps=1),
      2, 6, True),
+    ("lm_momentum_gamma_s3_pad", dict(num_layers=2, ode_solver="momentum", ode_steps=3, momentum_gamma=0.7), 2, 6, True),
 ]
 
 

@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from ode_ref.cache import evaluations as cached_evaluations
 from ode_ref.tableaus import TABLEAUS
 
 SHOWN = 8  # indices listed before "..."
@@ -106,10 +107,12 @@ def decoded_token(case, quantity: str, agree: list) -> dict:
     one per evaluation, steps x stages). A backend's answer holds each token's z(1) alone, so which
     of those evaluations diverges first cannot be told from it: the finding names them all."""
     cfg, prompt = case.config, case.prompt
-    stages = TABLEAUS[cfg.ode_solver].num_stages
-    evaluations = cfg.ode_steps * stages
-    cached = (f"{_counted(evaluations, 'cached evaluation')} ({_counted(cfg.ode_steps, 'step')} x "
-              f"{_counted(stages, 'stage')} of {cfg.ode_solver})")
+    evaluations = cached_evaluations(cfg)
+    if cfg.ode_solver in TABLEAUS:
+        how = f"{_counted(cfg.ode_steps, 'step')} x {_counted(TABLEAUS[cfg.ode_solver].num_stages, 'stage')} of {cfg.ode_solver}"
+    else:
+        how = f"{_counted(cfg.ode_steps, 'step')} of {cfg.ode_solver}, its start's stages included"
+    cached = f"{_counted(evaluations, 'cached evaluation')} ({how})"
     out = {"quantity": quantity, "token": 0, "tokens": case.decoded, "position": None, "slot": None,
            "evaluations": evaluations, "agree": agree}
     if quantity == "prefill":

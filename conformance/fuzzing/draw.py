@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import ode_ref as R
 from ode_ref.config import stored_fields
+from ode_ref.multistep import MULTISTEP, solver as solver_method
 from ode_ref.tableaus import TABLEAUS
 
 from ode_ref.precision import HALF_DTYPES
@@ -242,8 +243,10 @@ def positions(draw, kind, focus: str, support: Optional[dict] = None, positioned
 
 
 def stages(solver: str) -> int:
-    """The evaluations of f one step of a solver makes (its tableau's stages)."""
-    return TABLEAUS[solver].num_stages
+    """The most evaluations of f one step of a solver makes: its tableau's stages, a multistep
+    solver's starter's (its later steps make one)."""
+    method = solver_method(solver)
+    return method.num_stages if solver in TABLEAUS else method.starter.num_stages if method.starter else 1
 
 
 def work(kind, batch: int, heads: int, seq: int, evaluations: int = 1) -> int:
@@ -261,7 +264,7 @@ def least_evaluations(focus: str, support: dict) -> int:
     """The fewest evaluations of f a draw of the focus makes within the declared ode_solver and
     ode_steps: the shape leaves room for them under MAX_WORK (a cache focus's: 20)."""
     solvers = [s for s in CACHE_SOLVERS if s in support.get("ode_solver", CACHE_SOLVERS)] if focus == "cache" else ()
-    solvers = solvers or [s for s in support.get("ode_solver", R.SOLVERS) if s in TABLEAUS] or ["euler"]
+    solvers = solvers or [s for s in support.get("ode_solver", R.SOLVERS) if s in TABLEAUS or s in MULTISTEP] or ["euler"]
     steps = [n for n in support.get("ode_steps", STEPS) if isinstance(n, int) and n >= 1] or [1]
     least = min(n for n in steps if n in CACHE_STEPS) if focus == "cache" and set(steps) & set(CACHE_STEPS) else min(steps)
     return min(stages(s) for s in solvers) * least

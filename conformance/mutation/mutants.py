@@ -28,17 +28,19 @@ import numpy as np
 import ode_ref as R
 from ode_ref import attention as A
 from ode_ref import bitlinear as BL
+from ode_ref import multistep as MS
 from ode_ref import norms as N
 from ode_ref import positions as P
 from ode_ref import rk as RK
 from ode_ref.encoder import ODEEncoderStages
 from ode_ref.encoder_layer import EncoderStages
-from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
 from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
+from .encoder_mutants import (_ema_power_off_by_one, _ffn_bias_dropped, _gate_stages_swapped, _history_weights_transposed,
+                              _macaron_second_half_dropped, _post_norm_applied_pre, _released_residual_in_paper)
 from ..adapters import SpecAdapter
 from ..cases.fields import CONFIGS as FIELD_CONFIGS, ignoring, mutant_name, proven
 from ..adapters import BackendRef
@@ -251,17 +253,33 @@ def _rk38_for_rk4():
     return [(TABLEAUS, "rk4", dataclasses.replace(TABLEAUS["rk38"], name="rk4"))]  # torchdiffeq's 'rk4'
 
 
-def _integrate_h_off_by_one(f, y0, tableau: ButcherTableau, steps: int, gate=None, *, checkpoint=None, trajectory=True):
+def _integrate_h_off_by_one(f, y0, method, steps: int, gate=None, *, checkpoint=None, trajectory=True):
     h = 1.0 / (steps + 1)  # bug: the grid has steps + 1 points, so h = 1/(steps + 1)
-    states = [y0]
-    for t0 in RK.step_times(steps):
-        states.append(RK.rk_step(f, t0, h, states[-1], tableau, gate))
+    states, past = [y0], ()
+    for n, t0 in enumerate(RK.step_times(steps)):
+        if isinstance(method, ButcherTableau):
+            states.append(RK.rk_step(f, t0, h, states[-1], method, gate))
+        else:
+            y, past = MS.multistep(f, t0, h, states[-1], method, past, n)
+            states.append(y)
     return states if trajectory else states[-1:]
 
 
-def _integrate_reversed(f, y0, tableau, steps, gate=None, *, checkpoint=None, trajectory=True):
-    states = RK.integrate(f, y0, tableau, steps, gate, checkpoint=checkpoint)[::-1]  # bug: the trajectory newest first
+def _integrate_reversed(f, y0, method, steps, gate=None, *, checkpoint=None, trajectory=True):
+    states = MS.solve(f, y0, method, steps, gate, checkpoint=checkpoint)[::-1]  # bug: the trajectory newest first
     return states if trajectory else states[-1:]
+
+
+def _ab2_coefficients_swapped():
+    return [(MS.MULTISTEP, "ab2", dataclasses.replace(MS.AB2, betas=(-0.5, 1.5)))]  # bug: -1/2 f_n + 3/2 f_{n-1}
+
+
+def _momentum_swapped(f, t0, h, y, method, past, n):
+    if not method.momentum:
+        return _SPEC_MULTISTEP(f, t0, h, y, method, past, n)
+    f_n = f(t0, y)  # bug: v <- (1 - gamma) v + gamma f, the speed's weights swapped
+    v = method.gamma * f_n if not past else (1.0 - method.gamma) * past[0] + method.gamma * f_n
+    return y + h * v, (v,)
 
 
 class _GateComplement(R.SelfAttention):
@@ -314,48 +332,8 @@ class _SsmaxPaddedLength(R.SelfAttention):
         lengths = np.full((1, positions_q.shape[1]), seq_len)  # bug: n = the padded length, whatever the rule
         return P.ssmax_factor(encoder["ssmax.s"], lengths, like.dtype)
 
-# ---- the ODE Transformer's encoder (encoder cases) --------------------------------------------------
-def _gate_stages_swapped(self, params, ks, i=0):
-    if self.config.family != "rk2_gated":
-        return _SPEC_STAGE_WEIGHTS(self, params, ks, i)
-    g = self.sigmoid(self.linear(self.concat(ks[1], ks[0]), params[GATE_WEIGHT], params[GATE_BIAS]))  # bug: [k_2; k_1]
-    return g, 1.0 - g
-
-
-def _released_residual_in_paper(self, params, prefix, key_mask):
-    return lambda z: self.layer(params, prefix, z, key_mask)  # bug: the stage L(y) under both profiles, not L(y) - y
-
-
-def _post_norm_applied_pre(self, params, norm, x, fn, factor=1.0):
-    h = self.layer_norm(x, params[norm + "weight"], params[norm + "bias"])
-    return x + factor * self.dropout(fn(h), self.config.dropout)  # bug: x + fn(norm(x)) whatever encoder_normalize_before says
-
-
-def _ffn_bias_dropped(self, params, prefix, x):
-    h = self.relu(self.linear(x, params[prefix + "fc1.weight"], params[prefix + "fc1.bias"]))
-    return self.linear(h, params[prefix + "fc2.weight"], 0.0 * params[prefix + "fc2.bias"])  # bug: fc2's bias dropped
-
-
-def _ema_power_off_by_one(self, a, stages):
-    q, weights = 1.0 - a, [a * (1.0 - a)]  # bug: a (1-a)^(s-i) for stage i (1-based); the last gets a (1-a), not a
-    for _ in range(stages - 1):
-        weights.insert(0, weights[0] * q)
-    return weights
-
-
-def _history_weights_transposed(self, weight, history):
-    column = self.xp.swapaxes(weight, 0, 1)[len(history) - 1]  # bug: weight[m, c-1], not weight[c-1, m]
-    total = column[0] * history[0]
-    for m in range(1, len(history)):
-        total = total + column[m] * history[m]
-    return total
-
-
-def _macaron_second_half_dropped(self):
-    return (0.5, 1.0) if self.macaron else (1.0, 1.0)  # bug: FFN_b whole under macaron_profile "paper" too
-
-
-_SPEC_STAGE_WEIGHTS = ODEEncoderStages.stage_weights
+# ---- the ODE Transformer's encoder (encoder cases): encoder_mutants.py -----------------------------
+_SPEC_MULTISTEP = MS.multistep
 
 MUTANTS = [
     Mutant("scale_1_over_head_dim", "attn", "scores scaled by 1/head_dim instead of head_dim^-1/2", stage=_ScaleByHeadDim),
@@ -393,11 +371,14 @@ MUTANTS = [
     Mutant("ralston_weights", "tableau", "Ralston with Heun's weights b = (1/2, 1/2)", patch=_ralston_heun_weights),
     Mutant("rk38_for_rk4", "tableau", "the 3/8 rule run for rk4 (torchdiffeq's 'rk4')", patch=_rk38_for_rk4),
     Mutant("step_size_off_by_one", "step times", "h = 1/(steps + 1): the grid stops short of t = 1",
-           patch=lambda: [(A, "integrate", _integrate_h_off_by_one)]),
+           patch=lambda: [(A, "solve", _integrate_h_off_by_one)]),
     Mutant("gate_complement", "gated RK2", "z + h ((1 - g) F1 + g F2): the gate's weights swapped", stage=_GateComplement),
     Mutant("gate_inputs_swapped", "gated RK2", "the gate reads [F2; F1], not [F1; F2]", stage=_GateInputsSwapped),
     Mutant("gate_bias_dropped", "gated RK2", "the gate's bias dropped", stage=_GateNoBias),
-    Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "integrate", _integrate_reversed)]),
+    Mutant("trajectory_reversed", "trajectory", "states returned newest first", patch=lambda: [(A, "solve", _integrate_reversed)]),
+    Mutant("ab2_coefficients_swapped", "Adams-Bashforth", "Adams-Bashforth 2 as y + h (-1/2 f_n + 3/2 f_{n-1})", patch=_ab2_coefficients_swapped),
+    Mutant("momentum_weights_swapped", "momentum", "v <- (1 - gamma) v + gamma f: the speed's weights swapped",
+           patch=lambda: [(MS, "multistep", _momentum_swapped)]),
     Mutant("encoder_gate_stages_swapped", "encoder block", "rk2_gated's gate reads [k_2; k_1], not [k_1; k_2]",
            patch=lambda: [(ODEEncoderStages, "stage_weights", _gate_stages_swapped)]),
     Mutant("encoder_released_residual_in_paper", "encoder block", "the paper profile's stages are L(y), the released residual, not L(y) - y",

@@ -117,7 +117,7 @@ class _OffsetInput(R.SelfAttention):
 class _WideSolver(R.SelfAttention):
     def integrate(self, prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True):
         cfg = self.config
-        stages = len(TABLEAUS[cfg.ode_solver].c)
+        stages = len(TABLEAUS[cfg.ode_solver].c) if cfg.ode_solver in TABLEAUS else 1  # a multistep solver: one a step
         if stages < 4 or cfg.head_dim <= REGISTERS:
             return super().integrate(prepared, x, kv, checkpoint=checkpoint, trajectory=trajectory)
         calls = itertools.count()

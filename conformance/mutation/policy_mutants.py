@@ -16,6 +16,7 @@ import ode_ref as R
 from ode_ref import norms as N
 from ode_ref import rk as RK
 from ode_ref.precision import MixedPrecision
+from ode_ref.multistep import multistep, solver_of
 from ode_ref.tableaus import TABLEAUS
 
 # each storage dtype's most negative finite value, the mask fill a port computing in S uses
@@ -75,10 +76,15 @@ class StateInStorage(MixedPrecision, R.SelfAttention):
     def integrate(self, prepared, x, kv=None, *, checkpoint=None, trajectory: bool = True) -> list:
         cfg, r = self.config, self.to_storage
         f = lambda t, z: self.evaluate(prepared, t, r(z), kv)  # noqa: E731 (a stage sum rounded as f reads it)
-        states = [r(x)]
-        for t0 in RK.step_times(cfg.ode_steps):
-            states.append(r(RK.rk_step(f, t0, 1.0 / cfg.ode_steps, states[-1], TABLEAUS[cfg.ode_solver],
-                                       self.solution_gate(prepared))))
+        states, past = [r(x)], ()
+        for n, t0 in enumerate(RK.step_times(cfg.ode_steps)):
+            if cfg.ode_solver in TABLEAUS:
+                states.append(r(RK.rk_step(f, t0, 1.0 / cfg.ode_steps, states[-1], TABLEAUS[cfg.ode_solver],
+                                           self.solution_gate(prepared))))
+            else:  # a multistep solver's state and past evaluations (or speed) each rounded
+                y, past = multistep(f, t0, 1.0 / cfg.ode_steps, states[-1], solver_of(cfg), past, n)
+                states.append(r(y))
+                past = tuple(r(p) for p in past)
         return states if trajectory else states[-1:]
 
 

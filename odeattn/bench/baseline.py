@@ -14,6 +14,8 @@ import ode_ref as R
 def check_plain(cfg: R.ODEConfig):
     """The config's tableau; ValueError naming the field unless torch-plain covers the config (the
     plain float block with a fixed tableau)."""
+    if cfg.ode_solver not in R.TABLEAUS:
+        raise ValueError(f"ode_solver: torch-plain covers the fixed tableaus, not a multistep solver; got {cfg.ode_solver!r}")
     tableau = R.TABLEAUS[cfg.ode_solver]
     for field, expected in (("norm_type", "layer_norm"), ("use_bitnet", False), ("ode_use_pe", False)):
         if getattr(cfg, field) != expected:

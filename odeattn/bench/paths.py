@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 import ode_ref as R
+from ode_ref.cache import evaluations
 
 from .baseline import plain_torch_block
 
@@ -28,9 +29,10 @@ class Skip(Exception):
 
 
 def flops(batch: int, seq: int, d_model: int, config: R.ODEConfig) -> float:
-    """The matrix products of one forward: stages * steps * (8 B T D^2 + 4 B T^2 D)."""
+    """The matrix products of one forward: evaluations of f (stages * steps for a tableau) *
+    (8 B T D^2 + 4 B T^2 D)."""
     per_eval = 8 * batch * seq * d_model**2 + 4 * batch * seq**2 * d_model
-    return float(per_eval * R.TABLEAUS[config.ode_solver].num_stages * config.ode_steps)
+    return float(per_eval * evaluations(config))
 
 
 def _prime_torch(threads: int) -> None:

@@ -9,6 +9,7 @@ import statistics
 import time
 
 import ode_ref as R
+from ode_ref.cache import evaluations as cached_evaluations
 from odeattn.backends.cpu import cpu_info
 
 from .memory import long_context_table, memory_table
@@ -62,9 +63,8 @@ def _kernels(shape, *, solver, steps, peak_sizes, threads, projections: bool, lo
     projection = (batch * seq, d_model, 3 * d_model)
     matmuls = [Timed(f"{lib} {m}x{k}x{n}", fn, 2.0 * m * k * n, 0.0)
                for lib, (m, k, n), fn in peak_kernels([(s, s, s) for s in peak_sizes] + [projection], threads, log)]
-    evaluations = R.TABLEAUS[solver].num_stages * steps
-    forward = flops(batch, seq, d_model, R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver,
-                                                     ode_steps=steps))
+    config = R.ODEConfig(hidden_size=d_model, num_heads=heads, ode_solver=solver, ode_steps=steps)
+    evaluations, forward = cached_evaluations(config), flops(batch, seq, d_model, config)
     products = {lib: Timed(f"products {lib}", fn, forward, 0.0) for lib, fn in product_kernels(shape, evaluations, threads, log)}
     alone = {}
     if projections:

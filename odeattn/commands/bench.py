@@ -77,7 +77,7 @@ def _check(args) -> tuple[list, dict]:
         raise UsageError(f"{table_only[0]}: an option of the main table, which {mode} replaces; drop one of them")
     if args.compile and (args.plot or args.shape):
         raise UsageError(f"{'--plot' if args.plot else '--shape'}: --compile has its own configs on the small shape; drop it")
-    if not modes and TORCH_PLAIN in names and R.TABLEAUS[args.solver].gated:
+    if not modes and TORCH_PLAIN in names and (args.solver not in R.TABLEAUS or R.TABLEAUS[args.solver].gated):
         raise UsageError(f"--solver {args.solver}: {TORCH_PLAIN}, in the main table's paths, runs the fixed tableaus only; "
                          f"pick another solver, or --paths without {TORCH_PLAIN}")
     return names, shapes

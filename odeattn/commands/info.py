@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 
 import ode_ref
+from ode_ref.multistep import MULTISTEP
 
 OPTIONAL = ("numpy", "torch", "jax", "onnx", "onnxruntime", "safetensors")
 
@@ -35,8 +36,9 @@ def _version(module: str):
 
 def run(args) -> int:
     print(f"odeattn {ode_ref.__version__}")
-    print("solvers:    " + ", ".join(f"{n} (order {t.order}, {t.num_stages} stage{'s' if t.num_stages > 1 else ''})"
-                                     for n, t in ode_ref.TABLEAUS.items()))
+    print("solvers:    " + ", ".join([f"{n} (order {t.order}, {t.num_stages} stage{'s' if t.num_stages > 1 else ''})"
+                                      for n, t in ode_ref.TABLEAUS.items()]
+                                     + [f"{n} (order {m.order}, multistep)" for n, m in MULTISTEP.items()]))
     print("norm types: " + ", ".join(ode_ref.NORM_TYPES))
     print("modes:      " + ", ".join(ode_ref.MODES))
     print("packages:")

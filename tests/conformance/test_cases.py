@@ -7,9 +7,10 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden
 from odeattn.conformance.cases import DECODE_CASES, EDGE_CASES, appended_specs, build_case, case_specs, grad_specs, name_seed
-from odeattn.conformance.cases import POSITION_DECODE_CASES, POSITION_GRAD_CASES, TIER_BEFORE_ENCODER, position_specs
+from odeattn.conformance.cases import MULTISTEP_CASES, POSITION_DECODE_CASES, POSITION_GRAD_CASES, TIER_BEFORE_ENCODER, position_specs
 from odeattn.conformance.cases.matrix import BASE_FACTORS, EXTRA_FACTORS, HISTORY, extend_pairwise, pairwise, rows
 from ode_ref import norms as N
+from ode_ref.multistep import MULTISTEP
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
 
 
@@ -91,7 +92,9 @@ def test_base_rows_then_the_rows_of_each_step_of_the_history():
     assert now[:len(base)] == [{**r, **defaults} for r in base]
     added = [step for step in HISTORY if not isinstance(step, str)]
     assert all(any(r[name] != d for name, d in defaults.items()) or any(r[f] == v for f, v in added) for r in now[len(base):])
-    assert set(R.SOLVERS) == set(BASE_FACTORS["ode_solver"]) | {v for f, v in added if f == "ode_solver"}
+    # every RK tableau in the matrix; the multistep solvers have their cases (cases.MULTISTEP_CASES)
+    assert set(R.TABLEAUS) == set(BASE_FACTORS["ode_solver"]) | {v for f, v in added if f == "ode_solver"}
+    assert {dict(fields)["ode_solver"] for _, fields, *_ in MULTISTEP_CASES} == set(MULTISTEP)
     assert set(R.NORM_TYPES) == set(BASE_FACTORS["norm_type"]) | {v for f, v in added if f == "norm_type"}
 
 def test_the_fair_check_s_early_stop_at_an_exact_tie_gives_the_full_check_s_answer(monkeypatch):

@@ -74,11 +74,11 @@ class Recording(SpecAdapter):
 def test_a_run_judges_each_example_once_and_each_dtype_draws_its_own():
     """hypothesis's draws repeat in a small region; a repeat is redrawn (FuzzRun.repeats). The same
     seed draws other examples in float64 than in float32, and the same ones with share_draws. (Without
-    the redraw, these 60 draws of float32 held 55 distinct examples, of float64 58.)"""
+    the redraw, 2 of these 60 draws repeated an example, in float32 as in float64.)"""
     runs = {}
     for dtype, share in (("float32", False), ("float64", False), ("float64", True)):
         port = Recording()
-        runs[dtype, share] = port, fuzz(port, dtype, examples=60, seed=3, cover=False, share_draws=share)
+        runs[dtype, share] = port, fuzz(port, dtype, examples=60, seed=0, cover=False, share_draws=share)
     for port, run in runs.values():
         assert len(set(port.seen)) == len(port.seen) == run.examples == 60
     assert runs["float32", False][1].repeats > 0

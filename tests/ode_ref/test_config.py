@@ -8,7 +8,7 @@ import ode_ref as R
 
 @pytest.mark.parametrize("fields, message", [
     pytest.param(dict(hidden_size=4, num_heads=2, ode_solver="rk5"),
-                 r"ode_solver: expected one of 'euler', .*'rk38', 'rk2_gated'; got 'rk5'", id="unknown-solver"),
+                 r"ode_solver: expected one of 'euler', .*'rk38', 'rk2_gated', 'ab2', 'ab3', 'momentum'; got 'rk5'", id="unknown-solver"),
     pytest.param(dict(hidden_size=4, num_heads=2, norm_type="batch_norm"),
                  r"norm_type: expected one of 'layer_norm'.*; got 'batch_norm'", id="unknown-norm"),
     pytest.param(dict(hidden_size=4, num_heads=2, mode="both"),

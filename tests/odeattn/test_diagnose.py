@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ode_ref as R
+from ode_ref.multistep import MULTISTEP
 from odeattn import diagnose as D
 
 SMOOTH = R.ODEConfig(hidden_size=16, num_heads=2)
@@ -47,11 +48,17 @@ def test_observed_orders_match_the_tableaus_on_a_smooth_block(smooth):
     # the reference is converged far below every error used: rk4 at 512 vs 256 steps differ by ~6e-15
     assert smooth["reference"]["error"] < 1e-13
     rows = {r["solver"]: r for r in smooth["solvers"]}
-    assert set(rows) == set(R.TABLEAUS) and all(r["skip"] is None for r in rows.values())
+    assert set(rows) == set(R.SOLVERS) and all(r["skip"] is None for r in rows.values())
     for name, row in rows.items():
-        # measured: every fitted order within 0.012 of the nominal one (the pre-asymptotic terms at
-        # h = 1/16 .. 1/64); a solver of another order would be off by 1 or more
-        assert abs(row["order"] - R.TABLEAUS[name].order) < 0.05, (name, row["order"])
+        # measured: every tableau's fitted order within 0.012 of the nominal one (the pre-asymptotic
+        # terms at h = 1/16 .. 1/64), ab2's 1.981, ab3's 2.914 (its start's error still counts); a
+        # solver of another order would be off by 1 or more. momentum's 0.75: its speed lags f by
+        # about 1 / (1 - gamma) = 10 steps, a lag these step counts do not yet outnumber
+        nominal = (R.TABLEAUS.get(name) or MULTISTEP[name]).order
+        if name == "momentum":
+            assert 0.5 < row["order"] < nominal, row["order"]
+        else:
+            assert abs(row["order"] - nominal) < (0.1 if name == "ab3" else 0.05), (name, row["order"])
         assert row["floor_steps"] is None and row["fit_steps"] == [16, 32, 64]
 
 

@@ -113,6 +113,18 @@ def test_weight_quantisation_outside_the_loop_and_one_evaluation_per_program(cou
     assert count_primitive(scan.params["jaxpr"].jaxpr, "round") == 2
 
 
+@pytest.mark.parametrize("solver, steps_written, written", [("momentum", 1, 1), ("ab2", 2, 1 * 2 + 1), ("ab3", 3, 2 * 3 + 1)])
+def test_a_multistep_solver_writes_out_its_start_and_scans_one_evaluation(count_primitive, solver, steps_written, written):
+    """Its start (the starter's stages and the first step that fills the past; momentum's first
+    step) written out, the rest a scan holding one evaluation: BitLinear's activations rounded
+    twice an evaluation, the weights once, outside."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=6, use_bitnet=True, ode_solver=solver)
+    closed = jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg))(as32(R.init_params(cfg)), np.zeros((1, 3, 8), np.float32))
+    scan = next(e for e in closed.jaxpr.eqns if e.primitive.name == "scan")
+    assert count_primitive(closed.jaxpr, "round", skip_scan=True) == 2 + 2 * written
+    assert count_primitive(scan.params["jaxpr"].jaxpr, "round") == 2 and scan.params["length"] == 6 - steps_written
+
+
 def test_padded_positions_unchanged_and_decoder_causal(x64):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, mode="decoder", use_bitnet=True, norm_type="derf")
     params = R.init_params(cfg, 4, perturb_norms=True)
@@ -279,6 +291,8 @@ CHECKPOINT_CONFIGS = {  # the gated solver (its gate is a parameter), BitLinear,
     # four evaluations per step over three steps, ALiBi, padded
     "rk4_alibi_decoder": dict(ode_solver="rk4", ode_steps=3, mode="decoder", norm_type="layer_norm",
                               ode_use_pe=True, positional_encoding="alibi"),
+    # Adams-Bashforth 3: two starter steps and its first written out, two in the scan, the past its carry
+    "ab3_decoder": dict(ode_solver="ab3", ode_steps=5, mode="decoder"),
 }
 def checkpoint_case(name, dtype="float32"):
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, **CHECKPOINT_CONFIGS[name])

@@ -282,6 +282,7 @@ CHECKPOINT_CONFIGS = {  # the gated solver (its gate is a parameter of the block
     "rk2_gated": dict(ode_solver="rk2_gated", ode_steps=3, norm_type="dynamic_tanh"),
     "bitnet_rk4_decoder": dict(ode_solver="rk4", ode_steps=2, use_bitnet=True, mode="decoder", norm_type="prms_norm"),
     "dropout_rope": dict(ode_solver="heun", ode_steps=2, dropout=0.3, ode_use_pe=True, positional_encoding="rope"),
+    "ab3_decoder": dict(ode_solver="ab3", ode_steps=4, mode="decoder"),  # a step under checkpoint carries its past
 }
 
 
