@@ -13,7 +13,8 @@ the T + k tokens, up to the order of floating-point sums.
     check_decode_input  the checks every port runs before a decode step, the cache's own port and
                slot index included (check_cache_port, check_cache_index)
 
-Memory: 2 x ode_steps x stages x max_len x d_model values per batch row (stages: 1 Euler, 4 RK4).
+Memory: 2 x evaluations x max_len x d_model values per batch row (evaluations: ode_steps x
+stages for a tableau, 1 Euler, 4 RK4; ode_steps + 1 for ab2, + 4 for ab3 past its start).
 The Python-level state is immutable: each step returns a new cache and never writes the old one,
 so a step can be replayed or a prefix branched.
 """

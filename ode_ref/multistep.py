@@ -85,6 +85,13 @@ def solver_of(config) -> Solver:
     return method
 
 
+def with_solver(config, name: str, **fields):
+    """config with ode_solver `name` (and fields): momentum_gamma kept for momentum, else its default,
+    since no other solver reads it (the config refuses it set beside another)."""
+    gamma = {} if name == "momentum" else {"momentum_gamma": 0.9}
+    return dataclasses.replace(config, ode_solver=name, **gamma, **fields)
+
+
 def evaluations(method: Solver, steps: int) -> int:
     """How many times `steps` steps of method evaluate f."""
     if isinstance(method, ButcherTableau):

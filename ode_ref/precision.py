@@ -19,8 +19,9 @@ and computes in float32 from those values:
                 overflows float16 once |z| reaches about 256 / sqrt(d_model)
     BitLinear   its scales (mean |W|, max |x_n|) and levels; the levels are integers, exact in S
     positions   the rotary and hope tables, ALiBi's and BAM's biases, SSMax's factor
-    RK          the state z and the stage sums z_0 + h sum_j a_ij k_j, and the gate: an increment
-                h k is 1/steps of z's size, so a state in bfloat16 (8 bits) would drop most of it
+    RK          the state z and the stage sums z_0 + h sum_j a_ij k_j, and the gate (a multistep
+                solver's past evaluations and momentum's speed alike): an increment h k is
+                1/steps of z's size, so a state in bfloat16 (8 bits) would drop most of it
 
 MixedPrecision is that policy as a mixin over any port's SelfAttention: it rounds at the points
 above through one hook, to_storage(a), which each port writes in its own arrays. The spec's

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import ode_ref as R
-from ode_ref.multistep import MULTISTEP, evaluations as solver_evaluations
+from ode_ref.multistep import MULTISTEP, evaluations as solver_evaluations, with_solver
 
 REFERENCE_SOLVER = "rk4"
 NOISE_FACTOR = 10.0  # errors below NOISE_FACTOR x the reference's own error are not trusted
@@ -52,7 +52,7 @@ class Solver:
 def params_for(config: R.ODEConfig, params: dict, solver: str) -> tuple[dict, list[str]]:
     """(the parameters `solver` reads, taken from params; the names of those params lacks).
     ValueError if the spec refuses the solver with this config."""
-    shapes = R.param_shapes(dataclasses.replace(config, ode_solver=solver))
+    shapes = R.param_shapes(with_solver(config, solver))
     return {k: params[k] for k in shapes if k in params}, [k for k in shapes if k not in params]
 
 
@@ -82,7 +82,7 @@ def relative_error(z: np.ndarray, ref: np.ndarray) -> float:
 
 def solve(params: dict, x: np.ndarray, config: R.ODEConfig, solver: str, steps: int) -> np.ndarray:
     """z(1) by the spec with this solver and number of steps."""
-    return R.ode_block(params, x, dataclasses.replace(config, ode_solver=solver, ode_steps=steps))
+    return R.ode_block(params, x, with_solver(config, solver, ode_steps=steps))
 
 
 def reference(params: dict, x: np.ndarray, config: R.ODEConfig, steps: int) -> tuple[np.ndarray, float]:

@@ -6,7 +6,8 @@
     decode_step(params, x_t, cache, config) -> (z_t, cache)    decoder mode (ode_ref/cache.py)
 
 The step loop is a lax.scan over the step index, and its body, rk.rk_step, a lax.scan over the
-tableau's stages, so the program holds one evaluation of f whatever ode_steps and the solver are.
+tableau's stages, so the program holds one evaluation of f whatever ode_steps and the tableau are
+(a multistep solver's start is written out, its later steps a scan: rk.multistep_scan).
 return_f0 reads f(0, x) off the first stage rather than tracing f once more. Weight quantisation
 and the mask are built once, before the scan. ode_block_jit is ode_block under jax.jit; on concrete
 arrays its program takes the solver's coefficients, the step count and the tables as data, so
@@ -22,8 +23,9 @@ CPU contracts other multiply-adds into fused multiply-adds (tests/backends/jax/t
 prefill and decode_step check their inputs in Python, then call one jitted function each: the
 cache's arrays are fixed-shape (max_len slots) and the slot index is a traced argument, so the
 decode step compiles once for every position. The prefill runs its evaluations as the block
-does, a scan over steps and stages (SelfAttention.integrate); the decode step writes them out
-(steps x stages evaluations of one token), each reading and writing its own cache slot.
+does, a scan over steps and stages (SelfAttention.integrate; a multistep solver's written out);
+the decode step writes them out (every evaluation of one token: cache.evaluations), each reading
+and writing its own cache slot.
 
 The slot index is checked where it is still a Python value: decode_step refuses a traced cache
 (it runs outside jit), and runs the spec's check_decode_input on the concrete one: a JAX cache
@@ -158,8 +160,8 @@ def _block(params, x, config, padding_mask=None, attention=None, return_trajecto
     cfg, attention, x, prepared, dtype = _setup(params, x, config, padding_mask, attention, "ode_block")
     if isinstance(solver(cfg.ode_solver), MultistepMethod):  # steps and solver static (shared_config)
         f = lambda t, y: attention(prepared, t, y)  # noqa: E731
-        z1, states = multistep_scan(f, x, solver_of(cfg), cfg.ode_steps, trajectory=return_trajectory, checkpoint=checkpoint)
-        out = [z1] + ([states] if return_trajectory else []) + ([f(0.0, x)] if return_f0 else [])
+        z1, states, f0 = multistep_scan(f, x, solver_of(cfg), cfg.ode_steps, trajectory=return_trajectory, checkpoint=checkpoint)
+        out = [z1] + ([states] if return_trajectory else []) + ([f0] if return_f0 else [])
         out = in_storage(dtype, *out)
         return out[0] if len(out) == 1 else out
     tableau = TABLEAUS[cfg.ode_solver]

@@ -92,7 +92,7 @@ def integrate(f: Callable, y0, tableau: ButcherTableau, steps: int, gate: Callab
 
 
 def multistep_scan(f: Callable, y0, method, steps: int, *, trajectory: bool = False, checkpoint: bool = False):
-    """(z(1), the trajectory (steps + 1, ...) or None) of ode_ref.multistep.solve for a multistep
+    """(z(1), the trajectory (steps + 1, ...) or None, f(0, y0)) of ode_ref.multistep.solve for a multistep
     solver: its first steps, until its past holds every evaluation a step reads (the starter's and
     the first AB step, or momentum's first, whose speed starts at 0), written out by the spec's own
     step, then a lax.scan over the rest whose carry is the state and that past, so the program
@@ -102,7 +102,8 @@ def multistep_scan(f: Callable, y0, method, steps: int, *, trajectory: bool = Fa
 
     h = 1.0 / steps
     first = min(steps, method.history)  # until the past is full: the scan's carry keeps one structure
-    f_y = lambda t, z: f(t, z).astype(y0.dtype)  # noqa: E731  t may promote f's output (rk_step's note)
+    evaluated = []  # the first is f(0, y0): f0, read off the start rather than traced again
+    f_y = lambda t, z: evaluated.append(f(t, z).astype(y0.dtype)) or evaluated[-1]  # noqa: E731  t may promote f's output
     y, past, states = y0, (), [y0]
     for n in range(first):
         y, past = multistep(f_y, n / steps, h, y, method, past, n)
@@ -117,7 +118,8 @@ def multistep_scan(f: Callable, y0, method, steps: int, *, trajectory: bool = Fa
 
     if checkpoint:
         step = jax.checkpoint(step, prevent_cse=False)
+    f0 = evaluated[0]
     (y, _), rest = lax.scan(step, (y, past), jnp.arange(first, steps)) if steps > first else ((y, past), None)
     if not trajectory:
-        return y, None
-    return y, jnp.concatenate([jnp.stack(states)] + ([rest] if rest is not None else []))
+        return y, None, f0
+    return y, jnp.concatenate([jnp.stack(states)] + ([rest] if rest is not None else [])), f0

@@ -33,6 +33,14 @@ def _threads():
     return int(os.environ.get("ODEATTN_WORKER_THREADS", "0")) or None
 
 
+def form_refusal(options: ExportOptions, config):
+    """Why a block of config has no model in the form options name (the Loop form, a multistep
+    solver: its body is one RK step), or None."""
+    if options.steps_input and getattr(config, "ode_solver", None) in MULTISTEP:
+        return f"not supported: the Loop form's body is one RK step; {config.ode_solver} carries its past evaluations"
+    return None
+
+
 class _ExportedAdapter:
     """The block exported in the case's dtype: float32, or for an adapter that lists them a half
     dtype (export_model's dtype; run_* then receive and return arrays of it). options names the
@@ -46,7 +54,7 @@ class _ExportedAdapter:
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
-        return None
+        return form_refusal(self.options, config)
 
     def _build(self, model):
         """A runnable: feed (name -> array) -> name -> array, for every output of model."""
@@ -204,10 +212,6 @@ class OnnxRuntimeLoopAdapter(_OnnxRuntimeSessions):
     dtypes = ("float32",)
     options = ExportOptions(steps_input=True)
 
-    def supports(self, config, dtype):
-        if getattr(config, "ode_solver", None) in MULTISTEP:
-            return f"not supported: the Loop form's body is one RK step; {config.ode_solver} carries its past evaluations"
-        return super().supports(config, dtype)
 
 
 def other_steps(steps: int) -> int:

@@ -55,7 +55,7 @@ from odeattn.export.options import ExportOptions, OptionError
 from ode_ref.config import stored_fields
 from ..wire.frames import HEADER, decode, encode
 from ..wire.lifetime import describe_exit, die_with_parent
-from .exported import _ExportedWithEncoder
+from .exported import _ExportedWithEncoder, form_refusal
 from .protocol import NotSupported
 from .support import check_support
 
@@ -348,6 +348,9 @@ class OnnxAdapter(_External, _ExportedWithEncoder):
         if "trajectory" not in self.calls:
             self.run_func = None
         self._live: list = []
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return form_refusal(self.options, config) or _External.supports(self, config, dtype)  # the form's, then the worker's
 
     def _build(self, model):
         run = RemoteRun(self.channel, model)

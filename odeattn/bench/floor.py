@@ -14,7 +14,6 @@ the figure. floor_rows runs it through `odeattn conformance --profile` as the ma
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ode_ref.multistep import with_solver
 from ode_ref.params import GATE_BIAS, GATE_WEIGHT
 from odeattn.conformance.adapters import JaxAdapter
 from odeattn.conformance.adapters.protocol import NotSupported
@@ -35,7 +35,7 @@ def f_config(config, params: dict):
     """(config with euler x 1, params without the gate's): f's own key, the same for every solver
     and step count (the gate belongs to the gated solver, not to f)."""
     f_params = {k: v for k, v in params.items() if k not in (GATE_WEIGHT, GATE_BIAS)}
-    return dataclasses.replace(config, ode_solver="euler", ode_steps=1), f_params
+    return with_solver(config, "euler", ode_steps=1), f_params
 
 
 ROW = ("wall", "import", "compilation", "jax_trace", "jax_lower", "jax_xla", "run", "programs", "cache_hits",

@@ -23,7 +23,7 @@ PEAK_SIZES = (256, 512, 1024, 2048)  # square float32 matmuls of the peak, besid
 DEFAULT_REPEATS = 5  # rounds of the main table; timed calls (or bursts) of --decode, --memory and the scaling lines
 QUICK = {"shapes": {"small": SHAPES["small"]}, "repeats": 3, "burst_s": 0.05, "peak_sizes": (256, 512, 1024),
          "long_shape": (1, 2048, 256, 8)}
-FLOP_FORMULA = "stages * steps * (8 B T D^2 + 4 B T^2 D)"
+FLOP_FORMULA = "evaluations * (8 B T D^2 + 4 B T^2 D)"  # evaluations of f: stages * steps for a tableau
 
 
 def _set_up_paths(label, shape, names, *, solver, steps, warmup, threads, log) -> tuple[list[Timed], list[dict]]:

@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("dir", type=Path, metavar="DIR", help="the folder to write into (made if missing)")
     p.add_argument("--hidden-size", type=positive_int, default=64, help="d_model (default 64)")
     p.add_argument("--num-heads", type=positive_int, default=4, help="heads; must divide --hidden-size (default 4)")
-    p.add_argument("--solver", choices=list(R.SOLVERS), default="rk4", help="the Butcher tableau (default rk4)")
+    p.add_argument("--solver", choices=list(R.SOLVERS), default="rk4", help="the solver: a Butcher tableau, or ab2, ab3, momentum (default rk4)")
     p.add_argument("--steps", type=positive_int, default=4, help="ode_steps (default 4)")
     p.add_argument("--mode", choices=list(R.MODES), help="encoder (default) or decoder (causal); not with --lm")
     p.add_argument("--norm-type", choices=list(R.NORM_TYPES), default="layer_norm", help="the pre-norm (default layer_norm)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import ode_ref as R
 from odeattn.conformance.adapters import external as E
 from odeattn.conformance.adapters import BUILTIN, BackendRef, discover, make_adapter, missing_requirements
 from odeattn.conformance.golden import load_cases
@@ -94,6 +95,10 @@ def test_an_onnx_runtime_s_form_is_export_options_and_one_the_export_does_not_ma
     hello = {"protocol": 2, "name": "js-onnx", "dtypes": ["float32"], "kinds": ["block", "trajectory"], "consumes": "onnx"}
     adapter = E.OnnxAdapter(_Unstarted("js-onnx"), {**hello, "onnx": {"opset": 23, "form": "loop"}})
     assert adapter.options == E.ExportOptions(opset=23, steps_input=True) and adapter.calls == ("block", "trajectory")
+    # a multistep solver has no Loop form (its past rides from step to step): not supported, as onnxruntime-loop says
+    ab2 = R.ODEConfig(hidden_size=4, num_heads=1, ode_solver="ab2")
+    assert adapter.supports(ab2, "float32").startswith("not supported: the Loop form's body is one RK step; ab2")
+    assert adapter.supports(R.ODEConfig(hidden_size=4, num_heads=1), "float32") is None
     # the schema admits the opsets the export makes; a hello past it (a newer worker's) is refused by the export's rule
     with pytest.raises(E.ExternalError) as err:
         E.OnnxAdapter(_Unstarted("js-onnx"), {**hello, "onnx": {"opset": 19, "form": "unrolled"}})

@@ -44,6 +44,14 @@ def test_weights_without_a_gate_skip_the_gated_solver_with_the_reason():
     assert all(r.skip is None for name, r in rows.items() if name != "rk2_gated")
 
 
+def test_a_momentum_config_of_its_own_gamma_runs_every_solver():
+    """momentum_gamma is momentum's: each other solver runs at its default, not refused for it."""
+    cfg = dataclasses.replace(SMOOTH, ode_solver="momentum", momentum_gamma=0.5)
+    rows = {r.name: r for r in D.solvers(cfg, R.init_params(cfg))}
+    assert all(r.skip is None for name, r in rows.items() if name != "rk2_gated")
+    assert D.solve(rows["momentum"].params, X, cfg, "momentum", 2).shape == X.shape
+
+
 def test_observed_orders_match_the_tableaus_on_a_smooth_block(smooth):
     # the reference is converged far below every error used: rk4 at 512 vs 256 steps differ by ~6e-15
     assert smooth["reference"]["error"] < 1e-13
