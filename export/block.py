@@ -341,8 +341,12 @@ def _unrolled(cfg, att, main: Body, x: Value, prepared: Prepared, weights: dict,
     func = Function("ode_func", names, main.opset)
     func.outputs = [att.evaluate(_as_prepared(prepared, func.inputs[2:]), func.inputs[1], func.inputs[0])]
     method, functions, evaluated = solver_of(cfg), [func.proto()], []
-    if isinstance(method, MultistepMethod):  # each evaluation kept: f0 is the first, not a second call of f(0, x)
-        f = lambda t, y: evaluated.append(func.call(main, y, main.const(t), *shared)) or evaluated[-1]  # noqa: E731
+    if isinstance(method, MultistepMethod):
+        def f(t, y):  # the first evaluation kept: f0 is it, not a second call of f(0, x)
+            value = func.call(main, y, main.const(t), *shared)
+            evaluated.append(value) if not evaluated else None
+            return value
+
         states = solve(f, x, method, cfg.ode_steps)
     else:
         step = Function("ode_step", names, main.opset)

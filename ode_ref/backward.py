@@ -128,7 +128,7 @@ def ode_block_vjp(params, x, config, z1_bar, padding_mask=None):
         return evaluate_vjp(attention, prepared, t, z, f_bar)
 
     if isinstance(tableau, MultistepMethod):
-        z_bar, grads = multistep_vjp(f, f_vjp, x, tableau, steps, z1_bar, states)
+        z_bar, grads = multistep_vjp(f, f_vjp, tableau, steps, z1_bar, states)
         return z_bar, params_bar(params, grads)
 
     def gate_back(g_bar, f1, f2):

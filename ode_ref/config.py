@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .multistep import MULTISTEP, check_momentum_gamma
+from .multistep import MOMENTUM_GAMMA, MULTISTEP, check_momentum_gamma
 from .norms import NORM_PARAMS
 from .tableaus import TABLEAUS
 
@@ -100,7 +100,7 @@ class ODEConfig:
     norm_type: str = "layer_norm"  # pre-norm applied at every evaluation of f
     ode_solver: str = "rk4"  # a Butcher tableau name ("rk4" is classical RK4, "rk38" the 3/8 rule) or a multistep solver's
     ode_steps: int = 2  # fixed steps over t in [0, 1]; h = 1 / ode_steps
-    momentum_gamma: float = 0.9  # the momentum solver's gamma (momentumnet's default), in [0, 1)
+    momentum_gamma: float = MOMENTUM_GAMMA  # the momentum solver's gamma (momentumnet's default, 0.9), in [0, 1)
     mode: str = "encoder"  # "decoder" adds the causal mask j <= i
     # Positions, with the seed's names and defaults: the encoding is read only when ode_use_pe is
     # on (off, any string is kept and ignored, as the seed does); see positions.py

@@ -31,7 +31,7 @@ from typing import Callable, Optional, TypeVar, Union
 
 import numpy as np
 
-from .rk import _combine, integrate, solution, step_times
+from .rk import _combine, add_grads, integrate, rk_stages, rk_step_vjp, solution, step_times
 from .tableaus import HEUN, RK3_KUTTA, TABLEAUS, ButcherTableau
 
 Y = TypeVar("Y")
@@ -67,6 +67,7 @@ AB3 = _ab("ab3", 3, ["23/12", "-16/12", "5/12"], RK3_KUTTA,
 MOMENTUM = MultistepMethod("momentum", 1, (), None, "The momentum update (Sander et al. 2021) as a solver, "
                            "v <- gamma v + (1 - gamma) f, y <- y + h v, v starting at 0.")
 MULTISTEP: dict[str, MultistepMethod] = {m.name: m for m in (AB2, AB3, MOMENTUM)}
+MOMENTUM_GAMMA = 0.9  # momentum_gamma's default, momentumnet's
 
 Solver = Union[ButcherTableau, MultistepMethod]
 
@@ -88,7 +89,7 @@ def solver_of(config) -> Solver:
 def with_solver(config, name: str, **fields):
     """config with ode_solver `name` (and fields): momentum_gamma kept for momentum, else its default,
     since no other solver reads it (the config refuses it set beside another)."""
-    gamma = {} if name == "momentum" else {"momentum_gamma": 0.9}
+    gamma = {} if name == "momentum" else {"momentum_gamma": MOMENTUM_GAMMA}
     return dataclasses.replace(config, ode_solver=name, **gamma, **fields)
 
 
@@ -109,9 +110,7 @@ def multistep(f: Callable[[float, Y], Y], t0: float, h: float, y: Y, method: Mul
         v = (1.0 - method.gamma) * f_n if not past else method.gamma * past[0] + (1.0 - method.gamma) * f_n
         return y + h * v, (v,)
     if n < method.history - 1:  # a starter step: its first stage is f_n
-        ks = []
-        for c_i, a_i in zip(method.starter.c, method.starter.a):
-            ks.append(f(t0 + c_i * h, _combine(y, h, a_i, ks)))
+        ks = rk_stages(f, t0, h, y, method.starter)
         return solution(y, h, method.starter, ks), (ks[0], *past)
     past = (f(t0, y), *past)[:method.history]
     return _combine(y, h, method.betas, past), past
@@ -139,15 +138,13 @@ def solve(f: Callable[[float, Y], Y], y0: Y, method: Solver, steps: int, gate: C
     return states if trajectory else [y]
 
 
-def multistep_vjp(f, f_vjp, y0, method: MultistepMethod, steps: int, y_bar, states: list) -> tuple:
-    """(y0_bar, grads) of solve(f, y0, method, steps)[-1] for y_bar, states its trajectory.
+def multistep_vjp(f, f_vjp, method: MultistepMethod, steps: int, y_bar, states: list) -> tuple:
+    """(y0_bar, grads) of solve(f, y0, method, steps)[-1] for y_bar, states its trajectory (y0 first).
     f_vjp(t, y, k_bar) -> (y_bar, grads). Reversed step by step: each evaluation's cotangent is
     summed from every later step that reads it, then passed back through f at its state; a
     starter step's own stages through rk.rk_step_vjp's rule."""
-    from .rk import add_grads, rk_step_vjp
-
     h, times = 1.0 / steps, step_times(steps)
-    started = 0 if method.momentum else min(steps, method.history - 1)
+    started = min(steps, method.history - 1)  # momentum's history is 1: no starter
     f_bars: dict = {}  # n -> the cotangent of f_n so far
     grads: dict = {}
     v_bar = None  # momentum: the cotangent of v_{n+1}
@@ -170,12 +167,12 @@ def multistep_vjp(f, f_vjp, y0, method: MultistepMethod, steps: int, y_bar, stat
 
 
 def check_momentum_gamma(value, solver_name: str) -> float:
-    """momentum_gamma as a float in [0, 1), and at its default (0.9) unless the solver is momentum,
+    """momentum_gamma as a float in [0, 1), and at its default (MOMENTUM_GAMMA) unless the solver is momentum,
     which alone reads it (another solver would ignore it: refused, not dropped)."""
     bad = isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and 0.0 <= value < 1.0)
     if bad:
         raise ValueError(f"momentum_gamma: expected a number in [0, 1); got {value!r}")
-    if value != 0.9 and solver_name != "momentum":
+    if value != MOMENTUM_GAMMA and solver_name != "momentum":
         raise ValueError(f"momentum_gamma: the momentum solver's; got {value!r} with ode_solver {solver_name!r} "
                          "(which would ignore it)")
     return float(value)

@@ -37,10 +37,15 @@ def rk_step(f: Callable[[float, Y], Y], t0: float, h: float, y0: Y, tableau: But
         The state at t0 + h; a gated tableau's: y0 + h (g k_0 + (1 - g) k_1).
     """
     check_gate(tableau, gate)
+    return solution(y0, h, tableau, rk_stages(f, t0, h, y0, tableau), gate)
+
+
+def rk_stages(f, t0: float, h: float, y0: Y, tableau: ButcherTableau) -> list:
+    """The stage values k_i of one step of tableau from (t0, y0), in order (k_0 = f(t0, y0))."""
     ks = []
     for c_i, a_i in zip(tableau.c, tableau.a):
         ks.append(f(t0 + c_i * h, _combine(y0, h, a_i, ks)))
-    return solution(y0, h, tableau, ks, gate)
+    return ks
 
 
 def check_gate(tableau: ButcherTableau, gate) -> None:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ode_ref.multistep import multistep
 from ode_ref.rk import check_gate, solution, stage_columns, stage_rows
 from ode_ref.tableaus import ButcherTableau
 
@@ -98,15 +99,13 @@ def multistep_scan(f: Callable, y0, method, steps: int, *, trajectory: bool = Fa
     step, then a lax.scan over the rest whose carry is the state and that past, so the program
     holds one evaluation of f for them. checkpoint: each scanned step
     recomputed in the backward pass (jax.checkpoint)."""
-    from ode_ref.multistep import multistep
-
     h = 1.0 / steps
     first = min(steps, method.history)  # until the past is full: the scan's carry keeps one structure
-    evaluated = []  # the first is f(0, y0): f0, read off the start rather than traced again
-    f_y = lambda t, z: evaluated.append(f(t, z).astype(y0.dtype)) or evaluated[-1]  # noqa: E731  t may promote f's output
+    f_y = lambda t, z: f(t, z).astype(y0.dtype)  # noqa: E731  t may promote f's output (rk_step's note)
+    evaluated = []  # the start's first evaluation is f(0, y0): f0, read off it rather than traced again
     y, past, states = y0, (), [y0]
     for n in range(first):
-        y, past = multistep(f_y, n / steps, h, y, method, past, n)
+        y, past = multistep(lambda t, z: evaluated.append(f_y(t, z)) or evaluated[-1], n / steps, h, y, method, past, n)
         states.append(y)
 
     def step(carry, k):

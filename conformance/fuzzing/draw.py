@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import ode_ref as R
 from ode_ref.config import stored_fields
-from ode_ref.multistep import MULTISTEP, solver as solver_method
+from ode_ref.multistep import MULTISTEP, evaluations as solver_evaluations, solver as solver_method
 from ode_ref.tableaus import TABLEAUS
 
 from ode_ref.precision import HALF_DTYPES
@@ -245,8 +245,7 @@ def positions(draw, kind, focus: str, support: Optional[dict] = None, positioned
 def stages(solver: str) -> int:
     """The most evaluations of f one step of a solver makes: its tableau's stages, a multistep
     solver's starter's (its later steps make one)."""
-    method = solver_method(solver)
-    return method.num_stages if solver in TABLEAUS else method.starter.num_stages if method.starter else 1
+    return solver_evaluations(solver_method(solver), 1)
 
 
 def work(kind, batch: int, heads: int, seq: int, evaluations: int = 1) -> int:
