@@ -1,6 +1,6 @@
 """The seal of the packaged golden set. Written by `odeattn conformance generate`; never edit."""
 
-DIGEST = "bf86337f2a1478ae247182bc554be5ab7092127035f52e29acfb2a84d1b7e827"  # sha256 of golden/manifest.json
+DIGEST = "f682bfcc1f496477800d96a005ad85bfe899745fd5a7bfcaf3c9b360610dd7d7"  # sha256 of golden/manifest.json
 ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "block_derf_euler_encoder_float_nopad_s1_b2t5h2d8": "c3951462fd70d2a3ba5f170eb312a51c26b7e62b7a73b98df3eafd33ed26bca4",
     "block_derf_heun_decoder_bitnet_pad_s2_b1t1h1d6": "827b1cb6f16ad48ad4071fa28b3a42cd5d3392f8b70e0ec4b925f451981c062c",
@@ -188,4 +188,7 @@ ENTRIES = {  # case name -> sha256 of its manifest entry (canonical JSON)
     "encoder_rk4_ema_paper_post_nopad_l1_b3t6h3c12f20_alphavector": "224e36e72534b6115ace538bb7404e0dc44bc271a85b2492f41cc916e5608d93",
     "encoder_rk2_ema_released_pre_pad_l2_b2t5h2c8f12_alphavector_corrector_macaron": "94d8515996d1e19056f685ac85ccee6620b5cd11b1f67aa1971351ba60d2dbf8",
     "encoder_rk2_gated_released_post_nopad_l2_b1t4h1c6f10_corrector": "afe104d3582fe7ff6fa58918129ad7b7ca4c9401f6dc3492493748575b08689d",
+    "encoder_euler_paper_pre_pad_l3_b2t5h2c8f12_temb4_sin2": "e3e467660e7d8179be485620e14695a19ec4bace9469b3646e5508126e49eb18",
+    "encoder_euler_paper_pre_nopad_l1_b1t4h1c6f10_temb3_sin4": "5674513ede5649bd2418fa42dc5ea058e75ff6315f8dd78d563ecc04f0f212e8",
+    "encoder_euler_paper_pre_pad_l4_b3t6h3c12f20_temb5": "c9c0d4772a7f12d2d2ed67b0713b7850fedeca606d2275014e0a4a26615a4db3",
 }

@@ -88,6 +88,17 @@ class OnnxEncoderStages(ODEEncoderStages):
     def concat(self, a, b):
         return a.body.op("Concat", a, b, axis=-1)
 
+    def constant(self, value, like):
+        return like.body.const(value)
+
+    def reshape(self, a, shape):
+        return a.body.op("Reshape", a, a.body.ints(*shape))
+
+    def seq_positions(self, x):
+        g = x.body
+        seq = g.op("Gather", g.op("Shape", x), g.const(1, np.int64), axis=0)
+        return g.op("Range", g.const(0, np.int64), seq, g.const(1, np.int64))
+
 
 def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.ModelProto:
     """The encoder stack for (config, params) as an onnx.ModelProto (float32, opset 17)."""

@@ -53,13 +53,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import sigmoid
 from .block import check_input
 from .encoder_config import EMA_FAMILIES, ODEEncoderConfig
-from .encoder_layer import EncoderStages
 from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_NORM, HISTORY_WEIGHT, HISTORY_WEIGHT_C,
                              PREDICTION_NORM, check_encoder_params, layer_prefix)
 from .rk import _combine
+from .temporal import TemporalStages
 from .tableaus import EULER, HEUN, RK2_GATED, RK3_KUTTA, RK3_RELEASED, RK4_CLASSIC, ButcherTableau
 
 FAMILY_TABLEAUS = {"euler": EULER, "rk2": HEUN, "rk3": RK3_KUTTA, "rk4": RK4_CLASSIC,
@@ -74,8 +73,10 @@ def block_tableau(config) -> ButcherTableau:
     return FAMILY_TABLEAUS[cfg.family]
 
 
-class ODEEncoderStages(EncoderStages):
-    """The block and the stack over the layer, written once; a port supplies sigmoid and concat."""
+class ODEEncoderStages(TemporalStages):
+    """The block and the stack over the layer (qkvflow's stack too: temporal.py), written once; a port
+    overrides the primitives its framework computes otherwise (encoder_layer.py's, concat, and
+    temporal.py's constant, reshape and seq_positions)."""
 
     def stage(self, params: dict, prefix: str, key_mask):
         """k(Y): the profile's stage value of the layer under prefix."""
@@ -120,7 +121,9 @@ class ODEEncoderStages(EncoderStages):
 
     def encoder(self, params: dict, x, padding_mask=None):
         """The stack: encoder_layers blocks (each followed by PCformer's corrector when set), then
-        the final layer_norm when pre-norm."""
+        the final layer_norm when pre-norm; qkvflow's time-dependent stack when time_embed_dim > 0."""
+        if self.config.temporal:
+            return self.temporal_stack(params, x, padding_mask)
         key_mask = self.key_mask(padding_mask)
         history = [x]
         for i in range(self.config.encoder_layers):
@@ -152,9 +155,6 @@ class ODEEncoderStages(EncoderStages):
         return total
 
     # ---- primitives of the learnt weights ----------------------------------------------------
-    def sigmoid(self, x):
-        return sigmoid(x)
-
     def concat(self, a, b):
         """[a; b] over the last axis: (batch, seq, C) twice -> (batch, seq, 2C)."""
         return self.xp.concatenate([a, b], axis=-1)

@@ -52,6 +52,20 @@ corrector (encoder.py writes both out):
     family's block. None (the default): the blocks alone, as the ODE Transformer stacks them.
     PCformer's NMT forward always runs its history and refuses a one-stage predictor; here an ema
     family runs without the corrector too, and euler (the plain layer) with it.
+
+Time-dependent weights (Tong et al., ICLR 2025, arXiv 2503.01329; SDML-KU/qkvflow's
+NeuralOdeTransformer): time_embed_dim > 0 makes the stack one block shared by every step, whose
+linear layers and norms take their weights from the time t (temporal.py):
+
+    z_{k+1} = z_k + h [Attn_t(LN_t z_k) + MLP_t(LN_t z_k)],   t = (k + 1) h,  h = 1 / encoder_layers
+
+then the final norm ln_f. encoder_layers counts its steps (the same weights run at any count),
+encoder_ffn_embed_dim is the MLP's width, time_embed_dim and sinusoidal_dim are qkvflow's
+time_embed_dim and sinusodial_dim. Its attention is causal (the released model is a GPT-2 language
+model) and its norms pre-norm, so it takes family "euler", profile "paper" and
+encoder_normalize_before=True, and none of the fields above; it drops (dropout) only after the
+attention and after the MLP, so attention_dropout and activation_dropout stay 0. sinusoidal_dim is checked always and
+read only with time_embed_dim > 0 (as rope_base is read with rotary positions only).
 """
 
 from __future__ import annotations
@@ -83,6 +97,10 @@ ALPHA_TYPES: tuple[str, ...] = ("scalar", "vector")
 # learnable one); any other value runs the constant RK weights (its forward's else branch)
 LEARNABLE_TYPES = {"ema": "ema", "gated": "learnable"}
 CORRECTOR = "rk_predicotor_multistep_corrector"  # PCformer's encoder_history_type, spelt as released
+# What qkvflow's block holds (time_embed_dim > 0): Euler steps, pre-norm, no successor's field
+TEMPORAL_HOLDS = {"family": "euler", "profile": "paper", "encoder_normalize_before": True, "macaron": False,
+                  "encoder_history_type": None,  # euler refuses alpha_type and layer_wise already
+                  "attention_dropout": 0.0, "activation_dropout": 0.0}  # its attention and MLP drop nothing inside
 RELEASED_FAMILIES: tuple[str, ...] = ("rk2", "rk3", "rk4", "rk2_gated", "rk2_weighted", *EMA_FAMILIES)  # the released forwards' formulas
 RELEASED_BUILDS: tuple[str, ...] = ("rk2_gated", "rk2_weighted", *EMA_FAMILIES)  # what the released constructors build
 
@@ -128,6 +146,8 @@ class ODEEncoderConfig:
     alpha_type: str = "scalar"  # an ema family's alpha: "scalar" or "vector" (one per channel)
     layer_wise: bool = False  # a scalar alpha per layer, not one for the stack
     encoder_history_type: str | None = None  # PCformer's corrector (CORRECTOR), or None
+    time_embed_dim: int = 0  # qkvflow's time-dependent weights: the embedding MLPs' width; 0: static weights
+    sinusoidal_dim: int = 16  # qkvflow's sinusodial_dim: e(t) holds t and this many sines and cosines (even)
     # training only, as released: the spec is evaluation, a port draws them anew at every stage
     dropout: float = 0.0  # after the attention and after fc2
     attention_dropout: float = 0.0  # on the attention weights
@@ -151,6 +171,7 @@ class ODEEncoderConfig:
         self._resolve_family()
         self._check_macaron()
         self._check_pcformer()
+        self._check_temporal()
         if self.profile not in PROFILES:
             raise ValueError(f"profile: expected one of {', '.join(map(repr, PROFILES))}; got {self.profile!r}")
         if self.profile == "released" and self.family not in RELEASED_FAMILIES:
@@ -193,6 +214,26 @@ class ODEEncoderConfig:
         if self.encoder_history_type not in (None, CORRECTOR):
             raise ValueError(f"encoder_history_type: expected None or {CORRECTOR!r} (PCformer's corrector, "
                              f"spelt as released); got {self.encoder_history_type!r}")
+
+    def _check_temporal(self) -> None:
+        """time_embed_dim >= 0 and sinusoidal_dim even and >= 2, always; with time_embed_dim > 0 the
+        stack is qkvflow's (module docstring), which takes the other fields at the values it holds."""
+        object.__setattr__(self, "time_embed_dim", _int_at_least("time_embed_dim", self.time_embed_dim, 0))
+        object.__setattr__(self, "sinusoidal_dim", _int_at_least("sinusoidal_dim", self.sinusoidal_dim, 2))
+        if self.sinusoidal_dim % 2:
+            raise ValueError(f"sinusoidal_dim: expected an even integer (qkvflow's SinusoidalPosEmb asserts it); "
+                             f"got {self.sinusoidal_dim}")
+        if not self.temporal:
+            return
+        for name, held in TEMPORAL_HOLDS.items():
+            if getattr(self, name) != held:
+                raise ValueError(f"{name}: qkvflow's time-dependent block (time_embed_dim={self.time_embed_dim}) takes "
+                                 f"{name}={held!r}; got {getattr(self, name)!r}")
+
+    @property
+    def temporal(self) -> bool:
+        """Whether the stack is qkvflow's, its weights functions of t (time_embed_dim > 0)."""
+        return self.time_embed_dim > 0
 
     @property
     def corrector(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import softmax
+from .attention import sigmoid, softmax
 from .encoder_config import ODEEncoderConfig
 from .norms import layer_norm
 
@@ -61,14 +61,18 @@ class EncoderStages:
     def self_attn(self, params: dict, prefix: str, x, key_mask):
         """Multi-head self-attention with the fused input projection: (batch, seq, C) -> the same."""
         qkv = self.linear(x, params[prefix + "in_proj_weight"], params[prefix + "in_proj_bias"])  # (b, t, 3C)
+        return self.linear(self.attend(qkv, key_mask), params[prefix + "out_proj.weight"], params[prefix + "out_proj.bias"])
+
+    def attend(self, qkv, key_mask):
+        """The heads' attention between the projections: qkv (batch, seq, 3C), thirds q, k, v, each
+        head's columns together -> the heads merged (batch, seq, C)."""
         q, k, v = self.split_qkv(qkv)  # (batch, seq, C) each
         q = q * self.config.scale  # after the bias, as released
         q, k, v = (self.split_heads(a) for a in (q, k, v))  # (batch, heads, seq, head_dim)
         k, v = self.cache_kv(k, v)  # decoding (ode_ref/lm_layer.py): every key so far; else as they are
         scores = self.fill_padded_keys(self.matmul(q, self.transpose_last(k)), key_mask)  # (b, h, seq_q, seq_k)
         weights = self.dropout(self.softmax(scores), self.config.attention_dropout)
-        y = self.merge_heads(self.matmul(weights, self.hold_padded_values(v, key_mask)))  # (batch, seq, C)
-        return self.linear(y, params[prefix + "out_proj.weight"], params[prefix + "out_proj.bias"])
+        return self.merge_heads(self.matmul(weights, self.hold_padded_values(v, key_mask)))  # (batch, seq, C)
 
     def ffn(self, params: dict, prefix: str, x):
         """fc2(dropout(relu(fc1(x)))): (batch, seq, C) -> (batch, seq, ffn_dim) -> (batch, seq, C)."""
@@ -121,6 +125,9 @@ class EncoderStages:
 
     def relu(self, x):
         return self.xp.maximum(x, 0)  # 0: x's dtype
+
+    def sigmoid(self, x):
+        return sigmoid(x)
 
     def matmul(self, a, b):
         return a @ b

@@ -24,6 +24,18 @@ under both norm placements; history.weight and the prediction norms are read pre
     history.layer_norms.N.weight / .bias (C,)                   the corrector's norm after layer N
     history.rouge_predictions_norm.N.weight / .bias (C,)        the prediction's norm
 
+qkvflow's time-dependent stack (time_embed_dim > 0; temporal.py) has no layers.N: one block, under
+its released module paths (T = time_embed_dim, S = 2 sinusoidal_dim + 1, in x out each linear's):
+    block.P.lin1.weight (T, S), .lin1.bias (T,), .lin2.weight (T, T), .lin2.bias (T,)   P's time MLP, for every P
+    block.P.f_W.weight (in out, T), .f_W.bias (in out,), block.P.f_b (T, out)          P a linear: attn.c_attn
+                                         (C -> 3C), attn.c_proj (C -> C), mlp.c_fc (C -> FF), mlp.c_proj (FF -> C)
+    block.P.f_weight (C, T), block.P.f_bias (C, T)                                     P a norm: attn_ln, mlp_ln
+    ln_f.weight / .bias (C,)                                                           the final norm
+The names are the released modules' paths; the arrays are odeattn's flat layout: haliax holds each
+with named axes (f_W's weight (T, in, out) in the haliax of qkvflow's time, c_attn's out itself
+(3, heads, head_dim)), which flatten to these in that axis order (f_W's weight then transposed).
+Released init: f_weight, f_bias 0 (each norm starts as LayerNorm's identity), f_b 1e-4 N(0, 1).
+
 The embedding's keys (embed_tokens.*, embed_positions.*, version) are not the stack's
 (stack_params keeps them out).
 """
@@ -39,6 +51,35 @@ HISTORY_WEIGHT, HISTORY_WEIGHT_C = "history.weight", "history.weight_c"
 HISTORY_NORM, PREDICTION_NORM = "history.layer_norms.", "history.rouge_predictions_norm."
 FINAL_NORM = "layer_norm."
 EMBEDDING_PREFIXES = ("embed_tokens.", "embed_positions.", "layernorm_embedding.", "version")
+
+
+TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM = "block.", "ln_f."
+TEMPORAL_NORMS = ("attn_ln.", "mlp_ln.")
+TEMPORAL_ZERO, TEMPORAL_SMALL = ("f_weight", "f_bias"), "f_b"  # the leaves whose released init is 0, 1e-4 N(0, 1)
+
+
+def temporal_linears(config) -> dict[str, tuple[int, int]]:
+    """qkvflow's temporal linear layers under block., each with its (in, out) widths."""
+    cfg = ODEEncoderConfig.from_any(config)
+    c, ff = cfg.encoder_embed_dim, cfg.encoder_ffn_embed_dim
+    return {"attn.c_attn.": (c, 3 * c), "attn.c_proj.": (c, c), "mlp.c_fc.": (c, ff), "mlp.c_proj.": (ff, c)}
+
+
+def _temporal_shapes(cfg: ODEEncoderConfig) -> dict:
+    """The time-dependent stack's parameters (module docstring), in the released Block's field order."""
+    c, te, s = cfg.encoder_embed_dim, cfg.time_embed_dim, 2 * cfg.sinusoidal_dim + 1
+    mlp = lambda p: {p + "lin1.weight": (te, s), p + "lin1.bias": (te,), p + "lin2.weight": (te, te), p + "lin2.bias": (te,)}  # noqa: E731
+    linear = lambda p, n_in, n_out: {**mlp(p), p + "f_W.weight": (n_in * n_out, te), p + "f_W.bias": (n_in * n_out,),  # noqa: E731
+                                     p + "f_b": (te, n_out)}
+    norm = lambda p: {**mlp(p), p + "f_weight": (c, te), p + "f_bias": (c, te)}  # noqa: E731
+    shapes = {}
+    for ln, sublayer in zip(TEMPORAL_NORMS, ("attn.", "mlp.")):
+        shapes.update(norm(TEMPORAL_BLOCK + ln))
+        for p, (n_in, n_out) in temporal_linears(cfg).items():
+            if p.startswith(sublayer):
+                shapes.update(linear(TEMPORAL_BLOCK + p, n_in, n_out))
+    shapes[TEMPORAL_FINAL_NORM + "weight"], shapes[TEMPORAL_FINAL_NORM + "bias"] = (c,), (c,)
+    return shapes
 
 
 def layer_prefix(i: int) -> str:
@@ -62,6 +103,8 @@ def _layer_shapes(c: int, ff: int, macaron: bool) -> dict:
 def encoder_param_shapes(config) -> dict[str, tuple[int, ...]]:
     """Every parameter name of the stack with its shape: the layers in order, then the stack's own."""
     cfg = ODEEncoderConfig.from_any(config)
+    if cfg.temporal:
+        return _temporal_shapes(cfg)
     c = cfg.encoder_embed_dim
     shapes = {layer_prefix(i) + name: shape for i in range(cfg.encoder_layers)
               for name, shape in _layer_shapes(c, cfg.encoder_ffn_embed_dim, cfg.macaron).items()}
@@ -95,8 +138,10 @@ def _xavier(rng, shape):
 def init_encoder_params(config, seed: int = 0, *, perturb: bool = False, dtype=np.float64) -> dict:
     """Deterministic parameters (NumPy's PCG64 seeded with `seed`, drawn in name order), the
     released init: every weight matrix Xavier-uniform, every bias 0, the LayerNorms weight 1 and
-    bias 0, alpha 1 (an ema family's 1/2), the corrector's weights their row means. With perturb=True
-    each bias, norm parameter and alpha, and each corrector weight read (the lower triangle), gets
+    bias 0, alpha 1 (an ema family's 1/2), the corrector's weights their row means, a time-dependent
+    stack's f_weight and f_bias 0 and f_b 1e-4 N(0, 1) as released (its other matrices Xavier-uniform
+    here, where qkvflow draws haliax's normal init). With perturb=True each bias, norm parameter
+    and alpha, f_weight, f_bias, f_b, and each corrector weight read (the lower triangle), gets
     U(-0.5, 0.5) added, so that a test or a golden case exercises them (a zero bias would let a
     port that drops it pass)."""
     cfg = ODEEncoderConfig.from_any(config)
@@ -107,6 +152,10 @@ def init_encoder_params(config, seed: int = 0, *, perturb: bool = False, dtype=n
             value = lower_mean(shape[0])
             if perturb:
                 value = value + np.tril(rng.uniform(-0.5, 0.5, size=shape))
+        elif temporal_init(name):
+            value = 1e-4 * rng.standard_normal(shape) if temporal_init(name) == "small" else np.zeros(shape)
+            if perturb:
+                value = value + rng.uniform(-0.5, 0.5, size=shape)
         elif len(shape) == 2 and name != ALPHA:
             value = _xavier(rng, shape)
         else:
@@ -116,6 +165,21 @@ def init_encoder_params(config, seed: int = 0, *, perturb: bool = False, dtype=n
                 value = value + rng.uniform(-0.5, 0.5, size=shape)
         params[name] = np.asarray(value, dtype=dtype)
     return params
+
+
+def _deciding(cfg: ODEEncoderConfig) -> str:
+    """The fields that decide the stack's parameter names, as a refusal names them."""
+    if cfg.temporal:
+        return f"time_embed_dim={cfg.time_embed_dim} (qkvflow's stack: one block at any encoder_layers)"
+    return (f"encoder_layers={cfg.encoder_layers}, encoder_normalize_before={cfg.encoder_normalize_before}, "
+            f"family={cfg.family!r}, macaron={cfg.macaron}, encoder_history_type={cfg.encoder_history_type!r}")
+
+
+def temporal_init(name: str):
+    """The released init of a time-dependent stack's f_weight, f_bias ('zeros': each norm starts as
+    LayerNorm's identity) and f_b ('small': 1e-4 N(0, 1)); None for any other name (the stack's rule)."""
+    leaf = name.rpartition(".")[2]
+    return "zeros" if leaf in TEMPORAL_ZERO else "small" if leaf == TEMPORAL_SMALL else None
 
 
 def check_encoder_params(params, config) -> None:
@@ -134,15 +198,15 @@ def check_encoder_params(params, config) -> None:
     extra = sorted(k for k in params if k not in expected)
     if missing or extra:
         raise ValueError(
-            f"params: for encoder_layers={cfg.encoder_layers}, encoder_normalize_before={cfg.encoder_normalize_before}, "
-            f"family={cfg.family!r}, macaron={cfg.macaron}, encoder_history_type={cfg.encoder_history_type!r} expected exactly the {len(expected)} names of encoder_param_shapes; "
+            f"params: for {_deciding(cfg)} expected exactly the {len(expected)} names of encoder_param_shapes; "
             f"missing {missing[:6]}{' ...' if len(missing) > 6 else ''}, unexpected {extra[:6]}{' ...' if len(extra) > 6 else ''}")
     for name, shape in expected.items():
         value = params[name]
         if not hasattr(value, "dtype"):
             raise ValueError(f"params[{name!r}]: expected an array; got {type(value).__name__}")
         if tuple(np.shape(value)) != shape:
-            raise ValueError(f"params[{name!r}]: expected shape {shape}; got {tuple(np.shape(value))}")
+            sizes = (f" (time_embed_dim={cfg.time_embed_dim}, sinusoidal_dim={cfg.sinusoidal_dim})" if cfg.temporal else "")
+            raise ValueError(f"params[{name!r}]: expected shape {shape}{sizes}; got {tuple(np.shape(value))}")
         try:
             dtype = np.dtype(value.dtype)  # NumPy's and JAX's arrays (traced ones too)
         except TypeError:

@@ -9,7 +9,8 @@ variables['params'] holds one leaf per released state_dict key ('layers.0.self_a
 ..., ode_ref/encoder_params.py), in the released layout (a weight is (out, in), not a Dense
 kernel), so from_state_dict and to_state_dict only check and copy. Their init is the released
 one: weight matrices Xavier-uniform, biases 0, the LayerNorms 1 and 0, alpha 1 (an ema family's
-1/2), the corrector's weights their row means. The forward,
+1/2), the corrector's weights their row means, a time-dependent stack's f_weight and f_bias 0 and
+f_b 1e-4 N(0, 1) (its other matrices Xavier-uniform, where qkvflow draws haliax's normal init). The forward,
 its checks and its dropout (a key of its own at every call, so every stage evaluation draws its
 own masks) are the JAX port's.
 """
@@ -26,7 +27,7 @@ import numpy as np
 from ode_ref.block import check_flag
 from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
 from ode_ref.encoder_params import (ALPHA, HISTORY_WEIGHT, HISTORY_WEIGHT_C, check_encoder_params, encoder_param_shapes,
-                                    lower_mean)
+                                    lower_mean, temporal_init)
 
 from ..jax import block as jax_block
 from ..jax import encoder as jax_encoder
@@ -39,6 +40,8 @@ def _init(name: str, shape: tuple, cfg: ODEEncoderConfig):
         return lambda key, shape, dtype: jnp.asarray(lower_mean(shape[0]), dtype)  # row means: no draw
     if name == ALPHA:
         return nn.initializers.constant(0.5 if cfg.family in EMA_FAMILIES else 1.0)
+    if temporal_init(name):  # a time-dependent stack's f_weight, f_bias, f_b
+        return nn.initializers.zeros if temporal_init(name) == "zeros" else nn.initializers.normal(1e-4)
     if len(shape) == 2:
         return nn.initializers.xavier_uniform()
     return nn.initializers.ones if name.endswith("weight") else nn.initializers.zeros

@@ -23,7 +23,8 @@ from torch import nn
 
 from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
-from ode_ref.encoder_params import ALPHA, check_encoder_params, encoder_param_shapes, lower_mean, stack_params
+from ode_ref.encoder_params import (ALPHA, TEMPORAL_FINAL_NORM, check_encoder_params, encoder_param_shapes, lower_mean,
+                                    stack_params, temporal_init)
 
 from .params import params_to_state_dict
 from .xp import namespace
@@ -53,6 +54,12 @@ class TorchEncoderStages(ODEEncoderStages):
 
     def sigmoid(self, x):
         return torch.sigmoid(x)
+
+    def constant(self, value, like):
+        return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+    def seq_positions(self, x):
+        return torch.arange(x.shape[1], device=x.device)
 
 
 def _xavier_linear(n_in: int, n_out: int) -> nn.Linear:
@@ -108,16 +115,44 @@ class CorrectorHistory(nn.Module):
         self.rouge_predictions_norm = nn.ModuleList([nn.LayerNorm(c, eps=1e-5) for _ in range(layers)])
 
 
+def _temporal_init(name: str, shape: tuple) -> torch.Tensor:
+    """A time-dependent stack's parameter: f_weight, f_bias and f_b as released (encoder_params.temporal_init),
+    the other matrices Xavier-uniform (qkvflow draws haliax's normal init), biases 0, ln_f's weight 1."""
+    kind = temporal_init(name)
+    if kind == "small":
+        return 1e-4 * torch.randn(shape)
+    if kind == "zeros" or len(shape) == 1:
+        return torch.ones(shape) if name == TEMPORAL_FINAL_NORM + "weight" else torch.zeros(shape)
+    return nn.init.xavier_uniform_(torch.empty(shape))
+
+
+def _add_parameters(module: nn.Module, shapes: dict, init) -> None:
+    """module's parameters under dotted names (block.attn.c_attn.f_W.weight), each a submodule's
+    path, so that the state_dict's keys are the names."""
+    for name, shape in shapes.items():
+        *path, leaf = name.split(".")
+        node = module
+        for part in path:
+            if not hasattr(node, part):
+                node.add_module(part, nn.Module())
+            node = getattr(node, part)
+        node.register_parameter(leaf, nn.Parameter(init(name, shape)))
+
+
 class ODEEncoder(nn.Module):
     """The stack: layers.0 .. layers.N-1, layer_norm (pre-norm), gate_linear (rk2_gated), alpha
     (rk2_weighted; an ema family's), history (PCformer's corrector), with the released init
-    (Xavier-uniform weights, zero biases, alpha 1, an ema family's 1/2)."""
+    (Xavier-uniform weights, zero biases, alpha 1, an ema family's 1/2); or qkvflow's block and
+    ln_f (time_embed_dim > 0)."""
 
     def __init__(self, config):
         super().__init__()
         cfg = ODEEncoderConfig.from_any(config)
         self.config, self.stages = cfg, TorchEncoderStages(cfg)
         c = cfg.encoder_embed_dim
+        if cfg.temporal:  # qkvflow's: one block, its keys the released module paths
+            _add_parameters(self, encoder_param_shapes(cfg), _temporal_init)
+            return
         self.layers = nn.ModuleList([ODEEncoderLayer(cfg) for _ in range(cfg.encoder_layers)])
         if cfg.encoder_normalize_before:
             self.layer_norm = nn.LayerNorm(c, eps=1e-5)

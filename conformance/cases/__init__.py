@@ -20,7 +20,7 @@ import numpy as np
 import ode_ref as R
 
 from .decoding import decode_loop, run_decode, split_decoded  # noqa: F401 (re-exported: the adapters and tests take them from here)
-from .encoder_cases import ENCODER_ROWS, SUCCESSOR_ROWS, encoder_inputs, row_name as encoder_row_name
+from .encoder_cases import ENCODER_ROWS, SUCCESSOR_ROWS, TEMPORAL_ROWS, encoder_inputs, row_name as encoder_row_name
 from .lm_cases import LM_ROWS, lm_inputs
 from ode_ref.precision import HALF_DTYPES
 
@@ -361,19 +361,19 @@ def with_half(case: Case, dtypes=HALF_DTYPES) -> Case:
 
 def case_count() -> int:
     """How many cases build_all builds, without building them (a progress bar's total)."""
-    return len(_unique(case_specs() + appended_specs())) + len(ENCODER_ROWS) + len(LM_ROWS) + len(SUCCESSOR_ROWS)
+    return len(_unique(case_specs() + appended_specs())) + len(ENCODER_ROWS) + len(LM_ROWS) + len(SUCCESSOR_ROWS) + len(TEMPORAL_ROWS)
 
 
 @functools.lru_cache(maxsize=None)
 def build_all() -> tuple[Case, ...]:
     """Every case, built from the spec (kept in memory for the session): the table's, the encoder
     cases, the appended ones (appended_specs), the language model's (lm_cases.py), then the encoder's
-    successors (encoder_cases.SUCCESSOR_ROWS)."""
+    successors (encoder_cases.SUCCESSOR_ROWS, then TEMPORAL_ROWS)."""
     table = case_specs()
     appended = _unique(table + appended_specs())[len(table):]
     return (tuple(build_case(s) for s in table) + tuple(with_half(build_encoder_case(r)) for r in ENCODER_ROWS)
             + tuple(build_case(s) for s in appended) + tuple(with_half(build_lm_case(r)) for r in LM_ROWS)
-            + tuple(with_half(build_encoder_case(r)) for r in SUCCESSOR_ROWS))
+            + tuple(with_half(build_encoder_case(r)) for r in SUCCESSOR_ROWS + TEMPORAL_ROWS))
 
 
 def build_encoder_case(row) -> Case:

@@ -55,7 +55,16 @@ SUCCESSOR_ROWS = [
     ("rk2_ema", "released", True, True, 2, (2, 5, 2, 8, 12), {"alpha_type": "vector", "encoder_history_type": _C, "macaron": True}),
     ("rk2_gated", "released", False, False, 2, (1, 4, 1, 6, 10), {"encoder_history_type": _C}),
 ]
-_TAGS = {"macaron": "macaron", "macaron_profile": "macaron{}", "encoder_history_type": "corrector", "layer_wise": "layerwise",
+# qkvflow's time-dependent weights (ode_ref/temporal.py): Euler steps of one shared block, pre-norm,
+# causal; layers is the step count. Built after the successors. Frozen: append only.
+_HOLDS = ("euler", "paper", True)
+TEMPORAL_ROWS = [
+    (*_HOLDS, True, 3, (2, 5, 2, 8, 12), {"time_embed_dim": 4, "sinusoidal_dim": 2}),
+    (*_HOLDS, False, 1, (1, 4, 1, 6, 10), {"time_embed_dim": 3, "sinusoidal_dim": 4}),
+    (*_HOLDS, True, 4, (3, 6, 3, 12, 20), {"time_embed_dim": 5}),
+]
+_TAGS = {"time_embed_dim": "temb{}", "sinusoidal_dim": "sin{}",
+         "macaron": "macaron", "macaron_profile": "macaron{}", "encoder_history_type": "corrector", "layer_wise": "layerwise",
          "alpha_type": "alpha{}"}
 
 

@@ -4,8 +4,11 @@ config's, that mutants.py patches in (its MUTANTS name them)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ode_ref.encoder import ODEEncoderStages
-from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT
+from ode_ref.encoder_params import GATE_BIAS, GATE_WEIGHT, TEMPORAL_BLOCK, temporal_linears
+from ode_ref.temporal import EMBED_SCALE, MAX_PERIOD
 
 
 def _gate_stages_swapped(self, params, ks, i=0):
@@ -49,3 +52,22 @@ def _macaron_second_half_dropped(self):
 
 
 _SPEC_STAGE_WEIGHTS = ODEEncoderStages.stage_weights
+
+
+def _t_at_step_start(steps):
+    return [k / steps for k in range(steps)]  # bug: t = k h, the step's start (qkvflow evaluates at its end, (k + 1) h)
+
+
+def _embedding_with_2pi(t, dim):
+    w = 2 * np.pi * np.exp(-np.log(MAX_PERIOD) * np.arange(dim) / dim)  # bug: 2 pi in the angle (qkvflow's fixed embedding has none)
+    angles = (t * EMBED_SCALE) * w
+    return np.concatenate([[t], np.sin(angles), np.cos(angles)])
+
+
+def _weight_as_out_in(self, params, name, x, e):
+    prefix = TEMPORAL_BLOCK + name
+    n_in, n_out = temporal_linears(self.config)[name]
+    tau = self.time_features(params, prefix, e)
+    w = self.linear(tau, params[prefix + "f_W.weight"], params[prefix + "f_W.bias"])
+    w = self.transpose_last(self.reshape(w, (n_out, n_in)))  # bug: f_W's rows read as (out, in), torch's Linear layout
+    return self.matmul(x, w) + self.matmul(tau, params[prefix + "f_b"])

@@ -32,6 +32,7 @@ from ode_ref import multistep as MS
 from ode_ref import norms as N
 from ode_ref import positions as P
 from ode_ref import rk as RK
+from ode_ref import temporal as T
 from ode_ref.encoder import ODEEncoderStages
 from ode_ref.encoder_layer import EncoderStages
 from ode_ref.tableaus import TABLEAUS, ButcherTableau
@@ -39,8 +40,9 @@ from ode_ref.tableaus import TABLEAUS, ButcherTableau
 from ode_ref.precision import HALF_DTYPES, MixedPrecision
 
 from . import policy_mutants as PM
-from .encoder_mutants import (_ema_power_off_by_one, _ffn_bias_dropped, _gate_stages_swapped, _history_weights_transposed,
-                              _macaron_second_half_dropped, _post_norm_applied_pre, _released_residual_in_paper)
+from .encoder_mutants import (_ema_power_off_by_one, _embedding_with_2pi, _ffn_bias_dropped, _gate_stages_swapped,
+                              _history_weights_transposed, _macaron_second_half_dropped, _post_norm_applied_pre,
+                              _released_residual_in_paper, _t_at_step_start, _weight_as_out_in)
 from ..adapters import SpecAdapter
 from ..cases.fields import CONFIGS as FIELD_CONFIGS, ignoring, mutant_name, proven
 from ..adapters import BackendRef
@@ -392,6 +394,12 @@ MUTANTS = [
            patch=lambda: [(ODEEncoderStages, "history_sum", _history_weights_transposed)]),
     Mutant("macaron_second_half_dropped", "Macaron layer", "the paper's second FFN added whole, not halved",
            patch=lambda: [(R.ODEEncoderConfig, "ffn_factors", property(_macaron_second_half_dropped))]),
+    Mutant("temporal_t_at_step_start", "time-dependent weights", "the weights at t = k h, the step's start, not (k + 1) h",
+           patch=lambda: [(T, "step_times", _t_at_step_start)]),
+    Mutant("temporal_embedding_2pi", "time-dependent weights", "e(t)'s angles 2 pi 1000 t w_i, not 1000 t w_i",
+           patch=lambda: [(T, "time_embedding", _embedding_with_2pi)]),
+    Mutant("temporal_weight_out_in", "time-dependent weights", "W(t) read as (out, in) and transposed, not (in, out)",
+           patch=lambda: [(T.TemporalStages, "temporal_linear", _weight_as_out_in)]),
     Mutant("hope_relative", "hope", "k mapped at -j (as RoPE's inverse): the score made relative, i - j", stage=_HopeRelative),
     Mutant("pape_normed_state", "PaPE", "coefficients from the normed state h, not the raw z", stage=_PapeNormedState),
     Mutant("bam_alpha_on_key", "BAM", "alpha on the key index: abs(i - alpha j - mu)", stage=_BamAlphaOnKey),

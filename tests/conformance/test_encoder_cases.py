@@ -5,7 +5,7 @@ one loaded with its kind."""
 import itertools
 
 import ode_ref as R
-from odeattn.conformance.cases.encoder_cases import (ENCODER_ROWS, FACTORS, FAMILY_PROFILES, SUCCESSOR_ROWS, covered_pairs,
+from odeattn.conformance.cases.encoder_cases import (ENCODER_ROWS, FACTORS, FAMILY_PROFILES, SUCCESSOR_ROWS, TEMPORAL_ROWS, covered_pairs,
                                                      encoder_inputs, row_name)
 from odeattn.conformance.golden import load_cases
 
@@ -38,10 +38,21 @@ def test_the_successor_rows_set_each_new_value_beside_both_norms_and_paddings():
     assert len({row_name(r) for r in ENCODER_ROWS + SUCCESSOR_ROWS}) == len(ENCODER_ROWS) + len(SUCCESSOR_ROWS)
 
 
+def test_the_temporal_rows_step_at_several_counts_padded_and_not():
+    """qkvflow's stack at one and several steps, padded and not, its two fields each off their
+    defaults, and no name shared with another row."""
+    configs = [(encoder_inputs(r, 0, 0)[0], r) for r in TEMPORAL_ROWS]
+    assert all(c.temporal for c, _ in configs) and {r[3] for _, r in configs} == {True, False}
+    assert 1 in {c.encoder_layers for c, _ in configs} and max(c.encoder_layers for c, _ in configs) >= 3
+    assert len({c.sinusoidal_dim for c, _ in configs}) == 3
+    names = {row_name(r) for r in ENCODER_ROWS + SUCCESSOR_ROWS + TEMPORAL_ROWS}
+    assert len(names) == len(ENCODER_ROWS) + len(SUCCESSOR_ROWS) + len(TEMPORAL_ROWS)
+
+
 def test_the_golden_encoder_cases_load_with_their_config():
-    cases = [c for c in load_cases() if c.kind.name == "encoder"]
-    assert [c.name for c in cases] == [row_name(r) for r in ENCODER_ROWS + SUCCESSOR_ROWS]
-    for case, row in zip(cases, ENCODER_ROWS + SUCCESSOR_ROWS):
+    cases, rows = [c for c in load_cases() if c.kind.name == "encoder"], ENCODER_ROWS + SUCCESSOR_ROWS + TEMPORAL_ROWS
+    assert [c.name for c in cases] == [row_name(r) for r in rows]
+    for case, row in zip(cases, rows):
         assert isinstance(case.config, R.ODEEncoderConfig) and case.config.family == row[0]
         assert list(case.quantities()) == ["z"] and set(case.e32) == {"z"}
         assert (case.padding_mask is not None) == row[3] and case.kind.name != "block"

@@ -10,7 +10,7 @@ import pytest
 import ode_ref as R
 from odeattn.conformance import golden, seal
 from odeattn.conformance.cases import TIER_CASES, appended_specs, build_all, case_specs
-from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, SUCCESSOR_ROWS, row_name
+from odeattn.conformance.cases.encoder_cases import ENCODER_ROWS, SUCCESSOR_ROWS, TEMPORAL_ROWS, row_name
 from odeattn.conformance.cases.lm_cases import LM_ROWS
 from odeattn.conformance.cases.tolerance import relative_error, tolerance
 from odeattn.conformance.mutation import planted
@@ -60,7 +60,7 @@ def test_manifest_describes_every_case_and_nothing_twice():
     manifest = golden.read_manifest()
     encoders = [row_name(r) for r in ENCODER_ROWS]
     assert [e["name"] for e in manifest["cases"]] == ([s.name for s in case_specs()] + encoders + [s.name for s in appended_specs()]
-                                                      + [row[0] for row in LM_ROWS] + [row_name(r) for r in SUCCESSOR_ROWS])
+                                                      + [row[0] for row in LM_ROWS] + [row_name(r) for r in SUCCESSOR_ROWS + TEMPORAL_ROWS])
     assert sum(p.stat().st_size for p in golden.GOLDEN_DIR.iterdir()) < 4e6  # small enough for a repository
     for e in manifest["cases"]:
         if e.get("encoder"):
@@ -194,7 +194,7 @@ def test_a_team_set_is_not_sealed_but_validated(copy, monkeypatch):
     (lambda m: m["cases"][1].pop("sha256"), "$.cases[1]: 'sha256' is a required property"),
     (lambda m: m["cases"][0].update(file="../outside.safetensors"), "$.cases[0].file: '../outside.safetensors' does not match"),
     (lambda m: m["cases"][4].update(shape=[2, "5", 8]), "$.cases[4].shape[1]: '5' is not of type 'integer'"),
-    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[186].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
+    (lambda m: m["cases"].append(dict(m["cases"][0])), "$.cases[189].name: 'block_derf_euler_encoder_float_nopad_s1_b2t5h2d8' is listed twice"),
     (lambda m: m["cases"][0]["config"].update(ode_solver="rk5"), "$.cases[0].config: ode_solver: expected one of"),
     (lambda m: m["cases"][0]["config"].update(ode_steps=2), "$.cases[0].e32: expected the quantities f0, step_1, step_2"),
     (lambda m: m["cases"][93].update(decoded=9), "$.cases[93].decoded: expected fewer than seq = 6 tokens"),

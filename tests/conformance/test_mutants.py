@@ -65,11 +65,11 @@ def test_each_mutant_names_the_smallest_dtype_that_kills_it(rows):
 def test_where_a_mutant_is_caught_first(rows):
     """A bug in f shows at f0 (one evaluation); a bug in the solver (the gate too) only from the
     first step on (Adams-Bashforth's from its first step after the start); a trajectory out of order at its first state, z(0); a bug in the cache only at
-    the first decoded token; a bug in the encoder at its one quantity, z."""
+    the first decoded token; a bug in the encoder (qkvflow's stack too) at its one quantity, z."""
     first = {r["mutant"]: r["first_divergence"] for r in rows}
     where = {"tableau": "step_1", "gated RK2": "step_1", "step times": "step_1", "trajectory": "step_0", "cache": "decode_1",
              "encoder block": "z", "encoder layer": "z", "PCformer predictor": "z", "PCformer corrector": "z", "Macaron layer": "z",
-             "Adams-Bashforth": "step_2", "momentum": "step_1"}  # ab2's first step is its starter's, Heun's
+             "time-dependent weights": "z", "Adams-Bashforth": "step_2", "momentum": "step_1"}  # ab2's first step is its starter's, Heun's
     for m in MUTANTS:
         if m.ignores:  # a field ignored: wherever the field enters (the per-field table names it)
             continue

@@ -39,6 +39,21 @@ def test_onnxruntime_equals_the_spec(family, profile):
     assert relative_error(got, want) <= tolerance(ENCODER.float32_errors(cfg, params, x, mask, {"z": want})["z"], "float32")
 
 
+def test_the_time_dependent_stack_in_onnxruntime_equals_the_spec():
+    """qkvflow's stack: e(t) a constant per step, the causal mask from the input's length (Range)."""
+    cfg = R.ODEEncoderConfig(C, H, FF, encoder_layers=3, encoder_normalize_before=True, time_embed_dim=4, sinusoidal_dim=2)
+    params = R.init_encoder_params(cfg, 0, perturb=True)
+    model = export_encoder_model(cfg, params)
+    session = runtime.session(model)
+    for seq in (5, 9):  # one file, any length
+        x = np.random.default_rng(seq).normal(size=(2, seq, C))
+        mask = np.ones((2, seq), bool)
+        mask[1, 3:] = False
+        want = R.ode_encoder(params, x, cfg, mask)
+        got = run_encoder_model(model, session, x.astype(np.float32), mask)
+        assert relative_error(got, want) <= tolerance(ENCODER.float32_errors(cfg, params, x, mask, {"z": want})["z"], "float32")
+
+
 def test_the_reference_evaluator_and_a_model_without_a_mask():
     cfg, params, x, _ = inputs("rk2_weighted", "released", pre=True)
     model = export_encoder_model(cfg, params, padding_mask=False)

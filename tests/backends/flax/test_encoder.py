@@ -32,6 +32,18 @@ def test_the_forward_equals_the_spec_in_float64_under_jit():
     assert relative_error(z, R.ode_encoder(params, x, CFG, mask)) < 1e-12
 
 
+def test_the_time_dependent_stack_s_init_and_forward():
+    """qkvflow's stack: f_weight and f_bias 0, f_b 1e-4 N(0, 1), matrices Xavier; the forward the spec's."""
+    cfg = R.ODEEncoderConfig(8, 2, 12, encoder_layers=2, encoder_normalize_before=True, time_embed_dim=4, sinusoidal_dim=2)
+    params, x, mask = inputs(cfg)
+    with jax.enable_x64(True):
+        init = ODEEncoder(config=cfg, param_dtype=jnp.float64).init(jax.random.key(0), x, mask)["params"]
+        z = np.asarray(ODEEncoder(config=cfg).apply(from_state_dict(cfg, params), x, mask))
+    assert list(init) == list(R.encoder_param_shapes(cfg))
+    assert not np.asarray(init["block.attn_ln.f_weight"]).any() and 0 < np.abs(init["block.mlp.c_proj.f_b"]).max() < 1e-3
+    assert relative_error(z, R.ode_encoder(params, x, cfg, mask)) < 1e-12
+
+
 def test_init_holds_the_released_keys_and_init():
     cfg = R.ODEEncoderConfig(64, 4, 256, family="rk2_weighted")
     variables = ODEEncoder(config=cfg).init(jax.random.PRNGKey(0), jnp.ones((1, 3, 64)))

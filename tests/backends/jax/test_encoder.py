@@ -51,6 +51,14 @@ def test_equal_to_the_spec(family, profile, x64):
     assert relative_error(got32, want) <= tolerance(ENCODER.float32_errors(cfg, params, x, mask, {"z": want})["z"], "float32")
 
 
+def test_the_time_dependent_stack_equals_the_spec(x64):
+    """qkvflow's stack (ode_ref/temporal.py): the same stages over jax.numpy, float64 (its float32 is
+    the conformance cases')."""
+    cfg = config("euler", pre=True, layers=3, time_embed_dim=4, sinusoidal_dim=2)
+    params, x, mask = inputs(cfg)
+    assert relative_error(np.asarray(J.ode_encoder(params, x, cfg, mask)), R.ode_encoder(params, x, cfg, mask)) < 1e-12
+
+
 @pytest.mark.parametrize("family, profile, pre", [("rk2_gated", "paper", True), ("rk3", "released", False)])
 def test_grad_against_central_differences_of_the_spec(family, profile, pre, x64):
     """jax.grad of <z_bar, ode_encoder> along a random direction of x and every parameter against

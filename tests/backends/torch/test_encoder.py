@@ -37,10 +37,11 @@ def run(cfg, params, x, mask, dtype):
 
 
 SUCCESSORS = [(r[0], r[1], r[2], r[6]) for r in SUCCESSOR_ROWS]
+TEMPORAL = {"time_embed_dim": 4, "sinusoidal_dim": 2}  # qkvflow's stack (ode_ref/temporal.py)
 
 
 @pytest.mark.parametrize("family, profile, pre, more", [(f, p, pre, {}) for f, p in FAMILY_PROFILES for pre in (False, True)]
-                         + SUCCESSORS)
+                         + SUCCESSORS + [("euler", "paper", True, TEMPORAL)])
 def test_equal_to_the_spec(family, profile, pre, more):
     cfg = config(family, profile, pre, **more)
     params, x, mask = inputs(cfg)
@@ -150,6 +151,22 @@ def test_init_is_the_released_one():
         assert w[0].tolist() == [1.0, 0.0, 0.0] and w[1].tolist() == [0.5, 0.5, 0.0] and torch.equal(w[2], torch.full((3,), 1 / 3))
 
 
+def test_the_time_dependent_stack_holds_the_released_paths_and_init():
+    """qkvflow's stack: one block under the released module paths, no layers; f_weight and f_bias 0
+    (each norm LayerNorm's identity at init), f_b 1e-4 N(0, 1), ln_f 1 and 0; a state_dict in those
+    keys loads strict."""
+    torch.manual_seed(0)
+    cfg = config("euler", pre=True, **TEMPORAL)
+    encoder = ODEEncoder(cfg)
+    state = encoder.state_dict()
+    assert set(state) == set(R.encoder_param_shapes(cfg)) and not hasattr(encoder, "layers")
+    assert not state["block.mlp_ln.f_weight"].any() and not state["block.attn_ln.f_bias"].any()
+    assert 0 < float(state["block.mlp.c_fc.f_b"].abs().max()) < 1e-3 and torch.equal(state["ln_f.weight"], torch.ones(C))
+    params = R.init_encoder_params(cfg, 3, perturb=True)
+    load_encoder_params(encoder, params)
+    assert torch.equal(encoder.block.attn.c_attn.f_W.weight, torch.as_tensor(params["block.attn.c_attn.f_W.weight"], dtype=torch.float32))
+
+
 def test_dropout_is_drawn_at_every_stage_evaluation():
     """rk4 with two layers calls each layer 4 times; each call draws its own masks: a layer's four
     dropouts (attention weights, after attention, after the ReLU, after fc2) make 32 draws."""
@@ -175,15 +192,16 @@ def test_dropout_is_drawn_at_every_stage_evaluation():
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("family, profile, pre", [("rk2_gated", "paper", False), ("rk3", "released", True),
-                                                  ("rk2_weighted", "released", False), ("rk4", "paper", True)])
-def test_autograd_against_central_differences_of_the_spec(family, profile, pre):
+@pytest.mark.parametrize("family, profile, pre, more", [("rk2_gated", "paper", False, {}), ("rk3", "released", True, {}),
+                                                        ("rk2_weighted", "released", False, {}), ("rk4", "paper", True, {}),
+                                                        ("euler", "paper", True, TEMPORAL)])
+def test_autograd_against_central_differences_of_the_spec(family, profile, pre, more):
     """The directional derivative of <z_bar, encoder(x; params)> along a random direction of x and
     every parameter: autograd's against the spec's central difference (step eps = 1e-6). Its
     error is the truncation, eps^2 |J'''| / 6 (measured: it scales as eps^2 from eps = 3e-4 down
     to 1e-6), plus rounding, ~ 1e-16 |J| / eps = 1e-10 |J|: at most 6.4e-10 relative on these
-    four; bounded at 1e-8."""
-    cfg = config(family, profile, pre)
+    four and qkvflow's stack; bounded at 1e-8."""
+    cfg = config(family, profile, pre, **more)
     params, x, mask = inputs(cfg)
     rng = np.random.default_rng(7)
     z_bar = rng.normal(size=x.shape)
