@@ -269,6 +269,16 @@ class ODEEncoderConfig:
         return self.encoder_embed_dim // self.encoder_attention_heads
 
     @property
+    def hidden_size(self) -> int:
+        """encoder_embed_dim under ODEConfig's name, so that code reading a case's shape reads either config."""
+        return self.encoder_embed_dim
+
+    @property
+    def num_heads(self) -> int:
+        """encoder_attention_heads under ODEConfig's name (as hidden_size)."""
+        return self.encoder_attention_heads
+
+    @property
     def scale(self) -> float:
         """q's factor, head_dim ** -0.5, applied after the input projection's bias."""
         return self.head_dim**-0.5

@@ -37,7 +37,7 @@ from ode_ref.tableaus import TABLEAUS
 from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case, with_half
-from ..cases.kinds import BLOCK, DECODE, GRAD, Kind, kind_of
+from ..cases.kinds import BLOCK, DECODE, ENCODER, GRAD, Kind, kind_of
 from ..cases.fair import fair_forwards, weight_tie
 
 SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130)  # kernel tiles 16..128 and their neighbours
@@ -72,6 +72,7 @@ SCALES = (1.0, 1e-2, 1e2, 1e-4, 1e4)
 OFFSETS = (0.0, 100.0, -30.0)  # in units of the scale: farther, float32 cannot hold x (fair.MAX_CONDITION)
 POSITIONS = ("none", "rope", "alibi", "sinusoidal_rotary", "hope", "bam", "pape", "pape_efficient", "pape_ri")
 DRAWN_KINDS = (BLOCK, DECODE, GRAD)  # the case kinds drawn (cases/kinds.py), where the adapter has their method
+FUZZED_KINDS = (*DRAWN_KINDS, ENCODER)  # and the encoder stack's, drawn on request by a search of their own (encoder_draw.py)
 # A draw's focus narrows one dimension to where kernels switch paths (hypothesis's own choices are
 # far from uniform: unfocused, 100 draws held 2 RoPE configs and none past 32 positions)
 # The widened axes share one focus, drawn as often as each earlier one, so that those keep their
@@ -99,8 +100,8 @@ class Draw:
     """One drawn example: what the spec and the backend are run on. rows: the padding kind and
     count of each batch row (None: no padding mask)."""
 
-    kind: Kind  # one of DRAWN_KINDS (or its name)
-    config: R.ODEConfig
+    kind: Kind  # one of FUZZED_KINDS (or its name)
+    config: R.ODEConfig  # an ODEEncoderConfig for the encoder kind
     batch: int
     seq: int
     rows: Optional[tuple]  # ((kind, n), ...) per batch row, or None
@@ -111,21 +112,26 @@ class Draw:
     decoded: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "kind", kind_of(self.kind, "Draw.kind", DRAWN_KINDS))
+        object.__setattr__(self, "kind", kind_of(self.kind, "Draw.kind", FUZZED_KINDS))
 
     def fields(self) -> dict:
         """The config as stored (ode_ref.config.stored_fields), with the encoding in effect named
         even where it is the default (what a report shows)."""
         stored = stored_fields(self.config)
         return {k: v for k, v in self.config.to_dict().items()
-                if k in stored or (k == "positional_encoding" and self.config.ode_use_pe)}
+                if k in stored or (k == "positional_encoding" and getattr(self.config, "ode_use_pe", False))}
+
+    @property
+    def steps(self) -> int:
+        """The block's steps (an encoder stack's blocks, or its time-dependent stack's steps)."""
+        return self.config.encoder_layers if self.kind is ENCODER else self.config.ode_steps
 
     def size(self) -> tuple:
         """What 'smaller' means between two draws, as hypothesis shrinks: elements, steps, the
         config's fields, padded rows, the input's distribution (offset, then scale away from 1),
         then the seeds."""
         padded = 0 if self.rows is None else 1 + sum(kind != "none" for kind, _ in self.rows)
-        return (self.batch * self.seq * self.config.hidden_size, self.config.ode_steps, self.decoded, len(self.fields()), padded,
+        return (self.batch * self.seq * self.config.hidden_size, self.steps, self.decoded, len(self.fields()), padded,
                 abs(self.offset), abs(np.log10(self.scale)), self.param_seed + self.input_seed)
 
 
@@ -433,6 +439,11 @@ def build(d: Draw, dtype: str, name: str = "fuzz", params: Optional[dict] = None
     was found (hypothesis then rejects the draw). params: fixed ones (a model file's), else drawn;
     a drawn draw's fair input is found once (FAIR_ATTEMPTS), its trajectories then run by case_of."""
     drawn = params is None
+    if d.kind is ENCODER:  # judged on its drawn input, as the golden encoder cases are (no fairness check: no rounding ties)
+        params = R.init_encoder_params(d.config, d.param_seed, perturb=True) if drawn else params
+        x, mask = inputs(d)
+        return case_of(d.config, params, x, mask, kind=ENCODER, name=name, dtype=dtype, input_seed=d.input_seed,
+                       param_seed=d.param_seed)
     if drawn and d in FAIR_ATTEMPTS and FAIR_ATTEMPTS[d] is None:
         return None
     params = R.init_params(d.config, seed=d.param_seed, perturb_norms=True) if drawn else params

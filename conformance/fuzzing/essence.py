@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import ode_ref as R
 
-from ..cases.fields import defaults
+from ..cases.fields import ALIASES, defaults
 from .draw import HEAD_DIMS, LONG_SEQS, OFFSETS, ROW_PADDING, SCALES, SEQS, Draw
 
 # the encoding's fields: reset together first (the encoding off), then each option alone
@@ -44,8 +44,11 @@ class Essence:
 
 
 def simplest_config(config: R.ODEConfig) -> dict:
-    """field -> its simplest value: the first level of draw.py's choice, else ODEConfig's default."""
+    """field -> its simplest value: the first level of draw.py's choice (encoder_draw.py's for an
+    encoder config: euler), else the config class's default."""
     out = defaults(type(config))
+    if isinstance(config, R.ODEEncoderConfig):
+        return {**out, "family": "euler"}
     out.update(norm_type=R.NORM_TYPES[0], ode_solver=R.SOLVERS[0], ode_steps=1, mode=R.MODES[0], use_bitnet=False)
     return out
 
@@ -54,11 +57,13 @@ def _config_resets(d: Draw) -> list:
     """(label, changes to the config) for each config field not at its simplest; the encoding's
     fields first as one reset, then each alone. The kind's fixed fields and the sizes are kept."""
     simplest = simplest_config(d.config)
-    fixed = set(SHAPE) | set(d.kind.fixed_fields)
+    aliases = ALIASES.get((type(d.config), "family"), ())  # reset with family (an encoder's pair), never alone
+    fixed = set(SHAPE) | set(d.kind.fixed_fields) | set(aliases)
     differs = [name for name, value in simplest.items() if name not in fixed and getattr(d.config, name) != value]
     encoding = [name for name in differs if name in POSITIONAL]
     resets = [("positional encoding", {name: simplest[name] for name in encoding})] if len(encoding) > 1 else []
-    return resets + [(name, {name: simplest[name]}) for name in differs if not (resets and name == "ode_use_pe")]
+    return resets + [(name, {name: simplest[name], **({a: simplest[a] for a in aliases} if name == "family" else {})})
+                     for name in differs if not (resets and name == "ode_use_pe")]
 
 
 def _input_resets(d: Draw) -> list:

@@ -44,10 +44,11 @@ from threadpoolctl import threadpool_limits
 from ode_ref.precision import HALF_DTYPES
 
 from ..cases import Case
-from ..cases.kinds import kind_of
+from ..cases.kinds import ENCODER, kind_of
 from .database import CountingDatabase, RowDatabase, scratch_home
 from .cover import allowed, cell, covering_array, levels_of, pairs_of, relaxed
-from .draw import DRAWN_KINDS, Draw, build, draws, reject
+from .draw import DRAWN_KINDS, FUZZED_KINDS, Draw, build, draws, reject
+from .encoder_draw import encoder_draws
 from .essence import Essence, essential
 from ..adapters.support import support_of
 from ..cases.localise import first_at, localise
@@ -114,6 +115,7 @@ class FuzzRun:
     repeats: int = 0  # draws building an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
     kept: Optional[frozenset] = None  # the factor levels its declared support allows (cover.allowed), None: all
+    drew: str = "attention block"  # what its draws are: the attention block's kinds, or "encoder stack" (encoder_draw.py)
     found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
     # "database" (kept by an earlier run's random draws), "database, row i" (by its row i)
 
@@ -290,7 +292,8 @@ class Probe:
             self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
         run.examples += 1
         self.judged.add(example)
-        run.held |= pairs_of(levels_of(d))
+        if d.kind is not ENCODER:  # the covering array's factors are the block's
+            run.held |= pairs_of(levels_of(d))
         if replaying and run.finding is None:
             run.replayed += 1
         xfail = self.expectations.xfail(run.backend, run.dtype, kind=d.kind, config=d.config)
@@ -361,20 +364,28 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     CELL_DRAWS draws, then at its fairest levels: cover.relaxed), then draw at random for the rest;
     cells: only these rows of the array, nothing drawn at random
     (each searched as the whole array's run searches it). Each example is judged once in a run;
-    each dtype draws its own examples (dtype_seed) unless share_draws. ValueError for a malformed
-    support, or cover with a model file's fixed config."""
+    each dtype draws its own examples (dtype_seed) unless share_draws. kinds (default: those of
+    DRAWN_KINDS the adapter runs): ENCODER alone draws the encoder stack (encoder_draw.py), at
+    random, with no covering array. ValueError for a malformed support, or cover with a model
+    file's fixed config or the encoder's draws."""
     drawn = strategy is None and params is None
+    kinds = tuple(kind_of(k, "kinds", FUZZED_KINDS) for k in kinds) if kinds else kinds_of(adapter)
+    encoder = ENCODER in kinds  # the encoder stack's draws: a search of their own (encoder_draw.py)
+    if encoder and len(kinds) > 1:
+        raise ValueError(f"kinds: the encoder stack's draws are a run of their own; got {', '.join(k.name for k in kinds)}")
     if cover and not drawn:
         raise ValueError("cover: a covering array varies configs; a model file's config is fixed")
-    cover = drawn if cover is None else cover
+    if cover and encoder:
+        raise ValueError("cover: the covering array's factors are the block's; the encoder stack's draws are random")
+    cover = drawn and not encoder if cover is None else cover
     if cells is not None and not cover:
         raise ValueError("cells: rows of the covering array, searched only where it is (cover, drawn configs)")
-    run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples)
+    run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples,
+                  drew="encoder stack" if encoder else "attention block")
     seed_of_dtype = dtype_seed(seed, dtype, share_draws)
-    kinds = tuple(kind_of(k, "kinds", DRAWN_KINDS) for k in kinds) if kinds else kinds_of(adapter)
     support = support_of(adapter)
-    strategy = strategy if strategy is not None else draws(kinds, support)
-    db = None if database is None else CountingDatabase(database, adapter.name, dtype)
+    strategy = strategy if strategy is not None else encoder_draws() if encoder else draws(kinds, support)
+    db = None if database is None else CountingDatabase(database, adapter.name + ("-encoder" if encoder else ""), dtype)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
     run.kept = allowed(support)

@@ -19,7 +19,8 @@ def format_run(run) -> str:
     """A line for a run (fuzz.FuzzRun), the draws refused by reason and any shortfall below it; a
     divergence's minimal example below those."""
     replayed = f"{run.replayed} replayed from the database, " if run.replayed else ""
-    head = (f"{run.backend}/{run.dtype}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
+    drew = "" if run.drew == "attention block" else f" ({run.drew})"
+    head = (f"{run.backend}/{run.dtype}{drew}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
             f" ({replayed}{run.skipped} draws not supported, {run.unfair} with no fair input, {run.seconds:.1f} s)")
     lines = [head if run.diverged else head + f", worst err/tol {run.worst_ratio:.3g}"]
     if run.refusals:
@@ -92,7 +93,7 @@ def format_finding(f) -> str:
     bad = next((q for q in f.result.quantities if q.quantity == f.quantity), None)
     shape = f"batch {case.x.shape[0]}, seq {case.x.shape[1]}, d_model {case.x.shape[2]} (heads {case.config.num_heads}, head_dim {case.config.head_dim})"
     kind = case.kind.describe(case)
-    first, last = (f"batch {b.batch}, seq {b.seq}, d_model {b.config.hidden_size}, {b.config.ode_steps} steps" for b in (f.first, d))
+    first, last = (f"batch {b.batch}, seq {b.seq}, d_model {b.config.hidden_size}, {b.steps} steps" for b in (f.first, d))
     # sizes that shrinking left as they were are said so, not "shrunk from X to X"
     sizes = f"shrunk from {first} to {last}" if first != last else f"{last}, not shrunk further in size"
     if f.lost:  # a hang or a crash: each try to shrink it would cost the timeout or a fresh worker
@@ -142,12 +143,12 @@ def _finding_dict(f) -> dict:
             "message": f.result.message, "traceback": f.result.traceback, "lost": f.lost, "localisation": f.localisation, "stage": f.stage, "repro": f.repro,
             "first_at": f.first_at, "essence": _essence_dict(f.essence),
             "first_found": {"batch": f.first.batch, "seq": f.first.seq, "d_model": f.first.config.hidden_size,
-                            "steps": f.first.config.ode_steps}}
+                            "steps": f.first.steps}}
 
 
 def write_json(runs, path, header: dict) -> None:
     payload = {**header, "exit_code": 1 if any(r.failed for r in runs) else 0,
-               "runs": [{"backend": r.backend, "dtype": r.dtype, "examples": r.examples, "asked": r.asked,
+               "runs": [{"backend": r.backend, "dtype": r.dtype, "drew": r.drew, "examples": r.examples, "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
                          "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, **dict(zip(("pairs_held", "pairs_feasible"), pairs_held(r))),
@@ -164,8 +165,8 @@ def write_junit(runs, path, header: dict) -> None:
     for k, v in header.items():
         ET.SubElement(props, "property", name=k, value=str(v))
     for r in runs:
-        suite = ET.SubElement(suites, "testsuite", name=f"fuzz-{r.backend}-{r.dtype}", tests="1",
-                              failures=str(int(r.failed)))
+        drew = "" if r.drew == "attention block" else "-encoder"
+        suite = ET.SubElement(suites, "testsuite", name=f"fuzz-{r.backend}-{r.dtype}{drew}", tests="1", failures=str(int(r.failed)))
         tc = ET.SubElement(suite, "testcase", classname=f"conformance.fuzz.{r.backend}", name=r.dtype, time=f"{r.seconds:.3f}")
         if r.diverged:
             ET.SubElement(tc, "failure", message=r.finding.result.message[:500], type="diverged").text = format_finding(r.finding)

@@ -27,9 +27,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-import ode_ref as R
 
-from .draw import DRAWN_KINDS, case_of, describe_input, describe_padding
+from .draw import FUZZED_KINDS, case_of, describe_input, describe_padding
 from ..cases.kinds import kind_of
 
 REQUIRED = ("case.json", "config.json", "weights.safetensors", "x.npy", "padding_mask.npy")
@@ -172,9 +171,9 @@ def load_repro(directory: Path, dtype: str = ""):
     meta = _json(directory, "case.json")
     if not isinstance(meta, dict):
         raise ValueError(f"--replay: case.json: expected a JSON object; got {meta!r}")
-    kind = kind_of(meta.get("kind"), "--replay: case.json: kind", DRAWN_KINDS)
+    kind = kind_of(meta.get("kind"), "--replay: case.json: kind", FUZZED_KINDS)
     try:
-        config = R.ODEConfig.from_any(_json(directory, "config.json"))
+        config = kind.config_type.from_any(_json(directory, "config.json"))  # an encoder example's: ODEEncoderConfig
     except (ValueError, TypeError) as err:
         raise ValueError(str(err) if str(err).startswith("--replay") else f"--replay: config.json: {err}") from None
     x, mask = _array(directory, "x.npy"), _array(directory, "padding_mask.npy")
@@ -183,7 +182,7 @@ def load_repro(directory: Path, dtype: str = ""):
     if mask.dtype != np.bool_ or mask.shape != x.shape[:2]:
         raise ValueError(f"--replay: padding_mask.npy: expected bool {x.shape[:2]}; got {mask.dtype} {mask.shape}")
     params = _weights(directory)
-    want = R.param_shapes(config)
+    want = kind.param_shapes(config)
     if set(params) != set(want) or any(tuple(params[k].shape) != tuple(s) for k, s in want.items()):
         raise ValueError(f"--replay: weights.safetensors: expected the parameters {sorted(want)} of config.json's shapes")
     inputs = {}

@@ -22,7 +22,7 @@ from ..wire.lifetime import describe_exit
 from .pool import INIT_REPLY_LIMIT, Worker
 from .requests import stages_frame
 
-OPTIONAL = ("run_func", "run_trajectory", "run_decode", "run_vjp", "run_stages")  # an init reply's "methods"
+OPTIONAL = ("run_func", "run_trajectory", "run_decode", "run_vjp", "run_stages", "run_encoder")  # an init reply's "methods"
 REPLY_LIMIT = 1 << 20  # bytes: a supports() answer, or an error's traceback
 
 
@@ -139,7 +139,8 @@ class RemoteAdapter:
     def supports(self, config, dtype: str) -> Optional[str]:
         """The backend's supports() answer (None or a reason); BackendFault if it raised, answered
         something else, or hung."""
-        reply, _ = self.request({"op": "supports", "config": config.to_dict(), "dtype": dtype})
+        reply, _ = self.request({"op": "supports", "config": config.to_dict(), "config_type": type(config).__name__,
+                                 "dtype": dtype})
         if reply.get("status") != "answered":
             raise BackendFault(reply)
         return reply.get("reason")

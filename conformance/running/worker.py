@@ -120,13 +120,17 @@ def _construct(message: dict) -> tuple:
         return None, {"error": failure["message"], "traceback": failure["traceback"]}
 
 
+CONFIG_TYPES = {c.__name__: c for c in (R.ODEConfig, R.ODEEncoderConfig, R.LMConfig)}  # a supports request's config_type
+
+
 def supports_answer(adapter, message: dict) -> dict:
-    """The reply to {"op": "supports", "config", "dtype"}: {"status": "answered", "reason": the
-    backend's supports() answer}, or its error (it raised, or answered neither None nor a string)."""
+    """The reply to {"op": "supports", "config", "config_type" (default ODEConfig), "dtype"}:
+    {"status": "answered", "reason": the backend's supports() answer}, or its error (it raised, or
+    answered neither None nor a string)."""
 
     try:
-        return {"status": "answered",
-                "reason": check_supports(adapter.supports(R.ODEConfig.from_any(message["config"]), message["dtype"]))}
+        config = CONFIG_TYPES[message.get("config_type", "ODEConfig")].from_any(message["config"])
+        return {"status": "answered", "reason": check_supports(adapter.supports(config, message["dtype"]))}
     except BaseException as err:  # SystemExit too: the backend's answer
         return {"status": "error", **_failure(err)}
 

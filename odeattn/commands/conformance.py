@@ -31,8 +31,8 @@ ACTION_HELP = {  # `conformance ACTION --help`: (what the action does, the optio
              "divergence to a repro folder; exit 1 if one was found, or if fewer examples were judged than "
              "--min-examples (the manual's Fuzzing page)",
              ("--backend", "--dtype", "--json", "--junit", "--examples", "--min-examples", "--seed", "--cover", "--same-draws",
-              "--time-budget", "--database", "--expectations", "--replay", "--repro", "--model", "--config", "--weights",
-              "--runtime", "--timeout", "--force")),
+              "--encoder-examples", "--time-budget", "--database", "--expectations", "--replay", "--repro", "--model", "--config",
+              "--weights", "--runtime", "--timeout", "--force")),
     "matrix": ("join JSON reports of one golden set (several backends, machines, runtimes or shards) into a compliance "
                "matrix: a verdict per backend and dtype, every case's result, and each report's sha256 as the evidence; "
                "Markdown on stdout unless --markdown or --html names a file", ("reports", "--markdown", "--html", "--force")),

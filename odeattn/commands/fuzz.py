@@ -16,7 +16,7 @@ from odeattn.commands.args import CommandFailed, UsageError, check_output_path, 
 FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
              "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime",
              "min_examples": "--min-examples", "database": "--database", "repro": "--repro", "cover": "--cover",
-             "same_draws": "--same-draws"}
+             "same_draws": "--same-draws", "encoder_examples": "--encoder-examples"}
 DEFAULT_REPRO = Path("fuzz-repro")
 RUN_ONLY = {"include": "-k", "exclude": "--exclude", "xfail": "--xfail", "golden": "--golden", "expect_digest": "--expect-digest",
             "external": "--external", "fail_fast": "--fail-fast", "profile": "--profile", "float64_bound": "--float64-bound",
@@ -43,6 +43,10 @@ def add_options(p) -> None:
                    help="fuzz: search every row of the covering array over the fuzzer's factors first (every feasible pair "
                         "of two factors' levels), one example each, then draw at random (docs/fuzzing.md); the default, "
                         "but with --model, whose config is fixed")
+    p.add_argument("--encoder-examples", type=positive_int, default=None, metavar="N",
+                   help="fuzz: also draw N examples of the encoder stack per backend and dtype (every family and profile, "
+                        "the Macaron layer, PCformer's alpha and corrector, qkvflow's time-dependent stack), a run of their "
+                        "own after the attention block's, where the backend runs encoder cases (default: none)")
     p.add_argument("--same-draws", action="store_true", default=None,
                    help="fuzz: draw the same examples in every dtype (default: each dtype its own, from the same seed)")
     p.add_argument("--repro", type=Path, default=None, metavar="DIR",
@@ -130,7 +134,7 @@ def check_draw_options(args) -> None:
     given = [o for o, v in (("--min-examples", args.min_examples), ("--database", args.database),
                             ("--expectations", args.expectations or None), ("--examples", args.examples),
                             ("--seed", args.seed), ("--time-budget", args.time_budget), ("--cover" if args.cover else "--no-cover", args.cover),
-                            ("--same-draws", args.same_draws)) if v is not None]
+                            ("--same-draws", args.same_draws), ("--encoder-examples", args.encoder_examples)) if v is not None]
     if args.replay is not None and given:
         raise UsageError(f"{', '.join(given)}: not taken with --replay (it reruns one example, drawing nothing)")
     written = [o for o, v in (("--json", args.json), ("--junit", args.junit), ("--repro", args.repro)) if v is not None]
@@ -138,6 +142,11 @@ def check_draw_options(args) -> None:
         raise UsageError(f"{', '.join(written)}: not taken with --replay (it prints the one example's result and "
                          "writes no file)")
     examples = args.examples or DEFAULT_EXAMPLES
+    if args.encoder_examples is not None and any(v is not None for v in (args.model, args.config, args.weights)):
+        raise UsageError("--encoder-examples: not taken with --model (the file is an attention block, its config fixed)")
+    if args.encoder_examples is not None and args.cover:
+        raise UsageError("--encoder-examples: not taken with --cover (the covering array's factors are the block's; "
+                         "the encoder stack's draws are random)")
     if args.min_examples is not None and args.min_examples > examples:
         raise UsageError(f"--min-examples: expected at most the examples asked (--examples {examples}); got {args.min_examples}")
     if args.database is not None:  # hypothesis's database drops a failed write silently: found out now
@@ -221,6 +230,8 @@ def check_float32_weights(params) -> None:
 
 
 def draw_and_judge(args, adapters) -> int:
+    from ode_ref.precision import HALF_DTYPES
+    from odeattn.conformance.cases.kinds import ENCODER
     from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
     from odeattn.conformance.fuzzing.model_file import artifact_record
     from odeattn.conformance.running.reports import environment
@@ -236,19 +247,26 @@ def draw_and_judge(args, adapters) -> int:
         unrun = [d for d in args.dtypes or () if d not in adapter.dtypes]
         if unrun:
             print(f"{typed}: not run in {', '.join(unrun)} (it runs {', '.join(adapter.dtypes)})", flush=True)
+    stacks = ("", "-encoder") if args.encoder_examples else ("",)
     for typed, adapter, *_ in adapters:  # a repro folder of an earlier run is not replaced unasked
         for dtype in (d for d in adapter.dtypes if not args.dtypes or d in args.dtypes):
-            target = args.repro / folder_name(typed, dtype)
-            if target.is_dir() and any(target.iterdir()) and not args.force:
-                raise UsageError(f"--repro: {str(target)!r} holds files already; pass --force to replace them, or "
-                                 "name another --repro folder")
+            for target in (args.repro / folder_name(typed + stack, dtype) for stack in stacks):
+                if target.is_dir() and any(target.iterdir()) and not args.force:
+                    raise UsageError(f"--repro: {str(target)!r} holds files already; pass --force to replace them, or "
+                                     "name another --repro folder")
     runs, unwritten, unjudged = [], [], []
     for typed, adapter, *fixed in adapters:
         strategy, params = fixed or (None, None)
         dtypes = [d for d in adapter.dtypes if not args.dtypes or d in args.dtypes]
-        for dtype in dtypes:
-            run = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget,
-                           strategy=strategy, params=params, min_examples=args.min_examples, database=args.database,
+        searches = [(None, examples, args.min_examples, "")]  # the attention block's, then the encoder stack's on request
+        if args.encoder_examples and ENCODER.missing(adapter) is None:
+            searches.append(((ENCODER,), args.encoder_examples, None, "-encoder"))
+        elif args.encoder_examples:
+            print(f"{typed}: no encoder examples ({ENCODER.missing(adapter)})", flush=True)
+        for dtype, (kinds, asked, least, stack) in ((d, s) for d in dtypes for s in searches
+                                                    if not s[0] or d not in HALF_DTYPES):  # the encoder has no half policy
+            run = run_fuzz(adapter, dtype, examples=asked, seed=seed, time_budget=args.time_budget, kinds=kinds,
+                           strategy=strategy, params=params, min_examples=least, database=args.database,
                            expectations=args.expectations, cover=args.cover, share_draws=bool(args.same_draws))
             if run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
                 unjudged.append(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
@@ -257,7 +275,7 @@ def draw_and_judge(args, adapters) -> int:
                 unjudged.append(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
                                 f"not supported; {format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
             if run.finding is not None:
-                target = args.repro / folder_name(typed, dtype)
+                target = args.repro / folder_name(typed + stack, dtype)
                 try:
                     run.finding.repro = str(write_repro(target, run.finding, typed, dtype, model=(
                         args.model, args.config, args.weights, args.runtime) if fixed else None))

@@ -1,0 +1,70 @@
+"""The encoder stack's draws (conformance/fuzzing/encoder_draw.py, `fuzz --encoder-examples N`): every
+successor drawn, the spec against itself with no false alarm, a bug of each successor caught,
+shrunk to the field that matters and replayed from its repro folder, and the option's refusals."""
+
+import collections
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+
+import ode_ref as R
+from odeattn.cli import main
+from odeattn.conformance.adapters import SpecAdapter
+from odeattn.conformance.cases.kinds import ENCODER
+from odeattn.conformance.fuzzing.encoder_draw import encoder_draws
+from odeattn.conformance.fuzzing.fuzz import fuzz
+from odeattn.conformance.fuzzing.repro import load_repro, write_repro
+from odeattn.conformance.mutation.mutants import MUTANTS, MutantAdapter
+
+
+def test_the_draws_reach_every_family_and_successor():
+    """In 150 draws at seed 0: every family, both profiles, the Macaron layer under both halves,
+    each shape of PCformer's alpha, its corrector, qkvflow's stack, padding, both norm placements."""
+    seen = collections.Counter()
+
+    @settings(max_examples=150, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @seed(0)
+    @given(encoder_draws())
+    def draw(d):
+        c = d.config
+        seen.update({f"family {c.family}", f"profile {c.profile}", f"pre {c.encoder_normalize_before}",
+                     f"padded {d.rows is not None}"})
+        seen.update({f"macaron {c.macaron_profile}"} if c.macaron else set())
+        seen.update({f"alpha {c.alpha_type} {c.layer_wise}"} if c.family in R.EMA_FAMILIES else set())
+        seen.update({"corrector"} if c.corrector else set())
+        seen.update({"temporal"} if c.temporal else set())
+
+    draw()
+    want = ({f"family {f}" for f in R.FAMILIES} | {f"family {f}" for f in R.EMA_FAMILIES} | {"profile paper", "profile released"}
+            | {"pre True", "pre False", "padded True", "padded False", "macaron paper", "macaron released", "corrector",
+               "temporal", "alpha scalar False", "alpha scalar True", "alpha vector False"})
+    assert want <= set(seen), sorted(want - set(seen))
+
+
+def test_the_spec_against_itself_has_no_false_alarm():
+    run = fuzz(SpecAdapter(), "float64", kinds=(ENCODER,), examples=25)
+    assert run.examples == 25 and not run.failed and run.drew == "encoder stack" and run.worst_ratio == 0
+
+
+@pytest.mark.parametrize("mutant, field", [("corrector_weights_transposed", "encoder_history_type"),
+                                           ("macaron_second_half_dropped", "macaron"),
+                                           ("temporal_t_at_step_start", "time_embed_dim")])
+def test_a_successor_s_bug_is_caught_shrunk_to_its_field_and_replayed(tmp_path, mutant, field):
+    adapter = MutantAdapter(next(m for m in MUTANTS if m.name == mutant))
+    run = fuzz(adapter, "float64", kinds=(ENCODER,), examples=60, shrink_seconds=20)
+    f = run.finding
+    assert run.diverged and f.quantity == "z" and f.case.kind is ENCODER
+    assert field in f.essence.needed and f.draw.batch == 1  # shrunk: one row, and the field it needs named
+    folder = write_repro(tmp_path / "r", f, adapter.name, "float64")
+    case, meta = load_repro(folder)
+    assert meta["kind"] == "encoder" and case.config == f.case.config and case.kind is ENCODER
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--encoder-examples", "3", "--cover", "--backend", "spec"], "--encoder-examples: not taken with --cover"),
+    (["--encoder-examples", "3", "--replay", "{tmp}"], "--encoder-examples: not taken with --replay"),
+], ids=["with-cover", "with-replay"])
+def test_the_option_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
+    assert main(["conformance", "fuzz", *[a.replace("{tmp}", str(tmp_path)) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
