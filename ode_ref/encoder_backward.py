@@ -8,6 +8,8 @@ with its shape. Each function of encoder_layer.py and encoder.py has its VJP her
 order reversed; the forward values each needs are recomputed by the spec's own stages. A layer's
 parameters collect their gradients over every stage that evaluates it, gate_linear and alpha
 over every block. The layer norms' VJP is norms.layer_norm_vjp; the softmax's backward.softmax_vjp.
+qkvflow's time-dependent stack (temporal.py) has its VJPs at the end, each weight collecting its
+gradient over every step; e(t) is a constant.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from .bitlinear import linear_vjp
 from .encoder import ODEEncoderStages, block_tableau, check_encoder_input
 from .encoder_config import EMA_FAMILIES, ODEEncoderConfig
 from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_NORM, HISTORY_WEIGHT, HISTORY_WEIGHT_C,
-                             PREDICTION_NORM, check_encoder_params, layer_prefix)
+                             PREDICTION_NORM, TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM, check_encoder_params, layer_prefix,
+                             temporal_linears)
 from .norms import layer_norm_vjp
 from .rk import _combine, add_grads
+from .temporal import GELU_C, step_times, time_embedding
 
 
 def _linear_vjp(y_bar, x, weight, prefix: str) -> tuple:
@@ -42,21 +46,26 @@ def _norm_vjp(params, norm: str, x, y_bar) -> tuple:
     return x_bar, {norm + k: v for k, v in grads.items()}
 
 
-def self_attn_vjp(s: ODEEncoderStages, params, prefix: str, x, key_mask, y_bar) -> tuple:
-    """(x_bar, grads) of EncoderStages.self_attn for y_bar (batch, seq, C)."""
+def attend_vjp(s: ODEEncoderStages, qkv, key_mask, merged_bar):
+    """qkv_bar of EncoderStages.attend for merged_bar (batch, seq, C): the weights times v, the
+    softmax, the fill, q k^T, the scale and the split, reversed."""
     scale = s.config.scale
-    qkv = s.linear(x, params[prefix + "in_proj_weight"], params[prefix + "in_proj_bias"])
     q, k, v = (s.split_heads(a) for a in s.split_qkv(qkv))
     q = q * scale
     a = s.softmax(s.fill_padded_keys(q @ s.transpose_last(k), key_mask))  # (batch, heads, seq_q, seq_k)
-    merged = s.merge_heads(a @ v)
-    # reverse: out_proj, merge_heads, the weights times v, softmax, the fill, q k^T, the scale, split
-    merged_bar, grads = _linear_vjp(y_bar, merged, params[prefix + "out_proj.weight"], prefix + "out_proj.")
     o_bar = s.split_heads(merged_bar)
     v_bar = s.transpose_last(a) @ o_bar
     scores_bar = softmax_vjp(o_bar @ s.transpose_last(v), a)  # a padded key's weight is 0: no gradient
     q_bar, k_bar = scores_bar @ k * scale, s.transpose_last(scores_bar) @ q
-    qkv_bar = np.concatenate([s.merge_heads(g) for g in (q_bar, k_bar, v_bar)], axis=-1)
+    return np.concatenate([s.merge_heads(g) for g in (q_bar, k_bar, v_bar)], axis=-1)
+
+
+def self_attn_vjp(s: ODEEncoderStages, params, prefix: str, x, key_mask, y_bar) -> tuple:
+    """(x_bar, grads) of EncoderStages.self_attn for y_bar (batch, seq, C)."""
+    qkv = s.linear(x, params[prefix + "in_proj_weight"], params[prefix + "in_proj_bias"])
+    merged = s.attend(qkv, key_mask)
+    merged_bar, grads = _linear_vjp(y_bar, merged, params[prefix + "out_proj.weight"], prefix + "out_proj.")
+    qkv_bar = attend_vjp(s, qkv, key_mask, merged_bar)
     x_bar, w_bar = linear_vjp(qkv_bar, x, params[prefix + "in_proj_weight"])
     grads[prefix + "in_proj_weight"] = w_bar
     grads[prefix + "in_proj_bias"] = qkv_bar.reshape(-1, qkv_bar.shape[-1]).sum(axis=0)
@@ -167,6 +176,9 @@ def ode_encoder_vjp(params, x, config, z_bar, padding_mask=None) -> tuple:
         raise ValueError(f"z_bar: expected a NumPy array of x's shape {x.shape} and dtype {x.dtype}; got {got}")
     params = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
     s = ODEEncoderStages(cfg)
+    if cfg.temporal:
+        z_bar, grads = temporal_stack_vjp(s, params, x, padding_mask, z_bar)
+        return z_bar, {name: grads.get(name, np.zeros_like(params[name])) for name in params}
     key_mask = s.key_mask(padding_mask)
     states, predictions, history = [x], [], [x]
     for i in range(cfg.encoder_layers):
@@ -224,3 +236,79 @@ def correct_vjp(s: ODEEncoderStages, params, i: int, prediction, history: list, 
     prediction_bar, more = _norm_vjp(params, norm(PREDICTION_NORM), prediction, entry_bars[-1])
     grads.update(more)
     return prediction_bar, grads
+
+
+# ---- qkvflow's time-dependent stack (temporal.py) ------------------------------------------------
+def time_features_vjp(s: ODEEncoderStages, params, prefix: str, e, tau_bar) -> dict:
+    """grads of TemporalStages.time_features, tau = lin2(silu(lin1(e))), for tau_bar (1, T)."""
+    h = s.linear(e, params[prefix + "lin1.weight"], params[prefix + "lin1.bias"])
+    g = s.sigmoid(h)
+    a_bar, grads = _linear_vjp(tau_bar, h * g, params[prefix + "lin2.weight"], prefix + "lin2.")
+    _, lin1 = _linear_vjp(a_bar * (g + h * g * (1.0 - g)), e, params[prefix + "lin1.weight"], prefix + "lin1.")
+    return {**grads, **lin1}
+
+
+def temporal_linear_vjp(s: ODEEncoderStages, params, name: str, x, e, y_bar) -> tuple:
+    """(x_bar, grads) of TemporalStages.temporal_linear, y = x W(t) + tau f_b."""
+    prefix = TEMPORAL_BLOCK + name
+    n_in, n_out = temporal_linears(s.config)[name]
+    tau = s.time_features(params, prefix, e)
+    w = s.linear(tau, params[prefix + "f_W.weight"], params[prefix + "f_W.bias"]).reshape(n_in, n_out)
+    rows = y_bar.reshape(-1, n_out)
+    w_bar = x.reshape(-1, n_in).T @ rows  # (in, out)
+    summed = rows.sum(axis=0, keepdims=True)  # (1, out): the bias tau f_b is every row's
+    tau_bar, grads = _linear_vjp(w_bar.reshape(1, -1), tau, params[prefix + "f_W.weight"], prefix + "f_W.")
+    grads[prefix + "f_b"] = tau.T @ summed
+    grads.update(time_features_vjp(s, params, prefix, e, tau_bar + summed @ params[prefix + "f_b"].T))
+    return y_bar @ w.T, grads
+
+
+def temporal_norm_vjp(s: ODEEncoderStages, params, name: str, z, e, y_bar) -> tuple:
+    """(z_bar, grads) of TemporalStages.temporal_norm: LayerNorm with weight tau f_weight^T + 1, bias tau f_bias^T."""
+    prefix = TEMPORAL_BLOCK + name
+    tau = s.time_features(params, prefix, e)  # (1, T)
+    weight, bias = (tau @ params[prefix + "f_weight"].T + 1.0)[0], (tau @ params[prefix + "f_bias"].T)[0]
+    z_bar, norm = layer_norm_vjp(y_bar, z, weight, bias)
+    grads = {prefix + "f_weight": np.outer(norm["weight"], tau), prefix + "f_bias": np.outer(norm["bias"], tau)}
+    tau_bar = (norm["weight"] @ params[prefix + "f_weight"] + norm["bias"] @ params[prefix + "f_bias"])[None, :]
+    grads.update(time_features_vjp(s, params, prefix, e, tau_bar))
+    return z_bar, grads
+
+
+def gelu_tanh_vjp(u, y_bar):
+    """u_bar of TemporalStages.gelu_tanh."""
+    t = np.tanh(GELU_C * (u + 0.044715 * u**3))
+    return y_bar * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * u * u))
+
+
+def temporal_f_vjp(s: ODEEncoderStages, params, z, e, key_mask, f_bar) -> tuple:
+    """(z_bar, grads) of TemporalStages.temporal_f: its two branches, each reversed."""
+    lin = lambda n, h: s.temporal_linear(params, n, h, e)  # noqa: E731
+    lin_vjp = lambda n, h, bar: temporal_linear_vjp(s, params, n, h, e, bar)  # noqa: E731
+    h = s.temporal_norm(params, "attn_ln.", z, e)
+    qkv = lin("attn.c_attn.", h)
+    merged_bar, grads = lin_vjp("attn.c_proj.", s.attend(qkv, key_mask), f_bar)
+    h_bar, more = lin_vjp("attn.c_attn.", h, attend_vjp(s, qkv, key_mask, merged_bar))
+    z_bar, norm = temporal_norm_vjp(s, params, "attn_ln.", z, e, h_bar)
+    grads.update(more, **norm)
+    h = s.temporal_norm(params, "mlp_ln.", z, e)
+    u = lin("mlp.c_fc.", h)
+    g_bar, more = lin_vjp("mlp.c_proj.", s.gelu_tanh(u), f_bar)
+    h_bar, fc = lin_vjp("mlp.c_fc.", h, gelu_tanh_vjp(u, g_bar))
+    z_bar2, norm = temporal_norm_vjp(s, params, "mlp_ln.", z, e, h_bar)
+    grads.update(more, **fc, **norm)
+    return z_bar + z_bar2, grads
+
+
+def temporal_stack_vjp(s: ODEEncoderStages, params, x, padding_mask, z_bar) -> tuple:
+    """(x_bar, grads) of TemporalStages.temporal_stack: ln_f, then the Euler steps reversed."""
+    key_mask, steps = s.causal_key_mask(x, padding_mask), s.config.encoder_layers
+    es = [time_embedding(t, s.config.sinusoidal_dim)[None, :].astype(x.dtype) for t in step_times(steps)]
+    states = [x]
+    for e in es:
+        states.append(states[-1] + (1.0 / steps) * s.temporal_f(params, states[-1], e, key_mask))
+    z_bar, grads = _norm_vjp(params, TEMPORAL_FINAL_NORM, states[-1], z_bar)
+    for z, e in reversed(list(zip(states, es))):
+        step_bar, more = temporal_f_vjp(s, params, z, e, key_mask, (1.0 / steps) * z_bar)
+        z_bar, grads = z_bar + step_bar, add_grads(grads, more)
+    return z_bar, grads

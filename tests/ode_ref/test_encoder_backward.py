@@ -1,7 +1,7 @@
 """The encoder's hand-written backward pass (ode_ref.encoder_backward) against central
 differences of the spec: x and every parameter, each along a random direction of its own, for
 every family under both profiles, and each successor's row (Macaron, PCformer), pre- and
-post-norm, padded."""
+post-norm, padded; qkvflow's time-dependent stack."""
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ C, H, FF = 8, 2, 12
 CONFIGS = [(f, p, pre, {}) for f in R.FAMILIES for p in R.PROFILES for pre in (False, True)
            if not (f == "euler" and p == "released")]
 SUCCESSORS = [(r[0], r[1], r[2], r[6]) for r in SUCCESSOR_ROWS]  # each row's norm placement: both appear
+TEMPORAL = [("euler", "paper", True, {"time_embed_dim": 4, "sinusoidal_dim": 2})]  # qkvflow's stack, two steps
 
 
 def inputs(cfg, seed=0):
@@ -25,14 +26,14 @@ def inputs(cfg, seed=0):
     return params, x, mask, rng.normal(size=x.shape)
 
 
-@pytest.mark.parametrize("family, profile, pre, more", CONFIGS + SUCCESSORS)
+@pytest.mark.parametrize("family, profile, pre, more", CONFIGS + SUCCESSORS + TEMPORAL)
 def test_every_gradient_against_central_differences(family, profile, pre, more):
     """<grad, d> against (J(p + eps d) - J(p - eps d)) / (2 eps), J = sum(z_bar * z), eps = 1e-6,
     one direction d per array. The difference's error is its truncation, eps^2 |J'''| / 6, and its
     rounding, ~1e-15 |J| / eps = 1e-9 |J|, which is 1e-6 of the floor 1e-3 |J|: bounded at 1e-6 of
     max(|difference|, 1e-3 |J|); measured at most 1.0e-7 of it over the 22 configs of the ODE
     Transformer's families, 4.1e-7 over 18 of its successors' (each row pre- and post-norm; the
-    corrector's longer chains)."""
+    corrector's longer chains), 2.5e-7 on qkvflow's stack."""
     cfg = R.ODEEncoderConfig(C, H, FF, encoder_layers=2, family=family, profile=profile, encoder_normalize_before=pre, **more)
     params, x, mask, z_bar = inputs(cfg)
     x_bar, params_bar = ode_encoder_vjp(params, x, cfg, z_bar, mask)

@@ -106,10 +106,12 @@ def test_bad_input_is_refused_as_in_the_spec():
 
 @pytest.mark.parametrize("family, profile, pre, more", [
     ("rk2_weighted", "paper", False, {}), ("rk4", "released", True, {}),
-    ("rk2_ema", "released", True, dict(alpha_type="vector", encoder_history_type=R.CORRECTOR, macaron=True))])
+    ("rk2_ema", "released", True, dict(alpha_type="vector", encoder_history_type=R.CORRECTOR, macaron=True)),
+    ("euler", "paper", True, dict(time_embed_dim=4, sinusoidal_dim=2))])
 def test_grad_equals_the_specs_backward_pass(family, profile, pre, more, x64):
     """jax.grad of <z_bar, ode_encoder> against ode_ref.encoder_backward's, float64, every array
-    (one successors' config: PCformer's corrector pre-norm over a Macaron layer): bounded at 1e-12."""
+    (one successors' config: PCformer's corrector pre-norm over a Macaron layer; qkvflow's stack):
+    bounded at 1e-12."""
     cfg = config(family, profile, pre, **more)
     params, x, mask = inputs(cfg)
     z_bar = np.random.default_rng(7).normal(size=x.shape)
