@@ -9,6 +9,8 @@ point, so installing odeattn is enough).
     --odeattn-seed S          the fuzz seed (default 0)
     --odeattn-no-cover        no covering array first: the fuzz budget drawn at random alone
     --odeattn-same-draws      the same fuzz examples in every dtype (default: each dtype its own)
+    --odeattn-encoder-examples N  the encoder stack's fuzz budget per dtype, float32 and float64, where
+                              the backend runs encoder cases (default fuzz.DEFAULT_ENCODER_EXAMPLES; 0: none)
     --odeattn-database DIR    keep failing fuzz examples there and judge them first next time
     --odeattn-expectations F  a port's expectations file (repeatable): its xfails (strict) and skips
     --odeattn-shard I/N       only the I-th of N parts of the golden cases (running/shards.py); the
@@ -16,7 +18,8 @@ point, so installing odeattn is enough).
     --odeattn-timeout S       the seconds a backend may take to import and construct, and to run one
                               case or fuzz example (default 120)
 
-Items are named `odeattn[<backend>/<dtype>/<case>]` and `odeattn[<backend>/<dtype>/fuzz]`, so -k,
+Items are named `odeattn[<backend>/<dtype>/<case>]`, `odeattn[<backend>/<dtype>/fuzz]` and
+`odeattn[<backend>/<dtype>/fuzz-encoder]`, so -k,
 -x, xfail markers and --junitxml work on them. A fuzz failure prints its shrunk example and the
 repro folder it wrote (under pytest's basetemp). Without --odeattn-backend the plugin adds nothing.
 A module:object backend is found in the working folder, as `odeattn conformance` finds it; a
@@ -45,6 +48,9 @@ def pytest_addoption(parser):
                     help="no covering array over the fuzzer's factors first: the fuzz budget drawn at random alone")
     group.addoption("--odeattn-same-draws", action="store_true",
                     help="the same fuzz examples in every dtype (default: each dtype its own, from the same seed)")
+    group.addoption("--odeattn-encoder-examples", type=int, default=None, metavar="N",
+                    help="the encoder stack's fuzz examples per dtype (float32, float64), where the backend runs encoder "
+                         "cases (default 10; 0: none)")
     group.addoption("--odeattn-database", default=None, metavar="DIR",
                     help="keep failing fuzz examples in this folder and judge them first on the next run")
     group.addoption("--odeattn-expectations", action="append", default=[], metavar="FILE",
@@ -87,17 +93,18 @@ class GoldenItem(_Item):
 
 
 def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min_examples=None, database=None,
-              expectations=None, cover=True, share_draws=False):
+              expectations=None, cover=True, share_draws=False, kinds=None):
     """The fuzz item's test function; its repro folder goes under pytest's tmp_path_factory (a
-    fixture: the item is a pytest.Function, so it gets fixtures as any test does)."""
+    fixture: the item is a pytest.Function, so it gets fixtures as any test does). kinds (ENCODER,):
+    the encoder stack's search, where min_examples 0 (its default) lets a port refuse every draw."""
     def odeattn_fuzz(tmp_path_factory):
         from .fuzzing.fuzz import fuzz
         from .fuzzing.fuzz_report import format_finding, format_refusals, found_in, shortfall
         from .fuzzing.repro import folder_name, write_repro
 
         run = fuzz(adapter, dtype, examples=examples, seed=seed, min_examples=min_examples, database=database,
-                   expectations=expectations, cover=cover, share_draws=share_draws)
-        if run.examples == 0:
+                   expectations=expectations, cover=cover, share_draws=share_draws, kinds=kinds)
+        if run.examples == 0 and min_examples != 0:
             raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype} "
                                      f"({format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
         if run.short:
@@ -105,7 +112,8 @@ def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min
         if run.finding is not None:
             try:
                 base = tmp_path_factory.mktemp("odeattn-fuzz-repro")
-                run.finding.repro = str(write_repro(base / folder_name(reference, dtype), run.finding, reference, dtype))
+                stack = "-encoder" if kinds else ""
+                run.finding.repro = str(write_repro(base / folder_name(reference + stack, dtype), run.finding, reference, dtype))
             except OSError as err:  # the finding is still reported, below, without its folder
                 run.finding.repro = f"not written ({err.strerror or err})"
             raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples, found in "
@@ -123,12 +131,13 @@ class FuzzItem(pytest.Function):
         return super().repr_failure(excinfo, style)
 
 
-def check_options(config) -> int:
-    """The fuzz budget, once --odeattn-dtype, --odeattn-examples, --odeattn-min-examples and
-    --odeattn-database are checked; pytest.UsageError naming the option otherwise."""
+def check_options(config) -> tuple[int, int]:
+    """The fuzz budgets (the block's, the encoder stack's), once --odeattn-dtype, --odeattn-examples,
+    --odeattn-encoder-examples, --odeattn-min-examples and --odeattn-database are checked;
+    pytest.UsageError naming the option otherwise."""
     from ode_ref.precision import DTYPES
 
-    from .fuzzing.fuzz import DEFAULT_EXAMPLES
+    from .fuzzing.fuzz import DEFAULT_ENCODER_EXAMPLES, DEFAULT_EXAMPLES
 
     bad = [d for d in config.getoption("odeattn_dtype") if d not in DTYPES]
     if bad:
@@ -137,6 +146,10 @@ def check_options(config) -> int:
     examples = DEFAULT_EXAMPLES if examples is None else examples
     if examples < 0:
         raise pytest.UsageError(f"--odeattn-examples: expected an integer >= 0; got {examples}")
+    encoder_examples = config.getoption("odeattn_encoder_examples")
+    encoder_examples = DEFAULT_ENCODER_EXAMPLES if encoder_examples is None else encoder_examples
+    if encoder_examples < 0:
+        raise pytest.UsageError(f"--odeattn-encoder-examples: expected an integer >= 0; got {encoder_examples}")
     if least is not None and not 1 <= least <= examples:
         raise pytest.UsageError(f"--odeattn-min-examples: expected an integer from 1 to the budget ({examples}); got {least}")
     database = config.getoption("odeattn_database")
@@ -150,7 +163,7 @@ def check_options(config) -> int:
     timeout = config.getoption("odeattn_timeout")
     if not timeout > 0 or timeout == float("inf"):
         raise pytest.UsageError(f"--odeattn-timeout: expected a finite number of seconds > 0; got {timeout}")
-    return examples
+    return examples, encoder_examples
 
 
 ADAPTERS = pytest.StashKey[list]()  # the session's [(reference, client.RemoteAdapter)], stopped at its end
@@ -186,9 +199,12 @@ def pytest_collection_modifyitems(session, config, items):
     references = config.getoption("odeattn_backend")
     if not references:
         return
+    from ode_ref.precision import HALF_DTYPES
+
+    from .cases.kinds import ENCODER
     from .golden import load_cases
 
-    examples = check_options(config)
+    examples, encoder_examples = check_options(config)
     index, count, expected = check_ci_options(config)
     cases = load_cases()
     only = config.getoption("odeattn_dtype")
@@ -208,6 +224,12 @@ def pytest_collection_modifyitems(session, config, items):
             if examples > 0:
                 test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference, *fuzz_options)
                 added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))
+            if encoder_examples > 0 and dtype not in HALF_DTYPES and ENCODER.missing(adapter) is None:
+                least, database, expectations, _, share = fuzz_options  # no covering array: the draws are random
+                explicit = config.getoption("odeattn_encoder_examples") is not None
+                test = fuzz_test(adapter, dtype, encoder_examples, config.getoption("odeattn_seed"), reference,
+                                 None if explicit else 0, database, expectations, None, share, kinds=(ENCODER,))
+                added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz-encoder]", callobj=test))
     items += added
     # counted as collected, as a file's items are (the header's "collected N items", -k's "selected")
     config.hook.pytest_collectreport(report=pytest.CollectReport("odeattn", "passed", None, added))

@@ -60,6 +60,7 @@ from ..running.expectations import Expectations
 
 CELL_DRAWS = 6  # a covering array cell's draws before it is given up (no fair input, or refused): each up to REDRAWS inputs
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
+DEFAULT_ENCODER_EXAMPLES = 10  # the encoder stack's, per backend that runs it, in float32 and float64 (encoder_draw.py)
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
 NO_FINITE_REFERENCE = "no finite reference: the spec's output or its float32 error is not finite with these weights"
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far

@@ -148,7 +148,8 @@ def _finding_dict(f) -> dict:
 
 def write_json(runs, path, header: dict) -> None:
     payload = {**header, "exit_code": 1 if any(r.failed for r in runs) else 0,
-               "runs": [{"backend": r.backend, "dtype": r.dtype, "drew": r.drew, "examples": r.examples, "asked": r.asked,
+               "runs": [{"backend": r.backend, "dtype": r.dtype, "drew": r.drew, "examples": r.examples,
+                         "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
                          "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, **dict(zip(("pairs_held", "pairs_feasible"), pairs_held(r))),

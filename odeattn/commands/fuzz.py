@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from odeattn.commands.args import CommandFailed, UsageError, check_output_path, positive_float, positive_int, user_input
+from odeattn.commands.args import (CommandFailed, UsageError, check_output_path, non_negative_int, positive_float, positive_int,
+                                   user_input)
 
 FUZZ_ONLY = {"examples": "--examples", "seed": "--seed", "time_budget": "--time-budget", "replay": "--replay",
              "model": "--model", "config": "--config", "weights": "--weights", "runtime": "--runtime",
@@ -43,10 +44,11 @@ def add_options(p) -> None:
                    help="fuzz: search every row of the covering array over the fuzzer's factors first (every feasible pair "
                         "of two factors' levels), one example each, then draw at random (docs/fuzzing.md); the default, "
                         "but with --model, whose config is fixed")
-    p.add_argument("--encoder-examples", type=positive_int, default=None, metavar="N",
-                   help="fuzz: also draw N examples of the encoder stack per backend and dtype (every family and profile, "
-                        "the Macaron layer, PCformer's alpha and corrector, qkvflow's time-dependent stack), a run of their "
-                        "own after the attention block's, where the backend runs encoder cases (default: none)")
+    p.add_argument("--encoder-examples", type=non_negative_int, default=None, metavar="N",
+                   help="fuzz: examples of the encoder stack per backend and dtype (every family and profile, the Macaron "
+                        "layer, PCformer's alpha and corrector, qkvflow's time-dependent stack), a run of their own after "
+                        "the attention block's, on a backend that runs encoder cases, in float32 and float64 (default 10; "
+                        "0: none)")
     p.add_argument("--same-draws", action="store_true", default=None,
                    help="fuzz: draw the same examples in every dtype (default: each dtype its own, from the same seed)")
     p.add_argument("--repro", type=Path, default=None, metavar="DIR",
@@ -144,9 +146,6 @@ def check_draw_options(args) -> None:
     examples = args.examples or DEFAULT_EXAMPLES
     if args.encoder_examples is not None and any(v is not None for v in (args.model, args.config, args.weights)):
         raise UsageError("--encoder-examples: not taken with --model (the file is an attention block, its config fixed)")
-    if args.encoder_examples is not None and args.cover:
-        raise UsageError("--encoder-examples: not taken with --cover (the covering array's factors are the block's; "
-                         "the encoder stack's draws are random)")
     if args.min_examples is not None and args.min_examples > examples:
         raise UsageError(f"--min-examples: expected at most the examples asked (--examples {examples}); got {args.min_examples}")
     if args.database is not None:  # hypothesis's database drops a failed write silently: found out now
@@ -232,7 +231,7 @@ def check_float32_weights(params) -> None:
 def draw_and_judge(args, adapters) -> int:
     from ode_ref.precision import HALF_DTYPES
     from odeattn.conformance.cases.kinds import ENCODER
-    from odeattn.conformance.fuzzing.fuzz import DEFAULT_EXAMPLES, fuzz as run_fuzz
+    from odeattn.conformance.fuzzing.fuzz import DEFAULT_ENCODER_EXAMPLES, DEFAULT_EXAMPLES, fuzz as run_fuzz
     from odeattn.conformance.fuzzing.model_file import artifact_record
     from odeattn.conformance.running.reports import environment
     from odeattn.conformance.fuzzing.fuzz_report import format_refusals, format_run, shortfall
@@ -247,7 +246,8 @@ def draw_and_judge(args, adapters) -> int:
         unrun = [d for d in args.dtypes or () if d not in adapter.dtypes]
         if unrun:
             print(f"{typed}: not run in {', '.join(unrun)} (it runs {', '.join(adapter.dtypes)})", flush=True)
-    stacks = ("", "-encoder") if args.encoder_examples else ("",)
+    encoder_examples = DEFAULT_ENCODER_EXAMPLES if args.encoder_examples is None else args.encoder_examples
+    stacks = ("", "-encoder") if encoder_examples else ("",)
     for typed, adapter, *_ in adapters:  # a repro folder of an earlier run is not replaced unasked
         for dtype in (d for d in adapter.dtypes if not args.dtypes or d in args.dtypes):
             for target in (args.repro / folder_name(typed + stack, dtype) for stack in stacks):
@@ -258,17 +258,20 @@ def draw_and_judge(args, adapters) -> int:
     for typed, adapter, *fixed in adapters:
         strategy, params = fixed or (None, None)
         dtypes = [d for d in adapter.dtypes if not args.dtypes or d in args.dtypes]
-        searches = [(None, examples, args.min_examples, "")]  # the attention block's, then the encoder stack's on request
-        if args.encoder_examples and ENCODER.missing(adapter) is None:
-            searches.append(((ENCODER,), args.encoder_examples, None, "-encoder"))
-        elif args.encoder_examples:
+        searches = [(None, examples, args.min_examples, args.cover, "")]  # the attention block's, then the encoder stack's
+        if encoder_examples and not fixed and ENCODER.missing(adapter) is None:
+            # by default a port that refuses encoder configs, or some of them, fails nothing; asked for, as --examples
+            searches.append(((ENCODER,), encoder_examples, None if args.encoder_examples else 0, None, "-encoder"))
+        elif args.encoder_examples:  # asked for, and not run: said
             print(f"{typed}: no encoder examples ({ENCODER.missing(adapter)})", flush=True)
-        for dtype, (kinds, asked, least, stack) in ((d, s) for d in dtypes for s in searches
-                                                    if not s[0] or d not in HALF_DTYPES):  # the encoder has no half policy
+        for dtype, (kinds, asked, least, cover, stack) in ((d, s) for d in dtypes for s in searches
+                                                           if not s[0] or d not in HALF_DTYPES):  # no half policy for the encoder
             run = run_fuzz(adapter, dtype, examples=asked, seed=seed, time_budget=args.time_budget, kinds=kinds,
                            strategy=strategy, params=params, min_examples=least, database=args.database,
-                           expectations=args.expectations, cover=args.cover, share_draws=bool(args.same_draws))
-            if run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
+                           expectations=args.expectations, cover=cover, share_draws=bool(args.same_draws))
+            if run.examples == 0 and stack and args.encoder_examples is None:
+                pass  # the default encoder search on a port that runs no encoder config: its line says so
+            elif run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
                 unjudged.append(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
                                 f"{dtype}: nothing was judged, which is not a pass; give it more time")
             elif run.examples == 0:

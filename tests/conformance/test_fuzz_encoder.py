@@ -1,8 +1,10 @@
-"""The encoder stack's draws (conformance/fuzzing/encoder_draw.py, `fuzz --encoder-examples N`): every
-successor drawn, the spec against itself with no false alarm, a bug of each successor caught,
-shrunk to the field that matters and replayed from its repro folder, and the option's refusals."""
+"""The encoder stack's draws (conformance/fuzzing/encoder_draw.py; `fuzz` draws 10 per backend and
+dtype by default, `--encoder-examples N`): every successor drawn, the spec against itself with no
+false alarm, a bug of each successor caught, shrunk to the field that matters and replayed from its
+repro folder, the default search in the command, and the option's refusals."""
 
 import collections
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -61,10 +63,23 @@ def test_a_successor_s_bug_is_caught_shrunk_to_its_field_and_replayed(tmp_path, 
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--encoder-examples", "3", "--cover", "--backend", "spec"], "--encoder-examples: not taken with --cover"),
+    (["--encoder-examples", "3", "--model", "m.onnx", "--config", "c.json", "--weights", "w.npz"],
+     "--encoder-examples: not taken with --model"),
     (["--encoder-examples", "3", "--replay", "{tmp}"], "--encoder-examples: not taken with --replay"),
-], ids=["with-cover", "with-replay"])
+], ids=["with-model", "with-replay"])
 def test_the_option_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
     assert main(["conformance", "fuzz", *[a.replace("{tmp}", str(tmp_path)) for a in argv]]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_the_command_draws_the_encoder_by_default_where_the_backend_runs_it(tmp_path, monkeypatch, capsys):
+    """The spec runs encoder cases: its run holds an encoder search of the default 10 examples, in
+    --json too; --encoder-examples 0 turns it off."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["conformance", "fuzz", "--backend", "spec", "--examples", "3", "--json", "a.json"]) == 0
+    assert "spec/float64 (encoder stack): 10 examples, none diverged" in capsys.readouterr().out
+    runs = json.loads((tmp_path / "a.json").read_text())["runs"]
+    assert [(r["drew"], r["examples"]) for r in runs] == [("attention block", 3), ("encoder stack", 10)]
+    assert main(["conformance", "fuzz", "--backend", "spec", "--examples", "3", "--encoder-examples", "0"]) == 0
+    assert "encoder stack" not in capsys.readouterr().out
