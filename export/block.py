@@ -66,7 +66,7 @@ from .bitlinear import check_form, product_scale
 from .graph import Body, Function, Value, inline, ir_version
 from .half import HalfIO, as_storage, half_export_attention, stored_params
 from .loop import STEPS, Scalar, loop_over_steps, outer, step_count, step_size, step_time, steps_info, steps_initializer
-from .options import ExportOptions
+from .options import ExportOptions, loop_refusal
 
 
 BLOCKS = ("q", "k", "v")  # W_qkv's row blocks, in the spec's order
@@ -197,9 +197,8 @@ def _checked(config, params, options: ExportOptions, attention):
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     check_form(options.bitlinear, cfg)
-    if options.steps_input and isinstance(solver(cfg.ode_solver), MultistepMethod):
-        raise ValueError(f"steps_input: the Loop form's body is one step of an RK tableau; ode_solver {cfg.ode_solver!r} "
-                         "carries its past evaluations from step to step (export the default form)")
+    if loop_refusal(options, cfg) is not None:
+        raise ValueError(f"steps_input: {loop_refusal(options, cfg)} (export the default form)")
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
     att = export_attention(attention, options.opset, options.bitlinear)
     for name, value in params.items():

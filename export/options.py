@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ode_ref.block import check_flag
+from ode_ref.multistep import MULTISTEP
 from ode_ref.precision import HALF_DTYPES
 
 GRAPHS = ("block", "prefill", "decode_step")  # the graphs export_model builds: the block, the cached decoding's two models
@@ -156,3 +157,12 @@ class ExportOptions:
         the case's dtype where the export has it (a half one; float64 cases run the float32 file)."""
         return self.replace(graph="block", padding_mask=padding_mask, diagnostics=True, stages=stages,
                             dtype=dtype if dtype in EXPORT_DTYPES else "float32")
+
+
+def loop_refusal(options: ExportOptions, config):
+    """Why the Loop form (options.steps_input) cannot hold config's block, or None: its body is one
+    RK step, and a multistep solver carries its past evaluations from step to step."""
+    name = getattr(config, "ode_solver", None)
+    if options.steps_input and name in MULTISTEP:
+        return f"the Loop form's body is one RK step; ode_solver {name!r} carries its past evaluations from step to step"
+    return None

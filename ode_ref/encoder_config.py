@@ -124,6 +124,13 @@ def _int_at_least(field: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def _flag(field: str, value: Any, also: str = "") -> bool:
+    """value as a bool (NumPy's too, read from a checkpoint's args); ValueError naming the field otherwise."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{field}: expected True or False{also}; got {value!r}")
+    return bool(value)
+
+
 def _probability(field: str, value: Any) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
         raise ValueError(f"{field}: expected a number in [0, 1); got {value!r}")
@@ -162,10 +169,7 @@ class ODEEncoderConfig:
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ValueError(f"encoder_embed_dim: expected a multiple of encoder_attention_heads="
                              f"{self.encoder_attention_heads}; got {self.encoder_embed_dim}")
-        if isinstance(self.encoder_normalize_before, np.bool_):
-            set_("encoder_normalize_before", bool(self.encoder_normalize_before))
-        if not isinstance(self.encoder_normalize_before, bool):
-            raise ValueError(f"encoder_normalize_before: expected True or False; got {self.encoder_normalize_before!r}")
+        set_("encoder_normalize_before", _flag("encoder_normalize_before", self.encoder_normalize_before))
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             set_(name, _probability(name, getattr(self, name)))
         self._resolve_family()
@@ -182,10 +186,8 @@ class ODEEncoderConfig:
     def _check_macaron(self) -> None:
         """macaron a bool (macaron-net's "new", the value its WMT architectures set, is True), and
         macaron_profile one of MACARON_PROFILES, its "released" only for a Macaron layer."""
-        if self.macaron == "new" or isinstance(self.macaron, np.bool_):
-            object.__setattr__(self, "macaron", bool(self.macaron))
-        if not isinstance(self.macaron, bool):
-            raise ValueError(f"macaron: expected True or False (or macaron-net's 'new', read as True); got {self.macaron!r}")
+        object.__setattr__(self, "macaron", _flag("macaron", True if self.macaron == "new" else self.macaron,
+                                                  " (or macaron-net's 'new', read as True)"))
         if self.macaron_profile not in MACARON_PROFILES:
             raise ValueError(f"macaron_profile: expected one of {', '.join(map(repr, MACARON_PROFILES))}; "
                              f"got {self.macaron_profile!r}")
@@ -196,10 +198,7 @@ class ODEEncoderConfig:
     def _check_pcformer(self) -> None:
         """alpha_type and layer_wise set an ema family's alpha (rk3_ema's is one scalar, as released);
         encoder_history_type is None or PCformer's corrector."""
-        if isinstance(self.layer_wise, np.bool_):
-            object.__setattr__(self, "layer_wise", bool(self.layer_wise))
-        if not isinstance(self.layer_wise, bool):
-            raise ValueError(f"layer_wise: expected True or False; got {self.layer_wise!r}")
+        object.__setattr__(self, "layer_wise", _flag("layer_wise", self.layer_wise))
         if self.alpha_type not in ALPHA_TYPES:
             raise ValueError(f"alpha_type: expected one of {', '.join(map(repr, ALPHA_TYPES))}; got {self.alpha_type!r}")
         if self.alpha_type == "vector" and self.layer_wise:

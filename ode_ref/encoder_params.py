@@ -159,7 +159,7 @@ def init_encoder_params(config, seed: int = 0, *, perturb: bool = False, dtype=n
         elif len(shape) == 2 and name != ALPHA:
             value = _xavier(rng, shape)
         else:
-            identity = (0.5 if cfg.family in EMA_FAMILIES else 1.0) if name == ALPHA else 1.0 if name.endswith("weight") else 0.0
+            identity = alpha_init(cfg) if name == ALPHA else 1.0 if name.endswith("weight") else 0.0
             value = np.full(shape, identity)  # 1-D weights above: the norms'
             if perturb:
                 value = value + rng.uniform(-0.5, 0.5, size=shape)
@@ -173,6 +173,11 @@ def _deciding(cfg: ODEEncoderConfig) -> str:
         return f"time_embed_dim={cfg.time_embed_dim} (qkvflow's stack: one block at any encoder_layers)"
     return (f"encoder_layers={cfg.encoder_layers}, encoder_normalize_before={cfg.encoder_normalize_before}, "
             f"family={cfg.family!r}, macaron={cfg.macaron}, encoder_history_type={cfg.encoder_history_type!r}")
+
+
+def alpha_init(config) -> float:
+    """alpha's released init: 1/2 for an ema family's (PCformer's alpha.data.fill_(0.5)), 1 for rk2_weighted's."""
+    return 0.5 if ODEEncoderConfig.from_any(config).family in EMA_FAMILIES else 1.0
 
 
 def temporal_init(name: str):

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ode_ref.block import check_flag
-from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
-from ode_ref.encoder_params import (ALPHA, HISTORY_WEIGHT, HISTORY_WEIGHT_C, check_encoder_params, encoder_param_shapes,
-                                    lower_mean, temporal_init)
+from ode_ref.encoder_config import ODEEncoderConfig
+from ode_ref.encoder_params import (ALPHA, HISTORY_WEIGHT, HISTORY_WEIGHT_C, alpha_init, check_encoder_params,
+                                    encoder_param_shapes, lower_mean, temporal_init)
 
 from ..jax import block as jax_block
 from ..jax import encoder as jax_encoder
@@ -39,7 +39,7 @@ def _init(name: str, shape: tuple, cfg: ODEEncoderConfig):
     if name in (HISTORY_WEIGHT, HISTORY_WEIGHT_C):
         return lambda key, shape, dtype: jnp.asarray(lower_mean(shape[0]), dtype)  # row means: no draw
     if name == ALPHA:
-        return nn.initializers.constant(0.5 if cfg.family in EMA_FAMILIES else 1.0)
+        return nn.initializers.constant(alpha_init(cfg))
     if temporal_init(name):  # a time-dependent stack's f_weight, f_bias, f_b
         return nn.initializers.zeros if temporal_init(name) == "zeros" else nn.initializers.normal(1e-4)
     if len(shape) == 2:

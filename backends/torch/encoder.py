@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ode_ref.encoder import ODEEncoderStages, check_encoder_input
-from ode_ref.encoder_config import EMA_FAMILIES, ODEEncoderConfig
-from ode_ref.encoder_params import (ALPHA, TEMPORAL_FINAL_NORM, check_encoder_params, encoder_param_shapes, lower_mean,
-                                    stack_params, temporal_init)
+from ode_ref.encoder_config import ODEEncoderConfig
+from ode_ref.encoder_params import (ALPHA, TEMPORAL_FINAL_NORM, alpha_init, check_encoder_params, encoder_param_shapes,
+                                    lower_mean, stack_params, temporal_init)
 
 from .params import params_to_state_dict
 from .xp import namespace
@@ -158,10 +158,8 @@ class ODEEncoder(nn.Module):
             self.layer_norm = nn.LayerNorm(c, eps=1e-5)
         if cfg.family == "rk2_gated":
             self.gate_linear = _xavier_linear(2 * c, 1)
-        if cfg.family == "rk2_weighted":
-            self.alpha = nn.Parameter(torch.ones(cfg.enc_calculate_num))
-        if cfg.family in EMA_FAMILIES:
-            self.alpha = nn.Parameter(torch.full(encoder_param_shapes(cfg)[ALPHA], 0.5))
+        if ALPHA in encoder_param_shapes(cfg):  # rk2_weighted's, or an ema family's
+            self.alpha = nn.Parameter(torch.full(encoder_param_shapes(cfg)[ALPHA], alpha_init(cfg)))
         if cfg.corrector:
             self.history = CorrectorHistory(cfg.encoder_layers, c)
 

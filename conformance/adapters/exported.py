@@ -17,9 +17,8 @@ import os
 import numpy as np
 
 from ode_ref.encoder import check_encoder_input
-from ode_ref.multistep import MULTISTEP
 from ode_ref.precision import HALF_DTYPES
-from odeattn.export.options import ExportOptions  # no onnx: the options name a form before any export
+from odeattn.export.options import ExportOptions, loop_refusal  # no onnx: the options name a form before any export
 
 from ..cases import decode_loop
 from ..wire.counters import compiling
@@ -34,11 +33,9 @@ def _threads():
 
 
 def form_refusal(options: ExportOptions, config):
-    """Why a block of config has no model in the form options name (the Loop form, a multistep
-    solver: its body is one RK step), or None."""
-    if options.steps_input and getattr(config, "ode_solver", None) in MULTISTEP:
-        return f"not supported: the Loop form's body is one RK step; {config.ode_solver} carries its past evaluations"
-    return None
+    """Why a block of config has no model in the form options name (export.block.loop_refusal), or None."""
+    reason = loop_refusal(options, config)
+    return None if reason is None else f"not supported: {reason}"
 
 
 class _ExportedAdapter:

@@ -66,6 +66,16 @@ def test_each_variant_exports_in_the_loop_form(variant):
         assert within_float32(z, cfg, params, x, mask, steps, variant), steps
 
 
+@pytest.mark.parametrize("solver", ["ab2", "momentum"])
+def test_a_multistep_solver_is_refused_by_the_loop_form_naming_the_option(solver):
+    """Its body is one RK step; a multistep solver carries its past evaluations: refused as the
+    conformance adapters refuse it (export/options.loop_refusal), not exported wrong."""
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver=solver, ode_steps=3)
+    with pytest.raises(ValueError, match=rf"^steps_input: the Loop form's body is one RK step; ode_solver '{solver}' "
+                                         r"carries its past evaluations from step to step \(export the default form\)$"):
+        export_model(cfg, R.init_params(cfg), steps_input=True)
+
+
 @pytest.mark.parametrize("opset", [17, 23])
 def test_the_loop_form_passes_the_checker_and_strict_shape_inference(opset):
     cfg = R.ODEConfig(hidden_size=12, num_heads=3, mode="decoder", ode_solver="rk4", ode_steps=4, ode_use_pe=True)
