@@ -10,7 +10,8 @@ point, so installing odeattn is enough).
     --odeattn-no-cover        no covering array first: the fuzz budget drawn at random alone
     --odeattn-same-draws      the same fuzz examples in every dtype (default: each dtype its own)
     --odeattn-encoder-examples N  the encoder stack's fuzz budget per dtype, float32 and float64, where
-                              the backend runs encoder cases (default fuzz.DEFAULT_ENCODER_EXAMPLES; 0: none)
+                              the backend runs encoder cases (default fuzz.DEFAULT_ENCODER_EXAMPLES,
+                              0 beside --odeattn-examples 0; 0: none)
     --odeattn-database DIR    keep failing fuzz examples there and judge them first next time
     --odeattn-expectations F  a port's expectations file (repeatable): its xfails (strict) and skips
     --odeattn-shard I/N       only the I-th of N parts of the golden cases (running/shards.py); the
@@ -104,7 +105,9 @@ def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min
 
         run = fuzz(adapter, dtype, examples=examples, seed=seed, min_examples=min_examples, database=database,
                    expectations=expectations, cover=cover, share_draws=share_draws, kinds=kinds)
-        if run.examples == 0 and min_examples != 0:
+        if run.examples == 0 and min_examples == 0:  # the encoder stack's default search: the port runs no encoder config
+            pytest.skip(f"the backend ran none of the drawn encoder stacks ({format_refusals(run.refusals) or 'none drawn'})")
+        if run.examples == 0:
             raise ConformanceFailure(f"the backend ran none of the drawn configs in {dtype} "
                                      f"({format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
         if run.short:
@@ -112,14 +115,21 @@ def fuzz_test(adapter, dtype: str, examples: int, seed: int, reference: str, min
         if run.finding is not None:
             try:
                 base = tmp_path_factory.mktemp("odeattn-fuzz-repro")
-                stack = "-encoder" if kinds else ""
-                run.finding.repro = str(write_repro(base / folder_name(reference + stack, dtype), run.finding, reference, dtype))
+                run.finding.repro = str(write_repro(base / folder_name(reference, dtype, run.suffix), run.finding, reference, dtype))
             except OSError as err:  # the finding is still reported, below, without its folder
                 run.finding.repro = f"not written ({err.strerror or err})"
             raise ConformanceFailure(f"fuzz: a counterexample after {run.examples} examples, found in "
                                      f"{found_in(run.found_in)}\n{format_finding(run.finding)}")
         if run.unexpected:
             raise ConformanceFailure(f"fuzz: unexpected pass: {'; '.join(run.unexpected)}: none of the examples it selects failed")
+
+    return odeattn_fuzz
+
+
+def _skipped(reason: str):
+    """A test function that skips with reason (an item asked for that the backend cannot run)."""
+    def odeattn_fuzz():
+        pytest.skip(reason)
 
     return odeattn_fuzz
 
@@ -131,13 +141,13 @@ class FuzzItem(pytest.Function):
         return super().repr_failure(excinfo, style)
 
 
-def check_options(config) -> tuple[int, int]:
-    """The fuzz budgets (the block's, the encoder stack's), once --odeattn-dtype, --odeattn-examples,
+def check_options(config) -> tuple:
+    """The fuzz budgets (the block's; the encoder stack's, None for its default), once --odeattn-dtype, --odeattn-examples,
     --odeattn-encoder-examples, --odeattn-min-examples and --odeattn-database are checked;
     pytest.UsageError naming the option otherwise."""
     from ode_ref.precision import DTYPES
 
-    from .fuzzing.fuzz import DEFAULT_ENCODER_EXAMPLES, DEFAULT_EXAMPLES
+    from .fuzzing.fuzz import DEFAULT_EXAMPLES
 
     bad = [d for d in config.getoption("odeattn_dtype") if d not in DTYPES]
     if bad:
@@ -146,10 +156,11 @@ def check_options(config) -> tuple[int, int]:
     examples = DEFAULT_EXAMPLES if examples is None else examples
     if examples < 0:
         raise pytest.UsageError(f"--odeattn-examples: expected an integer >= 0; got {examples}")
-    encoder_examples = config.getoption("odeattn_encoder_examples")
-    encoder_examples = DEFAULT_ENCODER_EXAMPLES if encoder_examples is None else encoder_examples
-    if encoder_examples < 0:
+    encoder_examples = config.getoption("odeattn_encoder_examples")  # None: the default (0 beside --odeattn-examples 0)
+    if encoder_examples is not None and encoder_examples < 0:
         raise pytest.UsageError(f"--odeattn-encoder-examples: expected an integer >= 0; got {encoder_examples}")
+    if encoder_examples is None and examples == 0:
+        encoder_examples = 0  # no fuzzing asked for
     if least is not None and not 1 <= least <= examples:
         raise pytest.UsageError(f"--odeattn-min-examples: expected an integer from 1 to the budget ({examples}); got {least}")
     database = config.getoption("odeattn_database")
@@ -199,9 +210,8 @@ def pytest_collection_modifyitems(session, config, items):
     references = config.getoption("odeattn_backend")
     if not references:
         return
-    from ode_ref.precision import HALF_DTYPES
-
     from .cases.kinds import ENCODER
+    from .fuzzing.fuzz import ENCODER_SUFFIX, encoder_search
     from .golden import load_cases
 
     examples, encoder_examples = check_options(config)
@@ -224,12 +234,15 @@ def pytest_collection_modifyitems(session, config, items):
             if examples > 0:
                 test = fuzz_test(adapter, dtype, examples, config.getoption("odeattn_seed"), reference, *fuzz_options)
                 added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz]", callobj=test))
-            if encoder_examples > 0 and dtype not in HALF_DTYPES and ENCODER.missing(adapter) is None:
-                least, database, expectations, _, share = fuzz_options  # no covering array: the draws are random
-                explicit = config.getoption("odeattn_encoder_examples") is not None
-                test = fuzz_test(adapter, dtype, encoder_examples, config.getoption("odeattn_seed"), reference,
-                                 None if explicit else 0, database, expectations, None, share, kinds=(ENCODER,))
-                added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz-encoder]", callobj=test))
+            encoder = encoder_search(adapter, dtype, encoder_examples, fuzz_options[0])
+            if encoder is not None:
+                _, database, expectations, _, share = fuzz_options  # no covering array: the encoder's draws are random
+                test = fuzz_test(adapter, dtype, encoder[0], config.getoption("odeattn_seed"), reference, encoder[1], database,
+                                 expectations, None, share, kinds=(ENCODER,))
+                added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz{ENCODER_SUFFIX}]", callobj=test))
+            elif encoder_examples and ENCODER.missing(adapter) and dtype in ("float32", "float64"):  # asked for: said
+                test = _skipped(ENCODER.missing(adapter))
+                added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz{ENCODER_SUFFIX}]", callobj=test))
     items += added
     # counted as collected, as a file's items are (the header's "collected N items", -k's "selected")
     config.hook.pytest_collectreport(report=pytest.CollectReport("odeattn", "passed", None, added))

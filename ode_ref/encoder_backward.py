@@ -25,7 +25,7 @@ from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_
                              temporal_linears)
 from .norms import layer_norm_vjp
 from .rk import _combine, add_grads
-from .temporal import GELU_C, step_times, time_embedding
+from .temporal import GELU_C, GELU_CUBIC
 
 
 def _linear_vjp(y_bar, x, weight, prefix: str) -> tuple:
@@ -277,8 +277,8 @@ def temporal_norm_vjp(s: ODEEncoderStages, params, name: str, z, e, y_bar) -> tu
 
 def gelu_tanh_vjp(u, y_bar):
     """u_bar of TemporalStages.gelu_tanh."""
-    t = np.tanh(GELU_C * (u + 0.044715 * u**3))
-    return y_bar * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * u * u))
+    t = np.tanh(GELU_C * (u + GELU_CUBIC * u**3))
+    return y_bar * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * GELU_C * (1.0 + 3 * GELU_CUBIC * u * u))
 
 
 def temporal_f_vjp(s: ODEEncoderStages, params, z, e, key_mask, f_bar) -> tuple:
@@ -302,13 +302,10 @@ def temporal_f_vjp(s: ODEEncoderStages, params, z, e, key_mask, f_bar) -> tuple:
 
 def temporal_stack_vjp(s: ODEEncoderStages, params, x, padding_mask, z_bar) -> tuple:
     """(x_bar, grads) of TemporalStages.temporal_stack: ln_f, then the Euler steps reversed."""
-    key_mask, steps = s.causal_key_mask(x, padding_mask), s.config.encoder_layers
-    es = [time_embedding(t, s.config.sinusoidal_dim)[None, :].astype(x.dtype) for t in step_times(steps)]
-    states = [x]
-    for e in es:
-        states.append(states[-1] + (1.0 / steps) * s.temporal_f(params, states[-1], e, key_mask))
+    key_mask = s.causal_key_mask(x, padding_mask)
+    states, es = s.temporal_states(params, x, key_mask)
     z_bar, grads = _norm_vjp(params, TEMPORAL_FINAL_NORM, states[-1], z_bar)
     for z, e in reversed(list(zip(states, es))):
-        step_bar, more = temporal_f_vjp(s, params, z, e, key_mask, (1.0 / steps) * z_bar)
+        step_bar, more = temporal_f_vjp(s, params, z, e, key_mask, (1.0 / s.config.encoder_layers) * z_bar)
         z_bar, grads = z_bar + step_bar, add_grads(grads, more)
     return z_bar, grads

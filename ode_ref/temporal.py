@@ -34,10 +34,10 @@ from .encoder_layer import EncoderStages
 from .encoder_params import TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM, temporal_linears
 
 EMBED_SCALE, MAX_PERIOD = 1000.0, 10000.0  # qkvflow's SinusoidalPosEmb(scale=1000, max_period=10000)
-GELU_C = float(np.sqrt(2.0 / np.pi))  # gelu_new's sqrt(2 / pi)
+GELU_C, GELU_CUBIC = float(np.sqrt(2.0 / np.pi)), 0.044715  # gelu_new's sqrt(2 / pi) and its cube's factor
 
 
-def step_times(steps: int) -> list[float]:
+def step_ends(steps: int) -> list[float]:
     """t at each Euler step's end: (k + 1) / steps for k = 0 .. steps - 1 (float64)."""
     return [(k + 1) / steps for k in range(steps)]
 
@@ -55,13 +55,16 @@ class TemporalStages(EncoderStages):
 
     def temporal_stack(self, params: dict, x, padding_mask=None):
         """z(1) after ln_f: encoder_layers Euler steps of the shared block, t at each step's end."""
-        key_mask = self.causal_key_mask(x, padding_mask)
+        states, _ = self.temporal_states(params, x, self.causal_key_mask(x, padding_mask))
+        return self.layer_norm(states[-1], params[TEMPORAL_FINAL_NORM + "weight"], params[TEMPORAL_FINAL_NORM + "bias"])
+
+    def temporal_states(self, params: dict, x, key_mask) -> tuple[list, list]:
+        """([z_0 = x, z_1, ..., z_steps], [e(t_1), ...] each (1, S)): the Euler steps, h = 1 / steps."""
         steps = self.config.encoder_layers
-        h = 1.0 / steps
-        for t in step_times(steps):
-            e = self.constant(time_embedding(t, self.config.sinusoidal_dim)[None, :], x)  # (1, S)
-            x = x + h * self.temporal_f(params, x, e, key_mask)
-        return self.layer_norm(x, params[TEMPORAL_FINAL_NORM + "weight"], params[TEMPORAL_FINAL_NORM + "bias"])
+        states, es = [x], [self.constant(time_embedding(t, self.config.sinusoidal_dim)[None, :], x) for t in step_ends(steps)]
+        for e in es:
+            states.append(states[-1] + (1.0 / steps) * self.temporal_f(params, states[-1], e, key_mask))
+        return states, es
 
     def temporal_f(self, params: dict, z, e, key_mask):
         """f(z, t) = Attn_t(LN^a_t z) + MLP_t(LN^m_t z), e = e(t) (1, S); each output through the
@@ -95,7 +98,7 @@ class TemporalStages(EncoderStages):
 
     def gelu_tanh(self, x):
         """GPT-2's gelu_new: x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as jax.nn.gelu(approximate=True)."""
-        return x * (0.5 * (1.0 + self.xp.tanh(GELU_C * (x + 0.044715 * (x * x * x)))))
+        return x * (0.5 * (1.0 + self.xp.tanh(GELU_C * (x + GELU_CUBIC * (x * x * x)))))
 
     def causal_key_mask(self, x, padding_mask=None):
         """bool (batch or 1, 1, seq, seq): a real query at slot i sees the real keys at j <= i, a

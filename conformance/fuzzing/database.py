@@ -30,8 +30,8 @@ class CountingDatabase(DirectoryBasedExampleDatabase):
     back (a test's own key, not the examples kept on the way to them): hypothesis runs those
     before anything else (its reuse phase), so the first `fetched` draws are replays."""
 
-    def __init__(self, root, backend: str, dtype: str):
-        super().__init__(str(Path(root) / folder_name(backend, dtype)))
+    def __init__(self, root, backend: str, dtype: str, suffix: str = ""):
+        super().__init__(str(Path(root) / folder_name(backend, dtype, suffix)))
         self.fetched = 0
 
     def fetch(self, key: bytes):

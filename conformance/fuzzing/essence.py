@@ -30,6 +30,12 @@ POSITIONAL = ("ode_use_pe", "positional_encoding", "rope_base", "rope_scaling", 
               "pape_num_positions", "bam_learn_mu", "bam_theta_init", "bam_mu_init", "bam_eps", "use_ssmax",
               "ssmax_s_init", "ssmax_length")
 SHAPE = ("hidden_size", "num_heads")  # sizes: shrunk first (_smaller), never reset with the fields
+# (config class, field) -> the fields reset with it, each of which its simplest value refuses otherwise
+# (a family reset to euler leaves no released profile or alpha; no Macaron layer, no profile of its
+# halves; no time-dependent weights, the stack's own norm placement and sinusoidal_dim)
+DEPENDANTS = {(R.ODEEncoderConfig, "family"): ("profile", "alpha_type", "layer_wise"),
+              (R.ODEEncoderConfig, "macaron"): ("macaron_profile",),
+              (R.ODEEncoderConfig, "time_embed_dim"): ("encoder_normalize_before", "sinusoidal_dim")}
 
 
 @dataclass
@@ -60,9 +66,10 @@ def _config_resets(d: Draw) -> list:
     aliases = ALIASES.get((type(d.config), "family"), ())  # reset with family (an encoder's pair), never alone
     fixed = set(SHAPE) | set(d.kind.fixed_fields) | set(aliases)
     differs = [name for name, value in simplest.items() if name not in fixed and getattr(d.config, name) != value]
+    along = {name: (*ALIASES.get((type(d.config), name), ()), *DEPENDANTS.get((type(d.config), name), ())) for name in differs}
     encoding = [name for name in differs if name in POSITIONAL]
     resets = [("positional encoding", {name: simplest[name] for name in encoding})] if len(encoding) > 1 else []
-    return resets + [(name, {name: simplest[name], **({a: simplest[a] for a in aliases} if name == "family" else {})})
+    return resets + [(name, {name: simplest[name], **{a: simplest[a] for a in along[name]}})
                      for name in differs if not (resets and name == "ode_use_pe")]
 
 

@@ -61,6 +61,7 @@ from ..running.expectations import Expectations
 CELL_DRAWS = 6  # a covering array cell's draws before it is given up (no fair input, or refused): each up to REDRAWS inputs
 DEFAULT_EXAMPLES = 100  # per backend and dtype: docs/fuzzing.md gives what it costs
 DEFAULT_ENCODER_EXAMPLES = 10  # the encoder stack's, per backend that runs it, in float32 and float64 (encoder_draw.py)
+ENCODER_STACK, ENCODER_SUFFIX = "encoder stack", "-encoder"  # its run's drew; its repro folder's and database's suffix
 NO_FAIR_INPUT = "no fair input"  # a refused draw's reason: fair.py found none in draw.REDRAWS tries
 NO_FINITE_REFERENCE = "no finite reference: the spec's output or its float32 error is not finite with these weights"
 SHRINK_SECONDS = 60.0  # shrinking stops improving after this, keeping the smallest failure so far
@@ -116,9 +117,23 @@ class FuzzRun:
     repeats: int = 0  # draws building an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
     kept: Optional[frozenset] = None  # the factor levels its declared support allows (cover.allowed), None: all
-    drew: str = "attention block"  # what its draws are: the attention block's kinds, or "encoder stack" (encoder_draw.py)
+    drew: str = "attention block"  # what its draws are: the attention block's kinds, or ENCODER_STACK (encoder_draw.py)
     found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
     # "database" (kept by an earlier run's random draws), "database, row i" (by its row i)
+
+    @property
+    def suffix(self) -> str:
+        """ENCODER_SUFFIX for the encoder stack's run (its repro folder's), else ''."""
+        return ENCODER_SUFFIX if self.drew == ENCODER_STACK else ""
+
+    @property
+    def search(self) -> str:
+        """' (encoder stack)' for the encoder stack's run, as its lines name it after 'backend/dtype'; else ''."""
+        return f" ({ENCODER_STACK})" if self.suffix else ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}/{self.dtype}{self.search}"
 
     @property
     def failed(self) -> bool:
@@ -155,6 +170,18 @@ def dtype_seed(seed: int, dtype: str, share: bool = False) -> int:
     (float32 the seed's own, another dtype's a 32-bit hash of the two, far from any small seed),
     unless share (the same examples in every dtype)."""
     return seed if share or dtype == "float32" else zlib.crc32(f"{dtype}:{seed}".encode()) + 2**32
+
+
+def encoder_search(adapter, dtype: str, asked: Optional[int] = None, min_examples: Optional[int] = None):
+    """(examples, the fewest judged that pass) of the encoder stack's search on adapter in dtype, or
+    None where it has none: 0 asked, a half dtype (the encoder has no half-precision policy), or no
+    run_encoder. asked None is the default, DEFAULT_ENCODER_EXAMPLES with any count judged passing
+    (a port may refuse every encoder config); asked N counts a shortfall as --examples does, below
+    min_examples where given."""
+    examples = DEFAULT_ENCODER_EXAMPLES if asked is None else asked
+    if examples == 0 or dtype in HALF_DTYPES or ENCODER.missing(adapter) is not None:
+        return None
+    return examples, 0 if asked is None else min(examples, min_examples or examples)
 
 
 def kinds_of(adapter) -> tuple:
@@ -382,11 +409,11 @@ def fuzz(adapter, dtype: str, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0
     if cells is not None and not cover:
         raise ValueError("cells: rows of the covering array, searched only where it is (cover, drawn configs)")
     run = FuzzRun(adapter.name, dtype, asked=examples, minimum=examples if min_examples is None else min_examples,
-                  drew="encoder stack" if encoder else "attention block")
+                  drew=ENCODER_STACK if encoder else "attention block")
     seed_of_dtype = dtype_seed(seed, dtype, share_draws)
     support = support_of(adapter)
     strategy = strategy if strategy is not None else encoder_draws() if encoder else draws(kinds, support)
-    db = None if database is None else CountingDatabase(database, adapter.name + ("-encoder" if encoder else ""), dtype)
+    db = None if database is None else CountingDatabase(database, adapter.name, dtype, run.suffix)
     probe = Probe(run, adapter, params=params, time_budget=time_budget, shrink_seconds=shrink_seconds, database=db,
                   expectations=expectations)
     run.kept = allowed(support)

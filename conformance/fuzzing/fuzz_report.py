@@ -19,8 +19,7 @@ def format_run(run) -> str:
     """A line for a run (fuzz.FuzzRun), the draws refused by reason and any shortfall below it; a
     divergence's minimal example below those."""
     replayed = f"{run.replayed} replayed from the database, " if run.replayed else ""
-    drew = "" if run.drew == "attention block" else f" ({run.drew})"
-    head = (f"{run.backend}/{run.dtype}{drew}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
+    head = (f"{run.label}: {run.examples} examples, {'1 diverged' if run.diverged else 'none diverged'}"
             f" ({replayed}{run.skipped} draws not supported, {run.unfair} with no fair input, {run.seconds:.1f} s)")
     lines = [head if run.diverged else head + f", worst err/tol {run.worst_ratio:.3g}"]
     if run.refusals:
@@ -152,7 +151,9 @@ def write_json(runs, path, header: dict) -> None:
                          "asked": r.asked,
                          "minimum": r.minimum, "short": r.short, "replayed": r.replayed, "draws": r.draws,
                          "skipped": r.skipped, "unfair": r.unfair, "refusals": r.refusals, "unrun": r.unrun,
-                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats, **dict(zip(("pairs_held", "pairs_feasible"), pairs_held(r))),
+                         "cells": r.cells, "found_in": r.found_in, "repeats": r.repeats,
+                         # the covering array's pairs are the attention block's factors: none for the encoder stack's run
+                         **dict(zip(("pairs_held", "pairs_feasible"), (None, None) if r.suffix else pairs_held(r))),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
                          "unexpected": r.unexpected,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}
@@ -166,9 +167,10 @@ def write_junit(runs, path, header: dict) -> None:
     for k, v in header.items():
         ET.SubElement(props, "property", name=k, value=str(v))
     for r in runs:
-        drew = "" if r.drew == "attention block" else "-encoder"
-        suite = ET.SubElement(suites, "testsuite", name=f"fuzz-{r.backend}-{r.dtype}{drew}", tests="1", failures=str(int(r.failed)))
-        tc = ET.SubElement(suite, "testcase", classname=f"conformance.fuzz.{r.backend}", name=r.dtype, time=f"{r.seconds:.3f}")
+        suite = ET.SubElement(suites, "testsuite", name=f"fuzz-{r.backend}-{r.dtype}{r.suffix}", tests="1",
+                              failures=str(int(r.failed)))
+        tc = ET.SubElement(suite, "testcase", classname=f"conformance.fuzz.{r.backend}", name=r.dtype + r.suffix,
+                           time=f"{r.seconds:.3f}")
         if r.diverged:
             ET.SubElement(tc, "failure", message=r.finding.result.message[:500], type="diverged").text = format_finding(r.finding)
         elif r.short:

@@ -52,10 +52,12 @@ def check_writable_folder(option: str, folder, lost: str) -> None:
         raise ValueError(f"{option}: {str(folder)!r} cannot be written ({err.strerror or err}); {lost}") from None
 
 
-def folder_name(backend: str, dtype: str) -> str:
-    """A file name for a backend (a reference may hold ':' or spaces) and dtype."""
+def folder_name(backend: str, dtype: str, suffix: str = "") -> str:
+    """A file name for a backend (a reference may hold ':' or spaces), a search's suffix (the encoder
+    stack's, fuzz.ENCODER_SUFFIX) and dtype: the backend's part cut to keep the name within 120
+    characters, so that two searches or dtypes of one backend never share a name."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in backend)
-    return f"{safe}-{dtype}"[:120]
+    return f"{safe[:119 - len(suffix) - len(dtype)]}{suffix}-{dtype}"
 
 
 def replay_command(directory: Path, backend: str, dtype: str, model=None) -> str:

@@ -395,7 +395,7 @@ MUTANTS = [
     Mutant("macaron_second_half_dropped", "Macaron layer", "the paper's second FFN added whole, not halved",
            patch=lambda: [(R.ODEEncoderConfig, "ffn_factors", property(_macaron_second_half_dropped))]),
     Mutant("temporal_t_at_step_start", "time-dependent weights", "the weights at t = k h, the step's start, not (k + 1) h",
-           patch=lambda: [(T, "step_times", _t_at_step_start)]),
+           patch=lambda: [(T, "step_ends", _t_at_step_start)]),
     Mutant("temporal_embedding_2pi", "time-dependent weights", "e(t)'s angles 2 pi 1000 t w_i, not 1000 t w_i",
            patch=lambda: [(T, "time_embedding", _embedding_with_2pi)]),
     Mutant("temporal_weight_out_in", "time-dependent weights", "W(t) read as (out, in) and transposed, not (in, out)",

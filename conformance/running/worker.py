@@ -129,7 +129,10 @@ def supports_answer(adapter, message: dict) -> dict:
     answered neither None nor a string)."""
 
     try:
-        config = CONFIG_TYPES[message.get("config_type", "ODEConfig")].from_any(message["config"])
+        kind = message.get("config_type", "ODEConfig")
+        if kind not in CONFIG_TYPES:
+            raise ValueError(f"config_type: expected one of {', '.join(CONFIG_TYPES)}; got {kind!r}")
+        config = CONFIG_TYPES[kind].from_any(message["config"])
         return {"status": "answered", "reason": check_supports(adapter.supports(config, message["dtype"]))}
     except BaseException as err:  # SystemExit too: the backend's answer
         return {"status": "error", **_failure(err)}

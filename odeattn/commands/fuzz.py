@@ -229,12 +229,12 @@ def check_float32_weights(params) -> None:
 
 
 def draw_and_judge(args, adapters) -> int:
-    from ode_ref.precision import HALF_DTYPES
     from odeattn.conformance.cases.kinds import ENCODER
-    from odeattn.conformance.fuzzing.fuzz import DEFAULT_ENCODER_EXAMPLES, DEFAULT_EXAMPLES, fuzz as run_fuzz
+    from odeattn.conformance.fuzzing.fuzz import (DEFAULT_ENCODER_EXAMPLES, DEFAULT_EXAMPLES, ENCODER_STACK, ENCODER_SUFFIX,
+                                                  encoder_search, fuzz as run_fuzz)
     from odeattn.conformance.fuzzing.model_file import artifact_record
     from odeattn.conformance.running.reports import environment
-    from odeattn.conformance.fuzzing.fuzz_report import format_refusals, format_run, shortfall
+    from odeattn.conformance.fuzzing.fuzz_report import format_run, shortfall
     from odeattn.conformance.fuzzing.repro import folder_name, write_repro
 
     examples, seed = args.examples or DEFAULT_EXAMPLES, 0 if args.seed is None else args.seed
@@ -246,11 +246,10 @@ def draw_and_judge(args, adapters) -> int:
         unrun = [d for d in args.dtypes or () if d not in adapter.dtypes]
         if unrun:
             print(f"{typed}: not run in {', '.join(unrun)} (it runs {', '.join(adapter.dtypes)})", flush=True)
-    encoder_examples = DEFAULT_ENCODER_EXAMPLES if args.encoder_examples is None else args.encoder_examples
-    stacks = ("", "-encoder") if encoder_examples else ("",)
     for typed, adapter, *_ in adapters:  # a repro folder of an earlier run is not replaced unasked
         for dtype in (d for d in adapter.dtypes if not args.dtypes or d in args.dtypes):
-            for target in (args.repro / folder_name(typed + stack, dtype) for stack in stacks):
+            suffixes = ("", ENCODER_SUFFIX) if encoder_search(adapter, dtype, args.encoder_examples) else ("",)
+            for target in (args.repro / folder_name(typed, dtype, suffix) for suffix in suffixes):
                 if target.is_dir() and any(target.iterdir()) and not args.force:
                     raise UsageError(f"--repro: {str(target)!r} holds files already; pass --force to replace them, or "
                                      "name another --repro folder")
@@ -258,36 +257,39 @@ def draw_and_judge(args, adapters) -> int:
     for typed, adapter, *fixed in adapters:
         strategy, params = fixed or (None, None)
         dtypes = [d for d in adapter.dtypes if not args.dtypes or d in args.dtypes]
-        searches = [(None, examples, args.min_examples, args.cover, "")]  # the attention block's, then the encoder stack's
-        if encoder_examples and not fixed and ENCODER.missing(adapter) is None:
-            # by default a port that refuses encoder configs, or some of them, fails nothing; asked for, as --examples
-            searches.append(((ENCODER,), encoder_examples, None if args.encoder_examples else 0, None, "-encoder"))
-        elif args.encoder_examples:  # asked for, and not run: said
-            print(f"{typed}: no encoder examples ({ENCODER.missing(adapter)})", flush=True)
-        for dtype, (kinds, asked, least, cover, stack) in ((d, s) for d in dtypes for s in searches
-                                                           if not s[0] or d not in HALF_DTYPES):  # no half policy for the encoder
-            run = run_fuzz(adapter, dtype, examples=asked, seed=seed, time_budget=args.time_budget, kinds=kinds,
-                           strategy=strategy, params=params, min_examples=least, database=args.database,
-                           expectations=args.expectations, cover=cover, share_draws=bool(args.same_draws))
-            if run.examples == 0 and stack and args.encoder_examples is None:
-                pass  # the default encoder search on a port that runs no encoder config: its line says so
-            elif run.examples == 0 and run.unrun:  # said at the end: the other backends' findings are reported first
-                unjudged.append(f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in "
-                                f"{dtype}: nothing was judged, which is not a pass; give it more time")
-            elif run.examples == 0:
-                unjudged.append(f"--backend {typed}: ran none of the drawn configs in {dtype} ({run.skipped} draws "
-                                f"not supported; {format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
-            if run.finding is not None:
-                target = args.repro / folder_name(typed + stack, dtype)
-                try:
-                    run.finding.repro = str(write_repro(target, run.finding, typed, dtype, model=(
-                        args.model, args.config, args.weights, args.runtime) if fixed else None))
-                except OSError as err:  # checked writable up front, yet it failed (a full disk): the finding is printed
-                    unwritten.append(f"--repro: {str(target)!r} could not be written ({err.strerror or err}); the "
-                                     f"counterexample of {typed}/{dtype} is printed above only")
-            runs.append(run)
-            print(format_run(run), flush=True)
+        if args.encoder_examples and not any(encoder_search(adapter, d, args.encoder_examples) for d in dtypes):
+            why = ENCODER.missing(adapter) or f"it has no half-precision policy; run in {', '.join(dtypes)}"
+            print(f"{typed}: no encoder examples ({why})", flush=True)  # asked for, and not run: said
+        for dtype in dtypes:
+            block = run_fuzz(adapter, dtype, examples=examples, seed=seed, time_budget=args.time_budget, strategy=strategy,
+                             params=params, min_examples=args.min_examples, database=args.database,
+                             expectations=args.expectations, cover=args.cover, share_draws=bool(args.same_draws))
+            encoder = None if fixed else encoder_search(adapter, dtype, args.encoder_examples, args.min_examples)
+            left = None if args.time_budget is None else args.time_budget - block.seconds  # one budget for both searches
+            spent = encoder is not None and left is not None and left <= 0
+            for run in [block] + ([None] if encoder is not None and not spent else []):  # then the encoder stack's
+                if run is None:
+                    run = run_fuzz(adapter, dtype, examples=encoder[0], seed=seed, time_budget=left, kinds=(ENCODER,),
+                                   min_examples=encoder[1], database=args.database, expectations=args.expectations,
+                                   share_draws=bool(args.same_draws))
+                judged = _judged(args, typed, run)
+                if judged is not None:
+                    unjudged.append(judged)
+                if run.finding is not None:
+                    target = args.repro / folder_name(typed, dtype, run.suffix)
+                    try:
+                        run.finding.repro = str(write_repro(target, run.finding, typed, dtype, model=(
+                            args.model, args.config, args.weights, args.runtime) if fixed else None))
+                    except OSError as err:  # checked writable up front, yet it failed (a full disk): the finding is printed
+                        unwritten.append(f"--repro: {str(target)!r} could not be written ({err.strerror or err}); the "
+                                         f"counterexample of {typed}/{dtype}{run.search} is printed above only")
+                runs.append(run)
+                print(format_run(run), flush=True)
+            if spent:
+                print(f"{typed}/{dtype} ({ENCODER_STACK}): not run: the --time-budget was spent on the attention block's "
+                      "search", flush=True)
     header = {"action": "fuzz", "examples": examples, "seed": seed, "min_examples": args.min_examples or examples,
+              "encoder_examples": DEFAULT_ENCODER_EXAMPLES if args.encoder_examples is None else args.encoder_examples,
               "database": None if args.database is None else str(args.database), "environment": environment()}
     if args.model is not None:  # the report a deployer ships beside the file: which file, run where
         header["artifact"] = artifact_record(args.model, args.runtime or "onnxruntime")
@@ -296,14 +298,14 @@ def draw_and_judge(args, adapters) -> int:
             header["artifact"]["steps_fed"] = loop
     unwritten += write_reports(args, runs, header)
     for r in (r for r in runs if r.short):  # a shortfall is not a pass: the draws judged are not those asked
-        print(f"fuzz: {r.backend}/{r.dtype}: {shortfall(r)}; that is not a pass (--min-examples N accepts fewer)",
+        print(f"fuzz: {r.label}: {shortfall(r)}; that is not a pass (--min-examples N accepts fewer)",
               file=sys.stderr)
     written = [r.finding.repro for r in runs if r.diverged and r.finding.repro]
     if written:
         print(f"rerun an example: {' or '.join(f'{w}/case.json' for w in written)} holds the command", file=sys.stderr)
     for r in runs:
         for label in r.unexpected:  # a known failure's region that no longer fails: the file's line is stale
-            print(f"fuzz: {r.backend}/{r.dtype}: unexpected pass: {label}: none of the examples it selects failed",
+            print(f"fuzz: {r.label}: unexpected pass: {label}: none of the examples it selects failed",
                   file=sys.stderr)
     for line in unwritten[:-1] + unjudged[:-1]:
         print(f"odeattn conformance fuzz: {line}", file=sys.stderr)
@@ -312,6 +314,21 @@ def draw_and_judge(args, adapters) -> int:
     if unwritten:
         raise CommandFailed(unwritten[-1])
     return 1 if any(r.failed for r in runs) else 0
+
+
+def _judged(args, typed: str, run):
+    """The line saying that run judged nothing, which is not a pass, or None: it judged something, or
+    it is the encoder stack's default search (a port may refuse every encoder config)."""
+    from odeattn.conformance.fuzzing.fuzz_report import format_refusals
+
+    if run.examples > 0 or (run.suffix and args.encoder_examples is None):
+        return None
+    where = f"{run.dtype}" + (f", the {run.drew}'s search" if run.suffix else "")
+    if run.unrun:
+        return (f"--time-budget: {args.time_budget:g} s ran out before any example ran on {typed} in {where}: nothing "
+                "was judged, which is not a pass; give it more time")
+    return (f"--backend {typed}: ran none of the drawn configs in {where} ({run.skipped} draws not supported; "
+            f"{format_refusals(run.refusals) or 'none drawn'}): that is not a pass")
 
 
 def write_reports(args, runs, header) -> list:

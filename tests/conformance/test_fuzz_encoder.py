@@ -83,3 +83,54 @@ def test_the_command_draws_the_encoder_by_default_where_the_backend_runs_it(tmp_
     assert [(r["drew"], r["examples"]) for r in runs] == [("attention block", 3), ("encoder stack", 10)]
     assert main(["conformance", "fuzz", "--backend", "spec", "--examples", "3", "--encoder-examples", "0"]) == 0
     assert "encoder stack" not in capsys.readouterr().out
+
+
+REFUSER = """from odeattn.conformance.adapters import SpecAdapter
+
+
+class NoEncoder(SpecAdapter):
+    name = "noencoder"
+
+    def supports(self, config, dtype):
+        return "not supported: an encoder stack" if hasattr(config, "encoder_layers") else None
+
+
+class Blockish(SpecAdapter):
+    name = "blockish"
+    run_encoder = None
+"""
+
+
+def test_a_port_refusing_encoders_fails_nothing_by_default_and_is_named_when_asked(tmp_path, monkeypatch, capsys):
+    """By default the encoder search may judge nothing; asked for, judging nothing is exit 2, its
+    line naming the encoder stack's search; a port without run_encoder asked for them is said so."""
+    (tmp_path / "refusing.py").write_text(REFUSER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["conformance", "fuzz", "--backend", "refusing:NoEncoder", "--examples", "2"]) == 0
+    assert "noencoder/float64 (encoder stack): 0 examples" in capsys.readouterr().out
+    assert main(["conformance", "fuzz", "--backend", "refusing:NoEncoder", "--examples", "2", "--encoder-examples", "3",
+                 "--force"]) == 2
+    assert "ran none of the drawn configs in float64, the encoder stack's search" in capsys.readouterr().err
+    assert main(["conformance", "fuzz", "--backend", "refusing:Blockish", "--examples", "2", "--encoder-examples", "3",
+                 "--force"]) == 0
+    assert "refusing:Blockish: no encoder examples (not supported: the encoder stack (the backend has no run_encoder))" in (
+        capsys.readouterr().out)
+
+
+def test_the_encoder_search_has_its_own_repro_folder_and_database_names():
+    from odeattn.conformance.fuzzing.fuzz import ENCODER_SUFFIX
+    from odeattn.conformance.fuzzing.repro import folder_name
+
+    assert folder_name("torch", "float32", ENCODER_SUFFIX) == "torch-encoder-float32"
+    long = "exec:" + "x" * 200
+    names = {folder_name(long, d, s) for d in ("float32", "float64") for s in ("", ENCODER_SUFFIX)}
+    assert len(names) == 4 and all(len(n) <= 120 for n in names)  # cut in the backend's part: never shared
+
+
+def test_an_earlier_encoder_repro_folder_is_not_replaced_unasked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fuzz-repro" / "spec-encoder-float64").mkdir(parents=True)
+    (tmp_path / "fuzz-repro" / "spec-encoder-float64" / "case.json").write_text("{}")
+    assert main(["conformance", "fuzz", "--backend", "spec", "--examples", "2"]) == 2
+    assert "--repro: 'fuzz-repro/spec-encoder-float64' holds files already" in capsys.readouterr().err

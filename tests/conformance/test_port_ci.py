@@ -232,12 +232,12 @@ def test_the_plugin_takes_the_expectations_file_and_a_shard(port, capsys):
     for i in (1, 2):
         done = subprocess.run([str(script), "-p", "no:cacheprovider", "-q", "-rA", "--odeattn-backend", "myport:Port",
                                "--odeattn-expectations", "expected.json", "--odeattn-shard", f"{i}/2", "--odeattn-examples", "0",
-                               "--odeattn-encoder-examples", "0", "-k", "positions-rope or decode_rk4_layer_norm_rope_pad"],
+                               "-k", "positions-rope or decode_rk4_layer_norm_rope_pad"],
                               capture_output=True, text=True, cwd=port, timeout=300)
         outcomes.append(done.stdout)
         assert done.returncode == 0, done.stdout + done.stderr
     listed = subprocess.run([str(script), "-p", "no:cacheprovider", "--collect-only", "-q", "--odeattn-backend", "myport:Port",
-                             "--odeattn-shard", "1/2", "--odeattn-examples", "0", "--odeattn-encoder-examples", "0", "-k", "rope"],
+                             "--odeattn-shard", "1/2", "--odeattn-examples", "0", "-k", "rope"],
                             capture_output=True, text=True, cwd=port, timeout=300).stdout
     collected = sorted(re.findall(r"odeattn\[port/float64/(\S+)\]", listed))
     assert main(["conformance", "--list", "-k", "rope", "--shard", "1/2"]) == 0  # the plugin splits the cases -k selected

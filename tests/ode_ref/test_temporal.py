@@ -10,7 +10,7 @@ import pytest
 
 import ode_ref as R
 from ode_ref.encoder_config import TEMPORAL_HOLDS
-from ode_ref.temporal import step_times, time_embedding
+from ode_ref.temporal import step_ends, time_embedding
 
 C, H, FF, TE, SD = 8, 2, 12, 4, 2
 
@@ -97,7 +97,7 @@ def test_the_embedding_and_the_step_times():
     # no 2 pi in the angle; the two spellings of w differ by an ulp (2.2e-16), 250 times that in the angle
     np.testing.assert_allclose(e[1:5], np.sin(250.0 * w), rtol=0, atol=250 * 4.5e-16)
     np.testing.assert_allclose(e[5:], np.cos(250.0 * w), rtol=0, atol=250 * 4.5e-16)
-    assert step_times(4) == [0.25, 0.5, 0.75, 1.0]  # each step's end: the last evaluation at t = 1
+    assert step_ends(4) == [0.25, 0.5, 0.75, 1.0]  # each step's end: the last evaluation at t = 1
 
 
 def test_causal_and_padded_keys_unseen():
