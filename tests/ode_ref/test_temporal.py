@@ -11,6 +11,7 @@ import pytest
 import ode_ref as R
 from ode_ref.encoder_config import TEMPORAL_HOLDS
 from ode_ref.temporal import step_ends, time_embedding
+from odeattn.conformance.cases.encoder_cases import padding_of
 
 C, H, FF, TE, SD = 8, 2, 12, 4, 2
 
@@ -21,11 +22,8 @@ def config(steps=3, **more):
 
 
 def inputs(cfg, seed=0):
-    params = R.init_encoder_params(cfg, seed, perturb=True)
-    x = np.random.default_rng(seed).normal(size=(2, 5, C))
-    mask = np.ones((2, 5), bool)
-    mask[1, 3:] = False
-    return params, x, mask
+    """The parameters, x (2, 5, C) and the encoder cases' padding (the last row's last 2 tokens)."""
+    return R.init_encoder_params(cfg, seed, perturb=True), np.random.default_rng(seed).normal(size=(2, 5, C)), padding_of(2, 5)
 
 
 # ---- written from the formulas: a token and a head at a time, W(t) as haliax's (in, out) array -----
