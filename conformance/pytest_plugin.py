@@ -210,6 +210,8 @@ def pytest_collection_modifyitems(session, config, items):
     references = config.getoption("odeattn_backend")
     if not references:
         return
+    from ode_ref.precision import HALF_DTYPES
+
     from .cases.kinds import ENCODER
     from .fuzzing.fuzz import ENCODER_SUFFIX, encoder_search
     from .golden import load_cases
@@ -240,7 +242,7 @@ def pytest_collection_modifyitems(session, config, items):
                 test = fuzz_test(adapter, dtype, encoder[0], config.getoption("odeattn_seed"), reference, encoder[1], database,
                                  expectations, None, share, kinds=(ENCODER,))
                 added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz{ENCODER_SUFFIX}]", callobj=test))
-            elif encoder_examples and ENCODER.missing(adapter) and dtype in ("float32", "float64"):  # asked for: said
+            elif encoder_examples and ENCODER.missing(adapter) and dtype not in HALF_DTYPES:  # asked for: said
                 test = _skipped(ENCODER.missing(adapter))
                 added.append(FuzzItem.from_parent(session, name=f"odeattn[{label}/fuzz{ENCODER_SUFFIX}]", callobj=test))
     items += added

@@ -197,8 +197,8 @@ def _checked(config, params, options: ExportOptions, attention):
     cfg = R.ODEConfig.from_any(config)
     R.check_params(params, cfg)
     check_form(options.bitlinear, cfg)
-    if loop_refusal(options, cfg) is not None:
-        raise ValueError(f"steps_input: {loop_refusal(options, cfg)} (export the default form)")
+    if (refusal := loop_refusal(options, cfg)) is not None:
+        raise ValueError(f"steps_input: {refusal} (export the default form)")
     attention = attention_for(cfg, attention)  # a variant built for another config is refused, as everywhere
     att = export_attention(attention, options.opset, options.bitlinear)
     for name, value in params.items():

@@ -21,8 +21,7 @@ from .bitlinear import linear_vjp
 from .encoder import ODEEncoderStages, block_tableau, check_encoder_input
 from .encoder_config import EMA_FAMILIES, ODEEncoderConfig
 from .encoder_params import (ALPHA, FINAL_NORM, GATE_BIAS, GATE_WEIGHT, HISTORY_NORM, HISTORY_WEIGHT, HISTORY_WEIGHT_C,
-                             PREDICTION_NORM, TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM, check_encoder_params, layer_prefix,
-                             temporal_linears)
+                             PREDICTION_NORM, TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM, check_encoder_params, layer_prefix)
 from .norms import layer_norm_vjp
 from .rk import _combine, add_grads
 from .temporal import GELU_C, GELU_CUBIC
@@ -176,9 +175,15 @@ def ode_encoder_vjp(params, x, config, z_bar, padding_mask=None) -> tuple:
         raise ValueError(f"z_bar: expected a NumPy array of x's shape {x.shape} and dtype {x.dtype}; got {got}")
     params = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
     s = ODEEncoderStages(cfg)
-    if cfg.temporal:
-        z_bar, grads = temporal_stack_vjp(s, params, x, padding_mask, z_bar)
-        return z_bar, {name: grads.get(name, np.zeros_like(params[name])) for name in params}
+    z_bar, grads = (temporal_stack_vjp if cfg.temporal else stack_vjp)(s, params, x, padding_mask, z_bar)
+    return z_bar, {name: np.asarray(grads.get(name, np.zeros_like(params[name]))).reshape(np.shape(params[name]))
+                   for name in params}
+
+
+def stack_vjp(s: ODEEncoderStages, params, x, padding_mask, z_bar) -> tuple:
+    """(x_bar, grads) of ODEEncoderStages.encoder's stack of blocks (each with PCformer's corrector
+    when set), then its final norm, reversed."""
+    cfg = s.config
     key_mask = s.key_mask(padding_mask)
     states, predictions, history = [x], [], [x]
     for i in range(cfg.encoder_layers):
@@ -194,9 +199,7 @@ def ode_encoder_vjp(params, x, config, z_bar, padding_mask=None) -> tuple:
             grads = add_grads(grads, more)
         z_bar, block_grads = block_vjp(s, params, i, states[i], key_mask, z_bar)
         grads = add_grads(grads, block_grads)
-    z_bar = z_bar + h_bars[0]  # h_0 = x
-    return z_bar, {name: np.asarray(grads.get(name, np.zeros_like(params[name]))).reshape(np.shape(params[name]))
-                   for name in params}
+    return z_bar + h_bars[0], grads  # h_0 = x
 
 
 def correct_vjp(s: ODEEncoderStages, params, i: int, prediction, history: list, h_bars: list, key_mask, y_bar) -> tuple:
@@ -251,7 +254,7 @@ def time_features_vjp(s: ODEEncoderStages, params, prefix: str, e, tau_bar) -> d
 def temporal_linear_vjp(s: ODEEncoderStages, params, name: str, x, e, y_bar) -> tuple:
     """(x_bar, grads) of TemporalStages.temporal_linear, y = x W(t) + tau f_b."""
     prefix = TEMPORAL_BLOCK + name
-    n_in, n_out = temporal_linears(s.config)[name]
+    n_in, n_out = s.linear_widths[name]
     tau = s.time_features(params, prefix, e)
     w = s.linear(tau, params[prefix + "f_W.weight"], params[prefix + "f_W.bias"]).reshape(n_in, n_out)
     rows = y_bar.reshape(-1, n_out)

@@ -28,6 +28,8 @@ encoder_layers, as qkvflow's evaluate_at(dt) does.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .encoder_layer import EncoderStages
@@ -75,6 +77,11 @@ class TemporalStages(EncoderStages):
         mlp = linear("mlp.c_proj.", self.gelu_tanh(linear("mlp.c_fc.", self.temporal_norm(params, "mlp_ln.", z, e))))
         return self.dropout(attn, self.config.dropout) + self.dropout(mlp, self.config.dropout)
 
+    @functools.cached_property
+    def linear_widths(self) -> dict:
+        """(in, out) of each temporal linear layer (encoder_params.temporal_linears), read once."""
+        return temporal_linears(self.config)
+
     def time_features(self, params: dict, prefix: str, e):
         """tau = lin2(silu(lin1(e))): (1, S) -> (1, T), the temporal layer under prefix's own."""
         h = self.linear(e, params[prefix + "lin1.weight"], params[prefix + "lin1.bias"])
@@ -83,7 +90,7 @@ class TemporalStages(EncoderStages):
     def temporal_linear(self, params: dict, name: str, x, e):
         """x W(t) + tau f_b, W(t) = f_W(tau) as (in, out): (..., in) -> (..., out)."""
         prefix = TEMPORAL_BLOCK + name
-        n_in, n_out = temporal_linears(self.config)[name]
+        n_in, n_out = self.linear_widths[name]
         tau = self.time_features(params, prefix, e)
         w = self.reshape(self.linear(tau, params[prefix + "f_W.weight"], params[prefix + "f_W.bias"]), (n_in, n_out))
         return self.matmul(x, w) + self.matmul(tau, params[prefix + "f_b"])

@@ -19,10 +19,11 @@ import ode_ref as R
 from ode_ref.encoder_config import ALL_FAMILIES, ALPHA_TYPES, EMA_FAMILIES, MACARON_PROFILES, RELEASED_FAMILIES
 
 from ..cases.kinds import ENCODER
+from . import draw as D
 from .draw import OFFSETS, ROW_PADDING, SCALES, Draw
 
 FAMILIES = tuple(ALL_FAMILIES)  # euler first: the plain layer
-SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33)
+SEQS = tuple(t for t in D.SEQS if t <= 33)  # the block draws' lengths around 16 and 32
 HEADS = (1, 2, 3, 4)
 HEAD_DIMS = (4, 1, 2, 3, 5, 8, 16)
 LAYERS = (1, 2, 3)  # blocks, or a time-dependent stack's Euler steps
