@@ -1,6 +1,6 @@
 """A call of the block through each deployment target this project writes, side by side in one
-run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime and in
-OpenVINO (its float32 hint, as the openvino backend) and compiled by IREE for this CPU, the
+run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runtime, in
+OpenVINO (its float32 hint, as the openvino backend) and in tract, and compiled by IREE for this CPU, the
 AOTInductor package (export/aoti_program.py), the ExecuTorch program (export/executorch_program.py,
 portable operators), the LiteRT model (export/litert_program.py, at the call's shape), the torch port's
 program after torch.export (Core ATen; run here by torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
@@ -44,6 +44,7 @@ def paths(threads: int):
     from odeattn.export.litert_program import export_litert_block, litert_runner
     from odeattn.export.options import ExportOptions
     from odeattn.export.runtime import session
+    from odeattn.export.tract_program import tract_runner
 
     torch.set_num_threads(threads)
     cfg = R.ODEConfig(hidden_size=32, num_heads=4, ode_solver="rk4", ode_steps=2)
@@ -63,6 +64,7 @@ def paths(threads: int):
                                  {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
     feed = {"x": x32, "padding_mask": mask}
     iree = iree_runner(compile_iree(onnx_model), ["x", "padding_mask"], ["z"], threads=threads)
+    tract = tract_runner(onnx_model)  # tract runs a model on the calling thread
     block = ODEAttentionBlock.from_params(cfg, params)
     xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
     core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
@@ -70,7 +72,7 @@ def paths(threads: int):
     pte = executorch_runner(export_executorch_block(cfg, params))
     lite = litert_runner(export_litert_block(cfg, params, batch=2, seq=8), threads=threads)
     fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
-           "openvino": lambda: vino(feed)[vino.outputs[0]], "iree": lambda: iree(feed)["z"],
+           "openvino": lambda: vino(feed)[vino.outputs[0]], "iree": lambda: iree(feed)["z"], "tract": lambda: tract(feed)["z"],
            "AOTInductor package": lambda: aoti(x32, mask), "ExecuTorch program": lambda: pte(x32, mask),
            "LiteRT model": lambda: lite(x32, mask),
            "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),

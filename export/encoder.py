@@ -24,6 +24,7 @@ from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import ODEEncoderConfig
 
 from . import runtime
+from .attention import causal
 from .graph import Body, Value, ir_version
 from .norms import layer_norm
 
@@ -94,10 +95,9 @@ class OnnxEncoderStages(ODEEncoderStages):
     def reshape(self, a, shape):
         return a.body.op("Reshape", a, a.body.ints(*shape))
 
-    def seq_positions(self, x):
-        g = x.body
-        seq = g.op("Gather", g.op("Shape", x), g.const(1, np.int64), axis=0)
-        return g.op("Range", g.const(0, np.int64), seq, g.const(1, np.int64))
+    def causal_triangle(self, x):
+        return causal(x.body.op("Shape", x, start=1, end=2))
+
 
 
 def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.ModelProto:

@@ -53,7 +53,8 @@ def time_embedding(t: float, dim: int) -> np.ndarray:
 
 class TemporalStages(EncoderStages):
     """qkvflow's block and stack over params (encoder_params.py's names), written once; a port
-    overrides the primitives below where its framework differs (constant, reshape, seq_positions)."""
+    overrides the primitives below where its framework differs (constant, reshape, seq_positions,
+    causal_triangle)."""
 
     def temporal_stack(self, params: dict, x, padding_mask=None):
         """z(1) after ln_f: encoder_layers Euler steps of the shared block, t at each step's end."""
@@ -110,8 +111,7 @@ class TemporalStages(EncoderStages):
     def causal_key_mask(self, x, padding_mask=None):
         """bool (batch or 1, 1, seq, seq): a real query at slot i sees the real keys at j <= i, a
         padded one every real key (module docstring)."""
-        j = self.seq_positions(x)
-        seen = j <= j[:, None]
+        seen = self.causal_triangle(x)
         if padding_mask is None:
             return seen[None, None]
         real = padding_mask[:, None, None, :]
@@ -128,3 +128,8 @@ class TemporalStages(EncoderStages):
     def seq_positions(self, x):
         """0 .. seq - 1 for x (batch, seq, C)."""
         return self.xp.arange(x.shape[1])
+
+    def causal_triangle(self, x):
+        """bool (seq, seq) for x (batch, seq, C): True where key j <= query i."""
+        j = self.seq_positions(x)
+        return j <= j[:, None]

@@ -33,7 +33,7 @@ from . import external
 # each backend's module, its adapter (and helpers callers import from here: `X as X`)
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
                        OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, IreeAdapter,
-                       other_steps as other_steps)
+                       TractAdapter, other_steps as other_steps)
 from .compiled import AotiAdapter, ExecuTorchAdapter, LiteRtAdapter
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
@@ -94,6 +94,7 @@ BUILTIN = {
                            "each case's ONNX file compiled by OpenVINO's CPU plugin (about 30 s on 2 cores)"),
     "iree": Builtin.of(IreeAdapter, ("onnx", "iree.compiler", "iree.runtime"),
                        "each case's ONNX file compiled by IREE for this CPU (about 5 min on 2 cores)"),
+    "tract": Builtin.of(TractAdapter, ("onnx", "tract"), "each case's ONNX file run by tract (about 15 s on 2 cores)"),
     # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, conformance/js/)
     "onnxruntime-node": Builtin("odeattn.conformance.adapters.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
                                 npm=("onnxruntime-node",)),

@@ -287,6 +287,26 @@ def openvino_runner(model, *, threads=None):
     return run
 
 
+TRACT_NO_PREFILL = ("not supported: the prefill model's cache has max_len slots, an input's value, and tract sizes every "
+                    "array from the inputs' shapes")
+
+
+class TractAdapter(_ExportedWithEncoder):
+    """Each model loaded by tract from its ONNX bytes (export/tract_program.py): the block and the
+    encoder stack's; no decode cases: tract sizes every array from the inputs' shapes, and the
+    prefill model's cache has max_len slots, an input's value."""
+
+    name = "tract"
+
+    def _build(self, model):
+        from odeattn.export.tract_program import tract_runner
+
+        return tract_runner(model)
+
+    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
+        raise NotSupported(TRACT_NO_PREFILL)
+
+
 class IreeAdapter(_ExportedWithEncoder):
     """Each model imported from its ONNX file by IREE's ONNX importer and compiled by iree-compile
     for this CPU (export/iree_program.py); the prefill and decode-step models too, and the

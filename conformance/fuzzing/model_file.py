@@ -8,8 +8,8 @@ weights. A file exported with diagnostics (f0, step_k) is judged at those too, a
 with the stage outputs (export_model(..., stages=True): stage_norm ... stage_output_proj) names
 the first stage of f that diverges (stages.py).
 
-The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or IREE (the
-file compiled for this CPU once, as the iree backend) in this process, or one of ONNX Runtime's
+The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend), IREE (the
+file compiled for this CPU once, as the iree backend) or tract (as the tract backend) in this process, or one of ONNX Runtime's
 JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
 adapters/external.py, sent the file once. With --runtime aoti, executorch, jax or litert the file
 is no ONNX file but an AOTInductor package (.pt2, `odeattn export --target aoti`), an ExecuTorch
@@ -30,7 +30,8 @@ import numpy as np
 from ..adapters import external, installed, missing_requirements
 
 # built-in backend names (adapters.BUILTIN)
-RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "aoti", "executorch", "jax", "litert")
+RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "tract", "aoti", "executorch", "jax",
+            "litert")
 # the runtimes whose file is no ONNX file: its suffix
 RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport", "litert": ".tflite"}
 PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch", "litert": "ai-edge-litert"}  # a runtime whose Python package has another name (its version is the record's)
@@ -117,16 +118,17 @@ def check_file_config(model, config, runtime: str) -> None:
     stored config (export's metadata) differs from config, which would read as a divergence of
     the runtime; or it is a Loop form with a stored steps default run by OpenVINO or IREE, which fold
     the default into a constant and drop the steps input, so the file runs ode_steps whatever is fed;
-    or, run by IREE, a form it does not compile (local functions, opset 23's Attention)."""
+    or, run by IREE or tract, a form it does not take (IREE: local functions, opset 23's Attention;
+    tract: local functions, the Loop form)."""
     import json
 
     props = {p.key: p.value for p in model.metadata_props}
     if "config" in props:
         _check_stored_config(type(config).from_any(json.loads(props["config"])), config)
-    if runtime == "iree":
-        from odeattn.export.iree_program import unsupported_form
+    if runtime in ("iree", "tract"):
+        from odeattn.export import iree_program, tract_program
 
-        why = unsupported_form(model)
+        why = {"iree": iree_program, "tract": tract_program}[runtime].unsupported_form(model)
         if why:
             raise ValueError(f"--model: {why}")
     if runtime in FOLDS_STEPS and "steps" in {t.name for t in model.graph.initializer}:
@@ -187,8 +189,8 @@ class ModelFile:
 
     def _runner(self, runtime: str):
         """feed -> output name -> array: an ONNX Runtime session here (the project's one session
-        helper: its checks and options), OpenVINO's or IREE's compiled model here (make_feed checks
-        the feed against the file's inputs first), or the file loaded once in a JavaScript worker
+        helper: its checks and options), OpenVINO's or IREE's compiled model or tract's here (make_feed
+        checks the feed against the file's inputs first), or the file loaded once in a JavaScript worker
         (external.RemoteRun, which checks each feed as a local session's is)."""
         if runtime == "onnxruntime":
             from odeattn.export.runtime import session
@@ -203,6 +205,10 @@ class ModelFile:
             from ..adapters.exported import iree_model_runner
 
             return iree_model_runner(self.model)
+        if runtime == "tract":
+            from odeattn.export.tract_program import tract_runner
+
+            return tract_runner(self.model)
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

@@ -60,7 +60,7 @@ def add_options(p) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
     p.add_argument("--runtime", default=None, metavar="NAME",
-                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino or iree (in this process), "
+                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino, iree or tract (in this process), "
                         "onnxruntime-node or onnxruntime-web; aoti, executorch, jax or litert for their files (in this process)")
 
 
@@ -189,7 +189,7 @@ def model_file(args):
     if runtime in RUNTIME_SUFFIXES:
         if args.model.suffix == ".onnx":
             raise UsageError(f"--model: expected a {suffix} file for --runtime {runtime}; got the ONNX file "
-                             f"{str(args.model)!r} (its runtimes: onnxruntime, openvino, iree, onnxruntime-node, onnxruntime-web)")
+                             f"{str(args.model)!r} (its runtimes: onnxruntime, openvino, iree, tract, onnxruntime-node, onnxruntime-web)")
         return package_file(args)
     with user_input("--model"):  # before the config: a GenAI file's config is no block's
         model = load_block_file(args.model)

@@ -144,7 +144,7 @@ def _repro(tmp_path, spoil=None):
     (["--backend", "spec", "--dtype", "float32"], None, "--dtype: no backend runs any of the dtypes asked for (float32)"),
     (["--model", "{r}/none.onnx"], None, "--model: takes --config and --weights"),
     (["--model", "{r}/none.onnx", "--config", "{r}/config.json", "--weights", "{r}/weights.safetensors", "--runtime", "onnxruntime-deno"],
-     None, "--runtime: expected one of onnxruntime, onnxruntime-node, onnxruntime-web, openvino, iree, aoti, executorch, jax, litert; "
+     None, "--runtime: expected one of onnxruntime, onnxruntime-node, onnxruntime-web, openvino, iree, tract, aoti, executorch, jax, litert; "
            "got 'onnxruntime-deno'"),
     (["--replay", "{r}", "--backend", "spec"], lambda d: (d / "x.npy").unlink(), "is missing x.npy"),
     (["--replay", "{r}", "--backend", "spec"],
@@ -418,10 +418,10 @@ def test_a_file_that_is_no_float_block_model_is_refused_in_one_line_before_any_d
     assert line.startswith(f"odeattn conformance fuzz: --model: {model!r} {message}"), line
 
 
-@pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web", "openvino"])
+@pytest.mark.parametrize("runtime", ["onnxruntime-node", "onnxruntime-web", "openvino", "tract"])
 def test_a_model_file_is_judged_in_another_runtime_down_to_its_stage(tmp_path, capsys, runtime):
-    """--runtime runs the file in ONNX Runtime's JavaScript build (its worker on Node.js) or in
-    OpenVINO; a file exported with the stage outputs names the first divergent stage, here q of
+    """--runtime runs the file in ONNX Runtime's JavaScript build (its worker on Node.js), in
+    OpenVINO or in tract; a file exported with the stage outputs names the first divergent stage, here q of
     weights 1% off."""
     from odeattn.conformance.adapters import missing_requirements
 

@@ -1,7 +1,6 @@
 """The iree backend: the exported block, prefill and decode-step models imported by IREE's ONNX
 importer and compiled for this CPU (export/iree_program.py, docs/deployment.md)."""
 
-import numpy as np
 import pytest
 
 pytest.importorskip("iree.compiler")
@@ -19,18 +18,13 @@ def test_the_iree_backend_passes_a_cached_decoding_case():
     assert main(["conformance", "--backend", "iree", "-j", "1", "-k", "^decode_rk4_layer_norm_rope_pad$"]) == 0
 
 
-def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path, capsys, monkeypatch):
+def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(tmp_path, capsys, monkeypatch, runs_alone):
     """`odeattn export --target iree` writes a .vmfb checked against the spec (a batch padded on
     the right, then on the left), refusing the ONNX file's options in one line; the module keeps the file's dynamic batch and sequence: a fresh
     process that imports only NumPy and IREE's runtime gives z(1) within the suite's float32 rule
     at two shapes, neither the check's."""
     import json
-    import os
-    import shutil
-    import subprocess
-    import sys
 
-    from odeattn.conformance.cases.tolerance import relative_error, tolerance
     from odeattn.export import iree_program
 
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
@@ -53,21 +47,8 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
                         lambda b: lambda x, m: runner(b)(x, m) * (1.001 if not m[:, 0].all() else 1))
     assert main([*argv[:-1], str(tmp_path / "other.vmfb")]) == 1 and not (tmp_path / "other.vmfb").exists()
     assert "over float32's tolerance" in capsys.readouterr().err
-    shutil.copy(iree_program.__file__, tmp_path)  # the deployer's copy of the runner: NumPy and IREE's runtime alone
-    code = ("import sys, numpy as np; from iree_program import run_iree_block; "
-            "np.save('z.npy', run_iree_block(open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy'))); "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('odeattn', 'ode_ref', 'onnx', 'jax', 'torch')]")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    rng = np.random.default_rng(0)
-    for shape in ((3, 5, 8), (1, 11, 8)):
-        x, mask = rng.normal(size=shape), np.ones(shape[:2], bool)
-        mask[0, :2] = False
-        np.save(tmp_path / "x.npy", x.astype(np.float32))
-        np.save(tmp_path / "mask.npy", mask)
-        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True)
-        want = R.ode_block(params, x, cfg, mask)
-        spec32 = relative_error(R.ode_block(params, x.astype(np.float32), cfg, mask), want)
-        assert relative_error(np.load(tmp_path / "z.npy"), want) <= tolerance(spec32, "float32"), shape
+    runs_alone(iree_program.__file__, "from iree_program import run_iree_block; np.save('z.npy', run_iree_block("
+               "open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy')))", cfg, params)
 
 
 def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_path, capsys):

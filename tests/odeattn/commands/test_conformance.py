@@ -40,7 +40,7 @@ from odeattn.cli import main
     pytest.param(["--dt", "float8"], "--dtype: expected one of", id="dtype-abbreviated"),
     # the form a user most likely meant, and every form the option takes
     pytest.param(["--backend", "Torch"], "--backend: expected one of spec, torch, torch-onednn, jax, flax, jax-export, aoti, executorch, litert, onnxruntime, onnxruntime-opset23, "
-                 "onnxruntime-integer, onnxruntime-loop, onnxruntime-loop-other-steps, onnx-reference, openvino, iree, onnxruntime-node, "
+                 "onnxruntime-integer, onnxruntime-loop, onnxruntime-loop-other-steps, onnx-reference, openvino, iree, tract, onnxruntime-node, "
                  "onnxruntime-web, 'package.module:object' or exec:\"CMD ARGS\"; got 'Torch'; did you mean 'torch'?",
                  id="backend-in-capitals"),
     pytest.param(["--backend", "mylib_odeattn.py"], "--backend: expected one of spec, ",
@@ -194,8 +194,8 @@ def test_the_main_job_s_parts_are_its_default_run(main_job):
 
     refs, notes, errors = discover()
     assert [r.label for r in refs] == sorted({b for b, _ in MAIN_JOB_ROWS}, key=list(BUILTIN).index) and not errors
-    assert [n.split(":")[0] for n in notes] == ["flax", "jax-export", "aoti", "executorch", "litert", "openvino", "iree", "onnxruntime-node",
-                                                   "onnxruntime-web"]
+    assert [n.split(":")[0] for n in notes] == ["flax", "jax-export", "aoti", "executorch", "litert", "openvino", "iree", "tract",
+                                                "onnxruntime-node", "onnxruntime-web"]
     assert "runs on request (--backend flax)" in notes[0]
     for name in {b for b, _ in MAIN_JOB_ROWS}:  # a backend's rows are its adapter's dtypes
         assert set(make_adapter(BUILTIN[name].reference).dtypes) == {d for b, d in MAIN_JOB_ROWS if b == name}, name
