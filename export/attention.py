@@ -31,13 +31,6 @@ from .positions import ssmax_bias, ssmax_factor, ssmax_lengths, ssmax_queries
 FLOAT_MIN = float(np.finfo(np.float32).min)
 
 
-def causal_mask(seq_len: Value) -> Value:
-    """(seq, seq) bool, True where key j <= query i; seq_len: the runtime length, int64 (1,)."""
-    g = seq_len.body
-    i = g.op("Range", g.const(0, np.int64), g.op("Squeeze", seq_len, g.ints(0)), g.const(1, np.int64))
-    return g.op("LessOrEqual", g.op("Unsqueeze", i, g.ints(0)), g.op("Unsqueeze", i, g.ints(1)))
-
-
 def slot_indices(seq_len: Value, cache_index: Optional[Value] = None):
     """(query indices (seq_q, 1), key indices (seq,)), int64; decoding: the one query at cache_index."""
     g = seq_len.body
@@ -56,12 +49,12 @@ def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> Val
     return g.op("Cast", counts, to=TensorProto.INT64) - g.const(1, np.int64)
 
 
-def causal(seq_len: Value, cache_index: Optional[Value] = None) -> Value:
-    """bool (seq_q, seq_k): key j visible to query i where j <= i (the decode step: its one query at
-    cache_index). A block's comparison passes through Trilu, which keeps its values: tract 0.23
-    broadcasts the bare comparison of two Ranges against the scores with a wrong shape, and IREE
-    cannot bound a square made from the sequence length alone (ConstantOfShape), so neither simpler
-    form runs in both."""
+def causal_mask(seq_len: Value, cache_index: Optional[Value] = None) -> Value:
+    """bool (seq_q, seq_k): key j visible to query i where j <= i (ode_ref.attention.causal_mask;
+    the decode step: its one query at cache_index). A block's comparison passes through Trilu,
+    which keeps its values: tract 0.23 broadcasts the bare comparison of two Ranges against the
+    scores with a wrong shape, and IREE cannot bound a square made from the sequence length alone
+    (ConstantOfShape), so neither simpler form runs in both."""
     g = seq_len.body
     i, j = slot_indices(seq_len, cache_index)
     seen = g.op("LessOrEqual", j, i)
@@ -142,7 +135,7 @@ class SelfAttention(Stages):
         g = seq_len.body
         mask = None
         if self.config.mode == "decoder":
-            mask = g.op("Unsqueeze", causal(seq_len, cache_index), g.ints(0, 1))  # (1, 1, seq_q, seq_k)
+            mask = g.op("Unsqueeze", causal_mask(seq_len, cache_index), g.ints(0, 1))  # (1, 1, seq_q, seq_k)
         if padding_mask is not None:
             keys = g.op("Unsqueeze", padding_mask, g.ints(1, 2))  # (batch, 1, 1, seq)
             mask = keys if mask is None else g.op("And", mask, keys)
@@ -244,8 +237,9 @@ class SelfAttention(Stages):
         return tuple(g.op("Reshape", fn(x), g.ints(0, 0, cfg.hidden_size)) for x in split)
 
     def preprocess_qkv(self, q, k, v, *, t, positions, rope=None):
-        """The rotation or hope's map on q and k (at opset 23 they are 3D: viewed per head for it)."""
-        if rope is None:
+        """The rotation or hope's map on q and k (at opset 23 they are 3D: viewed per head for it). A
+        head of width 1 has no pair to map: left as it is, with no empty array (tract holds none)."""
+        if rope is None or self.config.head_dim < 2:
             return q, k, v
         apply = apply_hope if self.config.position_encoding == "hope" else apply_rope
         q, k = self._per_head(lambda a: apply(a, *rope), q, k)
@@ -265,22 +259,22 @@ class SelfAttention(Stages):
         (batch, seq_q | 1, heads, 1) at opset 17, the visible keys' count of bad rows (a MatMul with
         the mask) > 0. At opset 23, where q, k, v and y are (batch, seq, d_model), per query
         (batch, seq_q | 1, 1), over every head: the out projection mixes y's heads, so one NaN head
-        or all give the token the same NaN row, and no Reshape is needed. The 0/1 counts are Casts
-        of the masks: tract gives a Where of two scalars a wrong shape when the mask's is computed."""
+        or all give the token the same NaN row, and no Reshape is needed. No Cast: the 0/1 counts
+        come from Where."""
         g = k.body
         nonfinite_k, nonfinite_v = (g.op("Or", g.op("IsNaN", a), g.op("IsInf", a)) for a in (k, v))
-        zero = g.const(0.0)
-        either = g.op("Cast", g.op("Or", nonfinite_k, nonfinite_v), to=TensorProto.FLOAT)
+        zero, one = g.const(0.0), g.const(1.0)
+        either = g.op("Where", g.op("Or", nonfinite_k, nonfinite_v), one, zero)
         bad = g.reduce("ReduceMax", either, -1)  # (b, seq_k, h, 1) at 17, (b, seq_k, 1) at 23
         k, v = g.op("Where", nonfinite_k, zero, k), g.op("Where", nonfinite_v, zero, v)
         if mask is None:
             return k, v, g.op("Greater", g.reduce("ReduceMax", bad, 1), zero)
         if self.opset >= 23:  # the additive mask (ALiBi's bias merged): hidden keys hold FLOAT_MIN
-            visible = g.op("Cast", g.op("Greater", mask, g.const(FLOAT_MIN)), to=TensorProto.FLOAT)  # (b | 1, 1 | h, seq_q, seq_k)
+            visible = g.op("Where", g.op("Greater", mask, g.const(FLOAT_MIN)), one, zero)  # (b | 1, 1 | h, seq_q, seq_k)
             visible = g.reduce("ReduceMax", visible, 1)  # (b | 1, 1, seq_q, seq_k): the same in every head
             counts = g.op("MatMul", visible, g.op("Unsqueeze", bad, g.ints(1)))  # (b, 1, seq_q, 1)
             return k, v, g.op("Greater", g.op("Squeeze", counts, g.ints(1)), zero)
-        visible = g.op("Cast", mask, to=TensorProto.FLOAT)  # (b | 1, 1, seq_q, seq_k)
+        visible = g.op("Where", mask, one, zero)  # (b | 1, 1, seq_q, seq_k)
         counts = g.op("MatMul", visible, g.op("Transpose", bad, perm=[0, 2, 1, 3]))  # (b, h, seq_q, 1)
         return k, v, g.op("Transpose", g.op("Greater", counts, zero), perm=[0, 2, 1, 3])
 

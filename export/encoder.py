@@ -24,7 +24,7 @@ from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import ODEEncoderConfig
 
 from . import runtime
-from .attention import causal
+from .attention import causal_mask
 from .graph import Body, Value, ir_version
 from .norms import layer_norm
 
@@ -96,8 +96,7 @@ class OnnxEncoderStages(ODEEncoderStages):
         return a.body.op("Reshape", a, a.body.ints(*shape))
 
     def causal_triangle(self, x):
-        return causal(x.body.op("Shape", x, start=1, end=2))
-
+        return causal_mask(x.body.op("Shape", x, start=1, end=2))
 
 
 def export_encoder_model(config, params, *, padding_mask: bool = True) -> onnx.ModelProto:

@@ -76,7 +76,7 @@ def block_tableau(config) -> ButcherTableau:
 class ODEEncoderStages(TemporalStages):
     """The block and the stack over the layer (qkvflow's stack too: temporal.py), written once; a port
     overrides the primitives its framework computes otherwise (encoder_layer.py's, concat, and
-    temporal.py's constant, reshape, seq_positions and causal_triangle)."""
+    temporal.py's constant, reshape and causal_triangle)."""
 
     def stage(self, params: dict, prefix: str, key_mask):
         """k(Y): the profile's stage value of the layer under prefix."""

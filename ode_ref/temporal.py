@@ -32,6 +32,7 @@ import functools
 
 import numpy as np
 
+from .attention import causal_mask
 from .encoder_layer import EncoderStages
 from .encoder_params import TEMPORAL_BLOCK, TEMPORAL_FINAL_NORM, temporal_linears
 
@@ -53,8 +54,7 @@ def time_embedding(t: float, dim: int) -> np.ndarray:
 
 class TemporalStages(EncoderStages):
     """qkvflow's block and stack over params (encoder_params.py's names), written once; a port
-    overrides the primitives below where its framework differs (constant, reshape, seq_positions,
-    causal_triangle)."""
+    overrides the primitives below where its framework differs (constant, reshape, causal_triangle)."""
 
     def temporal_stack(self, params: dict, x, padding_mask=None):
         """z(1) after ln_f: encoder_layers Euler steps of the shared block, t at each step's end."""
@@ -125,11 +125,6 @@ class TemporalStages(EncoderStages):
     def reshape(self, a, shape: tuple):
         return a.reshape(shape)
 
-    def seq_positions(self, x):
-        """0 .. seq - 1 for x (batch, seq, C)."""
-        return self.xp.arange(x.shape[1])
-
     def causal_triangle(self, x):
         """bool (seq, seq) for x (batch, seq, C): True where key j <= query i."""
-        j = self.seq_positions(x)
-        return j <= j[:, None]
+        return causal_mask(x.shape[1], self.xp)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ode_ref.attention import causal_mask
 from ode_ref.encoder import ODEEncoderStages, check_encoder_input
 from ode_ref.encoder_config import ODEEncoderConfig
 from ode_ref.encoder_params import (ALPHA, TEMPORAL_FINAL_NORM, alpha_init, check_encoder_params, encoder_param_shapes,
@@ -58,8 +59,8 @@ class TorchEncoderStages(ODEEncoderStages):
     def constant(self, value, like):
         return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
-    def seq_positions(self, x):
-        return torch.arange(x.shape[1], device=x.device)
+    def causal_triangle(self, x):
+        return causal_mask(x.shape[1], namespace(x.device))
 
 
 def _xavier_linear(n_in: int, n_out: int) -> nn.Linear:

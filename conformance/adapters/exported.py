@@ -5,7 +5,7 @@ process, in another language).
 
 A form has the methods of the models it has: every form the block model's (_ExportedAdapter);
 those with the prefill and decode-step models run_decode too (_ExportedWithDecode), and those
-with the encoder stack's run_encoder (_ExportedWithEncoder). A form without them has no such
+with the encoder stack's run_encoder (_EncoderStack; _ExportedWithEncoder has all three). A form without them has no such
 method, so its decode or encoder cases are reported "not supported".
 """
 
@@ -137,8 +137,8 @@ class _ExportedWithDecode(_ExportedAdapter):
         return ExportOptions(graph=graph, opset=self.options.opset)
 
 
-class _ExportedWithEncoder(_ExportedWithDecode):
-    """Those models, and the encoder stack for the encoder cases."""
+class _EncoderStack:
+    """The encoder stack's model for the encoder cases, beside a form's block model."""
 
     def run_encoder(self, config, params, x, padding_mask, dtype):
         """The stack exported (export.encoder) and run by this adapter's runnable, after the spec's
@@ -150,6 +150,10 @@ class _ExportedWithEncoder(_ExportedWithDecode):
         with compiling("exports"):
             model = export_encoder_model(config, params, padding_mask=padding_mask is not None)
         return self._session(model)(make_feed(model, x, padding_mask))["z"]
+
+
+class _ExportedWithEncoder(_EncoderStack, _ExportedWithDecode):
+    """The block, prefill and decode-step models, and the encoder stack for the encoder cases."""
 
 
 class _OnnxRuntimeSessions(_ExportedAdapter):
@@ -287,13 +291,9 @@ def openvino_runner(model, *, threads=None):
     return run
 
 
-TRACT_NO_PREFILL = ("not supported: the prefill model's cache has max_len slots, an input's value, and tract sizes every "
-                    "array from the inputs' shapes")
-
-
-class TractAdapter(_ExportedWithEncoder):
+class TractAdapter(_EncoderStack, _ExportedAdapter):
     """Each model loaded by tract from its ONNX bytes (export/tract_program.py): the block and the
-    encoder stack's; no decode cases: tract sizes every array from the inputs' shapes, and the
+    encoder stack's. No decode cases: tract sizes every array from the inputs' shapes, and the
     prefill model's cache has max_len slots, an input's value."""
 
     name = "tract"
@@ -302,9 +302,6 @@ class TractAdapter(_ExportedWithEncoder):
         from odeattn.export.tract_program import tract_runner
 
         return tract_runner(model)
-
-    def run_decode(self, config, params, x, padding_mask, prompt, dtype):
-        raise NotSupported(TRACT_NO_PREFILL)
 
 
 class IreeAdapter(_ExportedWithEncoder):

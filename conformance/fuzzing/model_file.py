@@ -156,8 +156,8 @@ def load_block_file(path):
 
 
 class ModelFile:
-    """An adapter over one .onnx block file, run in float32 by ONNX Runtime, OpenVINO or IREE here or
-    by a JavaScript build in its worker."""
+    """An adapter over one .onnx block file, run in float32 by ONNX Runtime, OpenVINO, IREE or tract
+    here or by a JavaScript build in its worker."""
 
     dtypes = ("float32",)
 
@@ -206,9 +206,12 @@ class ModelFile:
 
             return iree_model_runner(self.model)
         if runtime == "tract":
-            from odeattn.export.tract_program import tract_runner
+            from odeattn.export.tract_program import TractError, tract_runner
 
-            return tract_runner(self.model)
+            try:
+                return tract_runner(self.model)
+            except TractError as err:  # a file tract does not load: the caller's to refuse (fuzz: in one line)
+                raise ValueError(f"--model: tract does not load the file: {err}") from None
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()
         run = external.RemoteRun(self.worker.channel, self.model)
         run.start()

@@ -168,8 +168,8 @@ def model_file(args):
     """(the --model path as typed, its adapter, the strategy and the weights) of fuzz --model."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
-    from odeattn.conformance.fuzzing.model_file import (RUNTIME_SUFFIXES, ModelFile, check_file_config, check_runtime,
-                                                        load_block_file)
+    from odeattn.conformance.fuzzing.model_file import (RUNTIME_SUFFIXES, RUNTIMES, ModelFile, check_file_config,
+                                                        check_runtime, load_block_file)
 
     missing = [o for o, v in (("--model", args.model), ("--config", args.config), ("--weights", args.weights)) if v is None]
     if args.cover:  # the array's cells are configs; a file has its own
@@ -189,7 +189,7 @@ def model_file(args):
     if runtime in RUNTIME_SUFFIXES:
         if args.model.suffix == ".onnx":
             raise UsageError(f"--model: expected a {suffix} file for --runtime {runtime}; got the ONNX file "
-                             f"{str(args.model)!r} (its runtimes: onnxruntime, openvino, iree, tract, onnxruntime-node, onnxruntime-web)")
+                             f"{str(args.model)!r} (its runtimes: {', '.join(r for r in RUNTIMES if r not in RUNTIME_SUFFIXES)})")
         return package_file(args)
     with user_input("--model"):  # before the config: a GenAI file's config is no block's
         model = load_block_file(args.model)
@@ -197,7 +197,8 @@ def model_file(args):
     with user_input():
         check_file_config(model, config, runtime)
     check_float32_weights(params)
-    adapter = ModelFile(args.model, config, params, runtime, model=model).adapt()
+    with user_input():  # a file its runtime does not load (tract's)
+        adapter = ModelFile(args.model, config, params, runtime, model=model).adapt()
     strategy = fixed_draws(config, adapter.batch, adapter.seq, adapter.takes_mask)
     return str(args.model), adapter, strategy, params
 

@@ -188,11 +188,7 @@ def test_check_export_passes_what_the_export_builds(graph):
 
 def test_weight_work_is_outside_the_steps():
     """Weights are quantised at export and dequantised once in the main graph; each evaluation of
-    f rounds activations twice (once for q, k and v together, once for out_proj), nothing more: its
-    only Casts are of bool masks (hide_nonfinite's 0/1 counts), none of a weight."""
-    from onnx import TensorProto
-    from onnx.inliner import inline_local_functions
-
+    f rounds activations twice (once for q, k and v together, once for out_proj), nothing more."""
     c = cfg(use_bitnet=True, ode_steps=4)
     model = export_model(c, R.init_params(c), functions=True)
     func = {f.name: f for f in model.functions}
@@ -200,11 +196,7 @@ def test_weight_work_is_outside_the_steps():
     assert main_ops.count("Cast") >= 4 and "Round" not in main_ops  # 3 qkv blocks + out_proj, dequantised once
     assert [n.op_type for n in func["ode_func"].node].count("Round") == 2
     assert {n.op_type for n in func["ode_step"].node} <= {"ode_func", "Add", "Mul", "Constant"}
-    inlined = onnx.shape_inference.infer_shapes(inline_local_functions(model))  # the functions' nodes typed
-    types = {v.name: v.type.tensor_type.elem_type for v in inlined.graph.value_info}
-    main = {n.name for n in model.graph.node}
-    in_steps = [n for n in inlined.graph.node if n.op_type == "Cast" and n.name not in main]
-    assert len(in_steps) == 2 * 16 and {types[n.input[0]] for n in in_steps} == {TensorProto.BOOL}  # 2 in each of 16 evaluations
+    assert "Cast" not in {n.op_type for n in func["ode_func"].node}
 
 
 def test_export_is_deterministic():
