@@ -5,6 +5,7 @@ compiled for the CPU by IREE's llvm-cpu backend, batch and sequence kept dynamic
     iree_runner(vmfb, inputs, outputs) -> run(feed) -> {output name: array}
     iree_block_runner(vmfb) -> run(x, padding_mask=None) -> z(1)   (the module loaded once)
     run_iree_block(vmfb, x, padding_mask=None) -> z(1)
+    IreeRunner(vmfb, d_model)(x, padding_mask=None) -> z(1)   (fuzz --model's: its inputs checked)
 
 What IREE 3.13 compiles (docs/deployment.md): the default form (opset 17), the prefill and
 decode-step models, the diagnostic outputs and the Loop form (a stored steps default folded into
@@ -17,15 +18,6 @@ in theirs; run_iree_block needs neither odeattn nor onnx where it runs.
 from __future__ import annotations
 
 import numpy as np
-
-
-def unsupported_form(model) -> str | None:
-    """Why IREE does not compile this form of the block's file, or None where it does."""
-    if model.functions:
-        return "a file with ONNX local functions (--functions), which IREE's ONNX importer does not take; expected the default form"
-    if any(n.op_type == "Attention" and n.domain in ("", "ai.onnx") for n in model.graph.node):
-        return "opset 23's Attention, which IREE 3.13 does not compile; expected the default form (opset 17)"
-    return None
 
 
 def compile_iree(model, *, target_cpu: str = "host") -> bytes:
@@ -94,3 +86,38 @@ def iree_block_runner(vmfb: bytes, threads: int | None = None):
 def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
     """z(1) of a block module on x (a one-shot: a server keeps iree_block_runner's run)."""
     return iree_block_runner(vmfb)(x, padding_mask)
+
+
+class IreeRunner:
+    """A block module (compile_iree of export_model's block, as `odeattn export --target iree`
+    writes it) loaded once by IREE's runtime: run(x, padding_mask=None) -> z(1) as NumPy, its inputs
+    checked first (export.artifact_inputs). A module records neither a config nor its width:
+    d_model is the caller's, checked once by a call on zeros (IREE refuses another width), and
+    takes_mask is its function's arity. float32: compile_iree's modules are. ValueError for bytes
+    that are no such module, or another width."""
+
+    kind = "module"
+    dtype = "float32"
+
+    def __init__(self, vmfb: bytes, d_model: int, threads: int | None = None):
+        import re
+
+        try:
+            self.function = _function(bytes(vmfb), threads)
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(f"module: expected an IREE .vmfb block module; loading it failed "
+                             f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        arity = re.search(r"\(0(\w*)_", repr(self.function.vm_function))  # its calling convention: 0, then a letter an argument
+        self.d_model, self.takes_mask = d_model, arity is not None and len(arity.group(1)) == 2
+        try:
+            self(np.zeros((1, 1, d_model), np.float32))
+        except ValueError as err:  # IREE's: "tensor shape dimension 2 mismatch; expected 8 but have 6"
+            raise ValueError(f"module: it takes no x of width {d_model}, the config's hidden_size "
+                             f"({str(err).splitlines()[0]})") from None
+
+    def __call__(self, x, padding_mask=None):
+        from odeattn.export import artifact_inputs
+
+        x, mask = artifact_inputs(x, padding_mask, d_model=self.d_model, dtype=np.float32, takes_mask=self.takes_mask,
+                                  what="module")
+        return np.asarray(_results(self.function(*([x] if mask is None else [x, mask])))[0].to_host())

@@ -45,7 +45,7 @@ class Norms:
         where x / s falls among the subnormal numbers (a few ulp, far below any tolerance); for
         |x| < 2, s = 1. So the norms are exact for every finite input, float32 |x| ~ 1e19 .. 3e38 too.
         Any power of two >= 1 within a small factor of max|x| does the same: a port may compute it
-        another way (torch and the export: exp2(floor(log2 max|x|)); JAX: from the exponent bits)."""
+        another way (torch and the export: pow(2, floor(log2 max|x|)); JAX: from the exponent bits)."""
         xp = self.xp
         _, exponent = xp.frexp(xp.abs(x).max(axis=-1, keepdims=True))
         top = xp.finfo(x.dtype).maxexp - 2  # s <= 2^126 (float32): 1 / s stays a normal number

@@ -76,7 +76,7 @@ BUILTIN = {
     "jax": Builtin.of(JaxAdapter, ("jax", "jaxlib")),
     "flax": Builtin.of(FlaxAdapter, ("jax", "jaxlib", "flax"),
                        "the Flax modules over the jax port, every case compiled once more (minutes cold)"),
-    "jax-export": Builtin.of(JaxExportAdapter, ("jax", "jaxlib"),
+    "jax-export": Builtin.of(JaxExportAdapter, ("jax", "jaxlib", "flatbuffers"),
                              "each case's block exported by jax.export, serialized and run through jax alone (minutes cold)"),
     "aoti": Builtin.of(AotiAdapter, ("torch",),
                        "each case's block compiled by AOTInductor into a .pt2 package (about 30 min a dtype on 2 cores)"),

@@ -8,13 +8,14 @@ weights. A file exported with diagnostics (f0, step_k) is judged at those too, a
 with the stage outputs (export_model(..., stages=True): stage_norm ... stage_output_proj) names
 the first stage of f that diverges (stages.py).
 
-The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend), IREE (the
-file compiled for this CPU once, as the iree backend) or tract (as the tract backend) in this process, or one of ONNX Runtime's
-JavaScript builds on Node.js (onnxruntime-node, onnxruntime-web): the reference workers of
-adapters/external.py, sent the file once. With --runtime aoti, executorch, jax or litert the file
-is no ONNX file but an AOTInductor package (.pt2, `odeattn export --target aoti`), an ExecuTorch
-program (.pte, `--target executorch`), a serialized jax.export program (.jaxexport, `--target
-jax`) or a LiteRT model (.tflite, `--target litert`), loaded once by its runtime here: PackageFile.
+The runtime is ONNX Runtime, OpenVINO (its float32 hint, as the openvino backend) or tract (as
+the tract backend) in this process, or one of ONNX Runtime's JavaScript builds on Node.js
+(onnxruntime-node, onnxruntime-web): the reference workers of adapters/external.py, sent the file
+once. With --runtime iree, aoti, executorch, jax or litert the file is no ONNX file but an IREE
+module (.vmfb, `odeattn export --target iree`), an AOTInductor package (.pt2, `--target aoti`), an
+ExecuTorch program (.pte, `--target executorch`), a serialized jax.export program (.jaxexport,
+`--target jax`) or a LiteRT model (.tflite, `--target litert`), loaded once by its runtime here:
+PackageFile.
 
 A file that is no float block model is refused in one line before its config is read
 (load_block_file): a GenAI model, a prefill or decode-step model, other inputs, or an int8 file.
@@ -33,11 +34,11 @@ from ..adapters import external, installed, missing_requirements
 RUNTIMES = ("onnxruntime", "onnxruntime-node", "onnxruntime-web", "openvino", "iree", "tract", "aoti", "executorch", "jax",
             "litert")
 # the runtimes whose file is no ONNX file: its suffix
-RUNTIME_SUFFIXES = {"aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport", "litert": ".tflite"}
+RUNTIME_SUFFIXES = {"iree": ".vmfb", "aoti": ".pt2", "executorch": ".pte", "jax": ".jaxexport", "litert": ".tflite"}
 PACKAGES = {"iree": "iree-base-runtime", "aoti": "torch", "litert": "ai-edge-litert"}  # a runtime whose Python package has another name (its version is the record's)
 # a runtime whose file needs less than its conformance backend (which also builds each case's file): what it needs
-RUNTIME_REQUIRES = {"litert": ("ai_edge_litert",)}
-FOLDS_STEPS = {"openvino": "OpenVINO", "iree": "IREE"}  # runtimes that fold a Loop form's stored steps default into a constant
+RUNTIME_REQUIRES = {"litert": ("ai_edge_litert",), "iree": ("iree.runtime",)}
+FOLDS_STEPS = {"openvino": "OpenVINO"}  # runtimes that fold a Loop form's stored steps default into a constant
 BLOCK_INPUTS = ("x", "padding_mask", "steps")  # a block model's: x always, the others where exported with them
 # ONNX Runtime's dynamic int8 quantisation (quantize_dynamic, and the fused forms of its optimiser).
 # BitLinear's exact integer export also has MatMulInteger, fed by a QuantizeLinear: none of these.
@@ -116,19 +117,18 @@ def check_block(model, shown: str) -> None:
 def check_file_config(model, config, runtime: str) -> None:
     """ValueError (one line) where the file cannot be judged against config in runtime: its own
     stored config (export's metadata) differs from config, which would read as a divergence of
-    the runtime; or it is a Loop form with a stored steps default run by OpenVINO or IREE, which fold
-    the default into a constant and drop the steps input, so the file runs ode_steps whatever is fed;
-    or, run by IREE or tract, a form it does not take (IREE: local functions, opset 23's Attention;
-    tract: local functions, the Loop form)."""
+    the runtime; or it is a Loop form with a stored steps default run by OpenVINO, which folds
+    the default into a constant and drops the steps input, so the file runs ode_steps whatever is
+    fed; or, run by tract, a form it does not take (tract_program.unsupported_form)."""
     import json
 
     props = {p.key: p.value for p in model.metadata_props}
     if "config" in props:
         _check_stored_config(type(config).from_any(json.loads(props["config"])), config)
-    if runtime in ("iree", "tract"):
-        from odeattn.export import iree_program, tract_program
+    if runtime == "tract":
+        from odeattn.export import tract_program
 
-        why = {"iree": iree_program, "tract": tract_program}[runtime].unsupported_form(model)
+        why = tract_program.unsupported_form(model)
         if why:
             raise ValueError(f"--model: {why}")
     if runtime in FOLDS_STEPS and "steps" in {t.name for t in model.graph.initializer}:
@@ -156,8 +156,8 @@ def load_block_file(path):
 
 
 class ModelFile:
-    """An adapter over one .onnx block file, run in float32 by ONNX Runtime, OpenVINO, IREE or tract
-    here or by a JavaScript build in its worker."""
+    """An adapter over one .onnx block file, run in float32 by ONNX Runtime, OpenVINO or tract here
+    or by a JavaScript build in its worker."""
 
     dtypes = ("float32",)
 
@@ -189,8 +189,8 @@ class ModelFile:
 
     def _runner(self, runtime: str):
         """feed -> output name -> array: an ONNX Runtime session here (the project's one session
-        helper: its checks and options), OpenVINO's or IREE's compiled model or tract's here (make_feed
-        checks the feed against the file's inputs first), or the file loaded once in a JavaScript worker
+        helper: its checks and options), OpenVINO's compiled model or tract's here (make_feed checks
+        the feed against the file's inputs first), or the file loaded once in a JavaScript worker
         (external.RemoteRun, which checks each feed as a local session's is)."""
         if runtime == "onnxruntime":
             from odeattn.export.runtime import session
@@ -201,10 +201,6 @@ class ModelFile:
             from ..adapters.exported import openvino_runner
 
             return openvino_runner(self.model)
-        if runtime == "iree":
-            from ..adapters.exported import iree_model_runner
-
-            return iree_model_runner(self.model)
         if runtime == "tract":
             from odeattn.export.tract_program import TractError, tract_runner
 
@@ -253,16 +249,17 @@ class ModelFile:
 
 
 class PackageFile:
-    """An adapter over one compiled block package, run here: an AOTInductor .pt2 by torch's runtime
-    (--runtime aoti), an ExecuTorch .pte by ExecuTorch's (--runtime executorch), a jax.export
-    program by jax (--runtime jax) or a LiteRT .tflite by LiteRT's interpreter (--runtime litert),
+    """An adapter over one compiled block package, run here: an IREE .vmfb by IREE's runtime
+    (--runtime iree), an AOTInductor .pt2 by torch's runtime (--runtime aoti), an ExecuTorch .pte
+    by ExecuTorch's (--runtime executorch), a jax.export program by jax (--runtime jax) or a
+    LiteRT .tflite by LiteRT's interpreter (--runtime litert),
     in float32. It returns z(1) alone and takes a padding mask where it was exported with one. A
     LiteRT model holds one batch and sequence, which every draw takes; a draw past what another file
     holds is not supported, not a failure: an ExecuTorch program's batch and sequence bounds, and a
     jax program's positions (RoPE, sinusoidal_rotary and HoPE: seq <= the --max-positions it was
     exported with, which jax checks at each call). The config a .pt2 or .pte stores must be the one
-    given; a jax program and a LiteRT model store none, so their width is checked and the config
-    taken as given (a wrong one diverges)."""
+    given; a jax program, a LiteRT model and an IREE module store none, so their width is checked
+    and the config taken as given (a wrong one diverges)."""
 
     dtypes = ("float32",)
     loop_steps = None
@@ -276,6 +273,10 @@ class PackageFile:
             from odeattn.export.executorch_program import executorch_runner as runner
         elif runtime == "jax":
             from odeattn.export.jax_program import jax_runner as runner
+        elif runtime == "iree":  # a module records no width: the config's, checked by a call
+            from odeattn.export.iree_program import IreeRunner
+
+            runner = lambda vmfb: IreeRunner(vmfb, config.hidden_size)  # noqa: E731
         else:
             from odeattn.export.litert_program import litert_runner as runner
         try:

@@ -140,7 +140,7 @@ def _explain(parser, given, message: str):
 
 
 # a missing module -> the extra that installs it
-EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "flax", "optax": "flax",
+EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flatbuffers": "jax", "flax": "flax", "optax": "flax",
           "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "openvino": "openvino",
           "iree": "iree", "iree.compiler": "iree", "iree.runtime": "iree", "tract": "tract", "executorch": "executorch",
           "litert_torch": "litert", "ai_edge_litert": "litert",

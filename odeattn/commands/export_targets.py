@@ -100,6 +100,7 @@ def export_jax(args) -> int:
     with as_options():
         check_export_arguments(config, "float32", args.max_positions, platforms)
     require("jax")
+    require("flatbuffers")  # jax.export serializes with it
     blob = export_jax_block(config, params, padding_mask=not args.no_padding_mask, max_positions=args.max_positions,
                             platforms=platforms)
     seq = min(8, args.max_positions or 8)

@@ -55,13 +55,13 @@ def add_options(p) -> None:
                    help="fuzz: where a divergence's repro folder is written (default ./fuzz-repro)")
     p.add_argument("--model", type=Path, default=None, metavar="FILE",
                    help="fuzz: judge this exported block file (with --config and --weights, its own) instead of a backend: "
-                        "an .onnx file, a .pt2 (--runtime aoti) or .pte (--runtime executorch) package, a .jaxexport "
-                        "program (--runtime jax) or a .tflite model (--runtime litert)")
+                        "an .onnx file, a .vmfb module (--runtime iree), a .pt2 (--runtime aoti) or .pte (--runtime "
+                        "executorch) package, a .jaxexport program (--runtime jax) or a .tflite model (--runtime litert)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.json", help="fuzz --model: the file's config")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE", help="fuzz --model: the file's weights (.safetensors, .npz)")
     p.add_argument("--runtime", default=None, metavar="NAME",
-                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino, iree or tract (in this process), "
-                        "onnxruntime-node or onnxruntime-web; aoti, executorch, jax or litert for their files (in this process)")
+                   help="fuzz --model: the runtime, onnxruntime (default, in this process), openvino or tract (in this process), "
+                        "onnxruntime-node or onnxruntime-web; iree, aoti, executorch, jax or litert for their files (in this process)")
 
 
 def check_not_given(args) -> None:
@@ -204,9 +204,9 @@ def model_file(args):
 
 
 def package_file(args):
-    """model_file's (path, adapter, strategy, weights) for a compiled package: an AOTInductor .pt2
-    (--runtime aoti), an ExecuTorch .pte (--runtime executorch), a jax.export program (--runtime jax)
-    or a LiteRT .tflite model (--runtime litert)."""
+    """model_file's (path, adapter, strategy, weights) for a compiled package: an IREE .vmfb module
+    (--runtime iree), an AOTInductor .pt2 (--runtime aoti), an ExecuTorch .pte (--runtime executorch),
+    a jax.export program (--runtime jax) or a LiteRT .tflite model (--runtime litert)."""
     from odeattn.commands.inputs import load_block
     from odeattn.conformance.fuzzing.draw import fixed_draws
     from odeattn.conformance.fuzzing.model_file import PackageFile

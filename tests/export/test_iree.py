@@ -51,29 +51,39 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
                "open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy')))", cfg, params)
 
 
-def test_fuzz_judges_one_onnx_file_compiled_by_iree_and_records_the_runtime(tmp_path, capsys):
-    """fuzz --model --runtime iree: the forms IREE does not compile refused in one line; the file
-    compiled once for this CPU, its drawn inputs judged against the spec; the report names IREE's
-    runtime and its installed version."""
+def test_fuzz_judges_the_module_itself_and_records_the_runtime(tmp_path, capsys):
+    """fuzz --model block.vmfb --runtime iree: the module as `odeattn export --target iree` writes
+    it, loaded once by IREE's runtime, its drawn inputs judged against the spec; the report names the
+    module by its sha256 and IREE's runtime by its version. An ONNX file for --runtime iree, and a
+    config of another width (a module records none), are refused in one line."""
+    import hashlib
     import importlib.metadata
     import json
 
     from safetensors.numpy import save_file
 
     from odeattn.export.block import export_model
+    from odeattn.export.iree_program import compile_iree
 
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder")
     params = R.init_params(cfg, seed=2)
     (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
+    wide = R.ODEConfig(**{**cfg.to_dict(), "hidden_size": 12})
+    (tmp_path / "wide.json").write_text(json.dumps(wide.to_dict()))
     save_file(params, str(tmp_path / "w.safetensors"))
-    (tmp_path / "block.onnx").write_bytes(export_model(cfg, params).SerializeToString())
-    argv = ["conformance", "fuzz", "--config", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w.safetensors"),
-            "--runtime", "iree", "--examples", "3", "--repro", str(tmp_path / "repro")]
-    for form, message in (({"functions": True}, "a file with ONNX local functions"), ({"opset": 23}, "opset 23's Attention")):
-        (tmp_path / "form.onnx").write_bytes(export_model(cfg, params, **form).SerializeToString())
-        assert main([*argv, "--model", str(tmp_path / "form.onnx")]) == 2  # one line, before IREE compiles anything
+    save_file(R.init_params(wide), str(tmp_path / "wide.safetensors"))
+    model = export_model(cfg, params)
+    (tmp_path / "block.onnx").write_bytes(model.SerializeToString())
+    (tmp_path / "block.vmfb").write_bytes(compile_iree(model))
+    argv = ["conformance", "fuzz", "--runtime", "iree", "--examples", "3", "--repro", str(tmp_path / "repro")]
+    for model_file, block, message in (("block.onnx", "c", "expected a .vmfb file for --runtime iree; got the ONNX file"),
+                                       ("block.vmfb", "wide", "it takes no x of width 12, the config's hidden_size")):
+        assert main([*argv, "--model", str(tmp_path / model_file), "--config", str(tmp_path / f"{block}.json"),
+                     "--weights", str(tmp_path / f"{'w' if block == 'c' else block}.safetensors")]) == 2
         line, = capsys.readouterr().err.strip().splitlines()
         assert message in line, line
-    assert main([*argv, "--model", str(tmp_path / "block.onnx"), "--json", str(tmp_path / "r.json")]) == 0
+    assert main([*argv, "--model", str(tmp_path / "block.vmfb"), "--config", str(tmp_path / "c.json"),
+                 "--weights", str(tmp_path / "w.safetensors"), "--json", str(tmp_path / "r.json")]) == 0
     artifact = json.loads((tmp_path / "r.json").read_text())["artifact"]
+    assert artifact["sha256"] == hashlib.sha256((tmp_path / "block.vmfb").read_bytes()).hexdigest()
     assert (artifact["runtime"], artifact["runtime_version"]) == ("iree", importlib.metadata.version("iree-base-runtime"))

@@ -48,3 +48,22 @@ def test_openvino_folds_a_stored_steps_default_and_takes_a_required_steps_input(
     required = openvino_runner(export_model(cfg, params, steps_input=True, steps_default=False))
     for steps in (1, 2, 16):
         assert within(required({**feed, "steps": np.array(steps, np.int64)})["z"], steps), steps
+
+
+def test_the_onnx_file_runs_through_openvino_alone_with_the_float32_hint(tmp_path, runs_alone):
+    """The file `odeattn export` writes, compiled by a fresh process that imports only NumPy and
+    OpenVINO with the deployer's one setting, the float32 inference hint, gives z(1) within the
+    suite's float32 rule at two shapes, a row padded on the left."""
+    import json
+
+    import ode_ref as R
+
+    cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
+    params = R.init_params(cfg, seed=0, perturb_norms=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    R.save_params(params, tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "-o", str(tmp_path / "block.onnx")]) == 0
+    runs_alone(None, "import openvino as ov; block = ov.Core().compile_model('block.onnx', 'CPU', "
+                     "{'INFERENCE_PRECISION_HINT': 'f32'}); np.save('z.npy', block({'x': np.load('x.npy'), "
+                     "'padding_mask': np.load('mask.npy')})[block.outputs[0]])", cfg, params)
