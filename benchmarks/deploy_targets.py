@@ -3,7 +3,9 @@ run: the jax.export program (export/jax_program.py), the ONNX file in ONNX Runti
 OpenVINO (its float32 hint, as the openvino backend) and in tract, and compiled by IREE for this CPU, the
 AOTInductor package (export/aoti_program.py), the ExecuTorch program (export/executorch_program.py,
 portable operators), the LiteRT model (export/litert_program.py, at the call's shape), the torch port's
-program after torch.export (Core ATen; run here by torch itself) and the torch port eager. Each path's error against the spec in float64 comes first.
+program after torch.export (Core ATen; run here by torch itself) and the torch port eager. Each path's build
+(its artifact's export and its runtime's load or compilation, to its first call's result) is timed
+once, with its error against the spec in float64, before the calls are.
 
     python benchmarks/deploy_targets.py [--rounds 7] [--calls 20] [--threads 1]
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
 import numpy as np
 
@@ -29,7 +32,9 @@ from odeattn.conformance.cases.tolerance import relative_error
 
 
 def paths(threads: int):
-    """({path: a zero-argument callable}, {path: its error against the spec})."""
+    """({path: a zero-argument callable}, {path: its error against the spec}, {path: its build in
+    seconds: from the config and weights to its first call's result, the artifact's export, its
+    runtime's load or compilation and that call included, as a deployer first meets it})."""
     import jax
     import openvino as ov
     import torch
@@ -54,32 +59,60 @@ def paths(threads: int):
     mask[1, 5:] = False
     x32 = x.astype(np.float32)
     want = R.ode_block(params, x, cfg, mask)
-
-    program = export.deserialize(bytearray(export_jax_block(cfg, params)))
-    call = jax.jit(program.call)
-    onnx_model = export_model(cfg, params, ExportOptions())
-    ort = session(onnx_model, threads=threads)
-    core_ov = ov.Core()
-    vino = core_ov.compile_model(core_ov.read_model(model=onnx_model.SerializeToString(), weights=b""), "CPU",
-                                 {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
     feed = {"x": x32, "padding_mask": mask}
-    iree = iree_runner(compile_iree(onnx_model), ["x", "padding_mask"], ["z"], threads=threads)
-    tract = tract_runner(onnx_model)  # tract runs a model on the calling thread
-    block = ODEAttentionBlock.from_params(cfg, params)
     xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
-    core = torch.export.export(block, (xt,), {"padding_mask": mt}).run_decompositions().module()
-    aoti = aoti_runner(export_aoti_block(cfg, params))
-    pte = executorch_runner(export_executorch_block(cfg, params))
-    lite = litert_runner(export_litert_block(cfg, params, batch=2, seq=8), threads=threads)
-    fns = {"jax.export": lambda: np.asarray(call(x32, mask)), "onnxruntime": lambda: ort.run(None, feed)[0],
-           "openvino": lambda: vino(feed)[vino.outputs[0]], "iree": lambda: iree(feed)["z"], "tract": lambda: tract(feed)["z"],
-           "AOTInductor package": lambda: aoti(x32, mask), "ExecuTorch program": lambda: pte(x32, mask),
-           "LiteRT model": lambda: lite(x32, mask),
-           "torch.export (Core ATen)": lambda: core(xt, padding_mask=mt).detach().numpy(),
-           "torch eager": lambda: block(xt, padding_mask=mt).detach().numpy()}
-    with torch.no_grad():
-        errors = {k: relative_error(fn(), want) for k, fn in fns.items()}
-    return fns, errors
+    onnx_bytes = lambda: export_model(cfg, params, ExportOptions()).SerializeToString()  # noqa: E731
+
+    def jax_export():
+        call = jax.jit(export.deserialize(bytearray(export_jax_block(cfg, params))).call)
+        return lambda: np.asarray(call(x32, mask))
+
+    def onnxruntime():
+        ort = session(export_model(cfg, params, ExportOptions()), threads=threads)
+        return lambda: ort.run(None, feed)[0]
+
+    def openvino():
+        core = ov.Core()
+        vino = core.compile_model(core.read_model(model=onnx_bytes(), weights=b""), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+        return lambda: vino(feed)[vino.outputs[0]]
+
+    def iree():
+        run = iree_runner(compile_iree(export_model(cfg, params, ExportOptions())), ["x", "padding_mask"], ["z"],
+                          threads=threads)
+        return lambda: run(feed)["z"]
+
+    def tract():
+        run = tract_runner(export_model(cfg, params, ExportOptions()))  # tract runs a model on the calling thread
+        return lambda: run(feed)["z"]
+
+    def runner(make):
+        run = make()
+        return lambda: run(x32, mask)
+
+    def core_aten():
+        core = torch.export.export(ODEAttentionBlock.from_params(cfg, params), (xt,), {"padding_mask": mt})
+        module = core.run_decompositions().module()
+        return lambda: module(xt, padding_mask=mt).detach().numpy()
+
+    def torch_eager():
+        block = ODEAttentionBlock.from_params(cfg, params)
+        return lambda: block(xt, padding_mask=mt).detach().numpy()
+
+    builds = {"jax.export": jax_export, "onnxruntime": onnxruntime, "openvino": openvino, "iree": iree, "tract": tract,
+              "AOTInductor package": lambda: runner(lambda: aoti_runner(export_aoti_block(cfg, params))),
+              "ExecuTorch program": lambda: runner(lambda: executorch_runner(export_executorch_block(cfg, params))),
+              "LiteRT model": lambda: runner(lambda: litert_runner(export_litert_block(cfg, params, batch=2, seq=8),
+                                                                   threads=threads)),
+              "torch.export (Core ATen)": core_aten, "torch eager": torch_eager}
+    fns, errors, seconds = {}, {}, {}
+    for k, build in builds.items():
+        start = time.perf_counter()
+        fns[k] = build()
+        with torch.no_grad():  # as the timed calls run
+            errors[k] = relative_error(fns[k](), want)
+        seconds[k] = time.perf_counter() - start
+    return fns, errors, seconds
 
 
 def main() -> None:
@@ -93,17 +126,17 @@ def main() -> None:
                                    "intra_op_parallelism_threads=1").strip()
     import torch
 
-    fns, errors = paths(args.threads)
+    fns, errors, seconds = paths(args.threads)
     with torch.no_grad():
         times = interleaved_times(fns, repeats=args.rounds, burst=args.calls)
     rounds = {k: [statistics.median(t[i * args.calls:(i + 1) * args.calls]) for i in range(args.rounds)]
               for k, t in times.items()}
     print(f"{args.threads} thread(s), {args.rounds} rounds of {args.calls} calls; a call's median over the rounds (min..max)")
-    print("| path | error vs the spec | a call (ms) | / onnxruntime |")
-    print("|---|---|---|---|")
+    print("| path | error vs the spec | build (s) | a call (ms) | / onnxruntime |")
+    print("|---|---|---|---|---|")
     for k, r in rounds.items():
         ratio = [a / b for a, b in zip(r, rounds["onnxruntime"])]
-        print(f"| {k} | {errors[k]:.1e} | {statistics.median(r) * 1e3:.3f} ({min(r) * 1e3:.3f}..{max(r) * 1e3:.3f}) | "
+        print(f"| {k} | {errors[k]:.1e} | {seconds[k]:.2f} | {statistics.median(r) * 1e3:.3f} ({min(r) * 1e3:.3f}..{max(r) * 1e3:.3f}) | "
               f"{statistics.median(ratio):.2f} ({min(ratio):.2f}..{max(ratio):.2f}) |")
 
 

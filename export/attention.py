@@ -49,16 +49,14 @@ def positions_from_padding(padding_mask: Optional[Value], seq_len: Value) -> Val
     return g.op("Cast", counts, to=TensorProto.INT64) - g.const(1, np.int64)
 
 
-def causal_mask(seq_len: Value, cache_index: Optional[Value] = None) -> Value:
-    """bool (seq_q, seq_k): key j visible to query i where j <= i (ode_ref.attention.causal_mask;
-    the decode step: its one query at cache_index). A block's comparison passes through Trilu,
-    which keeps its values: tract 0.23 broadcasts the bare comparison of two Ranges against the
-    scores with a wrong shape, and IREE cannot bound a square made from the sequence length alone
-    (ConstantOfShape), so neither simpler form runs in both."""
+def causal_mask(seq_len: Value) -> Value:
+    """bool (seq, seq): key j visible to query i where j <= i (ode_ref.attention.causal_mask). The
+    comparison of two Ranges passes through Trilu, which keeps its values: tract 0.23 broadcasts
+    the bare comparison against the scores with a wrong shape, and IREE cannot bound a square made
+    from the sequence length alone (ConstantOfShape), so neither simpler form runs in both."""
     g = seq_len.body
-    i, j = slot_indices(seq_len, cache_index)
-    seen = g.op("LessOrEqual", j, i)
-    return seen if cache_index is not None else g.op("Trilu", seen, upper=0)
+    i, j = slot_indices(seq_len)
+    return g.op("Trilu", g.op("LessOrEqual", j, i), upper=0)
 
 
 def masked_fill_min(g, s: Value, mask: Value) -> Value:
@@ -135,7 +133,12 @@ class SelfAttention(Stages):
         g = seq_len.body
         mask = None
         if self.config.mode == "decoder":
-            mask = g.op("Unsqueeze", causal_mask(seq_len, cache_index), g.ints(0, 1))  # (1, 1, seq_q, seq_k)
+            if cache_index is None:
+                seen = causal_mask(seq_len)
+            else:  # the decode step's one query, at cache_index
+                i, j = slot_indices(seq_len, cache_index)
+                seen = g.op("LessOrEqual", j, i)
+            mask = g.op("Unsqueeze", seen, g.ints(0, 1))  # (1, 1, seq_q, seq_k)
         if padding_mask is not None:
             keys = g.op("Unsqueeze", padding_mask, g.ints(1, 2))  # (batch, 1, 1, seq)
             mask = keys if mask is None else g.op("And", mask, keys)
