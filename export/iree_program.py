@@ -107,8 +107,11 @@ class IreeRunner:
         except (ValueError, RuntimeError) as err:
             raise ValueError(f"module: expected an IREE .vmfb block module; loading it failed "
                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-        arity = re.search(r"\(0(\w*)_", repr(self.function.vm_function))  # its calling convention: 0, then a letter an argument
-        self.d_model, self.takes_mask = d_model, arity is not None and len(arity.group(1)) == 2
+        arity = re.search(r"\(0(r{1,2})_", repr(self.function.vm_function))  # its calling convention: 0, then r an argument
+        if arity is None:
+            raise ValueError(f"module: expected a block module's function of x and, where exported with it, the padding "
+                             f"mask; found {self.function.vm_function!r}")
+        self.d_model, self.takes_mask = d_model, len(arity.group(1)) == 2
         try:
             self(np.zeros((1, 1, d_model), np.float32))
         except ValueError as err:  # IREE's: "tensor shape dimension 2 mismatch; expected 8 but have 6"

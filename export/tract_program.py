@@ -82,4 +82,4 @@ def run_tract_block(path, x, padding_mask=None) -> np.ndarray:
     """z(1) of the block's ONNX file at path on x (and padding_mask, where the file takes one):
     a one-shot; a server keeps the runnable, as tract_runner does."""
     args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
-    return _runnable(path).run(args)[0].to_numpy()  # z: the model's first output (tract's errors as they are)
+    return _runnable(path).run(args)[0].to_numpy()  # z: the model's first output
