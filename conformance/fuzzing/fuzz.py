@@ -47,7 +47,7 @@ from ..cases import Case
 from ..cases.kinds import ENCODER, kind_of
 from .database import CountingDatabase, RowDatabase, scratch_home
 from .cover import allowed, cell, covering_array, levels_of, pairs_of, relaxed
-from .draw import DRAWN_KINDS, FUZZED_KINDS, Draw, build, draws, reject
+from .draw import DRAWN_KINDS, FUZZED_KINDS, Draw, build, describe_input, describe_padding, draws, reject
 from .encoder_draw import encoder_draws
 from .essence import Essence, essential
 from ..adapters.support import support_of
@@ -95,6 +95,13 @@ class Finding:
     lost: str = ""  # why the worker was lost on it (timed out, killed by a signal, ...): not shrunk
 
 
+def judgement(d: Draw, case: Case, result) -> dict:
+    """One judged example as a report lists it (fuzz_report.write_json's runs[].judged): what a
+    deployer reads beside an artifact, each input drawn and how near its tolerance it came."""
+    return {"kind": d.kind.name, "shape": list(case.x.shape), "padding": describe_padding(d), "input": describe_input(d),
+            "status": result.status, "worst_ratio": result.worst_ratio}
+
+
 @dataclass
 class FuzzRun:
     backend: str
@@ -116,6 +123,7 @@ class FuzzRun:
     cells: int = 0  # rows of the covering array searched (cover.py), each for one example
     repeats: int = 0  # draws building an example judged before in the run, redrawn: each example is judged once
     held: set = field(default_factory=set)  # the pairs of factor levels (cover.py) the judged examples lie in, shrink tries too
+    judged: list = field(default_factory=list)  # each example judged, in order (as examples counts them): judgement()
     kept: Optional[frozenset] = None  # the factor levels its declared support allows (cover.allowed), None: all
     drew: str = "attention block"  # what its draws are: the attention block's kinds, or ENCODER_STACK (encoder_draw.py)
     found_in: str = ""  # where the first divergent example was drawn: "row i" of the covering array, "random",
@@ -319,6 +327,7 @@ class Probe:
         if result.status in ("skipped", "untestable"):
             self.refuse(result.message)  # the backend's own refusal, or no meaning in this half dtype
         run.examples += 1
+        run.judged.append(judgement(d, case, result))
         self.judged.add(example)
         if d.kind is not ENCODER:  # the covering array's factors are the block's
             run.held |= pairs_of(levels_of(d))

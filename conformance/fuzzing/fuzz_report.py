@@ -155,7 +155,7 @@ def write_json(runs, path, header: dict) -> None:
                          # the covering array's pairs are the attention block's factors: none for the encoder stack's run
                          **dict(zip(("pairs_held", "pairs_feasible"), (None, None) if r.suffix else pairs_held(r))),
                          "seconds": r.seconds, "worst_ratio": r.worst_ratio, "expected": r.expected,
-                         "unexpected": r.unexpected,
+                         "unexpected": r.unexpected, "judged": r.judged,
                          "finding": _finding_dict(r.finding) if r.finding else None} for r in runs]}
     with open(path, "w") as fh:
         json.dump(payload, fh, indent=1)

@@ -447,7 +447,10 @@ def test_a_model_file_is_judged_in_another_runtime_down_to_its_stage(tmp_path, c
     assert "stage:    first divergent stage of f(0, x): q, q after preprocess_qkv (norm agree)" in capsys.readouterr().out
     folder, = (tmp_path / "repro").iterdir()
     assert json.loads((folder / "case.json").read_text())["command"].endswith(f"--runtime {runtime}")
-    artifact = json.loads((tmp_path / "r.json").read_text())["artifact"]  # what a deployer ships beside the file
+    report = json.loads((tmp_path / "r.json").read_text())
+    judged = report["runs"][0]["judged"]  # each example's verdict and err/tol, the divergent ones among them
+    assert len(judged) == report["runs"][0]["examples"] and any(j["status"] == "failed" and j["worst_ratio"] > 1 for j in judged)
+    artifact = report["artifact"]  # what a deployer ships beside the file
     assert artifact["sha256"] == hashlib.sha256((tmp_path / "block.onnx").read_bytes()).hexdigest()
     assert (artifact["file"], artifact["runtime"]) == ("block.onnx", runtime) and artifact["runtime_version"][0].isdigit()
 
