@@ -61,29 +61,28 @@ def paths(threads: int):
     want = R.ode_block(params, x, cfg, mask)
     feed = {"x": x32, "padding_mask": mask}
     xt, mt = torch.as_tensor(x32), torch.as_tensor(mask)
-    onnx_bytes = lambda: export_model(cfg, params, ExportOptions()).SerializeToString()  # noqa: E731
+    onnx_model = lambda: export_model(cfg, params, ExportOptions())  # noqa: E731  (the default file, in each build)
 
     def jax_export():
         call = jax.jit(export.deserialize(bytearray(export_jax_block(cfg, params))).call)
         return lambda: np.asarray(call(x32, mask))
 
     def onnxruntime():
-        ort = session(export_model(cfg, params, ExportOptions()), threads=threads)
+        ort = session(onnx_model(), threads=threads)
         return lambda: ort.run(None, feed)[0]
 
     def openvino():
         core = ov.Core()
-        vino = core.compile_model(core.read_model(model=onnx_bytes(), weights=b""), "CPU",
+        vino = core.compile_model(core.read_model(model=onnx_model().SerializeToString(), weights=b""), "CPU",
                                   {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
         return lambda: vino(feed)[vino.outputs[0]]
 
     def iree():
-        run = iree_runner(compile_iree(export_model(cfg, params, ExportOptions())), ["x", "padding_mask"], ["z"],
-                          threads=threads)
+        run = iree_runner(compile_iree(onnx_model()), ["x", "padding_mask"], ["z"], threads=threads)
         return lambda: run(feed)["z"]
 
     def tract():
-        run = tract_runner(export_model(cfg, params, ExportOptions()))  # tract runs a model on the calling thread
+        run = tract_runner(onnx_model())  # tract runs a model on the calling thread
         return lambda: run(feed)["z"]
 
     def runner(make):
