@@ -36,7 +36,6 @@ def paths(threads: int):
     seconds: from the config and weights to its first call's result, the artifact's export, its
     runtime's load or compilation and that call included, as a deployer first meets it})."""
     import jax
-    import openvino as ov
     import torch
     from jax import export
 
@@ -49,7 +48,7 @@ def paths(threads: int):
     from odeattn.export.litert_program import export_litert_block, litert_runner
     from odeattn.export.options import ExportOptions
     from odeattn.export.runtime import session
-    from odeattn.export.tract_program import tract_runner
+    from odeattn.export.standalone import load_onnx
 
     torch.set_num_threads(threads)
     cfg = R.ODEConfig(hidden_size=32, num_heads=4, ode_solver="rk4", ode_steps=2)
@@ -72,17 +71,15 @@ def paths(threads: int):
         return lambda: ort.run(None, feed)[0]
 
     def openvino():
-        core = ov.Core()
-        vino = core.compile_model(core.read_model(model=onnx_model().SerializeToString(), weights=b""), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
-        return lambda: vino(feed)[vino.outputs[0]]
+        run = load_onnx("openvino", onnx_model(), threads)  # the float32 hint
+        return lambda: run(feed)["z"]
 
     def iree():
         run = iree_runner(compile_iree(onnx_model()), ["x", "padding_mask"], ["z"], threads=threads)
         return lambda: run(feed)["z"]
 
     def tract():
-        run = tract_runner(onnx_model())  # tract runs a model on the calling thread
+        run = load_onnx("tract", onnx_model())  # tract runs a model on the calling thread
         return lambda: run(feed)["z"]
 
     def runner(make):

@@ -12,12 +12,15 @@ decode-step models, the diagnostic outputs and the Loop form (a stored steps def
 a constant); not opset 23's Attention, nor ONNX local functions (`--functions`). The .vmfb is compiled for one
 CPU: "host" (this machine's features, what a deployer builds on the serving machine) or an LLVM
 CPU name. A module's one function takes the model's inputs in their order and returns its outputs
-in theirs; run_iree_block needs neither odeattn nor onnx where it runs.
+in theirs. The runtime side is export/standalone.py's, which needs neither odeattn nor onnx where it
+runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from . import standalone
 
 
 def compile_iree(model, *, target_cpu: str = "host") -> bytes:
@@ -35,38 +38,10 @@ def compile_iree(model, *, target_cpu: str = "host") -> bytes:
                              extra_args=[f"--iree-llvmcpu-target-cpu={target_cpu}"]))
 
 
-def _function(vmfb: bytes, threads: int | None = None):
-    """The module's one exported function: run with threads=1 by IREE's local-sync
-    driver (on the calling thread), else by local-task (a pool of a thread per core: IREE makes its
-    devices once per process, so no other count is taken)."""
-    import iree.runtime as rt
-
-    context = rt.SystemContext(config=rt.Config("local-sync" if threads == 1 else "local-task"))
-    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
-    module = context.modules[list(context.modules)[-1]]  # after "hal": the compiled model's
-    names = [n for n in module.vm_module.function_names if not n.startswith("__") and not n.endswith("$async")]
-    if len(names) != 1:
-        raise ValueError(f"vmfb: expected a module with one function (a model compiled by compile_iree); got {names}")
-    return module[names[0]]
-
-
-def _results(out) -> tuple:
-    """A function's results as a tuple (IREE returns one result bare)."""
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
 def iree_runner(vmfb: bytes, inputs: list[str], outputs: list[str], *, threads: int | None = None):
     """feed -> {output name: array}: the module's function called with feed's arrays in the order
     of inputs (the model's input names), its results named by outputs (the model's output names)."""
-    function = _function(vmfb, threads)
-
-    def run(feed):
-        out = _results(function(*(np.asarray(feed[name], order="C") for name in inputs)))  # ascontiguousarray makes a scalar 1-d
-        if len(out) != len(outputs):
-            raise RuntimeError(f"IREE returned {len(out)} outputs of the model's {len(outputs)} ({', '.join(outputs)})")
-        return {name: np.asarray(a.to_host()) for name, a in zip(outputs, out)}
-
-    return run
+    return standalone.load("iree", vmfb, inputs, outputs, threads)
 
 
 def iree_block_runner(vmfb: bytes, threads: int | None = None):
@@ -74,11 +49,11 @@ def iree_block_runner(vmfb: bytes, threads: int | None = None):
     the module loaded once, through IREE's runtime alone: called with x, and padding_mask where
     given (a model exported with the mask input takes it, every token real or not; one exported
     without it takes x alone)."""
-    function = _function(vmfb, threads)
+    function = standalone.iree_function(vmfb, threads)
 
     def run(x, padding_mask=None) -> np.ndarray:
         args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
-        return np.asarray(_results(function(*args))[0].to_host())  # z: the model's first output
+        return standalone.iree_results(function(*args))[0]  # z: the model's first output
 
     return run
 
@@ -103,7 +78,7 @@ class IreeRunner:
         import re
 
         try:
-            self.function = _function(bytes(vmfb), threads)
+            self.function = standalone.iree_function(vmfb, threads)
         except (ValueError, RuntimeError) as err:
             raise ValueError(f"module: expected an IREE .vmfb block module; loading it failed "
                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
@@ -123,4 +98,4 @@ class IreeRunner:
 
         x, mask = artifact_inputs(x, padding_mask, d_model=self.d_model, dtype=np.float32, takes_mask=self.takes_mask,
                                   what="module")
-        return np.asarray(_results(self.function(*([x] if mask is None else [x, mask])))[0].to_host())
+        return standalone.iree_results(self.function(*([x] if mask is None else [x, mask])))[0]

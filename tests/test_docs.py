@@ -158,8 +158,8 @@ def check_positions(ns, tmp_path):
 
 
 def check_deployment(ns, tmp_path):
-    """The jax.export program (run at a shape it was not traced at), OpenVINO's, IREE's, tract's and
-    the Core ATen program are the spec's block within the float32 tolerance of the spec's own error (tolerance.py)."""
+    """The jax.export program (run at a shape it was not traced at), OpenVINO's, IREE's, tract's (by
+    tract, and by standalone.py loaded by its path) and the Core ATen program are the spec's block within the float32 tolerance of the spec's own error (tolerance.py)."""
     import ode_ref as R
     from odeattn.conformance.cases.tolerance import relative_error, tolerance
 
@@ -168,7 +168,7 @@ def check_deployment(ns, tmp_path):
     want = R.ode_block(params, x, cfg, mask)
     allowed = tolerance(relative_error(R.ode_block(params, ns["x"], cfg, mask), want), "float32")
     core = ns["core"].module()(ns["torch"].as_tensor(ns["x"]), padding_mask=ns["torch"].as_tensor(ns["mask"]))
-    for got in (ns["z"], ns["z_openvino"], ns["z_iree"], ns["z_tract"], core.detach().numpy()):
+    for got in (ns["z"], ns["z_openvino"], ns["z_iree"], ns["z_tract"], ns["z_standalone"], core.detach().numpy()):
         assert relative_error(np.asarray(got), want) <= allowed
 
 

@@ -1,6 +1,7 @@
 """Adapters: the built-in backends the suite runs, one module each (the spec, the torch, JAX and
-Flax ports, the exported ONNX models in ONNX Runtime and ONNX's reference evaluator, and external
-programs over the protocol), and this registry: the built-ins by name, and how third-party
+Flax ports, the exported ONNX models in ONNX Runtime and ONNX's reference evaluator, the deployment
+targets' artifacts in their runtimes alone (targets.py), and external programs over the protocol),
+and this registry: the built-ins by name, and how third-party
 adapters are found.
 
 An adapter is any object that follows the protocol of protocol.py (no base class needed). Register
@@ -32,14 +33,14 @@ from ..cases.half import check_dtypes
 from . import external
 # each backend's module, its adapter (and helpers callers import from here: `X as X`)
 from .exported import (OnnxReferenceAdapter, OnnxRuntimeAdapter, OnnxRuntimeIntegerAdapter, OnnxRuntimeLoopAdapter,
-                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, OpenVinoAdapter, IreeAdapter,
-                       TractAdapter, other_steps as other_steps)
+                       OnnxRuntimeLoopOtherStepsAdapter, OnnxRuntimeOpset23Adapter, other_steps as other_steps)
 from .compiled import AotiAdapter, ExecuTorchAdapter, LiteRtAdapter
 from .flax import FlaxAdapter
 from .jax_export import JaxExportAdapter
 from .jax import JaxAdapter, jax_cache_dir as jax_cache_dir, jax_with_cache as jax_with_cache
 from .protocol import REQUIRED
 from .spec import SpecAdapter
+from .targets import IreeAdapter, OpenVinoAdapter, TractAdapter
 from .torch import TorchAdapter, TorchOneDnnAdapter
 
 ENTRY_POINT_GROUP = "odeattn.backends"
@@ -91,10 +92,10 @@ BUILTIN = {
     "onnxruntime-loop-other-steps": Builtin.of(OnnxRuntimeLoopOtherStepsAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
     "openvino": Builtin.of(OpenVinoAdapter, ("onnx", "openvino"),
-                           "each case's ONNX file compiled by OpenVINO's CPU plugin (about 30 s on 2 cores)"),
+                           "each case's ONNX file compiled by OpenVINO's CPU plugin (about 45 s on 2 cores)"),
     "iree": Builtin.of(IreeAdapter, ("onnx", "iree.compiler", "iree.runtime"),
                        "each case's ONNX file compiled by IREE for this CPU (about 5 min on 2 cores)"),
-    "tract": Builtin.of(TractAdapter, ("onnx", "tract"), "each case's ONNX file run by tract (about 12 s on 2 cores)"),
+    "tract": Builtin.of(TractAdapter, ("onnx", "tract"), "each case's ONNX file run by tract (about 16 s on 2 cores)"),
     # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, conformance/js/)
     "onnxruntime-node": Builtin("odeattn.conformance.adapters.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
                                 npm=("onnxruntime-node",)),

@@ -101,11 +101,11 @@ def _preview(data: bytes) -> str:
 class Channel:
     """The program's process and its two pipes; request() sends a frame and reads the reply."""
 
-    def __init__(self, argv: Sequence[str], label: str, cwd: Optional[str] = None):
+    def __init__(self, argv: Sequence[str], label: str, cwd: Optional[str] = None, env: Optional[dict] = None):
         self.label = label
         try:
             self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=None, cwd=cwd, bufsize=0, preexec_fn=die_with_parent())
+                                         stderr=None, cwd=cwd, env=env, bufsize=0, preexec_fn=die_with_parent())
         except OSError as err:
             raise ExternalError(f"backend {label}: cannot start {argv[0]!r} ({err.strerror or err})") from None
         self.read_so_far = b""
@@ -292,26 +292,34 @@ class ParamsAdapter(_External):
 
 
 class RemoteRun:
-    """A Run (export.decode) over one model loaded in the worker: the feed checked against the
-    model's declared inputs here, as a local session's is (export.decode.SessionRun), then sent."""
+    """A Run (export.decode) over one artifact loaded in the worker: by default an ONNX model's bytes,
+    each feed checked against the model's declared inputs here, as a local session's is
+    (export.decode.SessionRun), then sent. fields: more of the load request (a target worker's,
+    targets.py: the target and the artifact's inputs and outputs); artifact: bytes sent in the
+    model's place (a target's own, made from the model, or, with no model, a block artifact's,
+    whose feed export.artifact_inputs checks where it is made)."""
 
     _ids = itertools.count()
 
-    def __init__(self, channel: Channel, model):
+    def __init__(self, channel: Channel, model=None, *, artifact: Optional[bytes] = None, fields: Optional[dict] = None):
         from odeattn.export.decode import SessionRun
 
-        local = SessionRun(model)  # the declared inputs and defaults; its session is never built
-        self.channel, self.model = channel, model
-        self.declared, self.defaults, self.check = local.declared, local.defaults, local.check
-        self.outputs = [o.name for o in model.graph.output]
+        self.channel, self.model, self.artifact, self.fields = channel, model, artifact, dict(fields or {})
+        if model is None:
+            self.check, self.outputs = (lambda feed: feed), list(self.fields["outputs"])
+        else:
+            local = SessionRun(model)  # the declared inputs and defaults; its session is never built
+            self.declared, self.defaults, self.check = local.declared, local.defaults, local.check
+            self.outputs = [o.name for o in model.graph.output]
         self.id = f"m{next(self._ids)}"
         self.loaded = False
 
     def start(self) -> None:
-        """Sends the model once; NotSupported if the worker's runtime cannot build it."""
+        """Sends the artifact once; NotSupported if the worker's runtime cannot build it."""
         if not self.loaded:
-            data = np.frombuffer(self.model.SerializeToString(), np.uint8)
-            reply, _ = self.channel.request({"op": "load", "model": self.id}, {"model": data})
+            data = self.model.SerializeToString() if self.artifact is None else self.artifact
+            message = {"op": "load", "model": self.id, **self.fields}
+            reply, _ = self.channel.request(message, {"model": np.frombuffer(data, np.uint8)})
             _reply_status(self.channel, reply, "loaded")
             self.loaded = True
 
@@ -333,29 +341,15 @@ class RemoteRun:
             self.loaded = False
 
 
-class OnnxAdapter(_External, _ExportedWithEncoder):
-    """A runtime that runs the exported models: the ONNX Runtime adapters' export and feeds
-    (exported._ExportedWithEncoder), every model loaded and run in the worker (RemoteRun), of the
-    opset and form its handshake names (options). Each model is dropped once no case needs it."""
+class RemoteModels:
+    """Models loaded in a worker process (RemoteRun), each dropped there once no case needs it: the
+    block model when the next case's replaces it, a decode or encoder case's own after the case. A
+    form's adapter (exported.py) mixes it in before its form; its _build returns remote(run)."""
 
-    def __init__(self, channel: Channel, hello: dict):
-        try:  # the form the handshake names, checked by the export's own rules: a refusal is the worker's fault
-            self.options = ExportOptions(opset=hello["onnx"]["opset"], steps_input=hello["onnx"]["form"] == "loop")
-        except OptionError as err:
-            raise channel.error(f"sent a hello_reply to the hello request whose onnx form the export does not make: "
-                                f"{err}") from None
-        super().__init__(channel, hello)
-        if "trajectory" not in self.calls:
-            self.run_func = None
-        self._live: list = []
-
-    def supports(self, config, dtype) -> Optional[str]:
-        return form_refusal(self.options, config) or _External.supports(self, config, dtype)  # the form's, then the worker's
-
-    def _build(self, model):
-        run = RemoteRun(self.channel, model)
+    def remote(self, run: RemoteRun) -> RemoteRun:
+        """run, started (its model sent) and kept until dropped."""
         run.start()
-        self._live.append(run)
+        self.__dict__.setdefault("_live", []).append(run)
         return run
 
     def _runnable(self, config, params, padding_mask, dtype, stages: bool = False):
@@ -373,16 +367,39 @@ class OnnxAdapter(_External, _ExportedWithEncoder):
 
     def _once(self, run, *args):
         """run(*args), then drop the models it loaded: a decode or encoder case's own."""
-        mark = len(self._live)
+        live = self.__dict__.setdefault("_live", [])
+        mark = len(live)
         try:
             return run(*args)
         finally:
-            self._drop(self._live[mark:])
+            self._drop(live[mark:])
 
     def _drop(self, runs) -> None:
         for run in list(runs):
             run.drop()
             self._live.remove(run)
+
+
+class OnnxAdapter(_External, RemoteModels, _ExportedWithEncoder):
+    """A runtime that runs the exported models: the ONNX Runtime adapters' export and feeds
+    (exported._ExportedWithEncoder), every model loaded and run in the worker (RemoteRun,
+    RemoteModels), of the opset and form its handshake names (options)."""
+
+    def __init__(self, channel: Channel, hello: dict):
+        try:  # the form the handshake names, checked by the export's own rules: a refusal is the worker's fault
+            self.options = ExportOptions(opset=hello["onnx"]["opset"], steps_input=hello["onnx"]["form"] == "loop")
+        except OptionError as err:
+            raise channel.error(f"sent a hello_reply to the hello request whose onnx form the export does not make: "
+                                f"{err}") from None
+        super().__init__(channel, hello)
+        if "trajectory" not in self.calls:
+            self.run_func = None
+
+    def supports(self, config, dtype) -> Optional[str]:
+        return form_refusal(self.options, config) or _External.supports(self, config, dtype)  # the form's, then the worker's
+
+    def _build(self, model):
+        return self.remote(RemoteRun(self.channel, model))
 
 
 @dataclass(frozen=True)

@@ -198,14 +198,14 @@ class ModelFile:
             sess = session(self.model)
             return lambda feed: dict(zip(self.outputs, sess.run(self.outputs, feed)))
         if runtime == "openvino":
-            from ..adapters.exported import openvino_runner
+            from odeattn.export.standalone import load_onnx
 
-            return openvino_runner(self.model)
+            return load_onnx("openvino", self.model)
         if runtime == "tract":
-            from odeattn.export.tract_program import TractError, tract_runner
+            from odeattn.export.standalone import TractError, load_onnx
 
             try:
-                return tract_runner(self.model)
+                return load_onnx("tract", self.model)
             except TractError as err:  # a file tract does not load: the caller's to refuse (fuzz: in one line)
                 raise ValueError(f"--model: tract does not load the file: {err}") from None
         self.worker = {"onnxruntime-node": external.onnxruntime_node, "onnxruntime-web": external.onnxruntime_web}[runtime]()

@@ -25,7 +25,7 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
     at two shapes, neither the check's."""
     import json
 
-    from odeattn.export import iree_program
+    from odeattn.export import iree_program, standalone
 
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
     params = R.init_params(cfg, seed=0, perturb_norms=True)
@@ -47,8 +47,9 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
                         lambda b: lambda x, m: runner(b)(x, m) * (1.001 if not m[:, 0].all() else 1))
     assert main([*argv[:-1], str(tmp_path / "other.vmfb")]) == 1 and not (tmp_path / "other.vmfb").exists()
     assert "over float32's tolerance" in capsys.readouterr().err
-    runs_alone(iree_program.__file__, "from iree_program import run_iree_block; np.save('z.npy', run_iree_block("
-               "open('block.vmfb', 'rb').read(), np.load('x.npy'), np.load('mask.npy')))", cfg, params)
+    runs_alone(standalone.__file__, "from standalone import load; np.save('z.npy', load('iree', open('block.vmfb', "
+               "'rb').read(), ['x', 'padding_mask'], ['z'])({'x': np.load('x.npy'), 'padding_mask': np.load('mask.npy')})['z'])",
+               cfg, params)
 
 
 def test_fuzz_judges_the_module_itself_and_records_the_runtime(tmp_path, capsys):

@@ -26,7 +26,7 @@ def test_openvino_folds_a_stored_steps_default_and_takes_a_required_steps_input(
     import numpy as np
 
     import ode_ref as R
-    from odeattn.conformance.adapters.exported import openvino_runner
+    from odeattn.export.standalone import load_onnx
     from odeattn.conformance.cases.tolerance import relative_error, tolerance
     from odeattn.export.block import export_model
 
@@ -41,11 +41,11 @@ def test_openvino_folds_a_stored_steps_default_and_takes_a_required_steps_input(
         return relative_error(z, want) <= tolerance(relative_error(R.ode_block(params, x.astype(np.float32), at), want),
                                                     "float32")
 
-    folded = openvino_runner(export_model(cfg, params, steps_input=True))
+    folded = load_onnx("openvino", export_model(cfg, params, steps_input=True))
     with pytest.raises(RuntimeError, match="Port for tensor name steps was not found"):
         folded({**feed, "steps": np.array(1, np.int64)})
     assert within(folded(feed)["z"], 4)
-    required = openvino_runner(export_model(cfg, params, steps_input=True, steps_default=False))
+    required = load_onnx("openvino", export_model(cfg, params, steps_input=True, steps_default=False))
     for steps in (1, 2, 16):
         assert within(required({**feed, "steps": np.array(steps, np.int64)})["z"], steps), steps
 

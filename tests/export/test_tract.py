@@ -21,7 +21,7 @@ CASES = ("block_rope_decoder_bitnet_pad", "block_field_alibi_scale_h4_decoder_pa
 def test_the_tract_backend_passes_the_block_and_encoder_cases_and_has_no_decoding(tmp_path):
     """Its conformance row on cases that tract 0.23 could not run before the export's tract forms;
     a decode case is not supported (the form has no run_decode). The whole set, 140 cases it
-    runs, takes about 12 s on 2 cores (docs/deployment.md)."""
+    runs, takes about 16 s on 2 cores (docs/deployment.md)."""
     report = tmp_path / "r.json"
     assert main(["conformance", "--backend", "tract", "-k", "|".join(f"^{c}$" for c in CASES), "--json", str(report)]) == 0
     results = {r["case"]: r for r in json.loads(report.read_text())["results"]}
@@ -40,13 +40,13 @@ def test_a_head_of_width_1_runs_in_tract_unrotated(encoding):
     from odeattn.conformance.cases.tolerance import relative_error, tolerance
     from odeattn.export.block import export_model
     from odeattn.export.runtime import make_feed
-    from odeattn.export.tract_program import tract_runner
+    from odeattn.export.standalone import load_onnx
 
     cfg = R.ODEConfig(hidden_size=2, num_heads=2, mode="decoder", ode_use_pe=True, positional_encoding=encoding)
     params = R.init_params(cfg, seed=1, perturb_norms=True)
     x, mask = np.random.default_rng(0).normal(size=(2, 5, 2)), np.array([[True] * 5, [False, False, True, True, True]])
     model = export_model(cfg, params)
-    z = tract_runner(model)(make_feed(model, x.astype(np.float32), mask))["z"]
+    z = load_onnx("tract", model)(make_feed(model, x.astype(np.float32), mask))["z"]
     want = R.ode_block(params, x, cfg, mask)
     assert relative_error(z, want) <= tolerance(relative_error(R.ode_block(params, x.astype(np.float32), cfg, mask), want),
                                                 "float32")
@@ -54,9 +54,9 @@ def test_a_head_of_width_1_runs_in_tract_unrotated(encoding):
 
 def test_the_exported_file_runs_through_tract_alone_at_any_batch_and_sequence(tmp_path, runs_alone):
     """`odeattn export`'s default file, at opset 17 and 23 (its Attention), run by a fresh process
-    that imports only NumPy and tract, gives z(1) within the suite's float32 rule at two shapes, a
+    that imports only NumPy and tract (export/standalone.py, copied beside it), gives z(1) within the suite's float32 rule at two shapes, a
     row padded on the left."""
-    from odeattn.export import tract_program
+    from odeattn.export import standalone
 
     cfg = R.ODEConfig(hidden_size=8, num_heads=2, ode_steps=2, mode="decoder", ode_use_pe=True, positional_encoding="rope")
     params = R.init_params(cfg, seed=0, perturb_norms=True)
@@ -65,8 +65,9 @@ def test_the_exported_file_runs_through_tract_alone_at_any_batch_and_sequence(tm
     for opset in ("17", "23"):
         assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "w.safetensors"),
                      "--opset", opset, "-o", str(tmp_path / "block.onnx"), "--force"]) == 0
-        runs_alone(tract_program.__file__, "from tract_program import run_tract_block; "
-                   "np.save('z.npy', run_tract_block('block.onnx', np.load('x.npy'), np.load('mask.npy')))", cfg, params)
+        runs_alone(standalone.__file__, "from standalone import load; np.save('z.npy', load('tract', open('block.onnx', "
+                   "'rb').read(), ['x', 'padding_mask'], ['z'])({'x': np.load('x.npy'), 'padding_mask': np.load('mask.npy')})['z'])",
+                   cfg, params)
 
 
 def test_fuzz_refuses_in_one_line_the_forms_tract_does_not_run(tmp_path, capsys, monkeypatch):

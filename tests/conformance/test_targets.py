@@ -1,0 +1,61 @@
+"""The deployment targets' runtime-only worker (conformance/running/target_worker.py,
+conformance/adapters/targets.py): what it refuses, and its check that neither odeattn nor ode_ref
+is imported where the artifacts run. The rows' own tests (tests/export) run cases through it."""
+
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tract")
+
+import ode_ref as R
+from odeattn.conformance.adapters import targets
+from odeattn.conformance.adapters.external import Channel, RemoteRun
+from odeattn.conformance.wire import frames
+from odeattn.export import standalone
+from odeattn.export.block import export_model
+
+CFG = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="euler", ode_steps=1)
+
+
+def block(worker):
+    """A RemoteRun of CFG's exported block in worker."""
+    model = export_model(CFG, R.init_params(CFG, seed=0))
+    return worker.run([i.name for i in model.graph.input], [o.name for o in model.graph.output], model=model)
+
+
+def test_the_worker_runs_an_artifact_and_refuses_a_target_or_bytes_it_does_not_know():
+    """The block's file, run by tract in the worker, is the spec within float32's tolerance; an
+    unknown target and bytes that are no ONNX file are each the case's error in one line."""
+    from odeattn.conformance.cases.tolerance import relative_error, tolerance
+
+    worker = targets.TargetWorker("tract")
+    try:
+        x, params = np.random.default_rng(0).normal(size=(2, 5, 8)), R.init_params(CFG, seed=0)
+        z = block(worker)({"x": x.astype(np.float32), "padding_mask": np.ones((2, 5), bool)})["z"]
+        want = R.ode_block(params, x, CFG)
+        assert relative_error(z, want) <= tolerance(relative_error(R.ode_block(params, x.astype(np.float32), CFG), want),
+                                                    "float32")
+        for target, artifact, message in (("nope", b"\0", "ValueError: target: expected one of openvino, tract"),
+                                          ("tract", b"not a model", "TractError: ")):
+            run = RemoteRun(worker.channel, artifact=artifact, fields={"target": target, "inputs": ["x"], "outputs": ["z"]})
+            with pytest.raises(RuntimeError) as err:
+                run.start()
+            assert str(err.value).startswith(message) and "\n" not in str(err.value), err.value
+    finally:
+        worker.close()
+
+
+def test_a_worker_that_imported_odeattn_or_ode_ref_refuses_every_load():
+    """The check the rows rely on: the same worker started after an import of ode_ref (as a runtime
+    that pulled it in would) answers its first load with an error naming it."""
+    prelude = "import ode_ref, runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    argv = [sys.executable, "-c", prelude, str(targets.WORKER), frames.__file__, standalone.__file__]
+    worker = targets.TargetWorker("tract")
+    worker._channel = Channel(argv, "a worker with ode_ref")
+    try:
+        with pytest.raises(RuntimeError, match="^the runtime's worker imported ode_ref"):
+            block(worker).start()
+    finally:
+        worker.close()
