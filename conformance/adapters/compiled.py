@@ -58,8 +58,8 @@ class LiteRtAdapter(BlockTarget):
     def __init__(self):
         from odeattn.export.litert_program import import_quietly
 
+        super().__init__()  # the worker first: the import below starts threads (targets.TargetRow)
         import_quietly()
-        super().__init__()
 
     def supports(self, config, dtype):
         """None, or why LiteRT cannot hold the config (litert_program.check_config: float64 or int64 tables)."""

@@ -1,7 +1,7 @@
 """The adapters that run the exported ONNX models: ONNX Runtime in its forms, and ONNX's own
 reference evaluator. Each exports a case's block (odeattn.export) once per case config and runs
 it; a subclass supplies _build, the runnable of a model (external.py's runs it in another
-process, in another language).
+process, in another language; targets.py's in a process with its runtime alone).
 
 A form has the methods of the models it has: every form the block model's (_ExportedAdapter);
 those with the prefill and decode-step models run_decode too (_ExportedWithDecode), and those

@@ -336,7 +336,9 @@ class RemoteRun:
         return out
 
     def drop(self) -> None:
-        if self.loaded:
+        """Frees the model in the worker; nothing where the worker has stopped (the error that
+        stopped it is the case's, not this)."""
+        if self.loaded and not self.channel.broken and self.channel.proc.poll() is None:
             self.channel.send({"op": "drop", "model": self.id})
             self.loaded = False
 

@@ -37,13 +37,19 @@ class TargetWorker:
         return self.start()
 
     def start(self) -> Channel:
-        """The worker's channel, the worker started and its handshake answered once."""
-        if self._channel is None:
+        """The worker's channel: the worker started and its handshake answered, anew after a fault
+        stopped the last one (a runtime that crashed on one case fails that case alone)."""
+        if self._channel is None or self._channel.broken or self._channel.proc.poll() is not None:
             from odeattn.export import standalone
 
             argv = [sys.executable, str(WORKER), frames.__file__, standalone.__file__]
             channel = Channel(argv, f"{self.target} (the runtime-only worker)", env=self.env)
-            channel.request({"op": "hello", "protocol": 2}, timeout=HANDSHAKE_TIMEOUT)
+            try:
+                channel.request({"op": "hello", "protocol": 2}, timeout=HANDSHAKE_TIMEOUT)
+            except BaseException:
+                channel.proc.kill()
+                channel.proc.wait()
+                raise
             self._channel = channel
         return self._channel
 
@@ -116,7 +122,7 @@ class OpenVinoAdapter(_OnnxTarget, _ExportedWithEncoder):
 
 
 class TractAdapter(_OnnxTarget, _EncoderStack, _ExportedAdapter):
-    """Each model loaded by tract from its ONNX bytes (export/tract_program.py): the block and the
+    """Each model loaded by tract from its ONNX bytes (export/standalone.py): the block and the
     encoder stack's. No decode cases: tract sizes every array from the inputs' shapes, and the
     prefill model's cache has max_len slots, an input's value."""
 

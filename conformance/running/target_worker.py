@@ -13,8 +13,8 @@ naming the target and the artifact's inputs and outputs (adapters/targets.py sen
     infer {"op": "infer", "model"} + feed                    ->  {"status": "ran"} + every output
     drop  {"op": "drop", "model"}; exit {"op": "exit"}       (no reply)
 
-After every request it checks that neither odeattn nor ode_ref is among its modules, and replies an
-error naming them if one is: a row's every case is then run where only the runtime is.
+After every load and infer it checks that neither odeattn nor ode_ref is among its modules, and
+replies an error naming them if one is: a row's every case is then run where only the runtime is.
 """
 
 import importlib.util
@@ -26,6 +26,7 @@ import sys
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 FOREIGN = ("odeattn", "ode_ref")  # what the process must not import: the artifact runs alone
+MESSAGE_LIMIT = 2000
 
 
 def _module(name: str, path: str):
@@ -37,6 +38,13 @@ def _module(name: str, path: str):
 
 def foreign_modules() -> list:
     return sorted(m for m in sys.modules if m.split(".")[0] in FOREIGN)
+
+
+def error(err: Exception) -> dict:
+    """An error reply: the exception's kind and message on one line (a runtime's span several), at
+    most MESSAGE_LIMIT characters (the schema's bound on a text is 100000)."""
+    text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or "no message"
+    return {"status": "error", "message": f"{type(err).__name__}: {text}"[:MESSAGE_LIMIT]}
 
 
 def answer(standalone, models: dict, message: dict, arrays: dict) -> tuple:
@@ -75,12 +83,16 @@ def main(frames_path: str, standalone_path: str) -> None:
             continue
         try:
             reply, out = answer(standalone, models, message, arrays)
-        except Exception as err:  # the runtime's refusal, or its failure on a feed: the case's error, in one line
-            reply, out = {"status": "error", "message": f"{type(err).__name__}: {str(err).strip() or 'no message'}"}, None
+        except Exception as err:  # the runtime's refusal, or its failure on a feed: the case's error
+            reply, out = error(err), None
         loaded = foreign_modules()
         if loaded and message["op"] != "hello":
+            models.pop(message.get("model"), None)
             reply, out = {"status": "error", "message": f"the runtime's worker imported {', '.join(loaded)}"}, None
-        frames.write_frame(fd_out, reply, out)
+        try:
+            frames.write_frame(fd_out, reply, out)
+        except (ValueError, TypeError) as err:  # outputs safetensors cannot hold, found before a byte is written
+            frames.write_frame(fd_out, error(err))
 
 
 if __name__ == "__main__":

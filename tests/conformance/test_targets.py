@@ -59,3 +59,16 @@ def test_a_worker_that_imported_odeattn_or_ode_ref_refuses_every_load():
             block(worker).start()
     finally:
         worker.close()
+
+
+def test_a_worker_that_died_is_started_anew_for_the_next_case():
+    """A runtime that crashed on one case fails that case alone: the next artifact starts a new worker."""
+    worker = targets.TargetWorker("tract")
+    try:
+        first = worker.start()
+        first.proc.kill()
+        first.proc.wait()
+        z = block(worker)({"x": np.zeros((1, 3, 8), np.float32), "padding_mask": np.ones((1, 3), bool)})["z"]
+        assert z.shape == (1, 3, 8) and worker.start() is not first
+    finally:
+        worker.close()
