@@ -43,12 +43,12 @@ def paths(threads: int):
     from odeattn.export.aoti_program import aoti_runner, export_aoti_block
     from odeattn.export.block import export_model
     from odeattn.export.executorch_program import executorch_runner, export_executorch_block
-    from odeattn.export.iree_program import compile_iree, iree_runner
+    from odeattn.export.iree_program import compile_iree
     from odeattn.export.jax_program import export_jax_block
     from odeattn.export.litert_program import export_litert_block, litert_runner
     from odeattn.export.options import ExportOptions
     from odeattn.export.runtime import session
-    from odeattn.export.standalone import load_onnx
+    from odeattn.export.standalone import load, load_onnx
 
     torch.set_num_threads(threads)
     cfg = R.ODEConfig(hidden_size=32, num_heads=4, ode_solver="rk4", ode_steps=2)
@@ -75,7 +75,7 @@ def paths(threads: int):
         return lambda: run(feed)["z"]
 
     def iree():
-        run = iree_runner(compile_iree(onnx_model()), ["x", "padding_mask"], ["z"], threads=threads)
+        run = load("iree", compile_iree(onnx_model()), ["x", "padding_mask"], ["z"], threads)
         return lambda: run(feed)["z"]
 
     def tract():

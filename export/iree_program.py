@@ -2,10 +2,9 @@
 compiled for the CPU by IREE's llvm-cpu backend, batch and sequence kept dynamic.
 
     compile_iree(model, *, target_cpu="host") -> bytes     an ONNX ModelProto to a .vmfb
-    iree_runner(vmfb, inputs, outputs) -> run(feed) -> {output name: array}
-    iree_block_runner(vmfb) -> run(x, padding_mask=None) -> z(1)   (the module loaded once)
+    IreeRunner(vmfb, d_model)(x, padding_mask=None) -> z(1)   (the module loaded once, its inputs checked)
     run_iree_block(vmfb, x, padding_mask=None) -> z(1)
-    IreeRunner(vmfb, d_model)(x, padding_mask=None) -> z(1)   (fuzz --model's: its inputs checked)
+    (any module's function by its inputs and outputs: export.standalone.load("iree", ...))
 
 What IREE 3.13 compiles (docs/deployment.md): the default form (opset 17), the prefill and
 decode-step models, the diagnostic outputs and the Loop form (a stored steps default folded into
@@ -38,29 +37,9 @@ def compile_iree(model, *, target_cpu: str = "host") -> bytes:
                              extra_args=[f"--iree-llvmcpu-target-cpu={target_cpu}"]))
 
 
-def iree_runner(vmfb: bytes, inputs: list[str], outputs: list[str], *, threads: int | None = None):
-    """feed -> {output name: array}: the module's function called with feed's arrays in the order
-    of inputs (the model's input names), its results named by outputs (the model's output names)."""
-    return standalone.load("iree", vmfb, inputs, outputs, threads)
-
-
-def iree_block_runner(vmfb: bytes, threads: int | None = None):
-    """run(x, padding_mask=None) -> z(1) of a block module (compile_iree of export_model's block),
-    the module loaded once, through IREE's runtime alone: called with x, and padding_mask where
-    given (a model exported with the mask input takes it, every token real or not; one exported
-    without it takes x alone)."""
-    function = standalone.iree_function(vmfb, threads)
-
-    def run(x, padding_mask=None) -> np.ndarray:
-        args = [np.asarray(x, order="C")] + ([] if padding_mask is None else [np.asarray(padding_mask, bool, order="C")])
-        return standalone.iree_results(function(*args))[0]  # z: the model's first output
-
-    return run
-
-
 def run_iree_block(vmfb: bytes, x, padding_mask=None) -> np.ndarray:
-    """z(1) of a block module on x (a one-shot: a server keeps iree_block_runner's run)."""
-    return iree_block_runner(vmfb)(x, padding_mask)
+    """z(1) of a block module on x, its width x's (a one-shot: a server keeps an IreeRunner)."""
+    return IreeRunner(vmfb, np.shape(x)[-1])(x, padding_mask)
 
 
 class IreeRunner:

@@ -149,12 +149,10 @@ class LiteRtRunner:
     kind = "model"
 
     def __init__(self, model: bytes, threads: int | None = None):
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        from .standalone import litert_signature
 
         try:
-            self.interpreter = Interpreter(model_content=bytes(model), num_threads=threads,
-                                           experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-            self.signature = self.interpreter.get_signature_runner("serving_default")
+            self.signature = litert_signature(model, threads)
             inputs = self.signature.get_input_details()
         except (ValueError, RuntimeError) as err:
             raise ValueError(f"model: expected a LiteRT .tflite block model; loading it failed "

@@ -2,6 +2,7 @@
 
     load(target, artifact, inputs, outputs, threads=None) -> run(feed) -> {output name: array}
     load_onnx(target, model, threads=None): the same of an onnx.ModelProto, for openvino and tract
+    onnx_names(model) -> (input names, output names) of an onnx.ModelProto
 
 This file imports NumPy and, where each is used, one target's runtime: nothing of odeattn or
 ode_ref and no sibling module, so it runs loaded by its path where odeattn is not installed. The
@@ -30,6 +31,11 @@ def _named(outputs: list, got: list, runtime: str) -> dict:
     if len(got) != len(outputs):
         raise RuntimeError(f"{runtime} returned {len(got)} outputs of the artifact's {len(outputs)} ({', '.join(outputs)})")
     return dict(zip(outputs, got))
+
+
+def _as_tuple(out) -> tuple:
+    """A runtime's results as a tuple (IREE and jax return one result bare)."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def _openvino(model: bytes, inputs, outputs, threads):
@@ -107,7 +113,7 @@ def iree_function(vmfb: bytes, threads: int | None = None):
 
 def iree_results(out) -> tuple:
     """A function's results as host arrays (IREE returns one result bare)."""
-    return tuple(np.asarray(a.to_host()) for a in (out if isinstance(out, (tuple, list)) else (out,)))
+    return tuple(np.asarray(a.to_host()) for a in _as_tuple(out))
 
 
 def _iree(vmfb: bytes, inputs, outputs, threads):
@@ -151,15 +157,21 @@ def _executorch(program: bytes, inputs, outputs, threads):
     return run
 
 
-def _litert(model: bytes, inputs, outputs, threads):
-    """A LiteRT .tflite model run by LiteRT's built-in kernels, without its default XNNPACK
-    delegate (with it a decoder row padded on the left came out NaN, litert 2.3.0); its signature
-    serving_default takes args_0, args_1, ... (the inputs in order) and returns output_0, ..."""
+def litert_signature(model: bytes, threads: int | None = None):
+    """A LiteRT .tflite model's signature serving_default, run by LiteRT's built-in kernels without
+    its default XNNPACK delegate (with it a decoder row padded on the left came out NaN, litert
+    2.3.0)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     interpreter = Interpreter(model_content=bytes(model), num_threads=threads,
                               experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    signature = interpreter.get_signature_runner("serving_default")
+    return interpreter.get_signature_runner("serving_default")
+
+
+def _litert(model: bytes, inputs, outputs, threads):
+    """A LiteRT .tflite model (litert_signature): its signature takes args_0, args_1, ... (the
+    inputs in order) and returns output_0, ..."""
+    signature = litert_signature(model, threads)
 
     def run(feed):
         got = signature(**{f"args_{i}": np.ascontiguousarray(feed[n]) for i, n in enumerate(inputs)})
@@ -180,7 +192,7 @@ def _jax(blob: bytes, inputs, outputs, threads):
     def run(feed):
         with jax.enable_x64(x64):
             out = program.call(*(feed[n] for n in inputs))
-        return _named(outputs, [np.asarray(a) for a in (out if isinstance(out, (tuple, list)) else (out,))], "jax")
+        return _named(outputs, [np.asarray(a) for a in _as_tuple(out)], "jax")
 
     return run
 
@@ -199,8 +211,12 @@ def load(target: str, artifact: bytes, inputs, outputs, threads: int | None = No
     return TARGETS[target](artifact, list(inputs), list(outputs), threads)
 
 
+def onnx_names(model) -> tuple[list, list]:
+    """(input names, output names) of an ONNX model (an onnx.ModelProto), in its graph's order."""
+    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+
+
 def load_onnx(target: str, model, threads: int | None = None):
     """load() of an ONNX model (an onnx.ModelProto) for a target that runs the file (openvino,
     tract): its bytes, its graph's inputs and outputs."""
-    return load(target, model.SerializeToString(), [i.name for i in model.graph.input],
-                [o.name for o in model.graph.output], threads)
+    return load(target, model.SerializeToString(), *onnx_names(model), threads)

@@ -346,12 +346,27 @@ class RemoteRun:
 class RemoteModels:
     """Models loaded in a worker process (RemoteRun), each dropped there once no case needs it: the
     block model when the next case's replaces it, a decode or encoder case's own after the case. A
-    form's adapter (exported.py) mixes it in before its form; its _build returns remote(run)."""
+    form's adapter (exported.py) mixes it in before its form; its _build returns remote(run). A
+    subclass whose form has no run_decode or run_encoder has none here either (protocol.py: the
+    method absent, those cases are not supported)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        after = cls.__mro__[cls.__mro__.index(RemoteModels) + 1:]  # the form, once a class has one (its run_block)
+        for method in ("run_decode", "run_encoder"):
+            if (method not in vars(cls) and any("run_block" in vars(base) for base in after)
+                    and not any(method in vars(base) for base in after)):
+                setattr(cls, method, None)
+
+    @property
+    def _live(self) -> list:
+        """The runs loaded in the worker, in the order they were started."""
+        return self.__dict__.setdefault("_live_runs", [])
 
     def remote(self, run: RemoteRun) -> RemoteRun:
         """run, started (its model sent) and kept until dropped."""
         run.start()
-        self.__dict__.setdefault("_live", []).append(run)
+        self._live.append(run)
         return run
 
     def _runnable(self, config, params, padding_mask, dtype, stages: bool = False):
@@ -369,12 +384,11 @@ class RemoteModels:
 
     def _once(self, run, *args):
         """run(*args), then drop the models it loaded: a decode or encoder case's own."""
-        live = self.__dict__.setdefault("_live", [])
-        mark = len(live)
+        mark = len(self._live)
         try:
             return run(*args)
         finally:
-            self._drop(live[mark:])
+            self._drop(self._live[mark:])
 
     def _drop(self, runs) -> None:
         for run in list(runs):

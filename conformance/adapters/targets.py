@@ -108,8 +108,9 @@ class _OnnxTarget(TargetRow, RemoteModels):
         return None  # the ONNX file itself
 
     def _build(self, model):
-        inputs, outputs = [i.name for i in model.graph.input], [o.name for o in model.graph.output]
-        return self.remote(self.worker.run(inputs, outputs, model=model, artifact=self._artifact(model), threads=_threads()))
+        from odeattn.export.standalone import onnx_names
+
+        return self.remote(self.worker.run(*onnx_names(model), model=model, artifact=self._artifact(model), threads=_threads()))
 
 
 class OpenVinoAdapter(_OnnxTarget, _ExportedWithEncoder):
@@ -128,7 +129,6 @@ class TractAdapter(_OnnxTarget, _EncoderStack, _ExportedAdapter):
 
     name = target = "tract"
     imports = ("onnx",)
-    run_decode = None  # a form without decoding (exported.py): RemoteModels' is for the forms that have it
 
 
 class IreeAdapter(_OnnxTarget, _ExportedWithEncoder):

@@ -164,11 +164,11 @@ def export_iree(args) -> int:
     require("iree.compiler")
     require("iree.runtime")
     from odeattn.export.block import export_model
-    from odeattn.export.iree_program import compile_iree, iree_block_runner
+    from odeattn.export.iree_program import IreeRunner, compile_iree
     from odeattn.export.options import ExportOptions
 
     blob = compile_iree(export_model(config, params, ExportOptions(padding_mask=not args.no_padding_mask)))
-    checked = _check_and_write(args, config, params, blob, iree_block_runner(blob))
+    checked = _check_and_write(args, config, params, blob, IreeRunner(blob, config.hidden_size))
     print(f"wrote {args.output}: {len(blob) / 1e3:.1f} kB, IREE module for this CPU (float32, batch x seq dynamic), "
           f"{checked}")
     return 0

@@ -22,7 +22,7 @@ CFG = R.ODEConfig(hidden_size=8, num_heads=2, ode_solver="euler", ode_steps=1)
 def block(worker):
     """A RemoteRun of CFG's exported block in worker."""
     model = export_model(CFG, R.init_params(CFG, seed=0))
-    return worker.run([i.name for i in model.graph.input], [o.name for o in model.graph.output], model=model)
+    return worker.run(*standalone.onnx_names(model), model=model)
 
 
 def test_the_worker_runs_an_artifact_and_refuses_a_target_or_bytes_it_does_not_know():

@@ -41,10 +41,10 @@ def test_the_command_s_module_runs_through_iree_alone_at_any_batch_and_sequence(
         assert err.startswith("odeattn export: ") and message in err and "\n" not in err
     assert main(argv) == 0 and "IREE module for this CPU" in capsys.readouterr().out
     # that module off by 1e-3 where a row is padded on the left: exit 1, nothing written
-    vmfb, runner = (tmp_path / "block.vmfb").read_bytes(), iree_program.iree_block_runner
+    vmfb, runner = (tmp_path / "block.vmfb").read_bytes(), iree_program.IreeRunner
     monkeypatch.setattr(iree_program, "compile_iree", lambda model: vmfb)
-    monkeypatch.setattr(iree_program, "iree_block_runner",
-                        lambda b: lambda x, m: runner(b)(x, m) * (1.001 if not m[:, 0].all() else 1))
+    monkeypatch.setattr(iree_program, "IreeRunner",
+                        lambda b, d: lambda x, m: runner(b, d)(x, m) * (1.001 if not m[:, 0].all() else 1))
     assert main([*argv[:-1], str(tmp_path / "other.vmfb")]) == 1 and not (tmp_path / "other.vmfb").exists()
     assert "over float32's tolerance" in capsys.readouterr().err
     runs_alone(standalone.__file__, "from standalone import load; np.save('z.npy', load('iree', open('block.vmfb', "
