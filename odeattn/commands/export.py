@@ -13,7 +13,8 @@ from ode_ref.cache import evaluations
 
 from ode_ref.files import replacing
 from odeattn.commands.args import CommandFailed, UsageError, add_force, check_output_path, require, user_input
-from odeattn.commands.export_targets import TARGETS, check_onnx_target, inputs_of, run_target
+from odeattn.commands.export_targets import (ONNX_RUNTIMES, TARGETS, check_in_runtime, check_onnx_target, inputs_of,
+                                             run_target)
 from odeattn.commands.inputs import load_block, unused_encoding
 from odeattn.export.from_torch import TORCH_OPSETS
 from odeattn.export.options import EXPORT_DTYPES, OPSETS, ExportOptions, OptionError  # no onnx: registering imports none
@@ -31,7 +32,9 @@ def register(sub) -> None:
                         "with --target litert, a .tflite file")
     add_force(p)
     p.add_argument("--target", choices=TARGETS, default="onnx",
-                   help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; jax: the "
+                   help="onnx (default): an ONNX file, for ONNX Runtime and the runtimes that read ONNX; openvino, "
+                        "tract: the block's ONNX file in a form that runtime runs, checked there too (OpenVINO with "
+                        "its float32 hint); jax: the "
                         "block as jax.export's serialized StableHLO program, batch and sequence symbolic, run by jax "
                         "alone; iree: the ONNX file compiled by IREE for this CPU, an IREE module; aoti: the torch port compiled "
                         "by AOTInductor for this CPU, a .pt2 package for torch's runtime; executorch: the torch port "
@@ -175,7 +178,7 @@ def as_option(err: Exception, form: dict) -> UsageError:
 
 
 def run(args) -> int:
-    if args.target != "onnx":
+    if args.target not in ("onnx", *ONNX_RUNTIMES):
         return run_target(args)
     check_onnx_target(args)
     import onnx
@@ -211,6 +214,8 @@ def run(args) -> int:
           f"max relative error vs {spec} on a random batch (2 x 8): {err:.2e}")
     if args.optimize:
         notes.append(write_optimized(args.output))
+    if args.target in ONNX_RUNTIMES:
+        notes.append(f"{ONNX_RUNTIMES[args.target]}: {check_in_runtime(args, model, config, params)}")
     for note in notes:
         print(f"  {note}")
     return 0

@@ -2,7 +2,8 @@
 jax.export's serialized program; with iree, an IREE module; with aoti, an AOTInductor package; with
 executorch, an ExecuTorch program; with litert, a LiteRT model at one shape. Each is checked
 against the spec on a random batch through its own runtime before it is written, as the ONNX file
-is (export.py)."""
+is (export.py). With openvino or tract, the ONNX file that export.py writes, in a form the runtime
+runs (check_onnx_target), checked in that runtime too (check_in_runtime)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from ode_ref.files import replacing
 from odeattn.commands.args import CommandFailed, UsageError, check_output_path, require, user_input
 from odeattn.commands.inputs import load_block
 
-TARGETS = ("onnx", "jax", "iree", "aoti", "executorch", "litert")
+TARGETS = ("onnx", "openvino", "tract", "jax", "iree", "aoti", "executorch", "litert")
+# the runtimes that read the ONNX file itself: --target T writes the block's file in a form T runs,
+# checked in T as well, with T's settings for exactness (export/standalone.py)
+ONNX_RUNTIMES = {"openvino": "OpenVINO", "tract": "tract"}
 SUFFIXES = {"jax": ".jaxexport", "iree": ".vmfb", "aoti": ".pt2", "executorch": ".pte", "litert": ".tflite"}
 # the options that shape an ONNX file, each with whether it was given: none applies to another --target
 ONNX_ONLY = {"--opset": lambda a: a.opset is not None, "--route": lambda a: a.route != "direct",
@@ -41,10 +45,42 @@ def run_target(args) -> int:
 
 
 def check_onnx_target(args) -> None:
-    """UsageError where an option of another target is given to the ONNX file."""
+    """UsageError where an option of another target is given to the ONNX file, or (--target
+    openvino, tract) an option asks for a form the runtime does not run."""
     _executorch_only(args)
     _litert_only(args)
     _jax_only(args, "an ONNX file computes every position's angle and names no backend")
+    if args.target not in ONNX_RUNTIMES:
+        return
+    runtime = ONNX_RUNTIMES[args.target]
+    refused = {"--route": args.route != "direct", "--prefill": args.prefill, "--decode": args.decode,
+               "--genai": args.genai is not None, "--quantize": args.quantize is not None, "--optimize": args.optimize,
+               "--functions": args.functions, "--dtype": args.dtype != "float32",
+               "--steps-input": args.steps_input and args.target == "tract"}
+    given = next((option for option, set_ in refused.items() if set_), None)
+    if given is not None:
+        raise UsageError(f"{given}: --target {args.target} writes the float32 block model in a form {runtime} runs "
+                         "(docs/deployment.md); --target onnx writes the others")
+    if args.steps_input and not args.steps_required:
+        raise UsageError("--steps-input: OpenVINO folds a stored steps default into a constant (the file would run its "
+                         "default whatever is fed); add --steps-required")
+    require(args.target)
+
+
+def check_in_runtime(args, model, config, params) -> str:
+    """The ONNX file written for --target openvino or tract, checked as an artifact is
+    (check_artifact) in that runtime with its settings (export.standalone.load_onnx); the file is
+    removed where it fails. The check's words."""
+    from odeattn.export.runtime import make_feed
+    from odeattn.export.standalone import load_onnx
+
+    run = load_onnx(args.target, model)
+    steps = config.ode_steps if args.steps_input else None
+    try:
+        return check_artifact(args, config, params, lambda x, mask: run(make_feed(model, x, mask, steps))["z"])
+    except CommandFailed:
+        args.output.unlink()
+        raise
 
 
 def _other_target(args, form: str) -> None:
@@ -58,11 +94,19 @@ def _other_target(args, form: str) -> None:
 
 
 def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8, batch: int = 2) -> str:
+    """check_artifact, then blob written to -o. The check's words for the report."""
+    checked = check_artifact(args, config, params, run, seq, batch)
+    with replacing(args.output) as tmp:
+        tmp.write_bytes(blob)
+    return checked
+
+
+def check_artifact(args, config, params, run, seq: int = 8, batch: int = 2) -> str:
     """The check as ONNX's (export.deploy.check_against_spec): z(1) of run(x, mask) on batch x seq
     tokens, every second row padded after 5, then the same batch padded on the left, against the
     spec in float64, within float32's tolerance for this block (the smaller of the two), or
-    CommandFailed and nothing written; then blob written to -o.
-    run None: no check here (the jax target lowered for no CPU). The check's words for the report."""
+    CommandFailed naming -o as not written. run None: no check here (the jax target lowered for no
+    CPU). The check's words for the report."""
     import numpy as np
 
     import ode_ref as R
@@ -80,8 +124,6 @@ def _check_and_write(args, config, params, blob: bytes, run, seq: int = 8, batch
         raise CommandFailed(f"--target {args.target}: the artifact's check against ode_ref (float64) gives a relative "
                             f"error of {err:.2e}, over float32's tolerance {allowed:.1e} for this block; "
                             f"{args.output} not written")
-    with replacing(args.output) as tmp:
-        tmp.write_bytes(blob)
     padded = "" if args.no_padding_mask or mask.all() else ", padded on each side"
     return (f"max relative error vs ode_ref (float64) on a random batch ({batch} x {seq}{padded}): {err:.2e}" if err is not None
             else "not run here (no cpu among its platforms)")
