@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, type=Path, help="JSON file with the ODEConfig fields")
     p.add_argument("--weights", required=True, type=Path, help=".safetensors or .npz with the spec's parameter names")
     p.add_argument("-o", "--output", type=Path,
-                   help="the .onnx file to write (required but with --genai); with --target jax, a .jaxexport file; "
+                   help="the .onnx file to write (required but with --genai), with --target openvino or tract too; "
+                        "with --target jax, a .jaxexport file; "
                         "with --target iree, a .vmfb file; with --target aoti, a .pt2 file; with --target executorch, a .pte file; "
                         "with --target litert, a .tflite file")
     add_force(p)
@@ -192,7 +193,7 @@ def run(args) -> int:
     if args.shared_buffer:
         raise UsageError("--shared-buffer: applies to --genai DIR (the GenAI folder's in-place cache form)")
     if args.output is None:
-        raise UsageError("-o/--output: required (the .onnx file to write), except with --genai DIR")
+        raise UsageError("-o/--output: required (the .onnx file to write)" + (", except with --genai DIR" if args.target == "onnx" else ""))
     with user_input():
         config, params, opset, options = check_options(args)
     warning = unused_encoding(config)
@@ -214,8 +215,6 @@ def run(args) -> int:
           f"max relative error vs {spec} on a random batch (2 x 8): {err:.2e}")
     if args.optimize:
         notes.append(write_optimized(args.output))
-    if args.target in ONNX_RUNTIMES:
-        notes.append(f"{ONNX_RUNTIMES[args.target]}: {check_in_runtime(args, model, config, params)}")
     for note in notes:
         print(f"  {note}")
     return 0
@@ -242,6 +241,8 @@ def write_block(args, config, params, opset: int, options) -> list[str]:
         model, notes = deploy_form(model, args)
     except RuntimeError as err:  # the quantiser left a projection in float: no file rather than a wrong one
         raise CommandFailed(str(err)) from None
+    if args.target in ONNX_RUNTIMES:  # checked in the runtime before anything is written
+        notes.append(check_in_runtime(args, model, config, params))
     write_model(model, args.output)
     if options.bitlinear == "integer":
         from odeattn.export.deploy import PROJECTIONS

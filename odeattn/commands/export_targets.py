@@ -35,7 +35,8 @@ def inputs_of(args) -> dict:
 
 
 def run_target(args) -> int:
-    """--target T (not onnx): the options of another target refused, then its artifact written."""
+    """--target T (not the ONNX file's: onnx, openvino, tract): the options of another target refused, then
+    its artifact written."""
     if args.target != "executorch":
         _executorch_only(args)
     if args.target != "litert":
@@ -44,23 +45,30 @@ def run_target(args) -> int:
             "litert": export_litert}[args.target](args)
 
 
+# why --target openvino or tract refuses an option: the first given is named ({t}: the target, {r}: its runtime)
+_CHECKED_BLOCK = "the --target {t} check runs the float32 block model in {r}; --target onnx writes the others"
+RUNTIME_REFUSES = {
+    "--route": lambda a: a.route != "direct", "--prefill": lambda a: a.prefill, "--decode": lambda a: a.decode,
+    "--genai": lambda a: a.genai is not None, "--quantize": lambda a: a.quantize is not None,
+    "--optimize": lambda a: a.optimize, "--dtype": lambda a: a.dtype != "float32",
+    "--functions": lambda a: a.functions, "--steps-input": lambda a: a.steps_input and a.target == "tract"}
+WHY_REFUSED = {"--functions": "{r} does not implement ONNX local functions; expected the default form",
+               "--steps-input": "{r} does not implement the Loop form; expected the default form"}
+
+
 def check_onnx_target(args) -> None:
     """UsageError where an option of another target is given to the ONNX file, or (--target
-    openvino, tract) an option asks for a form the runtime does not run."""
+    openvino, tract) an option asks for a form that target does not write (RUNTIME_REFUSES); then
+    the runtime's package required."""
     _executorch_only(args)
     _litert_only(args)
     _jax_only(args, "an ONNX file computes every position's angle and names no backend")
     if args.target not in ONNX_RUNTIMES:
         return
-    runtime = ONNX_RUNTIMES[args.target]
-    refused = {"--route": args.route != "direct", "--prefill": args.prefill, "--decode": args.decode,
-               "--genai": args.genai is not None, "--quantize": args.quantize is not None, "--optimize": args.optimize,
-               "--functions": args.functions, "--dtype": args.dtype != "float32",
-               "--steps-input": args.steps_input and args.target == "tract"}
-    given = next((option for option, set_ in refused.items() if set_), None)
+    given = next((option for option, set_ in RUNTIME_REFUSES.items() if set_(args)), None)
     if given is not None:
-        raise UsageError(f"{given}: --target {args.target} writes the float32 block model in a form {runtime} runs "
-                         "(docs/deployment.md); --target onnx writes the others")
+        why = WHY_REFUSED.get(given, _CHECKED_BLOCK).format(t=args.target, r=ONNX_RUNTIMES[args.target])
+        raise UsageError(f"{given}: {why}; got --target {args.target}")
     if args.steps_input and not args.steps_required:
         raise UsageError("--steps-input: OpenVINO folds a stored steps default into a constant (the file would run its "
                          "default whatever is fed); add --steps-required")
@@ -68,19 +76,20 @@ def check_onnx_target(args) -> None:
 
 
 def check_in_runtime(args, model, config, params) -> str:
-    """The ONNX file written for --target openvino or tract, checked as an artifact is
-    (check_artifact) in that runtime with its settings (export.standalone.load_onnx); the file is
-    removed where it fails. The check's words."""
+    """The block model for --target openvino or tract checked as an artifact is (check_artifact),
+    in that runtime with its settings (export.standalone.load_onnx), before it is written: a
+    failure of the runtime itself is a CommandFailed too, in one line. The check's words."""
     from odeattn.export.runtime import make_feed
     from odeattn.export.standalone import load_onnx
 
-    run = load_onnx(args.target, model)
-    steps = config.ode_steps if args.steps_input else None
+    runtime, steps = ONNX_RUNTIMES[args.target], config.ode_steps if args.steps_input else None
     try:
-        return check_artifact(args, config, params, lambda x, mask: run(make_feed(model, x, mask, steps))["z"])
-    except CommandFailed:
-        args.output.unlink()
-        raise
+        run = load_onnx(args.target, model)
+        return f"{runtime}: " + check_artifact(args, config, params, lambda x, mask: run(make_feed(model, x, mask, steps))["z"])
+    except (RuntimeError, ValueError) as err:  # tract's TractError, OpenVINO's compile and run errors
+        text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise CommandFailed(f"--target {args.target}: {runtime} does not run the file ({text}); {args.output} not "
+                            "written") from None
 
 
 def _other_target(args, form: str) -> None:
@@ -88,7 +97,7 @@ def _other_target(args, form: str) -> None:
     target writes), or -o/--output is missing."""
     given = [option for option, set_ in ONNX_ONLY.items() if set_(args)]
     if given:
-        raise UsageError(f"{given[0]}: applies to --target onnx; the {args.target} target writes {form}")
+        raise UsageError(f"{given[0]}: applies to --target onnx, openvino and tract; the {args.target} target writes {form}")
     if args.output is None:
         raise UsageError(f"-o/--output: required (the {SUFFIXES[args.target]} file to write)")
 
