@@ -160,7 +160,10 @@ def ssmax_lengths(positions_q: Value, positions_k: Value, config, seq_len: Value
         return g.op("Reshape", seq_len, g.ints(1, 1))
     if config.mode == "decoder":
         return positions_q + 1
-    return g.op("Slice", positions_k, g.ints(-1), g.ints(np.iinfo(np.int64).max), g.ints(1)) + 1
+    # the last key's position, (batch | 1, 1): the Reshape (0: dimension 0 as it is) states the 1,
+    # which a compiler that takes an unknown dimension as never broadcasting (IREE's ONNX import) needs
+    last = g.op("Slice", positions_k, g.ints(-1), g.ints(np.iinfo(np.int64).max), g.ints(1))
+    return g.op("Reshape", last, g.ints(0, 1)) + 1
 
 
 def ssmax_factor(s: Value, lengths: Value) -> Value:

@@ -205,3 +205,39 @@ def test_export_is_deterministic():
     first = export_model(c, params).SerializeToString()
     export_model(cfg(), R.init_params(cfg()))  # another export in between
     assert export_model(c, params).SerializeToString() == first
+
+
+BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "And", "Or", "Equal", "Greater", "Less",
+                "GreaterOrEqual", "LessOrEqual"}
+
+
+@pytest.mark.parametrize("encoding", ["hope", "alibi", "pape_ri", "rope"])
+@pytest.mark.parametrize("mask", [True, False])
+def test_every_broadcast_stretches_only_a_dimension_shape_inference_sizes_as_1(encoding, mask):
+    """IREE's ONNX import takes a dimension that shape inference (data_prop, as export.iree_program
+    runs it) leaves unsized as one that never broadcasts: where such a dimension is 1 at run time
+    against a larger one, it reads past the array. So every broadcast in the block's file, run at
+    batch 2 with left padding, stretches only dimensions stated as 1; SSMax in encoder mode, whose
+    per-row length once came from a Slice, included."""
+    from onnx import helper, shape_inference
+
+    c = cfg(mode="encoder", ode_use_pe=True, positional_encoding=encoding, use_ssmax=True, ode_steps=1)
+    model = shape_inference.infer_shapes(export_model(c, R.init_params(c, 0), padding_mask=mask), data_prop=True)
+    known = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+             for v in [*model.graph.value_info, *model.graph.input]}
+    inner = [v for v in model.graph.value_info if v.type.tensor_type.elem_type]
+    del model.graph.output[:]
+    model.graph.output.extend(helper.make_tensor_value_info(v.name, v.type.tensor_type.elem_type, None) for v in inner)
+    x = np.random.default_rng(0).normal(size=(2, 5, 12)).astype(np.float32)
+    feed = {"x": x, **({"padding_mask": np.array([[True] * 5, [False] * 3 + [True] * 2])} if mask else {})}
+    shapes = {**{k: np.shape(v) for k, v in feed.items()},
+              **dict(zip((v.name for v in inner), (np.shape(a) for a in session(model).run(None, feed))))}
+    for node in model.graph.node:
+        if node.op_type not in BROADCASTING:
+            continue
+        out = shapes[node.output[0]]
+        for name in (n for n in node.input if n in shapes):  # not an initializer: its dimensions are stated
+            shape, stated = shapes[name], known[name]
+            for axis in range(1, len(shape) + 1):
+                if shape[-axis] == 1 and out[-axis] > 1:
+                    assert stated[-axis] == 1, f"{node.op_type} {node.name}: {name}'s {-axis} axis"

@@ -14,7 +14,7 @@ def test_the_iree_backend_passes_a_cached_decoding_case():
     """Its conformance row on a padded cached decoding: the prefill and decode-step models, the
     step's scalar slot index among its inputs (the block model: the next test; the encoder stack's
     model runs through the same export and runner as OpenVINO's, whose test runs one). The whole
-    set takes about 5 min on 2 cores, a compile of about 4 s a model (docs/deployment.md)."""
+    set takes about 8 min on 2 cores, a compile of about 4 s a model (docs/deployment.md)."""
     assert main(["conformance", "--backend", "iree", "-j", "1", "-k", "^decode_rk4_layer_norm_rope_pad$"]) == 0
 
 
