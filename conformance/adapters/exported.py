@@ -48,6 +48,7 @@ class _ExportedAdapter:
     dtypes = ("float32",)
     options = ExportOptions()
     variant = None  # a variant of the spec's SelfAttention (ode_ref.variants) exported in the spec's place
+    diagnostics = True  # each case's block model with the outputs f0 and step_k (run_func, run_trajectory)
     _built = (None, None)  # (key, runnable): the last exported block model
 
     def supports(self, config, dtype):
@@ -67,7 +68,8 @@ class _ExportedAdapter:
         if self._built[0] != key:
             from odeattn.export.block import export_model
 
-            options = self.options.for_case(padding_mask=padding_mask is not None, dtype=dtype, stages=stages)
+            options = self.options.for_case(padding_mask=padding_mask is not None, dtype=dtype, stages=stages,
+                                            diagnostics=self.diagnostics)
             with compiling("exports"):
                 model = export_model(config, params, options, attention=self._attention(config))
             self._built = (key, (model, self._session(model)))

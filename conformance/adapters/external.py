@@ -53,6 +53,7 @@ from ode_ref.recording import STAGES
 from odeattn.export.options import ExportOptions, OptionError
 
 from ode_ref.config import stored_fields
+from ..wire import counters
 from ..wire.frames import HEADER, decode, encode
 from ..wire.lifetime import describe_exit, die_with_parent
 from .exported import _ExportedWithEncoder, form_refusal
@@ -321,7 +322,7 @@ class RemoteRun:
             message = {"op": "load", "model": self.id, **self.fields}
             reply, _ = self.channel.request(message, {"model": np.frombuffer(data, np.uint8)})
             _reply_status(self.channel, reply, "loaded")
-            self.loaded = True
+            self.loaded, self.record = True, counters.artifact(self.fields.get("target", "onnx"), data)
 
     def __call__(self, feed: dict) -> dict:
         return self.unchecked(self.check(feed))
@@ -330,6 +331,7 @@ class RemoteRun:
         self.start()
         reply, out = self.channel.request({"op": "infer", "model": self.id}, feed)
         _reply_status(self.channel, reply, "ran")
+        counters.ran(self.record)  # a model kept from an earlier case is this case's file too
         missing = [n for n in self.outputs if n not in out]
         if missing:
             raise self.channel.error(f"replied 'ran' to an infer request without the outputs {missing}")

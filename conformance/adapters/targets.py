@@ -102,7 +102,11 @@ class BlockTarget(TargetRow):
 
 class _OnnxTarget(TargetRow, RemoteModels):
     """A row whose every model (the block, and the form's others) runs in its target's worker: the
-    ONNX file's bytes, or the target's artifact made from it (_artifact)."""
+    ONNX file's bytes, or the target's artifact made from it (_artifact). A block case runs the
+    file `odeattn export --target` writes, z(1) its one output: the deployer's file is the one
+    judged, and a failure's stages are the triage's (run_stages)."""
+
+    diagnostics, run_func, run_trajectory = False, None, None
 
     def _artifact(self, model) -> Optional[bytes]:
         return None  # the ONNX file itself

@@ -54,6 +54,7 @@ class CaseResult:
     seconds: float = 0.0
     traceback: str = ""
     profile: dict = field(default_factory=dict)  # run_suite's: phase -> seconds, counter -> count (conformance.running.profile)
+    artifacts: list = field(default_factory=list)  # each file the case ran, as its runtime got it (wire/counters.ARTIFACTS)
 
     @property
     def failed(self) -> bool:

@@ -13,7 +13,8 @@ a run names a case kind, whose block case a backend answers with f0 and its traj
     supports {"op": "supports", "config", "dtype"} -> {"status": "answered", "reason"} or {"status": "error", ...}
     run   {"op": "run", "case", "kind", "dtype", "config", "prompt"?} + x, padding_mask, param/<name>, z1_bar?
           -> {"status": "skipped", "message"} | {"status": "ran"} + the kind's outputs (a block case:
-             f0, trajectory or z1) | {"status": "error", "message", "traceback"}; each with "profile"
+             f0, trajectory or z1) | {"status": "error", "message", "traceback"}; each with "profile",
+             and "artifacts" where the backend sent files to a runtime's worker (their sha256)
           kind: a case kind's name (cases/kinds.py, whose request_fields and request_arrays add
           prompt and z1_bar, named as the public protocol names them)
     stages {"op": "stages", "case", "dtype", "config"} + x, padding_mask, param/<name>
@@ -158,6 +159,7 @@ def serve(fd_in: int, fd_out: int) -> None:
         out = {}  # op "run" or "stages"
         counters.watch_jax()  # a backend that imported JAX in its last call
         before, start = counters.snapshot(), time.perf_counter()
+        counters.ARTIFACTS.clear()
         try:
             params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
             if op == "stages":
@@ -170,6 +172,8 @@ def serve(fd_in: int, fd_out: int) -> None:
         except BaseException as err:  # a backend's crash is its result
             out, reply = {}, {"status": "error", **_failure(err)}
         reply["profile"] = {"seconds": time.perf_counter() - start, **counters.since(before)}
+        if counters.ARTIFACTS:
+            reply["artifacts"] = list(counters.ARTIFACTS)
         try:
             frame = encode(reply, out)
         except Exception as err:  # an output safetensors cannot hold (object dtype, ...)

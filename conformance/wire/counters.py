@@ -10,6 +10,7 @@ read from the persistent cache instead of compiled), exports and sessions.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sys
 import time
 
@@ -24,6 +25,10 @@ _JAX_COMPILE = {"/jax/core/compile/jaxpr_trace_duration": "jax_trace",
 _JAX_PROGRAM = "/jax/core/compile/backend_compile_duration"  # one per program compiled or read from the cache
 _JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _watching_jax = [False]
+# the artifacts a runtime's own worker ran for this process during the current request, in order:
+# {"target": the export's --target ("onnx": an ONNX file an external row ran), "sha256", "bytes"};
+# the worker's reply carries them, and empties the list before the next request
+ARTIFACTS: list[dict] = []
 
 
 @contextlib.contextmanager
@@ -59,6 +64,17 @@ def watch_jax() -> None:
     monitoring.register_event_duration_secs_listener(_on_duration)
     monitoring.register_event_listener(_on_event)
     _watching_jax[0] = True
+
+
+def artifact(target: str, data: bytes) -> dict:
+    """An artifact's record: ran() adds it to the current request's."""
+    return {"target": target, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def ran(record: dict) -> None:
+    """The artifact ran in the current request (once each, however often it is called)."""
+    if record not in ARTIFACTS:
+        ARTIFACTS.append(record)
 
 
 def snapshot() -> dict:

@@ -2,6 +2,8 @@
 conformance/adapters/targets.py): what it refuses, and its check that neither odeattn nor ode_ref
 is imported where the artifacts run. The rows' own tests (tests/export) run cases through it."""
 
+import hashlib
+import json
 import sys
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 pytest.importorskip("tract")
 
 import ode_ref as R
+from odeattn.cli import main
 from odeattn.conformance.adapters import targets
 from odeattn.conformance.adapters.external import Channel, RemoteRun
 from odeattn.conformance.wire import frames
@@ -47,6 +50,31 @@ def test_the_worker_runs_an_artifact_and_refuses_a_target_or_bytes_it_does_not_k
         worker.close()
 
 
+def test_a_file_kept_from_an_earlier_case_is_recorded_for_each_case_it_runs():
+    """The record a case's reply carries (wire/counters.ARTIFACTS, emptied per request): a file
+    loaded once and run again for the next case is that case's file too, listed once per case; a
+    file the runtime refused to load is not listed."""
+    from odeattn.conformance.wire import counters
+
+    worker = targets.TargetWorker("tract")
+    try:
+        run, feed = block(worker), {"x": np.zeros((1, 3, 8), np.float32), "padding_mask": np.ones((1, 3), bool)}
+        records = []
+        for _ in range(2):  # two cases
+            counters.ARTIFACTS.clear()
+            run(feed)
+            run(feed)
+            records.append(list(counters.ARTIFACTS))
+        assert records[0] == records[1] and len(records[0]) == 1 and records[0][0]["target"] == "tract"
+        counters.ARTIFACTS.clear()
+        refused = RemoteRun(worker.channel, artifact=b"not a model", fields={"target": "tract", "inputs": ["x"], "outputs": ["z"]})
+        with pytest.raises(RuntimeError):
+            refused.start()
+        assert counters.ARTIFACTS == []
+    finally:
+        worker.close()
+
+
 def test_a_worker_that_imported_odeattn_or_ode_ref_refuses_every_load():
     """The check the rows rely on: the same worker started after an import of ode_ref (as a runtime
     that pulled it in would) answers its first load with an error naming it."""
@@ -72,3 +100,21 @@ def test_a_worker_that_died_is_started_anew_for_the_next_case():
         assert z.shape == (1, 3, 8) and worker.start() is not first
     finally:
         worker.close()
+
+
+def test_a_report_gives_each_case_the_digest_of_the_file_odeattn_export_writes(tmp_path):
+    """A deployer's record: the --json report names, for each case, the sha256 and size of the file
+    the runtime ran, and for a block case it is the file `odeattn export --target tract` writes for
+    the case's config and weights."""
+    from odeattn.conformance.golden import load_cases
+
+    name = "block_derf_ralston_encoder_float_pad_s4_b2t4h1d10"
+    assert main(["conformance", "--backend", "tract", "-k", f"^{name}$", "--json", str(tmp_path / "report.json")]) == 0
+    (result,) = json.loads((tmp_path / "report.json").read_text())["results"]
+    case = next(c for c in load_cases() if c.name == name)
+    (tmp_path / "config.json").write_text(json.dumps(case.config.to_dict()))
+    R.save_params(case.params, tmp_path / "w.safetensors")
+    assert main(["export", "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "w.safetensors"),
+                 "--target", "tract", "-o", str(tmp_path / "block.onnx")]) == 0
+    data = (tmp_path / "block.onnx").read_bytes()
+    assert result["artifacts"] == [{"target": "tract", "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}]
