@@ -112,7 +112,9 @@ def _triage_lines(found, first_case: str) -> list[str]:
 
 
 REPORT_FORMAT = "odeattn-conformance-report/1"  # the JSON report's schema: report.schema.json beside the package
-RUNTIMES = ("numpy", "torch", "jax", "jaxlib", "flax", "onnx", "onnxruntime", "openvino")  # the versions a report records
+# the versions a report records: the ports' libraries and every deployment target's runtime (and IREE's compiler)
+RUNTIMES = ("numpy", "torch", "jax", "jaxlib", "flax", "onnx", "onnxruntime", "openvino", "tract", "iree-base-runtime",
+            "iree-base-compiler", "executorch", "ai-edge-litert", "litert-torch")
 
 
 def environment() -> dict:

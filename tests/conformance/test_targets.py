@@ -103,14 +103,18 @@ def test_a_worker_that_died_is_started_anew_for_the_next_case():
 
 
 def test_a_report_gives_each_case_the_digest_of_the_file_odeattn_export_writes(tmp_path):
-    """A deployer's record: the --json report names, for each case, the sha256 and size of the file
-    the runtime ran, and for a block case it is the file `odeattn export --target tract` writes for
-    the case's config and weights."""
+    """A deployer's record: the --json report names the runtime's version and, for each case, the
+    sha256 and size of the file the runtime ran; for a block case it is the file `odeattn export
+    --target tract` writes for the case's config and weights."""
+    import importlib.metadata
+
     from odeattn.conformance.golden import load_cases
 
     name = "block_derf_ralston_encoder_float_pad_s4_b2t4h1d10"
     assert main(["conformance", "--backend", "tract", "-k", f"^{name}$", "--json", str(tmp_path / "report.json")]) == 0
-    (result,) = json.loads((tmp_path / "report.json").read_text())["results"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["environment"]["packages"]["tract"] == importlib.metadata.version("tract")
+    (result,) = report["results"]
     case = next(c for c in load_cases() if c.name == name)
     (tmp_path / "config.json").write_text(json.dumps(case.config.to_dict()))
     R.save_params(case.params, tmp_path / "w.safetensors")

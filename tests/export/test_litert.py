@@ -163,7 +163,7 @@ def test_fuzz_judges_the_model_at_its_shape_and_catches_other_weights(written, c
 
 def test_the_backend_passes_a_block_case_and_skips_one_litert_cannot_hold():
     """Its conformance row: the golden set's smallest block case converted at its shape and judged
-    at z1; a RoPE case skipped with the reason. The 113 block cases take about 5 min on 2 cores
+    at z1; a RoPE case skipped with the reason. The 116 block cases take about 8 min on 2 cores
     (docs/deployment.md)."""
     assert main(["conformance", "--backend", "litert", "-j", "1", "--dtype", "float32",
                  "-k", "^block_derf_euler_encoder_float_nopad_s1_b2t5h2d8(_positions-rope)?$"]) == 0
