@@ -155,9 +155,9 @@ class ExportOptions:
                  diagnostics: bool = True) -> ExportOptions:
         """The block model of a conformance case in this form: a padding_mask input if the case has a
         mask, the diagnostic outputs (f0, each step's state) unless diagnostics=False, f(0, x)'s
-        stage values if asked (with the diagnostic outputs), and the case's dtype where the export
-        has it (a half one; float64 cases run the float32 file)."""
-        return self.replace(graph="block", padding_mask=padding_mask, diagnostics=diagnostics or stages, stages=stages,
+        stage values if asked, and the case's dtype where the export has it (a half one; float64
+        cases run the float32 file)."""
+        return self.replace(graph="block", padding_mask=padding_mask, diagnostics=diagnostics, stages=stages,
                             dtype=dtype if dtype in EXPORT_DTYPES else "float32")
 
 

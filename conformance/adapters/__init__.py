@@ -92,10 +92,10 @@ BUILTIN = {
     "onnxruntime-loop-other-steps": Builtin.of(OnnxRuntimeLoopOtherStepsAdapter, ("onnx", "onnxruntime")),
     "onnx-reference": Builtin.of(OnnxReferenceAdapter, ("onnx",)),
     "openvino": Builtin.of(OpenVinoAdapter, ("onnx", "openvino"),
-                           "each case's ONNX file compiled by OpenVINO's CPU plugin (about 45 s on 2 cores)"),
+                           "each case's ONNX file compiled by OpenVINO's CPU plugin (about 40 s on 2 cores)"),
     "iree": Builtin.of(IreeAdapter, ("onnx", "iree.compiler", "iree.runtime"),
                        "each case's ONNX file compiled by IREE for this CPU (about 8 min on 2 cores)"),
-    "tract": Builtin.of(TractAdapter, ("onnx", "tract"), "each case's ONNX file run by tract (about 16 s on 2 cores)"),
+    "tract": Builtin.of(TractAdapter, ("onnx", "tract"), "each case's ONNX file run by tract (about 13 s on 2 cores)"),
     # ONNX Runtime's JavaScript builds, external workers on Node.js (external.py, conformance/js/)
     "onnxruntime-node": Builtin("odeattn.conformance.adapters.external:onnxruntime_node", ("onnx",), ("float32",), _JS_SLOW,
                                 npm=("onnxruntime-node",)),

@@ -59,8 +59,8 @@ class _ExportedAdapter:
         raise NotImplementedError
 
     def _runnable(self, config, params, padding_mask, dtype, stages: bool = False):
-        """(model, runnable) of the block exported with the diagnostic outputs (f0, the steps; with
-        stages, the stage values of f(0, x) too), the last one kept for the next case."""
+        """(model, runnable) of the block exported with the diagnostic outputs where self.diagnostics
+        (f0, the steps) and, with stages, the stage values of f(0, x), the last one kept for the next case."""
         digest = hashlib.sha256()
         for k in sorted(params):
             digest.update(k.encode() + np.ascontiguousarray(params[k], np.float32).tobytes())

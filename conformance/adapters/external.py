@@ -329,9 +329,9 @@ class RemoteRun:
 
     def unchecked(self, feed: dict) -> dict:
         self.start()
+        counters.ran(self.record)  # this case's file, kept from an earlier case or not, whether or not the run fails
         reply, out = self.channel.request({"op": "infer", "model": self.id}, feed)
         _reply_status(self.channel, reply, "ran")
-        counters.ran(self.record)  # a model kept from an earlier case is this case's file too
         missing = [n for n in self.outputs if n not in out]
         if missing:
             raise self.channel.error(f"replied 'ran' to an infer request without the outputs {missing}")

@@ -241,8 +241,8 @@ class Block(Kind):
         if quantity.startswith("step_"):
             return f"{quantity} (t = {int(quantity[5:])}/{steps})"
         if "f0" not in outputs:  # the block alone
-            return ("z1 (only z(1) was compared: an adapter's optional run_func and run_trajectory would show whether f "
-                    "or which step diverges first)")
+            return ("z1 (only z(1) was compared: the backend has no run_func or run_trajectory to show whether f or "
+                    "which step diverges first; a stage line, where there is one, places it)")
         return quantity
 
     def spec(self, config, params, x, padding_mask, *, decoded: int = 0, inputs: Optional[dict] = None,

@@ -121,7 +121,7 @@ def compare(case: Case, dtype: str, outputs: dict, *, float64_bound: Optional[fl
 
 def judge(result: CaseResult, case: Case, reply: dict, outputs: dict, float64_bound=None) -> CaseResult:
     """Fill result from a backend's reply ({"status": ran|skipped|error, ...}) and outputs."""
-    status = reply.get("status")
+    status, result.artifacts = reply.get("status"), reply.get("artifacts", [])
     if status == "skipped":
         result.status, result.message = "skipped", reply.get("message", "")
     elif status == "ran":

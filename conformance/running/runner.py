@@ -157,7 +157,7 @@ class _Run:
         dtype, case = job
         start = time.perf_counter()
         r = judge(CaseResult(self.names[i], dtype, case.name, "passed"), case, reply, arrays, self.float64_bound)
-        r.seconds, r.artifacts = seconds, reply.get("artifacts", [])
+        r.seconds = seconds
         worker = reply.get("profile", {})
         compilation = worker.get("compilation", 0.0)
         r.profile = {"compilation": compilation, "run": max(0.0, worker.get("seconds", seconds) - compilation),

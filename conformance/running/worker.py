@@ -177,7 +177,8 @@ def serve(fd_in: int, fd_out: int) -> None:
         try:
             frame = encode(reply, out)
         except Exception as err:  # an output safetensors cannot hold (object dtype, ...)
-            frame = encode({"status": "error", **_failure(err), "profile": reply["profile"]})
+            frame = encode({"status": "error", **_failure(err), "profile": reply["profile"],
+                            **({"artifacts": reply["artifacts"]} if "artifacts" in reply else {})})
         _write_all(fd_out, frame)
 
 

@@ -4,7 +4,8 @@ work, and report with each reply (running/profile.py sums them per backend).
 compilation is seconds: JAX's tracing, lowering and XLA compiling (jax.monitoring's events, read
 from the persistent cache included), every export to ONNX and every runtime session built
 (compiling). The counts: programs (JAX programs lowered and handed to XLA), cache_hits (those
-read from the persistent cache instead of compiled), exports and sessions.
+read from the persistent cache instead of compiled), exports and sessions. ARTIFACTS: the files a
+runtime's own worker ran during the current request, which the reply names by digest.
 """
 
 from __future__ import annotations

@@ -498,8 +498,8 @@ def test_a_block_only_port_off_at_z1_is_told_what_would_locate_the_step():
     case = next(c for c in CASES if not c.config.use_bitnet and c.kind.name == "block")
     r = run_case(BlockOnly(lambda x: (case.z1 * 1.01).astype(np.float32)), case, "float32")
     assert r.status == "failed" and r.message.startswith(
-        "diverges first at z1 (only z(1) was compared: an adapter's optional run_func and run_trajectory would show "
-        "whether f or which step diverges first)"), r.message
+        "diverges first at z1 (only z(1) was compared: the backend has no run_func or run_trajectory to show whether f "
+        "or which step diverges first; a stage line, where there is one, places it)"), r.message
     full = run_case(OffAtTheEnd(), case, "float64")  # with the optional methods, the step is named instead
     assert full.status == "failed" and full.message.startswith("diverges first at step_") and "only z(1)" not in full.message
 

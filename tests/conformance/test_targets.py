@@ -52,8 +52,8 @@ def test_the_worker_runs_an_artifact_and_refuses_a_target_or_bytes_it_does_not_k
 
 def test_a_file_kept_from_an_earlier_case_is_recorded_for_each_case_it_runs():
     """The record a case's reply carries (wire/counters.ARTIFACTS, emptied per request): a file
-    loaded once and run again for the next case is that case's file too, listed once per case; a
-    file the runtime refused to load is not listed."""
+    loaded once and run again for the next case is that case's file too, listed once per case, and
+    listed where the runtime fails on the case's input; a file the runtime refused to load is not."""
     from odeattn.conformance.wire import counters
 
     worker = targets.TargetWorker("tract")
@@ -66,6 +66,10 @@ def test_a_file_kept_from_an_earlier_case_is_recorded_for_each_case_it_runs():
             run(feed)
             records.append(list(counters.ARTIFACTS))
         assert records[0] == records[1] and len(records[0]) == 1 and records[0][0]["target"] == "tract"
+        counters.ARTIFACTS.clear()
+        with pytest.raises(RuntimeError):  # a width the file does not take, past the local check
+            run.unchecked({"x": np.zeros((1, 3, 5), np.float32), "padding_mask": np.ones((1, 3), bool)})
+        assert counters.ARTIFACTS == records[0]
         counters.ARTIFACTS.clear()
         refused = RemoteRun(worker.channel, artifact=b"not a model", fields={"target": "tract", "inputs": ["x"], "outputs": ["z"]})
         with pytest.raises(RuntimeError):

@@ -21,7 +21,7 @@ CASES = ("block_rope_decoder_bitnet_pad", "block_field_alibi_scale_h4_decoder_pa
 def test_the_tract_backend_passes_the_block_and_encoder_cases_and_has_no_decoding(tmp_path):
     """Its conformance row on cases that tract 0.23 could not run before the export's tract forms;
     a decode case is not supported (the form has no run_decode). The whole set, 140 cases it
-    runs, takes about 16 s on 2 cores (docs/deployment.md)."""
+    runs, takes about 13 s on 2 cores (docs/deployment.md)."""
     report = tmp_path / "r.json"
     assert main(["conformance", "--backend", "tract", "-k", "|".join(f"^{c}$" for c in CASES), "--json", str(report)]) == 0
     results = {r["case"]: r for r in json.loads(report.read_text())["results"]}
