@@ -177,8 +177,8 @@ def serve(fd_in: int, fd_out: int) -> None:
         try:
             frame = encode(reply, out)
         except Exception as err:  # an output safetensors cannot hold (object dtype, ...)
-            frame = encode({"status": "error", **_failure(err), "profile": reply["profile"],
-                            **({"artifacts": reply["artifacts"]} if "artifacts" in reply else {})})
+            kept = {k: reply[k] for k in ("profile", "artifacts") if k in reply}  # what the worker measured and ran
+            frame = encode({"status": "error", **_failure(err), **kept})
         _write_all(fd_out, frame)
 
 
