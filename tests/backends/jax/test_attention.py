@@ -84,9 +84,9 @@ def test_tiled_decoding_within_the_suite_bound():
 
 def test_tiled_gradients_within_the_suite_bound(xla_default_codegen):
     """jax.grad through the tiles (float32) against the spec's hand-written backward pass
-    (ode_ref.backward, float64), with e32 the spec's own float32 gradient error. Compiled as XLA
-    compiles by default: with LLVM's optimisation off (the suite's other programs) every entry of
-    this gradient comes out NaN, and the untiled one's does not (docs/development.md)."""
+    (ode_ref.backward, float64), with e32 the spec's own float32 gradient error. Compiled at XLA's
+    default LLVM level: at level 0 (the suite's other programs) every entry of this gradient comes
+    out NaN, and the untiled one's does not (docs/development.md#running-the-tests)."""
     cfg, params, x, padding = tile_inputs(TILE_CONFIGS["alibi"][0], solver="euler")
     w = np.random.default_rng(3).normal(size=x.shape)  # loss = sum(w * z(1)): z1_bar = w
     want_x, want_p = R.ode_block_vjp(params, x, cfg, w, padding)

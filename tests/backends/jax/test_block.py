@@ -332,7 +332,8 @@ def test_checkpoint_same_forward_and_gradients_within_roundings(name):
     held to the conformance suite's bound for exactly that (conformance/cases/tolerance.py): each
     gradient's own float32 error e32 (the plain float32 gradient against the plain float64 one),
     times SAFETY, in float32 and rescaled to float64; the largest difference seen is 2.97 e32
-    against the bound's 32. A bound of a few epsilon of the largest entry is not one: the gate
+    against the bound's 32 (measured at XLA's default LLVM level; the suite compiles at level 0).
+    A bound of a few epsilon of the largest entry is not one: the gate
     bias's gradient is a sum over every token and step that partly cancels, so its two orders
     differ by more than that. A wrong gradient would differ by O(1)."""
     grads = {}

@@ -34,8 +34,8 @@ def test_the_stage_loop_is_the_specs_step_bit_for_bit(solver, dtype, xla_default
     """The spec's rk_step, its stages written out, traced with JAX arrays and jitted, against the
     loop: the same terms in the same order give the same bits, so a sum in another order fails. The
     spec in NumPy is not the reference here: XLA contracts some multiply-adds into fused ones, one
-    rounding fewer, in both programs alike, as XLA compiles by default (with LLVM's optimisation off,
-    as the suite's other programs compile, the two programs' contractions differ: 7 of the 18 cases)."""
+    rounding fewer, in both programs alike at XLA's default LLVM level (at level 0, where the suite's
+    other programs compile, LLVM contracts in fewer and other places: 7 of the 18 cases differ)."""
     tableau = TABLEAU[solver]
     y0 = np.random.default_rng(0).normal(size=(2, 3, 4)).astype(dtype)
     jit = functools.partial(jax.jit, compiler_options=xla_default_codegen)
@@ -69,14 +69,15 @@ def test_one_evaluation_of_f_whatever_the_stages(count_primitive):
 
 
 @pytest.mark.parametrize("solver", ["rk4", "rk2_gated"])
-def test_integrate_scans_the_specs_steps_and_stacks_each_evaluation_s_output(solver):
-    """integrate's states are the spec's integrate (traced alike), bit for bit; each evaluation's
-    output comes back in (steps, stages) layout, here its time."""
+def test_integrate_scans_the_specs_steps_and_stacks_each_evaluation_s_output(solver, xla_default_codegen):
+    """integrate's states are the spec's integrate (traced alike), bit for bit at XLA's default LLVM
+    level (the test above); each evaluation's output comes back in (steps, stages) layout, here its time."""
     tableau, steps = TABLEAU[solver], 3
     y0 = np.random.default_rng(1).normal(size=(2, 3)).astype("float32")
     seen = []
-    spec = jax.jit(lambda y: R.integrate(lambda t, z: seen.append(t) or f(t, z), y, tableau, steps, gate_of(tableau)))(y0)
-    states, times = jax.jit(lambda y: integrate(lambda t, z: (f(t, z), t), y, tableau, steps, gate_of(tableau)))(y0)
+    jit = functools.partial(jax.jit, compiler_options=xla_default_codegen)
+    spec = jit(lambda y: R.integrate(lambda t, z: seen.append(t) or f(t, z), y, tableau, steps, gate_of(tableau)))(y0)
+    states, times = jit(lambda y: integrate(lambda t, z: (f(t, z), t), y, tableau, steps, gate_of(tableau)))(y0)
     for got, want in zip(states, spec, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     # each time in float32 (x64 off): k / steps, c_i h and their sum each rounded once, each rounding
