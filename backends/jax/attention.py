@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ode_ref import attention as spec
-from ode_ref.attention import masked_fill_min, softmax
+from ode_ref.attention import masked_fill_min
 from ode_ref.tableaus import TABLEAUS
 
 from .bitlinear import bitlinear, linear, quantize_weight
@@ -72,13 +72,23 @@ def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
     return jnp.moveaxis(y, 0, 1)
 
 
+def softmax(s):
+    """The spec's softmax over the last axis (ode_ref.attention.softmax), its max held constant under
+    differentiation, as jax.nn.softmax holds it: the shift leaves the value unchanged, so its exact
+    gradient is 0. Differentiated, it would go to the row's maximum found by equality with s computed
+    again, which XLA may round otherwise in another fusion: at LLVM's level 0 no entry equalled the
+    max, and the scores' gradient came out inf (tests/backends/jax/test_attention.py)."""
+    e = jnp.exp(s - lax.stop_gradient(s.max(axis=-1, keepdims=True)))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def scaled_attention(q, k, v, mask, bias, scale):
     """softmax(q k^T * scale + bias, masked where mask is False) v: q (..., seq_q, head_dim), k, v
     (..., seq_k, head_dim), mask and bias None or broadcast against (..., seq_q, seq_k)."""
     s = (q @ jnp.swapaxes(k, -1, -2)) * scale
     if bias is not None:
         s = s + bias
-    return softmax(s if mask is None else masked_fill_min(s, mask, jnp), xp=jnp) @ v
+    return softmax(s if mask is None else masked_fill_min(s, mask, jnp)) @ v
 
 
 class SelfAttention(spec.SelfAttention):

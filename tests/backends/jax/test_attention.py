@@ -82,18 +82,18 @@ def test_tiled_decoding_within_the_suite_bound():
     assert relative_error(np.asarray(got), want) <= tolerance(relative_error(spec32, want), "float32")
 
 
-def test_tiled_gradients_within_the_suite_bound(xla_default_codegen):
+def test_tiled_gradients_within_the_suite_bound():
     """jax.grad through the tiles (float32) against the spec's hand-written backward pass
-    (ode_ref.backward, float64), with e32 the spec's own float32 gradient error. Compiled at XLA's
-    default LLVM level: at level 0 (the suite's other programs) every entry of this gradient comes
-    out NaN, and the untiled one's does not (docs/development.md#running-the-tests)."""
+    (ode_ref.backward, float64), with e32 the spec's own float32 gradient error. At the suite's
+    LLVM level 0 too: with the softmax's max differentiated, every entry came out NaN there
+    (backends/jax/attention.py's softmax)."""
     cfg, params, x, padding = tile_inputs(TILE_CONFIGS["alibi"][0], solver="euler")
     w = np.random.default_rng(3).normal(size=x.shape)  # loss = sum(w * z(1)): z1_bar = w
     want_x, want_p = R.ode_block_vjp(params, x, cfg, w, padding)
     spec32_x, spec32_p = R.ode_block_vjp(as32(params), x.astype(np.float32), cfg, w.astype(np.float32), padding)
     tiled = J.SelfAttention(cfg).with_tiles(2 * HEAD_SCORES)
     loss = lambda p, x: jnp.sum(w.astype(np.float32) * J.ode_block(p, x, cfg, padding, attention=tiled))  # noqa: E731
-    got_p, got_x = jax.jit(jax.grad(loss, argnums=(0, 1)), compiler_options=xla_default_codegen)(as32(params), x.astype(np.float32))
+    got_p, got_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(as32(params), x.astype(np.float32))
     for name in [None, *params]:
         got, want, spec32 = (got_x, want_x, spec32_x) if name is None else (got_p[name], want_p[name], spec32_p[name])
         assert relative_error(np.asarray(got), want) <= tolerance(relative_error(spec32, want), "float32"), name
