@@ -107,3 +107,18 @@ def test_small_inputs_are_not_tiled(count_primitive):
     scans = [count_primitive(jax.make_jaxpr(lambda p, x: J.ode_block(p, x, cfg, attention=a))(params32, x32).jaxpr, "scan")
              for a in (J.SelfAttention(cfg), J.SelfAttention(cfg).with_tiles(HEAD_SCORES))]
     assert scans == [2, 3]
+
+
+def test_the_softmax_s_gradient_does_not_go_through_its_max():
+    """The scores' gradient program has no comparison with the row's max (the port's softmax holds
+    the max constant; the spec's formula, differentiated, has one): routed there, it needs an entry
+    equal to a max XLA may compute in another fusion, rounded otherwise, and was inf at LLVM's level
+    0. The value is the spec's softmax, bit for bit."""
+    from odeattn.backends.jax.attention import softmax
+
+    s = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    w = np.random.default_rng(1).normal(size=s.shape).astype(np.float32)
+    compares = [jax.jit(jax.grad(lambda s: jnp.sum(f(s) * w))).lower(s).as_text().count("stablehlo.compare")
+                for f in (softmax, lambda s: R.softmax(s, xp=jnp))]
+    assert compares == [0, 1]
+    np.testing.assert_array_equal(np.asarray(jax.jit(softmax)(s)), np.asarray(jax.jit(lambda s: R.softmax(s, xp=jnp))(s)))
