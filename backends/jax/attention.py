@@ -6,7 +6,7 @@ preprocess_qkv(q, k, v, t=, positions=), build_mask(seq_len, padding_mask) with 
 (True = visible), attn(q, k, v, mask), postprocess_attn(y, padding_mask), output_proj(w, y).
 Subclass and override a stage to make a variant. The stage order, prepare and every stage written
 against self.xp are the spec's own; this class overrides only what JAX does otherwise: the
-straight-through BitLinear and the norms' stop_gradient (differentiation), float64 tables
+straight-through BitLinear and the norms' and the softmax's stop_gradient (differentiation), float64 tables
 gathered at run time (x64 off), functional cache writes at a traced slot, a tiled attn, and the
 non-finite keys' product form. Everything is a pure function of its arrays, so jit, vmap and grad
 go through; instances are static arguments under jit, hashed by their configuration.
@@ -73,11 +73,9 @@ def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
 
 
 def softmax(s):
-    """The spec's softmax over the last axis (ode_ref.attention.softmax), its max held constant under
-    differentiation, as jax.nn.softmax holds it: the shift leaves the value unchanged, so its exact
-    gradient is 0. Differentiated, it would go to the row's maximum found by equality with s computed
-    again, which XLA may round otherwise in another fusion: at LLVM's level 0 no entry equalled the
-    max, and the scores' gradient came out inf (tests/backends/jax/test_attention.py)."""
+    """The spec's softmax, its max held constant under differentiation as jax.nn.softmax holds it (the
+    shift's exact gradient is 0). Differentiated, the max's gradient finds the max by equality with s
+    computed again in another fusion; at LLVM's level 0 none matched and the gradient was NaN."""
     e = jnp.exp(s - lax.stop_gradient(s.max(axis=-1, keepdims=True)))
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -117,7 +115,7 @@ class SelfAttention(spec.SelfAttention):
     def __hash__(self):
         return hash(self._key())
 
-    # ---- differentiation: the straight-through BitLinear, the norms' stop_gradient -------------
+    # ---- differentiation: the straight-through BitLinear, the norms' stop_gradient (softmax: above)
     quantize_weight = staticmethod(quantize_weight)
 
     def norm(self, norm_params: dict, z):
