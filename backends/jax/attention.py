@@ -72,12 +72,12 @@ def tiled(fn, q, k, v, mask, bias, tile_bytes: int = SCORE_TILE_BYTES):
     return jnp.moveaxis(y, 0, 1)
 
 
-def softmax(s):
+def softmax(s, axis=-1):
     """The spec's softmax, its max held constant under differentiation as jax.nn.softmax holds it (the
     shift's exact gradient is 0). Differentiated, the max's gradient finds the max by equality with s
     computed again in another fusion; at LLVM's level 0 none matched and the gradient was NaN."""
-    e = jnp.exp(s - lax.stop_gradient(s.max(axis=-1, keepdims=True)))
-    return e / e.sum(axis=-1, keepdims=True)
+    e = jnp.exp(s - lax.stop_gradient(s.max(axis=axis, keepdims=True)))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def scaled_attention(q, k, v, mask, bias, scale):

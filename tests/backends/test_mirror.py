@@ -39,6 +39,7 @@ OVERRIDES = {
     ("jax", "integrate"): "with a cache hook, a lax.scan over the evaluations (rk.integrate): one evaluation of f in the program",
     ("jax", "hide_nonfinite"): "the poisoned queries as a product of the mask with the bad keys: no (seq_q, seq_k, heads) array",
     ("jax", "attn"): "the scores a tile of heads at a time (tiled, SCORE_TILE_BYTES)",
+    ("jax", "attention", "softmax"): "the max under stop_gradient: differentiated, it needs an entry equal to a max XLA rounds anew",
     ("jax", "positions", "rope_cos_sin"): _FLOAT64 + "; needs the static bound",
     ("jax", "positions", "hope_tables"): _FLOAT64 + "; needs the static bound",
     ("jax", "positions", "bam_bias"): _DTYPE, ("jax", "positions", "bam_alpha_beta"): _DTYPE,
