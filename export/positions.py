@@ -80,9 +80,21 @@ def apply_hope(x: Value, ch: Value, sh: Value) -> Value:
 
 
 def softplus(x: Value) -> Value:
-    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): finite for any finite x."""
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): finite for any finite x, and accurate where
+    exp(-|x|) is small (x far below 0, where softplus(x) is about exp(x) itself)."""
     g = x.body
-    return g.op("Max", x, g.const(0.0)) + g.op("Log", g.const(1.0) + g.op("Exp", g.op("Neg", g.op("Abs", x))))
+    return g.op("Max", x, g.const(0.0)) + log1p(g.op("Exp", g.op("Neg", g.op("Abs", x))))
+
+
+def log1p(e: Value) -> Value:
+    """log(1 + e) for e >= 0, to a few units of roundoff (ONNX has no Log1p): log(u) * e / (u - 1)
+    with u = 1 + e rounded, which cancels u's rounding (Goldberg, 1991), and e itself where u
+    rounds to 1. Log(1 + e) alone loses e's digits that 1 + e drops: all of them below 2^-24."""
+    g = e.body
+    u = g.const(1.0) + e
+    d = u - g.const(1.0)  # exact (Sterbenz)
+    exact = d == g.const(0.0)
+    return g.op("Where", exact, e, g.op("Log", u) * (e / g.op("Where", exact, g.const(1.0), d)))
 
 
 def distances(positions_q: Value, positions_k: Value) -> Value:
