@@ -87,14 +87,15 @@ def softplus(x: Value) -> Value:
 
 
 def log1p(e: Value) -> Value:
-    """log(1 + e) for e >= 0, to a few units of roundoff (ONNX has no Log1p): log(u) * e / (u - 1)
-    with u = 1 + e rounded, which cancels u's rounding (Goldberg, 1991), and e itself where u
-    rounds to 1. Log(1 + e) alone loses e's digits that 1 + e drops: all of them below 2^-24."""
+    """log(1 + e) for 0 <= e <= 1 (softplus's exp(-|x|)), to a few units of roundoff (ONNX has no
+    Log1p): log(u) * e / (u - 1) with u = 1 + e rounded, which cancels u's rounding (Goldberg,
+    1991), and e itself where u rounds to 1. Log(1 + e) alone loses the digits of e that 1 + e
+    drops: some for any e < 1, all of them at e <= 2^-24."""
     g = e.body
     u = g.const(1.0) + e
-    d = u - g.const(1.0)  # exact (Sterbenz)
-    exact = d == g.const(0.0)
-    return g.op("Where", exact, e, g.op("Log", u) * (e / g.op("Where", exact, g.const(1.0), d)))
+    d = u - g.const(1.0)  # exact: u is within [1, 2] (Sterbenz)
+    rounds_to_one = d == g.const(0.0)
+    return g.op("Where", rounds_to_one, e, g.op("Log", u) * (e / g.op("Where", rounds_to_one, g.const(1.0), d)))
 
 
 def distances(positions_q: Value, positions_k: Value) -> Value:
