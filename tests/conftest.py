@@ -30,7 +30,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # two; level 0's not measured) are judged under XLA's defaults by the main job, which CI runs whole
 # with XLA_FLAGS as given (.ci/run, docs/development.md#running-the-tests); `--xla-defaults` runs
 # the whole suite so too. A test whose claim rests on the code of XLA's default LLVM level compiles
-# its programs at that level (the fixture xla_default_codegen).
+# its programs at that level (the fixture jit_at_xla_default).
 SUITE_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1",
                    "--xla_backend_optimization_level=0")
 
@@ -69,10 +69,14 @@ def jax_persistent_cache():
 
 
 @pytest.fixture(scope="session")
-def xla_default_codegen():
-    """jax.jit's compiler_options for one program compiled at XLA's default LLVM level (3), whatever
-    SUITE_XLA_FLAGS say (their other two options kept): for a test whose claim rests on that code."""
-    return {"xla_backend_optimization_level": 3}
+def jit_at_xla_default():
+    """jax.jit compiling at XLA's default LLVM level (3), whatever SUITE_XLA_FLAGS say (their other
+    two options kept; jax.jit's compiler_options): for a test whose claim rests on that code."""
+    import functools
+
+    import jax
+
+    return functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 3})
 
 
 @pytest.fixture(scope="session")

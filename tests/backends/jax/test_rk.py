@@ -1,6 +1,5 @@
 """The JAX port's stage loop (backends/jax/rk.py) against the spec's written-out stages (ode_ref/rk.py)."""
 
-import functools
 
 import numpy as np
 import pytest
@@ -30,7 +29,7 @@ def gate_of(tableau):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("solver", sorted(TABLEAU))
-def test_the_stage_loop_is_the_specs_step_bit_for_bit(solver, dtype, xla_default_codegen):
+def test_the_stage_loop_is_the_specs_step_bit_for_bit(solver, dtype, jit_at_xla_default):
     """The spec's rk_step, its stages written out, traced with JAX arrays and jitted, against the
     loop: the same terms in the same order give the same bits, so a sum in another order fails. The
     spec in NumPy is not the reference here: XLA contracts some multiply-adds into fused ones, one
@@ -38,11 +37,10 @@ def test_the_stage_loop_is_the_specs_step_bit_for_bit(solver, dtype, xla_default
     other programs compile, LLVM contracts in fewer and other places: 7 of the 18 cases differ)."""
     tableau = TABLEAU[solver]
     y0 = np.random.default_rng(0).normal(size=(2, 3, 4)).astype(dtype)
-    jit = functools.partial(jax.jit, compiler_options=xla_default_codegen)
     with jax.enable_x64(dtype == "float64"):
-        loop = jit(lambda y: rk_step(f, T0, H, y, tableau, gate_of(tableau), with_first=True))(y0)
-        spec = jit(lambda y: R.rk_step(f, T0, H, y, tableau, gate_of(tableau)))(y0)
-        first = jit(lambda y: f(T0, y))(y0)
+        loop = jit_at_xla_default(lambda y: rk_step(f, T0, H, y, tableau, gate_of(tableau), with_first=True))(y0)
+        spec = jit_at_xla_default(lambda y: R.rk_step(f, T0, H, y, tableau, gate_of(tableau)))(y0)
+        first = jit_at_xla_default(lambda y: f(T0, y))(y0)
     np.testing.assert_array_equal(np.asarray(loop[0]), np.asarray(spec))
     np.testing.assert_array_equal(np.asarray(loop[1]), np.asarray(first))  # with_first: k_0 = f(t0, y0)
 
@@ -69,15 +67,14 @@ def test_one_evaluation_of_f_whatever_the_stages(count_primitive):
 
 
 @pytest.mark.parametrize("solver", ["rk4", "rk2_gated"])
-def test_integrate_scans_the_specs_steps_and_stacks_each_evaluation_s_output(solver, xla_default_codegen):
+def test_integrate_scans_the_specs_steps_and_stacks_each_evaluation_s_output(solver, jit_at_xla_default):
     """integrate's states are the spec's integrate (traced alike), bit for bit at XLA's default LLVM
     level (the test above); each evaluation's output comes back in (steps, stages) layout, here its time."""
     tableau, steps = TABLEAU[solver], 3
     y0 = np.random.default_rng(1).normal(size=(2, 3)).astype("float32")
     seen = []
-    jit = functools.partial(jax.jit, compiler_options=xla_default_codegen)
-    spec = jit(lambda y: R.integrate(lambda t, z: seen.append(t) or f(t, z), y, tableau, steps, gate_of(tableau)))(y0)
-    states, times = jit(lambda y: integrate(lambda t, z: (f(t, z), t), y, tableau, steps, gate_of(tableau)))(y0)
+    spec = jit_at_xla_default(lambda y: R.integrate(lambda t, z: seen.append(t) or f(t, z), y, tableau, steps, gate_of(tableau)))(y0)
+    states, times = jit_at_xla_default(lambda y: integrate(lambda t, z: (f(t, z), t), y, tableau, steps, gate_of(tableau)))(y0)
     for got, want in zip(states, spec, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     # each time in float32 (x64 off): k / steps, c_i h and their sum each rounded once, each rounding
